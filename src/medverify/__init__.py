@@ -1,0 +1,73 @@
+"""medverify: check what medical LLM answers claim.
+
+The public API is this curated list of names (pinned by a test). Heavy modules (the
+knowledge base, the pipeline) are imported on first use.
+"""
+
+from __future__ import annotations
+
+from importlib import import_module
+from typing import Any
+
+from medverify.config import Config
+from medverify.errors import MedverifyError
+from medverify.records import (
+    CATEGORY_SCORE,
+    Analysis,
+    Answer,
+    Category,
+    Claim,
+    ClaimResult,
+    Document,
+    EvidenceLabel,
+    Metrics,
+    Passage,
+    Report,
+    Source,
+    Span,
+    Usage,
+    Verdict,
+)
+
+__all__ = [
+    "CATEGORY_SCORE",
+    "Analysis",
+    "Answer",
+    "Category",
+    "Checker",
+    "Claim",
+    "ClaimResult",
+    "Config",
+    "Document",
+    "EvidenceLabel",
+    "KnowledgeBase",
+    "MedverifyError",
+    "Metrics",
+    "Model",
+    "Passage",
+    "Report",
+    "RunStore",
+    "Source",
+    "Span",
+    "Usage",
+    "Verdict",
+    "acheck",
+    "check",
+    "get_model",
+]
+
+_LAZY = {
+    "check": "medverify.pipeline",
+    "acheck": "medverify.pipeline",
+    "Checker": "medverify.pipeline",
+    "KnowledgeBase": "medverify.kb",
+    "Model": "medverify.llm.facade",
+    "get_model": "medverify.llm.facade",
+    "RunStore": "medverify.store.runs",
+}
+
+
+def __getattr__(name: str) -> Any:
+    if name in _LAZY:
+        return getattr(import_module(_LAZY[name]), name)
+    raise AttributeError(f"module 'medverify' has no attribute {name!r}")

@@ -1,0 +1,38 @@
+"""The ``medverify`` command line: a thin layer over the library.
+
+One module per command group; each registers itself on :data:`main`.
+"""
+
+from __future__ import annotations
+
+import importlib
+import logging
+import sys
+
+import click
+
+from medverify.errors import MedverifyError
+
+_COMMAND_MODULES = ("check", "kb", "runs", "eval")
+
+
+class _Main(click.Group):
+    def invoke(self, ctx: click.Context) -> object:
+        try:
+            return super().invoke(ctx)
+        except MedverifyError as exc:
+            click.echo(f"error: {exc}", err=True)
+            sys.exit(2)
+
+
+@click.group(cls=_Main)
+@click.version_option(package_name="medverify")
+@click.option("-v", "--verbose", count=True, help="More logging (-v info, -vv debug).")
+def main(verbose: int) -> None:
+    """Check what medical LLM answers claim."""
+    level = logging.WARNING - 10 * min(verbose, 2)
+    logging.basicConfig(level=level, format="%(levelname)s %(name)s: %(message)s")
+
+
+for _name in _COMMAND_MODULES:
+    importlib.import_module(f"medverify.cli.{_name}")

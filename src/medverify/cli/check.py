@@ -1,0 +1,94 @@
+"""``medverify check``: check answers against a knowledge base."""
+
+from __future__ import annotations
+
+import asyncio
+import sys
+from pathlib import Path
+
+import click
+
+from medverify.cli import main
+from medverify.cli._common import config_option, console, load_config, progress_bar, store_option
+from medverify.inputs import read_answers
+from medverify.pipeline import Checker
+from medverify.records import Category, Report
+from medverify.report.html import write_html
+from medverify.report.render_json import atomic_write_text, write_json
+from medverify.report.terminal import print_summary
+from medverify.store.runs import RunStore
+
+
+@main.command()
+@click.argument("input_file", metavar="[FILE|-]", required=False, default="-")
+@click.option("--kb", type=click.Path(path_type=Path, file_okay=False), help="Knowledge base directory.")
+@click.option("--question", "-q", help="The question the answer responds to.")
+@click.option("--model", "-m", help="Model spec for decomposition and judging (see docs/models.md).")
+@click.option("--judge", help="Judge name (default: llm with --model).")
+@click.option("--decomposer", type=click.Choice(["rules", "llm"]), help="Claim decomposer.")
+@click.option("--top-k", type=int, help="Passages retrieved per claim (default 7).")
+@click.option("--json", "json_out", type=click.Path(path_type=Path, dir_okay=False),
+              help="Write the JSON report here (a list when the input has several answers).")
+@click.option("--html", "html_out", type=click.Path(path_type=Path),
+              help="Write the HTML report here (a directory when the input has several answers).")
+@click.option("--max-answer-chars", type=int, help="Refuse longer answers (default 200,000).")
+@click.option("--no-record", is_flag=True, help="Do not record the run in the run store.")
+@config_option
+@store_option
+def check(input_file: str, kb: Path | None, question: str | None, model: str | None,
+          judge: str | None, decomposer: str | None, top_k: int | None, json_out: Path | None,
+          html_out: Path | None, max_answer_chars: int | None, no_record: bool,
+          config_path: Path | None, store: Path | None) -> None:
+    """Check an answer (text, JSON object or JSONL of answers) against a knowledge base.
+
+    Exit status: 0 when every claim was judged, 1 when some answer or claim ended in ERROR,
+    2 when the check could not run at all."""
+    retrieval = {"top_k": top_k} if top_k else None
+    config = load_config(config_path, kb=kb, model=model, judge=judge, decomposer=decomposer,
+                         max_answer_chars=max_answer_chars, store=store, retrieval=retrieval)
+    data = sys.stdin.buffer.read() if input_file == "-" else _read(Path(input_file))
+    parsed = read_answers(data, question=question)
+    for warning in parsed.warnings:
+        console.print(f"[yellow]warning:[/] {warning}")
+    reports = asyncio.run(_run(config, parsed.answers, record=not no_record))
+    for report in reports:
+        print_summary(report)
+    _write_outputs(reports, json_out, html_out)
+    failed = any(r.errors or r.metrics.counts.get(Category.ERROR.value) for r in reports)
+    sys.exit(1 if failed else 0)
+
+
+def _read(path: Path) -> bytes:
+    if not path.is_file():
+        raise click.UsageError(f"no such file: {path}")
+    return path.read_bytes()
+
+
+async def _run(config, answers, *, record: bool) -> list[Report]:  # type: ignore[no-untyped-def]
+    checker = Checker.from_config(config)
+    try:
+        with progress_bar("checking answers", len(answers)) as progress:
+            if not record:
+                return await checker.run(answers, progress=progress)
+            with RunStore(config.store_path) as store:
+                return await checker.run(answers, store=store, progress=progress)
+    finally:
+        await checker.aclose()
+
+
+def _write_outputs(reports: list[Report], json_out: Path | None, html_out: Path | None) -> None:
+    if json_out:
+        if len(reports) == 1:
+            write_json(reports[0], json_out)
+        else:
+            body = ",\n".join(r.model_dump_json(indent=2) for r in reports)
+            atomic_write_text(json_out, f"[\n{body}\n]\n")
+        console.print(f"JSON report: {json_out}")
+    if html_out:
+        if len(reports) == 1:
+            write_html(reports[0], html_out)
+        else:
+            html_out.mkdir(parents=True, exist_ok=True)
+            for report in reports:
+                write_html(report, html_out / f"{report.answer.id}.html")
+        console.print(f"HTML report: {html_out}")

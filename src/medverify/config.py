@@ -1,0 +1,132 @@
+"""One typed configuration object.
+
+Precedence: defaults < TOML file (``--config`` or ``$MEDVERIFY_HOME/config.toml``) <
+environment (``MEDVERIFY_<FIELD>``, nested with ``__``, e.g. ``MEDVERIFY_MODEL__TIMEOUT_S``)
+< explicit overrides (CLI flags). Secrets are never stored here: a model spec names the
+environment variable that holds the key, resolved at first use.
+"""
+
+from __future__ import annotations
+
+import os
+import tomllib
+from pathlib import Path
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from medverify.errors import ConfigError
+
+DEFAULT_EMBEDDER = "all-MiniLM-L6-v2"
+
+
+def home() -> Path:
+    """medverify's home directory (run store, request cache): ``$MEDVERIFY_HOME`` or
+    ``~/.medverify``."""
+    return Path(os.environ.get("MEDVERIFY_HOME") or Path.home() / ".medverify")
+
+
+class _Section(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+class ModelSettings(_Section):
+    timeout_s: float = Field(60.0, gt=0)
+    max_retries: int = Field(4, ge=0)
+    backoff_s: float = Field(1.0, ge=0)
+    backoff_max_s: float = Field(30.0, ge=0)
+    concurrency: int = Field(8, ge=1)
+    cache: bool = True
+
+
+class KBSettings(_Section):
+    chunk_tokens: int = Field(512, ge=16)
+    chunk_overlap: int = Field(100, ge=0)
+    embedder: str = DEFAULT_EMBEDDER
+    batch_size: int = Field(64, ge=1)
+
+
+class RetrievalSettings(_Section):
+    top_k: int = Field(7, ge=1)
+    mode: Literal["hybrid", "lexical", "dense"] = "hybrid"
+    candidates: int = Field(50, ge=1)
+    rrf_k: int = Field(60, ge=1)
+
+
+class Config(_Section):
+    """Everything a check needs to know besides its input."""
+
+    model: str | None = None
+    judge: str | None = None
+    decomposer: str | None = None
+    kb: Path | None = None
+    max_answer_chars: int = Field(200_000, ge=1)
+    max_claims: int = Field(200, ge=1)
+    claims_per_call: int = Field(4, ge=1)
+    store: Path | None = None
+    cache_path: Path | None = None
+    llm: ModelSettings = Field(default_factory=ModelSettings)
+    kb_settings: KBSettings = Field(default_factory=KBSettings)
+    retrieval: RetrievalSettings = Field(default_factory=RetrievalSettings)
+
+    @property
+    def judge_name(self) -> str:
+        """``llm`` when a model is configured, else ``builtin``."""
+        return self.judge or ("llm" if self.model else "builtin")
+
+    @property
+    def decomposer_name(self) -> str:
+        return self.decomposer or ("llm" if self.model else "rules")
+
+    @property
+    def store_path(self) -> Path:
+        return self.store or home() / "runs.db"
+
+    @property
+    def request_cache_path(self) -> Path:
+        return self.cache_path or home() / "cache.db"
+
+    @classmethod
+    def load(cls, path: Path | None = None, *, env: dict[str, str] | None = None,
+             **overrides: Any) -> Config:
+        """Build a config from defaults, file, environment and overrides (in that order)."""
+        data: dict[str, Any] = {}
+        file = path or home() / "config.toml"
+        if path is not None and not file.exists():
+            raise ConfigError(f"config file not found: {file}")
+        if file.exists():
+            try:
+                data = tomllib.loads(file.read_text("utf-8"))
+            except (tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
+                raise ConfigError(f"cannot read config file {file}: {exc}") from exc
+        _merge(data, _from_env(os.environ if env is None else env))
+        _merge(data, {k: v for k, v in overrides.items() if v is not None})
+        try:
+            return cls.model_validate(data)
+        except ValidationError as exc:
+            raise ConfigError(f"invalid configuration: {exc}") from exc
+
+    def public(self) -> dict[str, Any]:
+        """The config as recorded in the run store (no secrets are ever held here)."""
+        return self.model_dump(mode="json")
+
+
+def _from_env(env: Any) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for key, value in env.items():
+        if not key.startswith("MEDVERIFY_") or key == "MEDVERIFY_HOME":
+            continue
+        path = key[len("MEDVERIFY_"):].lower().split("__")
+        node = out
+        for part in path[:-1]:
+            node = node.setdefault(part, {})
+        node[path[-1]] = value
+    return out
+
+
+def _merge(base: dict[str, Any], extra: dict[str, Any]) -> None:
+    for key, value in extra.items():
+        if isinstance(value, dict) and isinstance(base.get(key), dict):
+            _merge(base[key], value)
+        else:
+            base[key] = value

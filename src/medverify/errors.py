@@ -1,0 +1,50 @@
+"""Exceptions. Every error a user can see says what went wrong and what to do."""
+
+from __future__ import annotations
+
+
+class MedverifyError(Exception):
+    """Base class: a problem the user can act on (bad input, missing KB, config)."""
+
+
+class ConfigError(MedverifyError):
+    """Invalid configuration or model spec."""
+
+
+class InputError(MedverifyError):
+    """Input that cannot be processed (empty, binary, undecodable, too large)."""
+
+
+class KBError(MedverifyError):
+    """Knowledge base missing, corrupt, or built with another embedder."""
+
+
+class MissingDependencyError(MedverifyError):
+    """An optional dependency is not installed; the message names the pip command."""
+
+    def __init__(self, package: str, extra: str | None = None) -> None:
+        hint = f"pip install 'medverify[{extra}]'" if extra else f"pip install {package}"
+        super().__init__(f"{package} is required for this feature: run `{hint}`")
+
+
+class ProviderError(MedverifyError):
+    """A model provider call failed.
+
+    ``retryable`` marks 429, 5xx, timeouts and connection errors; the model facade
+    retries those with backoff and raises the last one when retries run out.
+    """
+
+    def __init__(self, message: str, *, status: int | None = None, retryable: bool = False,
+                 retry_after: float | None = None) -> None:
+        super().__init__(message)
+        self.status = status
+        self.retryable = retryable
+        self.retry_after = retry_after
+
+
+class ParseError(MedverifyError):
+    """Model output that does not match the expected format (the raw text is kept)."""
+
+    def __init__(self, message: str, raw: str | None = None) -> None:
+        super().__init__(message)
+        self.raw = raw

@@ -1,0 +1,244 @@
+"""LLM judge: factual + counterfactual analysis of claims against retrieved passages (CHECK).
+
+Claims whose evidence overlaps are batched into one call; the shared evidence goes first
+in the prompt so that servers with prefix caching reuse it. Evidence and claims are fenced
+with a content-derived token that untrusted text cannot predict. The parser is strict:
+anything that does not match the expected JSON shape becomes a Verdict with ``error`` set,
+never a category.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import json
+import logging
+import re
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from medverify.errors import MedverifyError, ParseError
+from medverify.judge import JudgeItem
+from medverify.llm.facade import Model
+from medverify.prompts import Prompt, load_prompt
+from medverify.records import Analysis, Passage, Verdict
+
+log = logging.getLogger(__name__)
+
+STAGE = "judge"
+_FENCE_JSON = re.compile(r"^\s*```(?:json)?\s*(.*?)\s*```\s*$", re.DOTALL)
+
+
+@dataclass
+class _Batch:
+    items: list[tuple[int, JudgeItem]] = field(default_factory=list)
+    passages: dict[str, Passage] = field(default_factory=dict)
+
+    def union_size(self, item: JudgeItem) -> int:
+        return len(self.passages.keys() | {p.id for p in item.passages})
+
+    def add(self, index: int, item: JudgeItem) -> None:
+        self.items.append((index, item))
+        for passage in item.passages:
+            self.passages.setdefault(passage.id, passage)
+
+
+def plan_batches(items: Sequence[JudgeItem], claims_per_call: int,
+                 max_passages: int) -> list[_Batch]:
+    """Group consecutive claims whose evidence overlaps enough to share one call.
+
+    A claim joins the open batch while the batch has room and the union of passages stays
+    within ``max_passages``; otherwise it opens a new batch. Items without passages are
+    skipped (the caller settles them without a model call)."""
+    batches: list[_Batch] = []
+    current: _Batch | None = None
+    for index, item in enumerate(items):
+        if not item.passages:
+            continue
+        fits = (current is not None and len(current.items) < claims_per_call
+                and current.union_size(item) <= max_passages)
+        if not fits:
+            current = _Batch()
+            batches.append(current)
+        assert current is not None
+        current.add(index, item)
+    return batches
+
+
+class LLMJudge:
+    """Judge claims with a chat model. See ``prompts/judge/v1.md``."""
+
+    name = "llm"
+
+    def __init__(self, model: Model, *, claims_per_call: int = 4, max_passages: int = 10,
+                 max_passage_chars: int = 4000, prompt_version: str | None = None) -> None:
+        self.model = model
+        self.claims_per_call = claims_per_call
+        self.max_passages = max_passages
+        self.max_passage_chars = max_passage_chars
+        self.prompt: Prompt = load_prompt("judge", prompt_version)
+
+    @property
+    def prompt_version(self) -> str:
+        return self.prompt.id
+
+    @property
+    def judge_id(self) -> str:
+        return f"llm:{self.model.spec}"
+
+    async def judge(self, items: Sequence[JudgeItem]) -> list[Verdict]:
+        verdicts: list[Verdict | None] = [None] * len(items)
+        for index, item in enumerate(items):
+            if not item.passages:
+                verdicts[index] = self._no_evidence(item)
+        batches = plan_batches(items, self.claims_per_call, self.max_passages)
+        for batch_verdicts in await asyncio.gather(*(self._judge_batch(b) for b in batches)):
+            for index, verdict in batch_verdicts:
+                verdicts[index] = verdict
+        return [v for v in verdicts if v is not None]
+
+    def _no_evidence(self, item: JudgeItem) -> Verdict:
+        reason = "no evidence passage was retrieved for this claim"
+        return Verdict(
+            claim_id=item.claim.id, passage_ids=[],
+            factual=Analysis(holds=False, reason=reason),
+            counterfactual=Analysis(holds=False, reason=reason),
+            judge=self.judge_id, prompt_version=None,
+        )
+
+    async def _judge_batch(self, batch: _Batch) -> list[tuple[int, Verdict]]:
+        passages = list(batch.passages.values())
+        p_labels = {f"P{i}": p for i, p in enumerate(passages, 1)}
+        c_labels = {f"C{i}": item for i, (_, item) in enumerate(batch.items, 1)}
+        messages = self.prompt.render(**self._prompt_values(p_labels, c_labels))
+        raw: str | None = None
+        try:
+            completion = await self.model.complete(messages, stage=STAGE, json_mode=True)
+            raw = completion.text
+            parsed = parse_judge_output(raw, list(c_labels), p_labels)
+        except MedverifyError as exc:
+            error = f"judge call failed: {exc}" if raw is None else f"unparseable judge output: {exc}"
+            return [(i, self._failed(item, passages, error, raw)) for i, item in batch.items]
+        out = []
+        for (index, item), label in zip(batch.items, c_labels, strict=True):
+            out.append((index, self._verdict(item, passages, parsed[label], raw)))
+        return out
+
+    def _prompt_values(self, p_labels: dict[str, Passage],
+                       c_labels: dict[str, JudgeItem]) -> dict[str, str]:
+        texts = [p.text[: self.max_passage_chars] for p in p_labels.values()]
+        texts += [item.claim.text for item in c_labels.values()]
+        fence = "F" + hashlib.sha256("\x00".join(texts).encode("utf-8", "replace")).hexdigest()[:12]
+        passages = "\n".join(
+            _fenced(fence, f"{label} | {_describe(p)}", p.text[: self.max_passage_chars])
+            for label, p in p_labels.items()
+        )
+        claims = "\n".join(_fenced(fence, label, item.claim.text) for label, item in c_labels.items())
+        return {"fence": fence, "passages": passages, "claims": claims}
+
+    def _verdict(self, item: JudgeItem, passages: list[Passage], parsed: _Parsed,
+                 raw: str) -> Verdict:
+        if isinstance(parsed, str):
+            return self._failed(item, passages, f"unparseable judge output: {parsed}", raw)
+        factual, counterfactual = parsed
+        return Verdict(
+            claim_id=item.claim.id, passage_ids=[p.id for p in passages],
+            factual=factual, counterfactual=counterfactual,
+            judge=self.judge_id, prompt_version=self.prompt_version, raw_output=raw,
+        )
+
+    def _failed(self, item: JudgeItem, passages: list[Passage], error: str,
+                raw: str | None) -> Verdict:
+        log.warning("claim %s: %s", item.claim.id, error)
+        return Verdict(
+            claim_id=item.claim.id, passage_ids=[p.id for p in passages],
+            judge=self.judge_id, prompt_version=self.prompt_version, raw_output=raw, error=error,
+        )
+
+
+def _fenced(fence: str, header: str, text: str) -> str:
+    return f"<<<{fence} {header}>>>\n{text}\n<<<END {fence}>>>"
+
+
+def _describe(passage: Passage) -> str:
+    parts = [f"title: {passage.title}" if passage.title else "", f"doc: {passage.doc_id}"]
+    return " | ".join(p for p in parts if p).replace("\n", " ").replace(">>>", "> > >")
+
+
+# The parse result for one claim: the two analyses, or the reason they could not be read.
+_Parsed = tuple[Analysis, Analysis] | str
+
+
+def parse_judge_output(raw: str, claim_labels: list[str],
+                       passages: dict[str, Passage]) -> dict[str, _Parsed]:
+    """Parse the judge's JSON strictly.
+
+    Raises ParseError when the reply as a whole is unusable; returns, per claim label, the
+    two analyses or a string saying what was wrong with that claim's entry."""
+    data = _load_json(raw)
+    results = data.get("results") if isinstance(data, dict) else None
+    if not isinstance(results, list):
+        raise ParseError("expected an object with a 'results' list", raw=raw)
+    parsed: dict[str, _Parsed] = {label: "no result for this claim" for label in claim_labels}
+    seen: set[str] = set()
+    for entry in results:
+        label = entry.get("claim_id") if isinstance(entry, dict) else None
+        if not isinstance(label, str) or label not in parsed:
+            continue
+        parsed[label] = "duplicate results for this claim" if label in seen else _entry(entry, passages)
+        seen.add(label)
+    return parsed
+
+
+def _load_json(raw: str) -> Any:
+    text = raw.strip()
+    fenced = _FENCE_JSON.match(text)
+    if fenced:
+        text = fenced.group(1)
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise ParseError(f"not valid JSON ({exc.msg} at char {exc.pos})", raw=raw) from None
+
+
+def _entry(entry: dict[str, Any], passages: dict[str, Passage]) -> _Parsed:
+    try:
+        factual = _analysis(entry.get("factual"), "supported", passages)
+        counterfactual = _analysis(entry.get("counterfactual"), "contradicted", passages)
+    except ValueError as exc:
+        return str(exc)
+    return factual, counterfactual
+
+
+def _analysis(block: Any, key: str, passages: dict[str, Passage]) -> Analysis:
+    if not isinstance(block, dict):
+        raise ValueError(f"missing analysis object for '{key}'")
+    holds = block.get(key)
+    if not isinstance(holds, bool):
+        raise ValueError(f"'{key}' must be true or false, got {holds!r}")
+    label = block.get("passage")
+    passage = passages.get(label) if isinstance(label, str) else None
+    quote = block.get("quote") if isinstance(block.get("quote"), str) else None
+    reason = block.get("reasoning") if isinstance(block.get("reasoning"), str) else None
+    if key == "contradicted" and isinstance(block.get("negation"), str) and reason:
+        reason = f"Negation: {block['negation']} — {reason}"
+    return Analysis(
+        holds=holds,
+        passage_id=passage.id if passage else None,
+        quote=quote or None,
+        quote_found=_quote_found(quote, passage, passages) if quote else None,
+        reason=reason,
+    )
+
+
+def _normalise(text: str) -> str:
+    return " ".join(text.split()).casefold().strip(" .\"'")
+
+
+def _quote_found(quote: str, passage: Passage | None, passages: dict[str, Passage]) -> bool:
+    needle = _normalise(quote)
+    if not needle:
+        return False
+    pool = [passage] if passage else list(passages.values())
+    return any(needle in _normalise(p.text) for p in pool)

@@ -1,0 +1,77 @@
+"""The chat-model seam: a provider implements one method, ``complete``.
+
+Everything shared (timeouts, retries, concurrency limits, caching, token accounting)
+lives once in :class:`medverify.llm.facade.Model`, above this seam.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from typing import Any, Literal, Protocol, runtime_checkable
+
+from pydantic import BaseModel, ConfigDict, Field
+
+
+class Message(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    role: Literal["system", "user", "assistant"]
+    content: str
+
+
+class ChatRequest(BaseModel):
+    """What a provider is asked. ``model`` is the provider-side model name."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    model: str
+    messages: tuple[Message, ...]
+    temperature: float = 0.0
+    max_tokens: int | None = None
+    json_mode: bool = False
+    seed: int | None = None
+    extra: dict[str, Any] = Field(default_factory=dict)
+
+    def cache_key(self, provider_id: str) -> str:
+        """Stable key of this request for the persistent cache."""
+        payload = json.dumps(
+            {"provider": provider_id, **self.model_dump(mode="json")},
+            sort_keys=True, ensure_ascii=False,
+        )
+        return hashlib.sha256(payload.encode("utf-8", "surrogatepass")).hexdigest()
+
+
+class TokenCount(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    prompt_tokens: int = 0
+    completion_tokens: int = 0
+    estimated: bool = False  # True when the server reported no usage (chars / 4)
+
+
+class Completion(BaseModel):
+    """A provider's reply."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    text: str
+    model: str
+    usage: TokenCount = Field(default_factory=TokenCount)
+    finish_reason: str | None = None
+    cached: bool = False
+    latency_s: float | None = None
+
+
+@runtime_checkable
+class Provider(Protocol):
+    """A chat model backend. ``id`` identifies the endpoint + model for caching and
+    provenance (e.g. ``openai:gpt-4o-mini@https://api.openai.com/v1``).
+
+    ``complete`` raises :class:`medverify.errors.ProviderError` on failure, with
+    ``retryable=True`` for 429, 5xx, timeouts and connection errors.
+    """
+
+    id: str
+
+    async def complete(self, request: ChatRequest) -> Completion: ...

@@ -1,0 +1,224 @@
+"""The check flow: decompose -> retrieve -> judge -> report, recorded in the run store.
+
+:class:`Checker` holds the loaded pieces (knowledge base, model, decomposer, judge) so that
+many answers can be checked with one set-up; :func:`check` / :func:`acheck` are the
+one-call entry points. A failure of one answer is recorded as an error on that answer's
+report and the others go on; a failure that would hit every answer (no KB, bad config)
+raises before anything runs.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from medverify.config import Config
+from medverify.decompose import Decomposer, make_decomposer
+from medverify.errors import ConfigError, InputError, MedverifyError
+from medverify.judge import Judge, JudgeItem, make_judge
+from medverify.kb import KnowledgeBase
+from medverify.llm.facade import Model, UsageLedger, get_model
+from medverify.records import Answer, Claim, ClaimResult, Passage, Report
+from medverify.report.metrics import compute_metrics
+from medverify.store.runs import RunStore
+
+log = logging.getLogger(__name__)
+
+Progress = Callable[[int, int], None]
+"""Called with (answers done, answers total)."""
+
+
+def validate_answer(answer: Answer, max_chars: int) -> None:
+    """Refuse input that cannot be checked, with a message the user can act on."""
+    if not answer.text.strip():
+        raise InputError("the answer is empty: nothing to check")
+    if len(answer.text) > max_chars:
+        raise InputError(
+            f"the answer has {len(answer.text):,} characters, over the limit of {max_chars:,}; "
+            "split it, or raise the limit with --max-answer-chars / MEDVERIFY_MAX_ANSWER_CHARS"
+        )
+    if "\x00" in answer.text:
+        raise InputError("the answer contains NUL bytes: is it a binary file?")
+
+
+@dataclass
+class Checker:
+    """Everything needed to check answers against one knowledge base."""
+
+    config: Config
+    kb: KnowledgeBase
+    decomposer: Decomposer
+    judge: Judge
+    ledger: UsageLedger
+    model: Model | None = None
+    owned: tuple[object, ...] = ()
+
+    @classmethod
+    def from_config(cls, config: Config, *, kb: KnowledgeBase | None = None,
+                    model: Model | None = None) -> Checker:
+        owned: list[object] = []
+        if kb is None:
+            if config.kb is None:
+                raise ConfigError("no knowledge base given: pass --kb DIR (build one with "
+                                  "`medverify kb ingest PATH --kb DIR`)")
+            kb = KnowledgeBase.open(config.kb)
+            owned.append(kb)
+        ledger = model.usage if model is not None else UsageLedger()
+        if model is None and config.model:
+            model = get_model(config.model, config.llm, cache_path=_cache_path(config),
+                              ledger=ledger)
+            owned.append(model)
+        judge_options = {"model": model, "claims_per_call": config.claims_per_call} if model else {}
+        return cls(
+            config=config, kb=kb, ledger=ledger, model=model,
+            decomposer=make_decomposer(config.decomposer_name, model),
+            judge=make_judge(config.judge_name, **judge_options), owned=tuple(owned),
+        )
+
+    async def aclose(self) -> None:
+        """Close what this checker opened itself (not a KB or model passed in)."""
+        for resource in self.owned:
+            if isinstance(resource, KnowledgeBase):
+                resource.close()
+            elif isinstance(resource, Model):
+                await resource.aclose()
+
+    @property
+    def models(self) -> dict[str, str]:
+        spec = self.model.spec if self.model else None
+        out = {"judge": getattr(self.judge, "judge_id", self.judge.name)}
+        if self.decomposer.name == "llm" and spec:
+            out["decompose"] = spec
+        return out
+
+    @property
+    def prompt_versions(self) -> dict[str, str]:
+        versions = {"decompose": self.decomposer.prompt_version, "judge": self.judge.prompt_version}
+        return {stage: v for stage, v in versions.items() if v}
+
+    async def check_answer(self, answer: Answer) -> tuple[list[ClaimResult], list[str]]:
+        """Check one answer. Returns claim results and answer-level errors; never raises for
+        a problem confined to this answer."""
+        try:
+            validate_answer(answer, self.config.max_answer_chars)
+            claims = await self.decomposer.decompose(answer)
+        except MedverifyError as exc:
+            return [], [f"decompose: {exc}"]
+        errors = []
+        if not claims:
+            errors.append("decompose: no checkable claim found in the answer")
+        if len(claims) > self.config.max_claims:
+            errors.append(f"decompose: {len(claims)} claims, only the first "
+                          f"{self.config.max_claims} were checked (max_claims)")
+            claims = claims[: self.config.max_claims]
+        passages = await self._retrieve(claims)
+        return await self._judge(claims, passages), errors
+
+    async def _retrieve(self, claims: Sequence[Claim]) -> list[list[Passage]]:
+        if not claims:
+            return []
+        settings = self.config.retrieval
+        return await asyncio.to_thread(
+            self.kb.search_many, [c.text for c in claims], settings.top_k, settings.mode
+        )
+
+    async def _judge(self, claims: Sequence[Claim],
+                     passages: Sequence[list[Passage]]) -> list[ClaimResult]:
+        items = [JudgeItem(claim=c, passages=p) for c, p in zip(claims, passages, strict=True)]
+        verdicts = await self.judge.judge(items) if items else []
+        by_claim = {v.claim_id: v for v in verdicts}
+        results = []
+        for item in items:
+            verdict = by_claim.get(item.claim.id)
+            if verdict is None:
+                results.append(ClaimResult.failed(item.claim, "judge returned no verdict", item.passages))
+            else:
+                results.append(ClaimResult.from_verdict(item.claim, item.passages, verdict))
+        return results
+
+    def report(self, answer: Answer, results: list[ClaimResult], errors: list[str],
+               run_id: str | None) -> Report:
+        return Report(
+            answer=answer, results=results, metrics=compute_metrics(results), run_id=run_id,
+            config=self.config.public(), models=self.models,
+            prompt_versions=self.prompt_versions, kb_snapshot=self.kb.snapshot_id,
+            usage=self.ledger.as_dict(), errors=errors,
+        )
+
+    async def run(self, answers: Sequence[Answer], *, store: RunStore | None = None,
+                  progress: Progress | None = None, concurrency: int = 4) -> list[Report]:
+        """Check many answers; record the run when a store is given."""
+        run_id = self._start(store)
+        limit = asyncio.Semaphore(concurrency)
+        done = 0
+
+        async def one(position: int, answer: Answer) -> Report:
+            nonlocal done
+            async with limit:
+                results, errors = await self.check_answer(answer)
+            if store is not None and run_id is not None:
+                store.save_answer(run_id, position, answer, results, "; ".join(errors) or None)
+            done += 1
+            if progress:
+                progress(done, len(answers))
+            return self.report(answer, results, errors, run_id)
+
+        try:
+            reports = await asyncio.gather(*(one(i, a) for i, a in enumerate(answers)))
+        except BaseException as exc:
+            self._finish(store, run_id, "interrupted", f"{type(exc).__name__}: {exc}")
+            raise
+        failed = sum(1 for r in reports if not r.results)
+        self._finish(store, run_id, "done" if not failed else "error",
+                     f"{failed} of {len(reports)} answers produced no result" if failed else None)
+        return [r.model_copy(update={"usage": self.ledger.as_dict()}) for r in reports]
+
+    def _start(self, store: RunStore | None) -> str | None:
+        if store is None:
+            return None
+        return store.start_run(kind="check", config=self.config.public(), models=self.models,
+                               prompt_versions=self.prompt_versions,
+                               kb_snapshot=self.kb.snapshot_id)
+
+    def _finish(self, store: RunStore | None, run_id: str | None, status: str,
+                error: str | None) -> None:
+        if store is not None and run_id is not None:
+            store.finish_run(run_id, status=status, usage=self.ledger.as_dict(), error=error)
+
+
+def _cache_path(config: Config) -> Path | None:
+    return config.request_cache_path if config.llm.cache else None
+
+
+def _as_answer(answer: Answer | str, question: str | None) -> Answer:
+    if isinstance(answer, Answer):
+        return answer if question is None else answer.model_copy(update={"question": question})
+    return Answer(text=answer, question=question)
+
+
+async def acheck(answer: Answer | str, *, question: str | None = None, kb: str | Path | None = None,
+                 model: str | None = None, config: Config | None = None,
+                 record: bool = True) -> Report:
+    """Check one answer against a knowledge base and return its report.
+
+    ``kb`` and ``model`` override the config's; the run is recorded in the run store
+    (``config.store_path``) unless ``record`` is False."""
+    config = (config or Config.load()).model_copy(
+        update={k: v for k, v in {"kb": Path(kb) if kb else None, "model": model}.items() if v}
+    )
+    checker = Checker.from_config(config)
+    try:
+        if not record:
+            return (await checker.run([_as_answer(answer, question)]))[0]
+        with RunStore(config.store_path) as store:
+            return (await checker.run([_as_answer(answer, question)], store=store))[0]
+    finally:
+        await checker.aclose()
+
+
+def check(answer: Answer | str, **kwargs: object) -> Report:
+    """Synchronous twin of :func:`acheck` (same arguments)."""
+    return asyncio.run(acheck(answer, **kwargs))  # type: ignore[arg-type]

@@ -1,0 +1,292 @@
+"""The public vocabulary of medverify: records passed between pipeline stages.
+
+Every stage takes and returns these pydantic models, never loose dicts. Label
+vocabularies are closed enums; a stage that failed says so in an ``error`` field and
+is never folded into a label.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from datetime import UTC, datetime
+from enum import StrEnum
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+
+def content_hash(text: str) -> str:
+    """Stable short hash of a text (sha256, 16 hex chars)."""
+    return hashlib.sha256(text.encode("utf-8", "surrogatepass")).hexdigest()[:16]
+
+
+def utcnow() -> datetime:
+    return datetime.now(UTC)
+
+
+class EvidenceLabel(StrEnum):
+    """Verdict of one claim against evidence."""
+
+    SUPPORTED = "SUPPORTED"
+    CONTRADICTED = "CONTRADICTED"
+    NOT_ENOUGH_INFO = "NOT_ENOUGH_INFO"
+
+
+class Category(StrEnum):
+    """Per-claim outcome of factual + counterfactual analysis (CHECK)."""
+
+    FACT = "FACT"
+    HALLUCINATION = "HALLUCINATION"
+    JUDGMENT_ERROR = "JUDGMENT_ERROR"
+    COVERAGE_GAP = "COVERAGE_GAP"
+    ERROR = "ERROR"
+
+
+CATEGORY_SCORE: dict[Category, float] = {
+    Category.FACT: 1.0,
+    Category.HALLUCINATION: 0.0,
+    Category.JUDGMENT_ERROR: 0.5,
+    Category.COVERAGE_GAP: 0.5,
+}
+
+
+def categorize(supported: bool, contradicted: bool) -> Category:
+    """Map the two analyses to a category.
+
+    supported and not contradicted -> FACT; contradicted and not supported ->
+    HALLUCINATION; both -> JUDGMENT_ERROR (the evidence disagrees with itself);
+    neither -> COVERAGE_GAP.
+    """
+    if supported and not contradicted:
+        return Category.FACT
+    if contradicted and not supported:
+        return Category.HALLUCINATION
+    if supported and contradicted:
+        return Category.JUDGMENT_ERROR
+    return Category.COVERAGE_GAP
+
+
+def evidence_label(supported: bool, contradicted: bool) -> EvidenceLabel | None:
+    """The single evidence label implied by the two analyses (None when both hold)."""
+    if supported and contradicted:
+        return None
+    if supported:
+        return EvidenceLabel.SUPPORTED
+    if contradicted:
+        return EvidenceLabel.CONTRADICTED
+    return EvidenceLabel.NOT_ENOUGH_INFO
+
+
+class _Record(BaseModel):
+    model_config = ConfigDict(extra="forbid", validate_assignment=False)
+
+
+class Span(_Record):
+    """Character offsets [start, end) into a text."""
+
+    start: int = Field(ge=0)
+    end: int = Field(ge=0)
+
+    @model_validator(mode="after")
+    def _ordered(self) -> Span:
+        if self.end < self.start:
+            raise ValueError(f"span end {self.end} is before start {self.start}")
+        return self
+
+
+class Source(_Record):
+    """A cited source: its URL and, once fetched or given, its text."""
+
+    id: str = ""
+    url: str | None = None
+    title: str | None = None
+    text: str | None = None
+    status: Literal["given", "fetched", "invalid", "not_fetched"] = "not_fetched"
+    http_status: int | None = None
+    reason: str | None = None
+    content_hash: str | None = None
+
+
+class Answer(_Record):
+    """A question and the answer to check, with any sources it cites."""
+
+    text: str
+    question: str | None = None
+    sources: list[Source] = Field(default_factory=list)
+    id: str = ""
+    meta: dict[str, Any] = Field(default_factory=dict)
+
+    @model_validator(mode="after")
+    def _default_id(self) -> Answer:
+        if not self.id:
+            self.id = "a-" + content_hash((self.question or "") + "\x00" + self.text)
+        return self
+
+
+class Claim(_Record):
+    """An atomic, self-contained statement taken from an answer."""
+
+    id: str
+    text: str
+    span: Span | None = None
+    markers: list[str] = Field(default_factory=list)
+    sentence: int | None = None
+    decomposer: str = ""
+
+
+class Document(_Record):
+    """A knowledge-base document before chunking."""
+
+    doc_id: str
+    text: str
+    title: str | None = None
+    url: str | None = None
+    source: str | None = None
+    meta: dict[str, Any] = Field(default_factory=dict)
+
+
+class Passage(_Record):
+    """A chunk of a knowledge-base document (or of a fetched source)."""
+
+    id: str
+    doc_id: str
+    text: str
+    title: str | None = None
+    url: str | None = None
+    source: str | None = None
+    span: Span | None = None
+    score: float | None = None
+    scores: dict[str, float] = Field(default_factory=dict)
+
+
+class Analysis(_Record):
+    """One half of the judge's work: factual (is the claim supported?) or
+    counterfactual (is its negation supported, i.e. is the claim contradicted?)."""
+
+    holds: bool
+    passage_id: str | None = None
+    quote: str | None = None
+    quote_found: bool | None = None
+    reason: str | None = None
+
+
+class Verdict(_Record):
+    """A judge's decision on one claim against the evidence it was given.
+
+    ``factual.holds`` says the evidence supports the claim; ``counterfactual.holds`` says
+    it supports the claim's negation. ``error`` is set (and both analyses are None) when
+    the judge failed or its output could not be parsed.
+    """
+
+    claim_id: str
+    passage_ids: list[str] = Field(default_factory=list)
+    factual: Analysis | None = None
+    counterfactual: Analysis | None = None
+    probabilities: dict[str, float] | None = None
+    judge: str = ""
+    prompt_version: str | None = None
+    raw_output: str | None = None
+    error: str | None = None
+
+    @property
+    def ok(self) -> bool:
+        return self.error is None and self.factual is not None and self.counterfactual is not None
+
+    @property
+    def label(self) -> EvidenceLabel | None:
+        if not self.ok:
+            return None
+        assert self.factual is not None and self.counterfactual is not None
+        return evidence_label(self.factual.holds, self.counterfactual.holds)
+
+    @property
+    def category(self) -> Category:
+        if not self.ok:
+            return Category.ERROR
+        assert self.factual is not None and self.counterfactual is not None
+        return categorize(self.factual.holds, self.counterfactual.holds)
+
+
+class ClaimResult(_Record):
+    """A claim's final category and everything that decided it."""
+
+    claim: Claim
+    passages: list[Passage] = Field(default_factory=list)
+    verdict: Verdict | None = None
+    category: Category
+    score: float | None = None
+    evidence_passage_id: str | None = None
+    evidence_quote: str | None = None
+    error: str | None = None
+
+    @classmethod
+    def from_verdict(cls, claim: Claim, passages: list[Passage], verdict: Verdict) -> ClaimResult:
+        category = verdict.category
+        deciding = _deciding_analysis(verdict, category)
+        return cls(
+            claim=claim,
+            passages=passages,
+            verdict=verdict,
+            category=category,
+            score=CATEGORY_SCORE.get(category),
+            evidence_passage_id=deciding.passage_id if deciding else None,
+            evidence_quote=deciding.quote if deciding else None,
+            error=verdict.error,
+        )
+
+    @classmethod
+    def failed(cls, claim: Claim, error: str, passages: list[Passage] | None = None) -> ClaimResult:
+        return cls(claim=claim, passages=passages or [], category=Category.ERROR, error=error)
+
+
+def _deciding_analysis(verdict: Verdict, category: Category) -> Analysis | None:
+    if category in (Category.FACT, Category.JUDGMENT_ERROR):
+        return verdict.factual
+    if category == Category.HALLUCINATION:
+        return verdict.counterfactual
+    return None
+
+
+class Metrics(_Record):
+    """Summary numbers for one report. Errors are counted apart, never as scores."""
+
+    n_claims: int
+    n_scored: int
+    n_errors: int
+    counts: dict[str, int]
+    statement_support: float | None
+    response_support: bool | None
+    mean_score: float | None
+
+
+class Usage(_Record):
+    """Token accounting for one stage or one model."""
+
+    calls: int = 0
+    cached_calls: int = 0
+    prompt_tokens: int = 0
+    completion_tokens: int = 0
+
+    def add(self, other: Usage) -> Usage:
+        return Usage(
+            calls=self.calls + other.calls,
+            cached_calls=self.cached_calls + other.cached_calls,
+            prompt_tokens=self.prompt_tokens + other.prompt_tokens,
+            completion_tokens=self.completion_tokens + other.completion_tokens,
+        )
+
+
+class Report(_Record):
+    """Everything a check produced, plus metrics and provenance."""
+
+    answer: Answer
+    results: list[ClaimResult]
+    metrics: Metrics
+    run_id: str | None = None
+    created_at: datetime = Field(default_factory=utcnow)
+    config: dict[str, Any] = Field(default_factory=dict)
+    models: dict[str, str] = Field(default_factory=dict)
+    prompt_versions: dict[str, str] = Field(default_factory=dict)
+    kb_snapshot: str | None = None
+    usage: dict[str, Usage] = Field(default_factory=dict)
+    errors: list[str] = Field(default_factory=list)

@@ -1,0 +1,233 @@
+"""The run store: every run recorded in SQLite with its config, model ids, prompt versions,
+KB snapshot, records, raw outputs and token counts, so that reports and metrics can be
+recomputed without calling a model.
+
+Schema changes are forward migrations in ``store/migrations/NNNN_name.sql``, applied in
+order and tracked with ``PRAGMA user_version``. One connection per store; the pipeline
+writes from one task (one writer per database).
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import sqlite3
+import uuid
+from collections.abc import Iterator, Sequence
+from datetime import UTC, datetime
+from importlib import metadata, resources
+from pathlib import Path
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict
+
+from medverify.errors import MedverifyError
+from medverify.records import Answer, Claim, ClaimResult, Passage, Report, Usage, Verdict
+from medverify.report.metrics import compute_metrics
+
+_MIGRATION = re.compile(r"^(\d{4})_\w+\.sql$")
+
+
+class RunInfo(BaseModel):
+    """One row of ``medverify runs list``."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    id: str
+    kind: str
+    status: str
+    created_at: str
+    finished_at: str | None
+    medverify_version: str
+    config: dict[str, Any]
+    models: dict[str, str]
+    prompt_versions: dict[str, str]
+    kb_snapshot: str | None
+    usage: dict[str, Usage]
+    error: str | None
+    n_answers: int = 0
+    n_claims: int = 0
+
+
+def migrations() -> list[tuple[int, str]]:
+    folder = resources.files("medverify.store") / "migrations"
+    found = []
+    for entry in folder.iterdir():
+        match = _MIGRATION.match(entry.name)
+        if match:
+            found.append((int(match.group(1)), entry.read_text("utf-8")))
+    return sorted(found)
+
+
+def _now() -> str:
+    return datetime.now(UTC).isoformat(timespec="seconds")
+
+
+def _version() -> str:
+    try:
+        return metadata.version("medverify")
+    except metadata.PackageNotFoundError:
+        return "unknown"
+
+
+class RunStore:
+    """SQLite-backed record of runs. Use as a context manager or call ``close()``."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = Path(path)
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        try:
+            self._db = sqlite3.connect(self.path, isolation_level=None)
+            self._db.execute("PRAGMA journal_mode=WAL")
+            self._db.execute("PRAGMA foreign_keys=ON")
+            self._migrate()
+        except sqlite3.DatabaseError as exc:
+            raise MedverifyError(
+                f"cannot open run store {self.path}: {exc}; move it aside to start a new one"
+            ) from exc
+
+    def __enter__(self) -> RunStore:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def close(self) -> None:
+        self._db.close()
+
+    @property
+    def schema_version(self) -> int:
+        return int(self._db.execute("PRAGMA user_version").fetchone()[0])
+
+    def _migrate(self) -> None:
+        current = self.schema_version
+        for version, sql in migrations():
+            if version <= current:
+                continue
+            try:
+                self._db.executescript(f"BEGIN;\n{sql}\nPRAGMA user_version = {version};\nCOMMIT;")
+            except sqlite3.Error:
+                if self._db.in_transaction:
+                    self._db.execute("ROLLBACK")
+                raise
+
+    def _transaction(self) -> _Tx:
+        return _Tx(self._db)
+
+    # -- writing -----------------------------------------------------------------------
+
+    def start_run(self, *, kind: str, config: dict[str, Any], models: dict[str, str],
+                  prompt_versions: dict[str, str], kb_snapshot: str | None) -> str:
+        run_id = datetime.now(UTC).strftime("%Y%m%d-%H%M%S-") + uuid.uuid4().hex[:6]
+        self._db.execute(
+            "INSERT INTO runs (id, kind, status, created_at, medverify_version, config, models,"
+            " prompt_versions, kb_snapshot) VALUES (?, ?, 'running', ?, ?, ?, ?, ?, ?)",
+            (run_id, kind, _now(), _version(), json.dumps(config), json.dumps(models),
+             json.dumps(prompt_versions), kb_snapshot),
+        )
+        return run_id
+
+    def save_answer(self, run_id: str, position: int, answer: Answer, results: Sequence[ClaimResult],
+                    error: str | None = None) -> None:
+        """Record one answer and its claim results in one transaction."""
+        with self._transaction():
+            self._db.execute(
+                "INSERT OR REPLACE INTO answers VALUES (?, ?, ?, ?, ?, ?)",
+                (run_id, position, answer.id, answer.model_dump_json(),
+                 "error" if error else "done", error),
+            )
+            self._db.execute("DELETE FROM claims WHERE run_id = ? AND position = ?", (run_id, position))
+            self._db.executemany(
+                "INSERT INTO claims VALUES (?, ?, ?, ?, ?, ?, ?)",
+                [(run_id, position, r.claim.id, r.claim.model_dump_json(),
+                  json.dumps([p.model_dump(mode="json") for p in r.passages]),
+                  r.verdict.model_dump_json() if r.verdict else None, r.error) for r in results],
+            )
+
+    def finish_run(self, run_id: str, *, status: str, usage: dict[str, Usage],
+                   error: str | None = None) -> None:
+        self._db.execute(
+            "UPDATE runs SET status = ?, finished_at = ?, usage = ?, error = ? WHERE id = ?",
+            (status, _now(), json.dumps({k: v.model_dump() for k, v in usage.items()}), error, run_id),
+        )
+
+    # -- reading -----------------------------------------------------------------------
+
+    def list_runs(self, limit: int = 50) -> list[RunInfo]:
+        rows = self._db.execute(
+            "SELECT r.*, (SELECT COUNT(*) FROM answers a WHERE a.run_id = r.id),"
+            " (SELECT COUNT(*) FROM claims c WHERE c.run_id = r.id)"
+            " FROM runs r ORDER BY created_at DESC, id DESC LIMIT ?", (limit,),
+        ).fetchall()
+        return [self._info(row) for row in rows]
+
+    def get_run(self, run_id: str) -> RunInfo:
+        matches = [r for r in self.list_runs(limit=1_000_000) if r.id.startswith(run_id)]
+        if len(matches) != 1:
+            problem = "no run" if not matches else f"{len(matches)} runs"
+            raise MedverifyError(f"{problem} matching {run_id!r}; see `medverify runs list`")
+        return matches[0]
+
+    def reports(self, run_id: str) -> list[Report]:
+        """Rebuild every report of a run from stored records; metrics are recomputed."""
+        info = self.get_run(run_id)
+        return list(self._reports(info))
+
+    def _reports(self, info: RunInfo) -> Iterator[Report]:
+        answers = self._db.execute(
+            "SELECT position, answer, error FROM answers WHERE run_id = ? ORDER BY position", (info.id,)
+        ).fetchall()
+        for position, answer_json, error in answers:
+            results = self._results(info.id, position)
+            yield Report(
+                answer=Answer.model_validate_json(answer_json), results=results,
+                metrics=compute_metrics(results), run_id=info.id, config=info.config,
+                models=info.models, prompt_versions=info.prompt_versions,
+                kb_snapshot=info.kb_snapshot, usage=info.usage,
+                errors=[error] if error else [],
+                created_at=datetime.fromisoformat(info.created_at),
+            )
+
+    def _results(self, run_id: str, position: int) -> list[ClaimResult]:
+        rows = self._db.execute(
+            "SELECT claim, passages, verdict, error FROM claims WHERE run_id = ? AND position = ?"
+            " ORDER BY rowid", (run_id, position),
+        ).fetchall()
+        results = []
+        for claim_json, passages_json, verdict_json, error in rows:
+            claim = Claim.model_validate_json(claim_json)
+            passages = [Passage.model_validate(p) for p in json.loads(passages_json)]
+            if verdict_json is None:
+                results.append(ClaimResult.failed(claim, error or "not judged", passages))
+            else:
+                verdict = Verdict.model_validate_json(verdict_json)
+                results.append(ClaimResult.from_verdict(claim, passages, verdict))
+        return results
+
+    @staticmethod
+    def _info(row: tuple[Any, ...]) -> RunInfo:
+        (run_id, kind, status, created, finished, version, config, models, prompts, snapshot,
+         usage, error, n_answers, n_claims) = row
+        return RunInfo(
+            id=run_id, kind=kind, status=status, created_at=created, finished_at=finished,
+            medverify_version=version, config=json.loads(config), models=json.loads(models),
+            prompt_versions=json.loads(prompts), kb_snapshot=snapshot,
+            usage={k: Usage.model_validate(v) for k, v in json.loads(usage).items()},
+            error=error, n_answers=n_answers, n_claims=n_claims,
+        )
+
+
+class _Tx:
+    """BEGIN/COMMIT around a block, ROLLBACK on error (connection is in autocommit mode)."""
+
+    def __init__(self, db: sqlite3.Connection) -> None:
+        self._db = db
+
+    def __enter__(self) -> None:
+        if not self._db.in_transaction:
+            self._db.execute("BEGIN")
+
+    def __exit__(self, exc_type: object, *rest: object) -> None:
+        if not self._db.in_transaction:
+            return
+        self._db.execute("ROLLBACK" if exc_type else "COMMIT")

@@ -1,0 +1,101 @@
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from medverify.errors import ParseError
+from medverify.judge import JudgeItem
+from medverify.judge.llm import parse_judge_output, plan_batches
+from medverify.records import Category, Claim, Passage, categorize
+
+PASSAGES = {
+    "P1": Passage(id="kb:1#0", doc_id="1", text="Metformin is first-line therapy for type 2 diabetes."),
+    "P2": Passage(id="kb:2#0", doc_id="2", text="The usual starting dose is 500 mg twice daily."),
+}
+
+
+def _entry(cid: str, supported: object, contradicted: object, **extra: object) -> dict:
+    return {
+        "claim_id": cid,
+        "factual": {"reasoning": "r", "supported": supported, "passage": "P1",
+                    "quote": "first-line therapy", **extra},
+        "counterfactual": {"negation": "n", "reasoning": "r2", "contradicted": contradicted,
+                           "passage": None, "quote": None},
+    }
+
+
+@pytest.mark.parametrize(
+    ("supported", "contradicted", "category"),
+    [(True, False, Category.FACT), (False, True, Category.HALLUCINATION),
+     (True, True, Category.JUDGMENT_ERROR), (False, False, Category.COVERAGE_GAP)],
+)
+def test_categorize_four_ways(supported: bool, contradicted: bool, category: Category) -> None:
+    assert categorize(supported, contradicted) is category
+
+
+def test_parse_good_output_and_quote_check() -> None:
+    raw = json.dumps({"results": [_entry("C1", True, False)]})
+    parsed = parse_judge_output(raw, ["C1"], PASSAGES)
+    factual, counterfactual = parsed["C1"]
+    assert factual.holds and not counterfactual.holds
+    assert factual.passage_id == "kb:1#0"
+    assert factual.quote_found is True
+    assert counterfactual.reason.startswith("Negation: n")
+
+
+def test_parse_tolerates_json_fence() -> None:
+    raw = "```json\n" + json.dumps({"results": [_entry("C1", False, False)]}) + "\n```"
+    assert not isinstance(parse_judge_output(raw, ["C1"], PASSAGES)["C1"], str)
+
+
+@pytest.mark.parametrize("raw", ["not json", '{"results": [', "[]", '{"result": []}', ""])
+def test_unusable_output_raises(raw: str) -> None:
+    with pytest.raises(ParseError) as info:
+        parse_judge_output(raw, ["C1"], PASSAGES)
+    assert info.value.raw == raw
+
+
+def test_unknown_label_and_missing_claim_are_errors_not_verdicts() -> None:
+    raw = json.dumps({"results": [_entry("C1", "maybe", False), _entry("C9", True, False)]})
+    parsed = parse_judge_output(raw, ["C1", "C2"], PASSAGES)
+    assert isinstance(parsed["C1"], str) and "true or false" in parsed["C1"]
+    assert parsed["C2"] == "no result for this claim"
+
+
+def test_duplicate_results_are_an_error() -> None:
+    raw = json.dumps({"results": [_entry("C1", True, False), _entry("C1", False, True)]})
+    assert parse_judge_output(raw, ["C1"], PASSAGES)["C1"] == "duplicate results for this claim"
+
+
+def test_invented_quote_is_flagged() -> None:
+    entry = _entry("C1", True, False)
+    entry["factual"]["quote"] = "metformin cures diabetes"
+    factual, _ = parse_judge_output(json.dumps({"results": [entry]}), ["C1"], PASSAGES)["C1"]
+    assert factual.quote_found is False
+
+
+def test_unknown_passage_label_is_dropped() -> None:
+    entry = _entry("C1", True, False)
+    entry["factual"]["passage"] = "P77"
+    factual, _ = parse_judge_output(json.dumps({"results": [entry]}), ["C1"], PASSAGES)["C1"]
+    assert factual.passage_id is None
+
+
+def _item(cid: str, *pids: str) -> JudgeItem:
+    return JudgeItem(claim=Claim(id=cid, text=cid),
+                     passages=[Passage(id=p, doc_id=p, text=p) for p in pids])
+
+
+def test_batches_group_claims_with_shared_evidence() -> None:
+    items = [_item("c1", "a", "b"), _item("c2", "a", "b"), _item("c3", "x", "y", "z"),
+             _item("c4"), _item("c5", "x", "y")]
+    batches = plan_batches(items, claims_per_call=4, max_passages=4)
+    assert [[i for i, _ in b.items] for b in batches] == [[0, 1], [2, 4]]
+    assert list(batches[0].passages) == ["a", "b"]
+
+
+def test_batches_respect_claims_per_call() -> None:
+    items = [_item(f"c{i}", "a") for i in range(5)]
+    sizes = [len(b.items) for b in plan_batches(items, claims_per_call=2, max_passages=10)]
+    assert sizes == [2, 2, 1]

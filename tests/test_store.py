@@ -1,0 +1,85 @@
+from __future__ import annotations
+
+import sqlite3
+from pathlib import Path
+
+import pytest
+
+from medverify.errors import MedverifyError
+from medverify.records import Analysis, Answer, Category, Claim, ClaimResult, Passage, Usage, Verdict
+from medverify.store.runs import RunStore, migrations
+
+
+def _results() -> list[ClaimResult]:
+    passage = Passage(id="d1#0", doc_id="d1", text="Aspirin inhibits platelets.")
+    good = Verdict(claim_id="c1", passage_ids=["d1#0"], judge="llm:fake:x", prompt_version="judge/v1",
+                   factual=Analysis(holds=True, passage_id="d1#0", quote="inhibits platelets"),
+                   counterfactual=Analysis(holds=False), raw_output='{"results": []}')
+    bad = Verdict(claim_id="c2", passage_ids=["d1#0"], judge="llm:fake:x", error="unparseable")
+    return [
+        ClaimResult.from_verdict(Claim(id="c1", text="Aspirin inhibits platelets."), [passage], good),
+        ClaimResult.from_verdict(Claim(id="c2", text="Aspirin cures flu."), [passage], bad),
+        ClaimResult.failed(Claim(id="c3", text="x"), "judge returned no verdict"),
+    ]
+
+
+def test_round_trip_recomputes_report(tmp_path: Path) -> None:
+    with RunStore(tmp_path / "runs.db") as store:
+        run_id = store.start_run(kind="check", config={"top_k": 7}, models={"judge": "fake:x"},
+                                 prompt_versions={"judge": "judge/v1"}, kb_snapshot="snap1")
+        answer = Answer(text="Aspirin inhibits platelets. Aspirin cures flu.", question="q")
+        store.save_answer(run_id, 0, answer, _results())
+        store.finish_run(run_id, status="done", usage={"judge": Usage(calls=1, prompt_tokens=10)})
+    with RunStore(tmp_path / "runs.db") as store:
+        [info] = store.list_runs()
+        assert info.status == "done" and info.n_claims == 3 and info.n_answers == 1
+        assert info.usage["judge"].prompt_tokens == 10
+        [report] = store.reports(run_id[:12])
+    assert report.kb_snapshot == "snap1" and report.prompt_versions == {"judge": "judge/v1"}
+    assert [r.category for r in report.results] == [Category.FACT, Category.ERROR, Category.ERROR]
+    assert report.results[0].evidence_quote == "inhibits platelets"
+    assert report.results[1].verdict is not None and report.results[1].error == "unparseable"
+    assert report.metrics.n_scored == 1 and report.metrics.n_errors == 2
+    assert report.metrics.statement_support == 1.0
+
+
+def test_resaving_an_answer_replaces_its_claims(tmp_path: Path) -> None:
+    with RunStore(tmp_path / "runs.db") as store:
+        run_id = store.start_run(kind="check", config={}, models={}, prompt_versions={}, kb_snapshot=None)
+        answer = Answer(text="t")
+        store.save_answer(run_id, 0, answer, _results())
+        store.save_answer(run_id, 0, answer, _results()[:1])
+        assert store.get_run(run_id).n_claims == 1
+
+
+def test_migrations_are_recorded_and_idempotent(tmp_path: Path) -> None:
+    path = tmp_path / "runs.db"
+    RunStore(path).close()
+    with RunStore(path) as store:
+        assert store.schema_version == migrations()[-1][0]
+
+
+def test_unknown_or_ambiguous_run(tmp_path: Path) -> None:
+    with RunStore(tmp_path / "runs.db") as store:
+        with pytest.raises(MedverifyError, match="no run matching"):
+            store.get_run("nope")
+
+
+def test_corrupt_store_gives_actionable_error(tmp_path: Path) -> None:
+    path = tmp_path / "runs.db"
+    path.write_bytes(b"this is not a database" * 100)
+    with pytest.raises(MedverifyError, match="move it aside"):
+        RunStore(path)
+
+
+def test_failed_migration_leaves_no_partial_schema(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    import medverify.store.runs as runs
+
+    bad = [*migrations(), (9999, "CREATE TABLE half (x); CREATE TABLE broken (;")]
+    monkeypatch.setattr(runs, "migrations", lambda: bad)
+    with pytest.raises(MedverifyError):
+        RunStore(tmp_path / "runs.db")
+    db = sqlite3.connect(tmp_path / "runs.db")
+    names = {r[0] for r in db.execute("SELECT name FROM sqlite_master")}
+    assert "half" not in names and "runs" in names
+    assert db.execute("PRAGMA user_version").fetchone()[0] == migrations()[-1][0]
