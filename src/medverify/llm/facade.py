@@ -1,0 +1,234 @@
+"""The model facade: everything shared by all providers lives here, once.
+
+:class:`Model` wraps one :class:`~medverify.llm.base.Provider` and adds a per-call timeout,
+retries with exponential backoff and jitter, a per-provider concurrency limit, a persistent
+request cache and token accounting per pipeline stage (:class:`UsageLedger`).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import random
+import time
+import weakref
+from collections.abc import Iterator, Mapping, Sequence
+from pathlib import Path
+from types import TracebackType
+
+from medverify.config import ModelSettings
+from medverify.errors import ProviderError
+from medverify.llm.base import ChatRequest, Completion, Message, Provider
+from medverify.llm.cache import RequestCache
+from medverify.llm.spec import ModelSpec, parse_spec, providers
+from medverify.records import Usage
+
+log = logging.getLogger("medverify.llm")
+
+_SEMAPHORES: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, dict[str, asyncio.Semaphore]]
+_SEMAPHORES = weakref.WeakKeyDictionary()
+
+
+def provider_semaphore(provider_id: str, limit: int) -> asyncio.Semaphore:
+    """The concurrency limit shared by every Model of ``provider_id`` in the running loop.
+
+    Semaphores are bound to an event loop, so there is one per (loop, provider); the first
+    Model to ask in a loop sets the limit.
+    """
+    per_loop = _SEMAPHORES.setdefault(asyncio.get_running_loop(), {})
+    if provider_id not in per_loop:
+        per_loop[provider_id] = asyncio.Semaphore(limit)
+    return per_loop[provider_id]
+
+
+class UsageLedger(Mapping[str, Usage]):
+    """Token accounting per pipeline stage: stage name -> :class:`Usage`.
+
+    ``calls`` counts completions obtained from the provider and ``cached_calls`` those served
+    by the request cache; tokens count only real calls (a cache hit costs nothing). Share
+    one ledger between several Models to get one per-stage total for a pipeline.
+    """
+
+    def __init__(self) -> None:
+        self._stages: dict[str, Usage] = {}
+
+    def record(self, stage: str, completion: Completion) -> None:
+        """Account one completion (a cache hit when ``completion.cached``)."""
+        if completion.cached:
+            delta = Usage(cached_calls=1)
+        else:
+            delta = Usage(calls=1, prompt_tokens=completion.usage.prompt_tokens,
+                          completion_tokens=completion.usage.completion_tokens)
+        self.add(stage, delta)
+
+    def add(self, stage: str, usage: Usage) -> None:
+        self._stages[stage] = self._stages.get(stage, Usage()).add(usage)
+
+    def total(self) -> Usage:
+        total = Usage()
+        for usage in self._stages.values():
+            total = total.add(usage)
+        return total
+
+    def as_dict(self) -> dict[str, Usage]:
+        """A snapshot, e.g. for ``Report.usage``."""
+        return dict(self._stages)
+
+    def __getitem__(self, stage: str) -> Usage:
+        return self._stages[stage]
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._stages)
+
+    def __len__(self) -> int:
+        return len(self._stages)
+
+    def __repr__(self) -> str:
+        return f"UsageLedger({self._stages!r})"
+
+
+class Model:
+    """A provider plus timeouts, retries, a concurrency limit, a cache and usage accounting.
+
+    Make one with :func:`get_model`; close it with ``await model.aclose()`` (or
+    ``async with model``) to release the provider's HTTP client and the cache file.
+    """
+
+    def __init__(self, provider: Provider, settings: ModelSettings | None = None, *,
+                 spec: str | None = None, name: str | None = None,
+                 cache: RequestCache | None = None, ledger: UsageLedger | None = None,
+                 owns_cache: bool = False) -> None:
+        self.provider = provider
+        self.settings = settings or ModelSettings()
+        self._spec = spec or provider.id
+        self._name = name or str(getattr(provider, "model", provider.id))
+        self._cache = cache if self.settings.cache else None
+        self._owns_cache = owns_cache
+        self.usage = ledger if ledger is not None else UsageLedger()
+
+    @property
+    def id(self) -> str:
+        """The provider id (endpoint + model), used for caching and provenance."""
+        return self.provider.id
+
+    @property
+    def spec(self) -> str:
+        """The spec string this model was made from."""
+        return self._spec
+
+    @property
+    def name(self) -> str:
+        """The provider-side model name."""
+        return self._name
+
+    @property
+    def cache(self) -> RequestCache | None:
+        return self._cache
+
+    def __repr__(self) -> str:
+        return f"Model({self._spec!r})"
+
+    async def complete(self, messages: Sequence[Message], *, stage: str,
+                       temperature: float = 0.0, max_tokens: int | None = None,
+                       json_mode: bool = False, seed: int | None = None,
+                       cache: bool = True) -> Completion:
+        """Ask the model; cached, retried and accounted under ``stage``.
+
+        Raises :class:`ProviderError` when the provider fails for good (non-retryable error,
+        or retries exhausted) and :class:`ConfigError` when e.g. the API key is missing.
+        """
+        request = ChatRequest(model=self._name, messages=tuple(messages),
+                              temperature=temperature, max_tokens=max_tokens,
+                              json_mode=json_mode, seed=seed)
+        store = self._cache if cache else None
+        key = request.cache_key(self.id) if store is not None else None
+        completion = store.get(key) if store is not None and key else None
+        if completion is None:
+            completion = await self._call_with_retries(request, stage)
+            if store is not None and key:
+                store.put(key, self.id, completion)
+        self.usage.record(stage, completion)
+        _log_call(stage, self.id, completion)
+        return completion
+
+    async def _call_with_retries(self, request: ChatRequest, stage: str) -> Completion:
+        attempts = self.settings.max_retries + 1
+        for attempt in range(1, attempts + 1):
+            try:
+                return await self._attempt(request)
+            except ProviderError as exc:
+                if not exc.retryable:
+                    raise ProviderError(f"{self.id} ({stage}): {exc}", status=exc.status) from exc
+                if attempt == attempts:
+                    raise ProviderError(
+                        f"{self.id} ({stage}): gave up after {attempts} attempts: {exc}",
+                        status=exc.status, retryable=True, retry_after=exc.retry_after,
+                    ) from exc
+                delay = self.backoff(attempt, exc.retry_after)
+                log.debug("stage=%s model=%s attempt %d/%d failed (%s); retrying in %.3f s",
+                          stage, self.id, attempt, attempts, exc, delay)
+                await asyncio.sleep(delay)
+        raise AssertionError("unreachable")  # pragma: no cover
+
+    async def _attempt(self, request: ChatRequest) -> Completion:
+        timeout = self.settings.timeout_s
+        async with provider_semaphore(self.id, self.settings.concurrency):
+            started = time.perf_counter()
+            try:
+                completion = await asyncio.wait_for(self.provider.complete(request), timeout)
+            except TimeoutError:
+                raise ProviderError(f"no reply within {timeout:g} s", retryable=True) from None
+        if completion.latency_s is None:
+            completion = completion.model_copy(
+                update={"latency_s": time.perf_counter() - started})
+        return completion
+
+    def backoff(self, attempt: int, retry_after: float | None = None) -> float:
+        """Seconds to wait before retry number ``attempt`` (1-based): exponential with
+        jitter, at least ``retry_after`` when the server said so, capped at backoff_max_s."""
+        base = self.settings.backoff_s * 2 ** (attempt - 1)
+        delay = base * random.uniform(0.5, 1.0)
+        if retry_after is not None:
+            delay = max(delay, retry_after)
+        return min(delay, self.settings.backoff_max_s)
+
+    async def aclose(self) -> None:
+        """Close the provider's client and, when this Model opened it, the cache."""
+        close = getattr(self.provider, "aclose", None)
+        if close is not None:
+            await close()
+        if self._owns_cache and self._cache is not None:
+            self._cache.close()
+
+    async def __aenter__(self) -> Model:
+        return self
+
+    async def __aexit__(self, exc_type: type[BaseException] | None,
+                        exc: BaseException | None, tb: TracebackType | None) -> None:
+        await self.aclose()
+
+
+def _log_call(stage: str, model_id: str, completion: Completion) -> None:
+    if not log.isEnabledFor(logging.DEBUG):
+        return
+    usage = completion.usage
+    log.debug("stage=%s model=%s cached=%s latency=%.3fs prompt_tokens=%d "
+              "completion_tokens=%d%s", stage, model_id, completion.cached,
+              completion.latency_s or 0.0, usage.prompt_tokens, usage.completion_tokens,
+              " (estimated)" if usage.estimated else "")
+
+
+def get_model(spec: str | ModelSpec, settings: ModelSettings | None = None, *,
+              cache_path: Path | None = None, ledger: UsageLedger | None = None) -> Model:
+    """Make a :class:`Model` from a spec string such as ``openai:gpt-4o-mini``.
+
+    ``settings`` (default :class:`ModelSettings`) are overridden by the spec's options.
+    ``cache_path`` names the SQLite request cache (None: no persistent cache, e.g.
+    ``Config.request_cache_path`` in a pipeline). Raises :class:`ConfigError` for a bad spec.
+    """
+    parsed = parse_spec(spec) if isinstance(spec, str) else spec
+    effective = parsed.apply(settings)
+    provider = providers.create(parsed.provider, parsed, effective)
+    cache = RequestCache(cache_path) if cache_path is not None and effective.cache else None
+    return Model(provider, effective, spec=str(spec), name=parsed.model, cache=cache,
+                 ledger=ledger, owns_cache=True)

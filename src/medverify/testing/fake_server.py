@@ -1,0 +1,231 @@
+"""A real local HTTP server speaking the OpenAI chat-completions API, with scripted behaviour.
+
+>>> with FakeChatServer("hello") as server:                  # fixed reply
+...     model = get_model(f"openai-compatible:m@{server.base_url}")
+>>> FakeChatServer(lambda body: body["messages"][-1]["content"].upper())   # reply function
+>>> FakeChatServer("ok", script=[FakeResponse.error(429, retry_after=0.01)] * 2)  # 2 x 429
+>>> FakeChatServer(FakeResponse.error(500))                  # always 500
+>>> FakeChatServer("slow", delay_s=0.2)                      # 200 ms latency
+>>> FakeChatServer(FakeResponse.malformed("<html>oops"))     # body is not JSON
+>>> FakeChatServer(FakeResponse.truncated('{"label": "SUPP'))  # cut-off JSON content
+
+Requests are served in parallel (one thread per connection), so latency and concurrency
+limits can be measured; ``max_in_flight`` is the most requests seen at once.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+import threading
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from types import TracebackType
+from typing import Any, TypeAlias
+
+
+@dataclass(frozen=True)
+class FakeResponse:
+    """One scripted HTTP response. ``raw_body`` (when set) is sent verbatim."""
+
+    text: str = ""
+    status: int = 200
+    headers: dict[str, str] = field(default_factory=dict)
+    raw_body: str | None = None
+    finish_reason: str = "stop"
+    usage: bool = True
+    delay_s: float = 0.0
+
+    @classmethod
+    def error(cls, status: int, *, retry_after: float | None = None,
+              message: str = "scripted error") -> FakeResponse:
+        headers = {"Retry-After": f"{retry_after:g}"} if retry_after is not None else {}
+        body = json.dumps({"error": {"message": message, "code": status}})
+        return cls(status=status, headers=headers, raw_body=body)
+
+    @classmethod
+    def malformed(cls, body: str = "<html>502 Bad Gateway</html>") -> FakeResponse:
+        return cls(raw_body=body)
+
+    @classmethod
+    def truncated(cls, text: str) -> FakeResponse:
+        return cls(text=text, finish_reason="length")
+
+    def body(self, request: dict[str, Any]) -> bytes:
+        if self.raw_body is not None:
+            return self.raw_body.encode("utf-8")
+        return json.dumps(self._chat_body(request)).encode("utf-8")
+
+    def _chat_body(self, request: dict[str, Any]) -> dict[str, Any]:
+        body: dict[str, Any] = {
+            "id": "chatcmpl-fake", "object": "chat.completion",
+            "model": request.get("model", "fake"),
+            "choices": [{"index": 0, "finish_reason": self.finish_reason,
+                         "message": {"role": "assistant", "content": self.text}}],
+        }
+        if self.usage:
+            prompt = sum(len(str(m.get("content", ""))) for m in request.get("messages", []))
+            body["usage"] = {"prompt_tokens": max(prompt // 4, 1),
+                             "completion_tokens": max(len(self.text) // 4, 1)}
+        return body
+
+
+Behaviour: TypeAlias = str | FakeResponse | Callable[[dict[str, Any]], "str | FakeResponse"]
+
+
+@dataclass(frozen=True)
+class ReceivedCall:
+    """One request the server received."""
+
+    path: str
+    headers: dict[str, str]
+    body: Any
+
+
+class FakeChatServer:
+    """OpenAI-compatible server on 127.0.0.1 (ephemeral port) for tests and benchmarks.
+
+    ``reply``: the default behaviour (text, :class:`FakeResponse`, or a function of the
+    request body). ``script``: responses used first, one per request, in order. ``delay_s``:
+    latency added to every response. ``api_key``: when set, requests without
+    ``Authorization: Bearer <api_key>`` get 401. ``reject_response_format``: answer 400 to
+    requests that ask for ``response_format`` (servers without JSON mode).
+    """
+
+    def __init__(self, reply: Behaviour = "ok", *, script: Sequence[FakeResponse] = (),
+                 delay_s: float = 0.0, api_key: str | None = None,
+                 reject_response_format: bool = False) -> None:
+        self.reply = reply
+        self.delay_s = delay_s
+        self.api_key = api_key
+        self.reject_response_format = reject_response_format
+        self.calls: list[ReceivedCall] = []
+        self.in_flight = 0
+        self.max_in_flight = 0
+        self._script = list(script)
+        self._lock = threading.Lock()
+        self._httpd: ThreadingHTTPServer | None = None
+        self._thread: threading.Thread | None = None
+
+    @property
+    def requests(self) -> list[Any]:
+        """Bodies of the requests received, in arrival order."""
+        with self._lock:
+            return [call.body for call in self.calls]
+
+    @property
+    def base_url(self) -> str:
+        if self._httpd is None:
+            raise RuntimeError("FakeChatServer is not running; use it as a context manager")
+        host, port = self._httpd.server_address[:2]
+        return f"http://{host}:{port}/v1"
+
+    def start(self) -> FakeChatServer:
+        httpd = _Server(("127.0.0.1", 0), _Handler)
+        httpd.fake = self
+        self._httpd = httpd
+        self._thread = threading.Thread(target=httpd.serve_forever, name="fake-chat-server",
+                                        kwargs={"poll_interval": 0.05}, daemon=True)
+        self._thread.start()
+        return self
+
+    def close(self) -> None:
+        httpd, self._httpd = self._httpd, None
+        if httpd is not None:
+            httpd.shutdown()
+            httpd.server_close()
+        if self._thread is not None:
+            self._thread.join(timeout=5)
+
+    def __enter__(self) -> FakeChatServer:
+        return self.start()
+
+    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
+                 tb: TracebackType | None) -> None:
+        self.close()
+
+    def _respond(self, call: ReceivedCall) -> FakeResponse:
+        with self._lock:
+            self.calls.append(call)
+            scripted = self._script.pop(0) if self._script else None
+        if not isinstance(call.body, dict):
+            return FakeResponse.error(400, message="request body is not a JSON object")
+        if self.api_key is not None and call.headers.get("authorization") != \
+                f"Bearer {self.api_key}":
+            return FakeResponse.error(401, message="invalid api key")
+        if self.reject_response_format and "response_format" in call.body:
+            return FakeResponse.error(400, message="response_format is not supported")
+        if scripted is not None:
+            return scripted
+        reply = self.reply(call.body) if callable(self.reply) else self.reply
+        return reply if isinstance(reply, FakeResponse) else FakeResponse(text=reply)
+
+    def _enter(self) -> None:
+        with self._lock:
+            self.in_flight += 1
+            self.max_in_flight = max(self.max_in_flight, self.in_flight)
+
+    def _leave(self) -> None:
+        with self._lock:
+            self.in_flight -= 1
+
+
+class _Server(ThreadingHTTPServer):
+    daemon_threads = True
+    request_queue_size = 256
+    fake: FakeChatServer
+
+    def handle_error(self, request: Any, client_address: Any) -> None:
+        if isinstance(sys.exc_info()[1], ConnectionError):
+            return  # a client that hung up (e.g. after its timeout) is not a server error
+        super().handle_error(request, client_address)
+
+
+class _Handler(BaseHTTPRequestHandler):
+    protocol_version = "HTTP/1.1"
+    disable_nagle_algorithm = True  # headers and body go out at once, no 40 ms ACK stall
+    server: _Server
+    timeout = 30
+
+    def do_POST(self) -> None:
+        fake = self.server.fake
+        fake._enter()
+        try:
+            self._serve(fake)
+        finally:
+            fake._leave()
+
+    def _serve(self, fake: FakeChatServer) -> None:
+        raw = self.rfile.read(int(self.headers.get("Content-Length") or 0))
+        if self.path.rstrip("/") not in ("/v1/chat/completions", "/chat/completions"):
+            self._send(FakeResponse.error(404, message=f"no route {self.path}"), {})
+            return
+        call = ReceivedCall(self.path, {k.lower(): v for k, v in self.headers.items()},
+                            _decode(raw))
+        response = fake._respond(call)
+        delay = fake.delay_s + response.delay_s
+        if delay:
+            time.sleep(delay)
+        self._send(response, call.body if isinstance(call.body, dict) else {})
+
+    def _send(self, response: FakeResponse, request: dict[str, Any]) -> None:
+        body = response.body(request)
+        self.send_response(response.status)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(body)))
+        for name, value in response.headers.items():
+            self.send_header(name, value)
+        self.end_headers()
+        self.wfile.write(body)
+
+    def log_message(self, format: str, *args: Any) -> None:
+        return  # keep test output quiet
+
+
+def _decode(raw: bytes) -> Any:
+    try:
+        return json.loads(raw)
+    except (json.JSONDecodeError, UnicodeDecodeError):
+        return raw.decode("utf-8", "replace")

@@ -1,0 +1,70 @@
+"""Scripted judge replies: turn a rule into valid judge JSON for whatever claims a judge
+prompt contains, so tests and benchmarks can run the real LLM judge against a fake model
+(in-process ``ScriptedProvider`` or the local ``FakeChatServer``).
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Callable
+from typing import Any
+
+from medverify.llm.base import ChatRequest
+
+Decision = tuple[bool, bool]
+"""(supported, contradicted) for one claim."""
+
+Rule = Callable[[str, dict[str, str]], Decision]
+"""Decides a claim given its text and the fenced passages {label: text}."""
+
+_BLOCK = re.compile(r"<<<(F[0-9a-f]{12}) ((?:P|C)\d+)[^\n]*>>>\n(.*?)\n<<<END \1>>>", re.DOTALL)
+
+
+def prompt_blocks(prompt: str) -> tuple[dict[str, str], dict[str, str]]:
+    """The fenced passages and claims of a judge prompt, by label."""
+    passages: dict[str, str] = {}
+    claims: dict[str, str] = {}
+    for _fence, label, text in _BLOCK.findall(prompt):
+        (passages if label.startswith("P") else claims)[label] = text
+    return passages, claims
+
+
+def judge_reply(prompt: str, rule: Rule) -> str:
+    """Valid judge JSON for every claim in ``prompt``, decided by ``rule``."""
+    passages, claims = prompt_blocks(prompt)
+    results = []
+    for label, text in claims.items():
+        supported, contradicted = rule(text, passages)
+        first = next(iter(passages), None)
+        results.append({
+            "claim_id": label,
+            "factual": {"reasoning": "scripted", "supported": supported,
+                        "passage": first if supported else None, "quote": None},
+            "counterfactual": {"negation": f"not: {text}", "reasoning": "scripted",
+                               "contradicted": contradicted,
+                               "passage": first if contradicted else None, "quote": None},
+        })
+    return json.dumps({"results": results})
+
+
+def _user_text(request: ChatRequest | dict[str, Any]) -> str:
+    if isinstance(request, ChatRequest):
+        return request.messages[-1].content
+    return str(request["messages"][-1]["content"])
+
+
+def scripted_judge(rule: Rule) -> Callable[[ChatRequest | dict[str, Any]], str]:
+    """A reply function for ``ScriptedProvider`` or ``FakeChatServer`` that answers judge
+    prompts with ``rule``."""
+    return lambda request: judge_reply(_user_text(request), rule)
+
+
+def keyword_rule(supported: str = "", contradicted: str = "") -> Rule:
+    """A rule for examples: a claim is supported when it contains ``supported`` and
+    contradicted when it contains ``contradicted`` (case-insensitive; empty never matches)."""
+    def rule(claim: str, _passages: dict[str, str]) -> Decision:
+        text = claim.casefold()
+        return (bool(supported) and supported.casefold() in text,
+                bool(contradicted) and contradicted.casefold() in text)
+    return rule
