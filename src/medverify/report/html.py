@@ -1,0 +1,166 @@
+"""A self-contained HTML page for one report (inline CSS and JS, works offline).
+
+Answers, evidence and judge output are untrusted text: the template is rendered with
+autoescaping on, and only http(s) URLs become links.
+"""
+
+from __future__ import annotations
+
+import itertools
+import os
+from dataclasses import dataclass, field
+from functools import lru_cache
+from pathlib import Path
+
+import jinja2
+
+from medverify.records import Analysis, Category, ClaimResult, Passage, Report, Span
+from medverify.report.render_json import atomic_write_text
+from medverify.report.view import (
+    CATEGORY_STYLES,
+    SEVERITY,
+    CategoryStyle,
+    deciding_passage,
+    percent,
+    safe_url,
+    score_text,
+    support_word,
+    total_usage,
+)
+
+
+@dataclass(frozen=True)
+class Segment:
+    """A run of answer text covered by the same set of claims (numbers are 1-based)."""
+
+    text: str
+    claims: tuple[int, ...] = ()
+    category: Category | None = None
+    ends: tuple[int, ...] = ()
+
+    @property
+    def style(self) -> CategoryStyle | None:
+        return CATEGORY_STYLES[self.category] if self.category is not None else None
+
+
+@dataclass(frozen=True)
+class PassageView:
+    passage: Passage
+    url: str | None
+    deciding: bool
+
+
+@dataclass(frozen=True)
+class ClaimView:
+    """One claim result, prepared for the template."""
+
+    number: int
+    result: ClaimResult
+    style: CategoryStyle
+    score: str
+    located: bool
+    evidence: Passage | None
+    evidence_url: str | None
+    passages: list[PassageView] = field(default_factory=list)
+
+    @property
+    def dom_id(self) -> str:
+        return f"claim-{self.number}"
+
+    @property
+    def factual(self) -> Analysis | None:
+        return self.result.verdict.factual if self.result.verdict else None
+
+    @property
+    def counterfactual(self) -> Analysis | None:
+        return self.result.verdict.counterfactual if self.result.verdict else None
+
+
+def highlight_span(result: ClaimResult, text: str) -> Span | None:
+    """The claim's span when it can be highlighted in ``text`` (non-empty, in range)."""
+    span = result.claim.span
+    if span is None or span.start >= span.end or span.end > len(text):
+        return None
+    return span
+
+
+def _covering(spans: dict[int, Span], start: int, end: int) -> tuple[int, ...]:
+    return tuple(n for n, s in spans.items() if s.start <= start and end <= s.end)
+
+
+def _worst(numbers: tuple[int, ...], results: list[ClaimResult]) -> Category | None:
+    if not numbers:
+        return None
+    return max((results[n - 1].category for n in numbers), key=SEVERITY.__getitem__)
+
+
+def segment_answer(text: str, results: list[ClaimResult]) -> list[Segment]:
+    """Cut ``text`` at every claim boundary; each piece knows the claims covering it.
+
+    Overlapping and nested spans are fine: a piece covered by several claims lists them
+    all and takes the colour of the most severe category. The text of the pieces that
+    list claim ``n`` joins to exactly ``text[span.start:span.end]``.
+    """
+    spans = {n: s for n, r in enumerate(results, 1) if (s := highlight_span(r, text))}
+    edges = {0, len(text)} | {s.start for s in spans.values()} | {s.end for s in spans.values()}
+    segments = []
+    for start, end in itertools.pairwise(sorted(edges)):
+        covering = _covering(spans, start, end)
+        ends = tuple(n for n, s in spans.items() if s.end == end)
+        segments.append(Segment(text[start:end], covering, _worst(covering, results), ends))
+    return segments
+
+
+def _claim_view(number: int, result: ClaimResult, answer_text: str) -> ClaimView:
+    evidence = deciding_passage(result)
+    passages = [
+        PassageView(p, safe_url(p.url), evidence is not None and p.id == evidence.id)
+        for p in result.passages
+    ]
+    return ClaimView(
+        number=number,
+        result=result,
+        style=CATEGORY_STYLES[result.category],
+        score=score_text(result),
+        located=highlight_span(result, answer_text) is not None,
+        evidence=evidence,
+        evidence_url=safe_url(evidence.url) if evidence else None,
+        passages=passages,
+    )
+
+
+@lru_cache(maxsize=1)
+def _environment() -> jinja2.Environment:
+    loader = jinja2.FileSystemLoader(Path(__file__).parent / "templates")
+    env = jinja2.Environment(
+        loader=loader,
+        autoescape=True,
+        undefined=jinja2.StrictUndefined,
+        trim_blocks=True,
+        lstrip_blocks=True,
+    )
+    env.filters["percent"] = percent
+    env.filters["safe_url"] = safe_url
+    return env
+
+
+def render_html(report: Report) -> str:
+    """The report as one self-contained HTML page."""
+    text = report.answer.text
+    claims = [_claim_view(n, r, text) for n, r in enumerate(report.results, 1)]
+    template = _environment().get_template("report.html.j2")
+    return template.render(
+        report=report,
+        metrics=report.metrics,
+        segments=segment_answer(text, report.results),
+        claims=claims,
+        unlocated=[c for c in claims if not c.located],
+        styles=list(CATEGORY_STYLES.values()),
+        support=support_word(report.metrics.response_support),
+        total=total_usage(report.usage),
+    )
+
+
+def write_html(report: Report, path: str | os.PathLike[str]) -> Path:
+    """Write the report's HTML page to ``path`` atomically; returns the path."""
+    return atomic_write_text(path, render_html(report))

@@ -1,0 +1,125 @@
+"""A report summary for the terminal (rich)."""
+
+from __future__ import annotations
+
+from rich.console import Console
+from rich.table import Table
+from rich.text import Text
+
+from medverify.records import Category, ClaimResult, Report
+from medverify.report.view import (
+    CATEGORY_STYLES,
+    deciding_passage,
+    percent,
+    score_text,
+    shorten,
+    support_word,
+    total_usage,
+)
+
+CLAIM_WIDTH = 100
+EVIDENCE_WIDTH = 40
+
+
+def _category_cell(category: Category) -> Text:
+    style = CATEGORY_STYLES[category]
+    return Text(f"{style.symbol} {category.value}", style=style.rich)
+
+
+def _evidence_cell(result: ClaimResult) -> Text:
+    if result.category == Category.ERROR:
+        return Text(shorten(result.error or "no cause recorded", EVIDENCE_WIDTH), style="magenta")
+    passage = deciding_passage(result)
+    if passage is not None:
+        return Text(shorten(f"{passage.doc_id} · {passage.title or passage.id}", EVIDENCE_WIDTH))
+    return Text(result.evidence_passage_id or "—", style="dim")
+
+
+def claims_table(report: Report) -> Table:
+    """One row per claim: id, category, score, claim text, deciding evidence."""
+    table = Table(title="Claims", title_justify="left", show_lines=False, expand=False)
+    table.add_column("id", style="bold", no_wrap=True)
+    table.add_column("category", no_wrap=True)
+    table.add_column("score", justify="right", no_wrap=True)
+    table.add_column("claim", overflow="fold", ratio=3)
+    table.add_column("evidence / error", overflow="fold", ratio=2)
+    for result in report.results:  # untrusted text: Text cells, never console markup
+        table.add_row(
+            Text(result.claim.id),
+            _category_cell(result.category),
+            Text("—" if result.category == Category.ERROR else score_text(result)),
+            Text(shorten(result.claim.text, CLAIM_WIDTH)),
+            _evidence_cell(result),
+        )
+    return table
+
+
+def summary_lines(report: Report) -> list[Text]:
+    """The summary under the table: support, counts, errors, tokens per stage."""
+    m = report.metrics
+    support = support_word(m.response_support)
+    support_style = {"supported": "bold green", "not supported": "bold red"}.get(support, "bold")
+    lines = [
+        Text.assemble(
+            "Statement-level support: ",
+            (percent(m.statement_support), "bold"),
+            f" ({m.counts.get(Category.FACT.value, 0)} of {m.n_scored} scored claims are FACT)",
+        ),
+        Text.assemble("Response-level support: ", (support, support_style)),
+        Text.assemble(
+            "Mean score: ", ("n/a" if m.mean_score is None else f"{m.mean_score:.2f}", "bold")
+        ),
+        _counts_line(report),
+        Text.assemble(
+            "Errors: ",
+            (str(m.n_errors), "bold magenta" if m.n_errors else "bold"),
+            f" of {m.n_claims} claims not scored"
+            + (f"; {len(report.errors)} run errors" if report.errors else ""),
+        ),
+    ]
+    lines.extend(_usage_lines(report))
+    return lines
+
+
+def _counts_line(report: Report) -> Text:
+    text = Text("Counts: ")
+    for index, (category, style) in enumerate(CATEGORY_STYLES.items()):
+        if index:
+            text.append(", ")
+        text.append(
+            f"{category.value} {report.metrics.counts.get(category.value, 0)}", style=style.rich
+        )
+    return text
+
+
+def _usage_lines(report: Report) -> list[Text]:
+    if not report.usage:
+        return [Text("Tokens: no model calls recorded", style="dim")]
+    lines = [Text("Tokens per stage:")]
+    rows = [*report.usage.items(), ("all stages", total_usage(report.usage))]
+    for stage, usage in rows:
+        lines.append(
+            Text(
+                f"  {stage}: {usage.prompt_tokens:,} prompt"
+                f" + {usage.completion_tokens:,} completion tokens"
+                f" in {usage.calls} calls ({usage.cached_calls} cached)",
+                style="bold" if stage == "all stages" else "",
+            )
+        )
+    return lines
+
+
+def print_summary(report: Report, console: Console | None = None) -> None:
+    """Print the claims table and the summary lines to ``console`` (stdout by default).
+
+    All text from the report is printed as plain text, never parsed as rich markup.
+    """
+    console = console or Console()
+    if report.answer.question:
+        console.print(Text.assemble(("Question: ", "bold"), report.answer.question))
+    if report.results:
+        console.print(claims_table(report))
+    else:
+        console.print(Text("No claims were extracted from this answer.", style="dim"))
+    for line in summary_lines(report):
+        console.print(line)
