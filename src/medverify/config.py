@@ -1,7 +1,7 @@
 """One typed configuration object.
 
 Precedence: defaults < TOML file (``--config`` or ``$MEDVERIFY_HOME/config.toml``) <
-environment (``MEDVERIFY_<FIELD>``, nested with ``__``, e.g. ``MEDVERIFY_MODEL__TIMEOUT_S``)
+environment (``MEDVERIFY_<FIELD>``, nested with ``__``, e.g. ``MEDVERIFY_LLM__TIMEOUT_S``)
 < explicit overrides (CLI flags). Secrets are never stored here: a model spec names the
 environment variable that holds the key, resolved at first use.
 """

@@ -64,7 +64,7 @@ class Checker:
             if config.kb is None:
                 raise ConfigError("no knowledge base given: pass --kb DIR (build one with "
                                   "`medverify kb ingest PATH --kb DIR`)")
-            kb = KnowledgeBase.open(config.kb)
+            kb = KnowledgeBase.open(config.kb, retrieval=config.retrieval)
             owned.append(kb)
         ledger = model.usage if model is not None else UsageLedger()
         if model is None and config.model:

@@ -19,13 +19,14 @@ from importlib import metadata, resources
 from pathlib import Path
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict
+from pydantic import BaseModel, ConfigDict, TypeAdapter
 
 from medverify.errors import MedverifyError
 from medverify.records import Answer, Claim, ClaimResult, Passage, Report, Usage, Verdict
 from medverify.report.metrics import compute_metrics
 
 _MIGRATION = re.compile(r"^(\d{4})_\w+\.sql$")
+_PASSAGES = TypeAdapter(list[Passage])
 
 
 class RunInfo(BaseModel):
@@ -140,7 +141,7 @@ class RunStore:
             self._db.executemany(
                 "INSERT INTO claims VALUES (?, ?, ?, ?, ?, ?, ?)",
                 [(run_id, position, r.claim.id, r.claim.model_dump_json(),
-                  json.dumps([p.model_dump(mode="json") for p in r.passages]),
+                  _PASSAGES.dump_json(r.passages).decode(),
                   r.verdict.model_dump_json() if r.verdict else None, r.error) for r in results],
             )
 
@@ -196,7 +197,7 @@ class RunStore:
         results = []
         for claim_json, passages_json, verdict_json, error in rows:
             claim = Claim.model_validate_json(claim_json)
-            passages = [Passage.model_validate(p) for p in json.loads(passages_json)]
+            passages = _PASSAGES.validate_json(passages_json)
             if verdict_json is None:
                 results.append(ClaimResult.failed(claim, error or "not judged", passages))
             else:

@@ -18,14 +18,21 @@ Decision = tuple[bool, bool]
 Rule = Callable[[str, dict[str, str]], Decision]
 """Decides a claim given its text and the fenced passages {label: text}."""
 
-_BLOCK = re.compile(r"<<<(F[0-9a-f]{12}) ((?:P|C)\d+)[^\n]*>>>\n(.*?)\n<<<END \1>>>", re.DOTALL)
+_FENCE = re.compile(r"\(fence (F[0-9a-f]{12})\)")
 
 
 def prompt_blocks(prompt: str) -> tuple[dict[str, str], dict[str, str]]:
     """The fenced passages and claims of a judge prompt, by label."""
     passages: dict[str, str] = {}
     claims: dict[str, str] = {}
-    for _fence, label, text in _BLOCK.findall(prompt):
+    found = _FENCE.search(prompt)
+    if not found:
+        return passages, claims
+    opening, closing = f"<<<{found.group(1)} ", f"\n<<<END {found.group(1)}>>>"
+    for block in prompt.split(opening)[1:]:
+        header, _, rest = block.partition(">>>\n")
+        label = header.split(" ", 1)[0]
+        text = rest.split(closing, 1)[0]
         (passages if label.startswith("P") else claims)[label] = text
     return passages, claims
 
