@@ -31,13 +31,25 @@ from medverify.testing import FakeChatServer, ScriptedProvider
 from medverify.testing.judge import keyword_rule, scripted_judge
 
 N_CLAIMS = 200
-DRUGS = ["metformin", "aspirin", "insulin", "lisinopril", "atorvastatin", "warfarin", "ibuprofen",
-         "amoxicillin", "omeprazole", "levothyroxine"]
+DRUGS = [
+    "metformin",
+    "aspirin",
+    "insulin",
+    "lisinopril",
+    "atorvastatin",
+    "warfarin",
+    "ibuprofen",
+    "amoxicillin",
+    "omeprazole",
+    "levothyroxine",
+]
 
 
 def make_answer(n: int) -> Answer:
-    sentences = [f"{DRUGS[i % len(DRUGS)].capitalize()} dose number {i} is {5 * (i + 1)} mg per day."
-                 for i in range(n)]
+    sentences = [
+        f"{DRUGS[i % len(DRUGS)].capitalize()} dose number {i} is {5 * (i + 1)} mg per day."
+        for i in range(n)
+    ]
     return Answer(text=" ".join(sentences), question="What are the usual doses?")
 
 
@@ -75,11 +87,17 @@ async def overhead(kb: KnowledgeBase, store_path: Path, repeats: int = 5) -> dic
         assert len(report.results) == N_CLAIMS, len(report.results)
         best = min(best, (total - timed.seconds) / N_CLAIMS)
         retrieval = timed.seconds
-    return {"claims": N_CLAIMS, "ms_per_claim_beyond_retrieval": best * 1000,
-            "retrieval_s_last": retrieval, "target_ms": 2.0}
+    return {
+        "claims": N_CLAIMS,
+        "ms_per_claim_beyond_retrieval": best * 1000,
+        "retrieval_s_last": retrieval,
+        "target_ms": 2.0,
+    }
 
 
-async def fanout(kb: KnowledgeBase, latency: float = 0.2, concurrency: int = 16) -> dict[str, float]:
+async def fanout(
+    kb: KnowledgeBase, latency: float = 0.2, concurrency: int = 16
+) -> dict[str, float]:
     rule = keyword_rule(supported="mg")
     with FakeChatServer(scripted_judge(rule), delay_s=latency) as server:
         settings = ModelSettings(concurrency=concurrency, cache=False, timeout_s=30)
@@ -96,10 +114,21 @@ async def fanout(kb: KnowledgeBase, latency: float = 0.2, concurrency: int = 16)
     ideal = math.ceil(calls / concurrency) * latency
     judging = wall - timed.seconds
     errors = report.metrics.n_errors
-    return {"claims": N_CLAIMS, "calls": calls, "latency_s": latency, "concurrency": concurrency,
-            "max_in_flight": peak, "wall_s": wall, "retrieval_s": timed.seconds,
-            "judging_wall_s": judging, "ideal_s": ideal, "ratio": judging / ideal,
-            "ratio_including_retrieval": wall / ideal, "errors": errors, "target_ratio": 1.3}
+    return {
+        "claims": N_CLAIMS,
+        "calls": calls,
+        "latency_s": latency,
+        "concurrency": concurrency,
+        "max_in_flight": peak,
+        "wall_s": wall,
+        "retrieval_s": timed.seconds,
+        "judging_wall_s": judging,
+        "ideal_s": ideal,
+        "ratio": judging / ideal,
+        "ratio_including_retrieval": wall / ideal,
+        "errors": errors,
+        "target_ratio": 1.3,
+    }
 
 
 async def main(out: Path) -> None:
@@ -107,7 +136,10 @@ async def main(out: Path) -> None:
         kb = KnowledgeBase.create(Path(tmp) / "kb", embedder="hash")
         kb.ingest(iter_documents([sample_kb_path()]))
         result = {
-            "machine": {"python": platform.python_version(), "cpu_count": __import__("os").cpu_count()},
+            "machine": {
+                "python": platform.python_version(),
+                "cpu_count": __import__("os").cpu_count(),
+            },
             "kb": {"embedder": kb.embedder_id, "chunks": kb.stats().chunks},
             "overhead": await overhead(kb, Path(tmp) / "runs.db"),
             "fanout": await fanout(kb),

@@ -20,8 +20,13 @@ def test_plain_text_answer() -> None:
 
 
 def test_json_object_and_jsonl() -> None:
-    obj = {"id": "x1", "question": "q", "answer": "a", "sources": ["http://e.org", {"url": "u", "text": "t"}],
-           "model": "gpt"}
+    obj = {
+        "id": "x1",
+        "question": "q",
+        "answer": "a",
+        "sources": ["http://e.org", {"url": "u", "text": "t"}],
+        "model": "gpt",
+    }
     one = read_answers(json.dumps(obj).encode()).answers[0]
     assert one.id == "x1" and one.meta == {"model": "gpt"}
     assert one.sources[1].status == "given"

@@ -10,7 +10,9 @@ from medverify.judge.llm import parse_judge_output, plan_batches
 from medverify.records import Category, Claim, Passage, categorize
 
 PASSAGES = {
-    "P1": Passage(id="kb:1#0", doc_id="1", text="Metformin is first-line therapy for type 2 diabetes."),
+    "P1": Passage(
+        id="kb:1#0", doc_id="1", text="Metformin is first-line therapy for type 2 diabetes."
+    ),
     "P2": Passage(id="kb:2#0", doc_id="2", text="The usual starting dose is 500 mg twice daily."),
 }
 
@@ -18,17 +20,31 @@ PASSAGES = {
 def _entry(cid: str, supported: object, contradicted: object, **extra: object) -> dict:
     return {
         "claim_id": cid,
-        "factual": {"reasoning": "r", "supported": supported, "passage": "P1",
-                    "quote": "first-line therapy", **extra},
-        "counterfactual": {"negation": "n", "reasoning": "r2", "contradicted": contradicted,
-                           "passage": None, "quote": None},
+        "factual": {
+            "reasoning": "r",
+            "supported": supported,
+            "passage": "P1",
+            "quote": "first-line therapy",
+            **extra,
+        },
+        "counterfactual": {
+            "negation": "n",
+            "reasoning": "r2",
+            "contradicted": contradicted,
+            "passage": None,
+            "quote": None,
+        },
     }
 
 
 @pytest.mark.parametrize(
     ("supported", "contradicted", "category"),
-    [(True, False, Category.FACT), (False, True, Category.HALLUCINATION),
-     (True, True, Category.JUDGMENT_ERROR), (False, False, Category.COVERAGE_GAP)],
+    [
+        (True, False, Category.FACT),
+        (False, True, Category.HALLUCINATION),
+        (True, True, Category.JUDGMENT_ERROR),
+        (False, False, Category.COVERAGE_GAP),
+    ],
 )
 def test_categorize_four_ways(supported: bool, contradicted: bool, category: Category) -> None:
     assert categorize(supported, contradicted) is category
@@ -83,13 +99,19 @@ def test_unknown_passage_label_is_dropped() -> None:
 
 
 def _item(cid: str, *pids: str) -> JudgeItem:
-    return JudgeItem(claim=Claim(id=cid, text=cid),
-                     passages=[Passage(id=p, doc_id=p, text=p) for p in pids])
+    return JudgeItem(
+        claim=Claim(id=cid, text=cid), passages=[Passage(id=p, doc_id=p, text=p) for p in pids]
+    )
 
 
 def test_batches_group_claims_with_shared_evidence() -> None:
-    items = [_item("c1", "a", "b"), _item("c2", "a", "b"), _item("c3", "x", "y", "z"),
-             _item("c4"), _item("c5", "x", "y")]
+    items = [
+        _item("c1", "a", "b"),
+        _item("c2", "a", "b"),
+        _item("c3", "x", "y", "z"),
+        _item("c4"),
+        _item("c5", "x", "y"),
+    ]
     batches = plan_batches(items, claims_per_call=4, max_passages=4)
     assert [[i for i, _ in b.items] for b in batches] == [[0, 1], [2, 4]]
     assert list(batches[0].passages) == ["a", "b"]

@@ -19,15 +19,23 @@ from medverify.testing import ScriptedProvider, register_fake, unregister_fake
 from medverify.testing.judge import keyword_rule, scripted_judge
 
 DOCS = [
-    Document(doc_id="metformin", title="Metformin",
-             text="Metformin is a first-line medicine for type 2 diabetes. The usual starting dose "
-                  "is 500 mg once or twice daily with meals."),
-    Document(doc_id="aspirin", title="Aspirin",
-             text="Low-dose aspirin reduces the risk of heart attack in some adults. Aspirin is not "
-                  "recommended for children with viral infections because of Reye syndrome."),
+    Document(
+        doc_id="metformin",
+        title="Metformin",
+        text="Metformin is a first-line medicine for type 2 diabetes. The usual starting dose "
+        "is 500 mg once or twice daily with meals.",
+    ),
+    Document(
+        doc_id="aspirin",
+        title="Aspirin",
+        text="Low-dose aspirin reduces the risk of heart attack in some adults. Aspirin is not "
+        "recommended for children with viral infections because of Reye syndrome.",
+    ),
 ]
-ANSWER = ("Metformin is a first-line medicine for type 2 diabetes. The usual starting dose is "
-          "5000 mg daily. Aspirin is safe for children with the flu.")
+ANSWER = (
+    "Metformin is a first-line medicine for type 2 diabetes. The usual starting dose is "
+    "5000 mg daily. Aspirin is safe for children with the flu."
+)
 
 
 @pytest.fixture
@@ -39,12 +47,15 @@ def kb(tmp_path: Path) -> Iterator[KnowledgeBase]:
 
 def _checker(kb: KnowledgeBase, provider: ScriptedProvider, **config: object) -> Checker:
     model = Model(provider)
-    return Checker.from_config(Config(model="fake:x", decomposer="rules", **config), kb=kb, model=model)
+    return Checker.from_config(
+        Config(model="fake:x", decomposer="rules", **config), kb=kb, model=model
+    )
 
 
 def test_end_to_end_categories_and_store(kb: KnowledgeBase, tmp_path: Path) -> None:
-    provider = ScriptedProvider(scripted_judge(keyword_rule(supported="first-line",
-                                                            contradicted="5000 mg")))
+    provider = ScriptedProvider(
+        scripted_judge(keyword_rule(supported="first-line", contradicted="5000 mg"))
+    )
     checker = _checker(kb, provider)
     with RunStore(tmp_path / "runs.db") as store:
         [report] = asyncio.run(checker.run([Answer(text=ANSWER, question="q")], store=store))
@@ -59,7 +70,8 @@ def test_end_to_end_categories_and_store(kb: KnowledgeBase, tmp_path: Path) -> N
     assert report.usage["judge"].calls == len(provider.requests) >= 1
     assert all(r.passages for r in report.results)
     assert rebuilt.model_dump(exclude={"created_at", "usage"}) == report.model_dump(
-        exclude={"created_at", "usage"})
+        exclude={"created_at", "usage"}
+    )
 
 
 def test_failed_judge_calls_are_errors_not_verdicts(kb: KnowledgeBase) -> None:
@@ -80,8 +92,11 @@ def test_unparseable_output_keeps_raw(kb: KnowledgeBase) -> None:
 
 def test_one_bad_answer_does_not_stop_the_batch(kb: KnowledgeBase) -> None:
     provider = ScriptedProvider(scripted_judge(keyword_rule(supported="metformin")))
-    answers = [Answer(text="   "), Answer(text="Metformin treats type 2 diabetes."),
-               Answer(text="x" * 300_000)]
+    answers = [
+        Answer(text="   "),
+        Answer(text="Metformin treats type 2 diabetes."),
+        Answer(text="x" * 300_000),
+    ]
     reports = asyncio.run(_checker(kb, provider).run(answers))
     assert "empty" in reports[0].errors[0]
     assert reports[1].results[0].category is Category.FACT and not reports[1].errors
@@ -102,10 +117,12 @@ def test_public_check_records_run_and_uses_cache(kb: KnowledgeBase, tmp_path: Pa
     fake = register_fake("pipeline", ScriptedProvider(scripted_judge(keyword_rule("metformin"))))
     try:
         config = Config.load(decomposer="rules")
-        report = medverify.check("Metformin treats type 2 diabetes.", kb=kb_path,
-                                 model="fake:pipeline", config=config)
-        again = medverify.check("Metformin treats type 2 diabetes.", kb=kb_path,
-                                model="fake:pipeline", config=config)
+        report = medverify.check(
+            "Metformin treats type 2 diabetes.", kb=kb_path, model="fake:pipeline", config=config
+        )
+        again = medverify.check(
+            "Metformin treats type 2 diabetes.", kb=kb_path, model="fake:pipeline", config=config
+        )
     finally:
         unregister_fake("pipeline")
     assert report.results[0].category is Category.FACT
@@ -123,7 +140,32 @@ def test_missing_kb_and_missing_judge_are_config_errors(tmp_path: Path) -> None:
 
 
 def test_public_api_is_pinned() -> None:
-    assert medverify.__all__ == sorted(medverify.__all__)
+    assert set(medverify.__all__) == {
+        "CATEGORY_SCORE",
+        "Analysis",
+        "Answer",
+        "Category",
+        "Checker",
+        "Claim",
+        "ClaimResult",
+        "Config",
+        "Document",
+        "EvidenceLabel",
+        "KnowledgeBase",
+        "MedverifyError",
+        "Metrics",
+        "Model",
+        "Passage",
+        "Report",
+        "RunStore",
+        "Source",
+        "Span",
+        "Usage",
+        "Verdict",
+        "acheck",
+        "check",
+        "get_model",
+    }
     for name in medverify.__all__:
         assert getattr(medverify, name) is not None
     assert json.loads(medverify.Answer(text="t").model_dump_json())["text"] == "t"

@@ -6,18 +6,35 @@ from pathlib import Path
 import pytest
 
 from medverify.errors import MedverifyError
-from medverify.records import Analysis, Answer, Category, Claim, ClaimResult, Passage, Usage, Verdict
+from medverify.records import (
+    Analysis,
+    Answer,
+    Category,
+    Claim,
+    ClaimResult,
+    Passage,
+    Usage,
+    Verdict,
+)
 from medverify.store.runs import RunStore, migrations
 
 
 def _results() -> list[ClaimResult]:
     passage = Passage(id="d1#0", doc_id="d1", text="Aspirin inhibits platelets.")
-    good = Verdict(claim_id="c1", passage_ids=["d1#0"], judge="llm:fake:x", prompt_version="judge/v1",
-                   factual=Analysis(holds=True, passage_id="d1#0", quote="inhibits platelets"),
-                   counterfactual=Analysis(holds=False), raw_output='{"results": []}')
+    good = Verdict(
+        claim_id="c1",
+        passage_ids=["d1#0"],
+        judge="llm:fake:x",
+        prompt_version="judge/v1",
+        factual=Analysis(holds=True, passage_id="d1#0", quote="inhibits platelets"),
+        counterfactual=Analysis(holds=False),
+        raw_output='{"results": []}',
+    )
     bad = Verdict(claim_id="c2", passage_ids=["d1#0"], judge="llm:fake:x", error="unparseable")
     return [
-        ClaimResult.from_verdict(Claim(id="c1", text="Aspirin inhibits platelets."), [passage], good),
+        ClaimResult.from_verdict(
+            Claim(id="c1", text="Aspirin inhibits platelets."), [passage], good
+        ),
         ClaimResult.from_verdict(Claim(id="c2", text="Aspirin cures flu."), [passage], bad),
         ClaimResult.failed(Claim(id="c3", text="x"), "judge returned no verdict"),
     ]
@@ -25,8 +42,13 @@ def _results() -> list[ClaimResult]:
 
 def test_round_trip_recomputes_report(tmp_path: Path) -> None:
     with RunStore(tmp_path / "runs.db") as store:
-        run_id = store.start_run(kind="check", config={"top_k": 7}, models={"judge": "fake:x"},
-                                 prompt_versions={"judge": "judge/v1"}, kb_snapshot="snap1")
+        run_id = store.start_run(
+            kind="check",
+            config={"top_k": 7},
+            models={"judge": "fake:x"},
+            prompt_versions={"judge": "judge/v1"},
+            kb_snapshot="snap1",
+        )
         answer = Answer(text="Aspirin inhibits platelets. Aspirin cures flu.", question="q")
         store.save_answer(run_id, 0, answer, _results())
         store.finish_run(run_id, status="done", usage={"judge": Usage(calls=1, prompt_tokens=10)})
@@ -45,7 +67,9 @@ def test_round_trip_recomputes_report(tmp_path: Path) -> None:
 
 def test_resaving_an_answer_replaces_its_claims(tmp_path: Path) -> None:
     with RunStore(tmp_path / "runs.db") as store:
-        run_id = store.start_run(kind="check", config={}, models={}, prompt_versions={}, kb_snapshot=None)
+        run_id = store.start_run(
+            kind="check", config={}, models={}, prompt_versions={}, kb_snapshot=None
+        )
         answer = Answer(text="t")
         store.save_answer(run_id, 0, answer, _results())
         store.save_answer(run_id, 0, answer, _results()[:1])
@@ -61,8 +85,14 @@ def test_migrations_are_recorded_and_idempotent(tmp_path: Path) -> None:
 
 def test_unknown_or_ambiguous_run(tmp_path: Path) -> None:
     with RunStore(tmp_path / "runs.db") as store:
+        for n in range(2):
+            store.start_run(
+                kind="check", config={}, models={}, prompt_versions={}, kb_snapshot=str(n)
+            )
         with pytest.raises(MedverifyError, match="no run matching"):
             store.get_run("nope")
+        with pytest.raises(MedverifyError, match="2 runs matching"):
+            store.get_run("")
 
 
 def test_corrupt_store_gives_actionable_error(tmp_path: Path) -> None:
@@ -72,7 +102,9 @@ def test_corrupt_store_gives_actionable_error(tmp_path: Path) -> None:
         RunStore(path)
 
 
-def test_failed_migration_leaves_no_partial_schema(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_failed_migration_leaves_no_partial_schema(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     import medverify.store.runs as runs
 
     bad = [*migrations(), (9999, "CREATE TABLE half (x); CREATE TABLE broken (;")]

@@ -30,9 +30,9 @@ from medverify.records import (
 )
 
 __all__ = [
+    "CATEGORY_SCORE",
     "Analysis",
     "Answer",
-    "CATEGORY_SCORE",
     "Category",
     "Checker",
     "Claim",

@@ -87,8 +87,9 @@ class Config(_Section):
         return self.cache_path or home() / "cache.db"
 
     @classmethod
-    def load(cls, path: Path | None = None, *, env: dict[str, str] | None = None,
-             **overrides: Any) -> Config:
+    def load(
+        cls, path: Path | None = None, *, env: dict[str, str] | None = None, **overrides: Any
+    ) -> Config:
         """Build a config from defaults, file, environment and overrides (in that order)."""
         data: dict[str, Any] = {}
         file = path or home() / "config.toml"
@@ -116,7 +117,7 @@ def _from_env(env: Any) -> dict[str, Any]:
     for key, value in env.items():
         if not key.startswith("MEDVERIFY_") or key == "MEDVERIFY_HOME":
             continue
-        path = key[len("MEDVERIFY_"):].lower().split("__")
+        path = key[len("MEDVERIFY_") :].lower().split("__")
         node = out
         for part in path[:-1]:
             node = node.setdefault(part, {})

@@ -78,8 +78,10 @@ def _answer(obj: dict[str, Any], question: str | None, n: int) -> Answer:
         sources = [_source(s, i) for i, s in enumerate(obj.get("sources") or [], 1)]
         known = {"answer", "question", "sources", "id"}
         return Answer(
-            text=str(obj["answer"]), question=obj.get("question") or question,
-            sources=sources, id=str(obj.get("id") or ""),
+            text=str(obj["answer"]),
+            question=obj.get("question") or question,
+            sources=sources,
+            id=str(obj.get("id") or ""),
             meta={k: v for k, v in obj.items() if k not in known},
         )
     except (ValidationError, TypeError, ValueError) as exc:
@@ -92,5 +94,10 @@ def _source(raw: Any, index: int) -> Source:
     if not isinstance(raw, dict):
         raise ValueError(f"source {index} must be a URL string or an object")
     text = raw.get("text")
-    return Source(id=str(raw.get("id") or index), url=raw.get("url"), title=raw.get("title"),
-                  text=text, status="given" if text else "not_fetched")
+    return Source(
+        id=str(raw.get("id") or index),
+        url=raw.get("url"),
+        title=raw.get("title"),
+        text=text,
+        status="given" if text else "not_fetched",
+    )

@@ -57,25 +57,33 @@ class Checker:
     owned: tuple[object, ...] = ()
 
     @classmethod
-    def from_config(cls, config: Config, *, kb: KnowledgeBase | None = None,
-                    model: Model | None = None) -> Checker:
+    def from_config(
+        cls, config: Config, *, kb: KnowledgeBase | None = None, model: Model | None = None
+    ) -> Checker:
         owned: list[object] = []
         if kb is None:
             if config.kb is None:
-                raise ConfigError("no knowledge base given: pass --kb DIR (build one with "
-                                  "`medverify kb ingest PATH --kb DIR`)")
+                raise ConfigError(
+                    "no knowledge base given: pass --kb DIR (build one with "
+                    "`medverify kb ingest PATH --kb DIR`)"
+                )
             kb = KnowledgeBase.open(config.kb, retrieval=config.retrieval)
             owned.append(kb)
         ledger = model.usage if model is not None else UsageLedger()
         if model is None and config.model:
-            model = get_model(config.model, config.llm, cache_path=_cache_path(config),
-                              ledger=ledger)
+            model = get_model(
+                config.model, config.llm, cache_path=_cache_path(config), ledger=ledger
+            )
             owned.append(model)
         judge_options = {"model": model, "claims_per_call": config.claims_per_call} if model else {}
         return cls(
-            config=config, kb=kb, ledger=ledger, model=model,
+            config=config,
+            kb=kb,
+            ledger=ledger,
+            model=model,
             decomposer=make_decomposer(config.decomposer_name, model),
-            judge=make_judge(config.judge_name, **judge_options), owned=tuple(owned),
+            judge=make_judge(config.judge_name, **judge_options),
+            owned=tuple(owned),
         )
 
     async def aclose(self) -> None:
@@ -111,8 +119,10 @@ class Checker:
         if not claims:
             errors.append("decompose: no checkable claim found in the answer")
         if len(claims) > self.config.max_claims:
-            errors.append(f"decompose: {len(claims)} claims, only the first "
-                          f"{self.config.max_claims} were checked (max_claims)")
+            errors.append(
+                f"decompose: {len(claims)} claims, only the first "
+                f"{self.config.max_claims} were checked (max_claims)"
+            )
             claims = claims[: self.config.max_claims]
         passages = await self._retrieve(claims)
         return await self._judge(claims, passages), errors
@@ -125,8 +135,9 @@ class Checker:
             self.kb.search_many, [c.text for c in claims], settings.top_k, settings.mode
         )
 
-    async def _judge(self, claims: Sequence[Claim],
-                     passages: Sequence[list[Passage]]) -> list[ClaimResult]:
+    async def _judge(
+        self, claims: Sequence[Claim], passages: Sequence[list[Passage]]
+    ) -> list[ClaimResult]:
         items = [JudgeItem(claim=c, passages=p) for c, p in zip(claims, passages, strict=True)]
         verdicts = await self.judge.judge(items) if items else []
         by_claim = {v.claim_id: v for v in verdicts}
@@ -134,22 +145,37 @@ class Checker:
         for item in items:
             verdict = by_claim.get(item.claim.id)
             if verdict is None:
-                results.append(ClaimResult.failed(item.claim, "judge returned no verdict", item.passages))
+                results.append(
+                    ClaimResult.failed(item.claim, "judge returned no verdict", item.passages)
+                )
             else:
                 results.append(ClaimResult.from_verdict(item.claim, item.passages, verdict))
         return results
 
-    def report(self, answer: Answer, results: list[ClaimResult], errors: list[str],
-               run_id: str | None) -> Report:
+    def report(
+        self, answer: Answer, results: list[ClaimResult], errors: list[str], run_id: str | None
+    ) -> Report:
         return Report(
-            answer=answer, results=results, metrics=compute_metrics(results), run_id=run_id,
-            config=self.config.public(), models=self.models,
-            prompt_versions=self.prompt_versions, kb_snapshot=self.kb.snapshot_id,
-            usage=self.ledger.as_dict(), errors=errors,
+            answer=answer,
+            results=results,
+            metrics=compute_metrics(results),
+            run_id=run_id,
+            config=self.config.public(),
+            models=self.models,
+            prompt_versions=self.prompt_versions,
+            kb_snapshot=self.kb.snapshot_id,
+            usage=self.ledger.as_dict(),
+            errors=errors,
         )
 
-    async def run(self, answers: Sequence[Answer], *, store: RunStore | None = None,
-                  progress: Progress | None = None, concurrency: int = 4) -> list[Report]:
+    async def run(
+        self,
+        answers: Sequence[Answer],
+        *,
+        store: RunStore | None = None,
+        progress: Progress | None = None,
+        concurrency: int = 4,
+    ) -> list[Report]:
         """Check many answers; record the run when a store is given."""
         run_id = self._start(store)
         limit = asyncio.Semaphore(concurrency)
@@ -172,19 +198,28 @@ class Checker:
             self._finish(store, run_id, "interrupted", f"{type(exc).__name__}: {exc}")
             raise
         failed = sum(1 for r in reports if not r.results)
-        self._finish(store, run_id, "done" if not failed else "error",
-                     f"{failed} of {len(reports)} answers produced no result" if failed else None)
+        self._finish(
+            store,
+            run_id,
+            "done" if not failed else "error",
+            f"{failed} of {len(reports)} answers produced no result" if failed else None,
+        )
         return [r.model_copy(update={"usage": self.ledger.as_dict()}) for r in reports]
 
     def _start(self, store: RunStore | None) -> str | None:
         if store is None:
             return None
-        return store.start_run(kind="check", config=self.config.public(), models=self.models,
-                               prompt_versions=self.prompt_versions,
-                               kb_snapshot=self.kb.snapshot_id)
+        return store.start_run(
+            kind="check",
+            config=self.config.public(),
+            models=self.models,
+            prompt_versions=self.prompt_versions,
+            kb_snapshot=self.kb.snapshot_id,
+        )
 
-    def _finish(self, store: RunStore | None, run_id: str | None, status: str,
-                error: str | None) -> None:
+    def _finish(
+        self, store: RunStore | None, run_id: str | None, status: str, error: str | None
+    ) -> None:
         if store is not None and run_id is not None:
             store.finish_run(run_id, status=status, usage=self.ledger.as_dict(), error=error)
 
@@ -199,9 +234,15 @@ def _as_answer(answer: Answer | str, question: str | None) -> Answer:
     return Answer(text=answer, question=question)
 
 
-async def acheck(answer: Answer | str, *, question: str | None = None, kb: str | Path | None = None,
-                 model: str | None = None, config: Config | None = None,
-                 record: bool = True) -> Report:
+async def acheck(
+    answer: Answer | str,
+    *,
+    question: str | None = None,
+    kb: str | Path | None = None,
+    model: str | None = None,
+    config: Config | None = None,
+    record: bool = True,
+) -> Report:
     """Check one answer against a knowledge base and return its report.
 
     ``kb`` and ``model`` override the config's; the run is recorded in the run store

@@ -19,13 +19,20 @@ console = Console(stderr=True)
 
 
 def config_option(func: F) -> F:
-    return click.option("--config", "config_path", type=click.Path(path_type=Path, dir_okay=False),
-                        help="TOML config file (default: $MEDVERIFY_HOME/config.toml).")(func)
+    return click.option(
+        "--config",
+        "config_path",
+        type=click.Path(path_type=Path, dir_okay=False),
+        help="TOML config file (default: $MEDVERIFY_HOME/config.toml).",
+    )(func)
 
 
 def store_option(func: F) -> F:
-    return click.option("--store", type=click.Path(path_type=Path, dir_okay=False),
-                        help="Run store database (default: $MEDVERIFY_HOME/runs.db).")(func)
+    return click.option(
+        "--store",
+        type=click.Path(path_type=Path, dir_okay=False),
+        help="Run store database (default: $MEDVERIFY_HOME/runs.db).",
+    )(func)
 
 
 def load_config(config_path: Path | None, **overrides: Any) -> Config:
@@ -35,9 +42,15 @@ def load_config(config_path: Path | None, **overrides: Any) -> Config:
 @contextmanager
 def progress_bar(description: str, total: int) -> Iterator[Callable[[int, int], None]]:
     """A rich progress bar on stderr, shown only for work that may take a while."""
-    bar = Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
-                   TimeElapsedColumn(), console=console, transient=True,
-                   disable=not console.is_terminal)
+    bar = Progress(
+        TextColumn("{task.description}"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TimeElapsedColumn(),
+        console=console,
+        transient=True,
+        disable=not console.is_terminal,
+    )
     with bar:
         task = bar.add_task(description, total=total)
         yield lambda done, n: bar.update(task, completed=done, total=n)

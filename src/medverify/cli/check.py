@@ -21,31 +21,62 @@ from medverify.store.runs import RunStore
 
 @main.command()
 @click.argument("input_file", metavar="[FILE|-]", required=False, default="-")
-@click.option("--kb", type=click.Path(path_type=Path, file_okay=False), help="Knowledge base directory.")
+@click.option(
+    "--kb", type=click.Path(path_type=Path, file_okay=False), help="Knowledge base directory."
+)
 @click.option("--question", "-q", help="The question the answer responds to.")
-@click.option("--model", "-m", help="Model spec for decomposition and judging (see docs/models.md).")
+@click.option(
+    "--model", "-m", help="Model spec for decomposition and judging (see docs/models.md)."
+)
 @click.option("--judge", help="Judge name (default: llm with --model).")
 @click.option("--decomposer", type=click.Choice(["rules", "llm"]), help="Claim decomposer.")
 @click.option("--top-k", type=int, help="Passages retrieved per claim (default 7).")
-@click.option("--json", "json_out", type=click.Path(path_type=Path, dir_okay=False),
-              help="Write the JSON report here (a list when the input has several answers).")
-@click.option("--html", "html_out", type=click.Path(path_type=Path),
-              help="Write the HTML report here (a directory when the input has several answers).")
+@click.option(
+    "--json",
+    "json_out",
+    type=click.Path(path_type=Path, dir_okay=False),
+    help="Write the JSON report here (a list when the input has several answers).",
+)
+@click.option(
+    "--html",
+    "html_out",
+    type=click.Path(path_type=Path),
+    help="Write the HTML report here (a directory when the input has several answers).",
+)
 @click.option("--max-answer-chars", type=int, help="Refuse longer answers (default 200,000).")
 @click.option("--no-record", is_flag=True, help="Do not record the run in the run store.")
 @config_option
 @store_option
-def check(input_file: str, kb: Path | None, question: str | None, model: str | None,
-          judge: str | None, decomposer: str | None, top_k: int | None, json_out: Path | None,
-          html_out: Path | None, max_answer_chars: int | None, no_record: bool,
-          config_path: Path | None, store: Path | None) -> None:
+def check(
+    input_file: str,
+    kb: Path | None,
+    question: str | None,
+    model: str | None,
+    judge: str | None,
+    decomposer: str | None,
+    top_k: int | None,
+    json_out: Path | None,
+    html_out: Path | None,
+    max_answer_chars: int | None,
+    no_record: bool,
+    config_path: Path | None,
+    store: Path | None,
+) -> None:
     """Check an answer (text, JSON object or JSONL of answers) against a knowledge base.
 
     Exit status: 0 when every claim was judged, 1 when some answer or claim ended in ERROR,
     2 when the check could not run at all."""
     retrieval = {"top_k": top_k} if top_k else None
-    config = load_config(config_path, kb=kb, model=model, judge=judge, decomposer=decomposer,
-                         max_answer_chars=max_answer_chars, store=store, retrieval=retrieval)
+    config = load_config(
+        config_path,
+        kb=kb,
+        model=model,
+        judge=judge,
+        decomposer=decomposer,
+        max_answer_chars=max_answer_chars,
+        store=store,
+        retrieval=retrieval,
+    )
     data = sys.stdin.buffer.read() if input_file == "-" else _read(Path(input_file))
     parsed = read_answers(data, question=question)
     for warning in parsed.warnings:

@@ -36,27 +36,49 @@ def list_runs(limit: int, as_json: bool, config_path: Path | None, store: Path |
         return
     table = Table("run", "kind", "status", "created", "answers", "claims", "models")
     for info in infos:
-        table.add_row(info.id, info.kind, info.status, info.created_at, str(info.n_answers),
-                      str(info.n_claims), ", ".join(sorted(set(info.models.values()))))
+        table.add_row(
+            info.id,
+            info.kind,
+            info.status,
+            info.created_at,
+            str(info.n_answers),
+            str(info.n_claims),
+            ", ".join(sorted(set(info.models.values()))),
+        )
     Console().print(table)
 
 
 @runs.command("show")
 @click.argument("run_id")
-@click.option("--json", "json_out", type=click.Path(path_type=Path, dir_okay=False),
-              help="Write the rebuilt JSON report(s) here.")
-@click.option("--html", "html_out", type=click.Path(path_type=Path),
-              help="Write the rebuilt HTML report(s) here.")
+@click.option(
+    "--json",
+    "json_out",
+    type=click.Path(path_type=Path, dir_okay=False),
+    help="Write the rebuilt JSON report(s) here.",
+)
+@click.option(
+    "--html",
+    "html_out",
+    type=click.Path(path_type=Path),
+    help="Write the rebuilt HTML report(s) here.",
+)
 @config_option
 @store_option
-def show(run_id: str, json_out: Path | None, html_out: Path | None, config_path: Path | None,
-         store: Path | None) -> None:
+def show(
+    run_id: str,
+    json_out: Path | None,
+    html_out: Path | None,
+    config_path: Path | None,
+    store: Path | None,
+) -> None:
     """Rebuild a run's reports and metrics from the store (no model is called)."""
     config = load_config(config_path, store=store)
     with RunStore(config.store_path) as db:
         info = db.get_run(run_id)
         reports = db.reports(info.id)
-    click.echo(f"run {info.id}: {info.status}, {info.n_answers} answer(s), created {info.created_at}")
+    click.echo(
+        f"run {info.id}: {info.status}, {info.n_answers} answer(s), created {info.created_at}"
+    )
     if info.error:
         click.echo(f"error: {info.error}")
     for report in reports:

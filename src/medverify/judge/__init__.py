@@ -43,6 +43,10 @@ def make_judge(name: str, **options: Any) -> Judge:
 
     ``options`` are passed to the judge's constructor (e.g. ``model=``)."""
     if name not in JUDGES.names():
-        hint = " (configure a model with --model SPEC to use the LLM judge)" if name == "builtin" else ""
+        hint = (
+            " (configure a model with --model SPEC to use the LLM judge)"
+            if name == "builtin"
+            else ""
+        )
         raise ConfigError(f"judge {name!r} is not available{hint}; known: {JUDGES.names()}")
     return JUDGES.create(name, **options)

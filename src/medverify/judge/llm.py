@@ -44,8 +44,9 @@ class _Batch:
             self.passages.setdefault(passage.id, passage)
 
 
-def plan_batches(items: Sequence[JudgeItem], claims_per_call: int,
-                 max_passages: int) -> list[_Batch]:
+def plan_batches(
+    items: Sequence[JudgeItem], claims_per_call: int, max_passages: int
+) -> list[_Batch]:
     """Group consecutive claims whose evidence overlaps enough to share one call.
 
     A claim joins the open batch while the batch has room and the union of passages stays
@@ -56,8 +57,11 @@ def plan_batches(items: Sequence[JudgeItem], claims_per_call: int,
     for index, item in enumerate(items):
         if not item.passages:
             continue
-        fits = (current is not None and len(current.items) < claims_per_call
-                and current.union_size(item) <= max_passages)
+        fits = (
+            current is not None
+            and len(current.items) < claims_per_call
+            and current.union_size(item) <= max_passages
+        )
         if not fits:
             current = _Batch()
             batches.append(current)
@@ -71,8 +75,15 @@ class LLMJudge:
 
     name = "llm"
 
-    def __init__(self, model: Model, *, claims_per_call: int = 4, max_passages: int = 10,
-                 max_passage_chars: int = 4000, prompt_version: str | None = None) -> None:
+    def __init__(
+        self,
+        model: Model,
+        *,
+        claims_per_call: int = 4,
+        max_passages: int = 10,
+        max_passage_chars: int = 4000,
+        prompt_version: str | None = None,
+    ) -> None:
         self.model = model
         self.claims_per_call = claims_per_call
         self.max_passages = max_passages
@@ -101,10 +112,12 @@ class LLMJudge:
     def _no_evidence(self, item: JudgeItem) -> Verdict:
         reason = "no evidence passage was retrieved for this claim"
         return Verdict(
-            claim_id=item.claim.id, passage_ids=[],
+            claim_id=item.claim.id,
+            passage_ids=[],
             factual=Analysis(holds=False, reason=reason),
             counterfactual=Analysis(holds=False, reason=reason),
-            judge=self.judge_id, prompt_version=None,
+            judge=self.judge_id,
+            prompt_version=None,
         )
 
     async def _judge_batch(self, batch: _Batch) -> list[tuple[int, Verdict]]:
@@ -118,15 +131,18 @@ class LLMJudge:
             raw = completion.text
             parsed = parse_judge_output(raw, list(c_labels), p_labels)
         except MedverifyError as exc:
-            error = f"judge call failed: {exc}" if raw is None else f"unparseable judge output: {exc}"
+            error = (
+                f"judge call failed: {exc}" if raw is None else f"unparseable judge output: {exc}"
+            )
             return [(i, self._failed(item, passages, error, raw)) for i, item in batch.items]
         out = []
         for (index, item), label in zip(batch.items, c_labels, strict=True):
             out.append((index, self._verdict(item, passages, parsed[label], raw)))
         return out
 
-    def _prompt_values(self, p_labels: dict[str, Passage],
-                       c_labels: dict[str, JudgeItem]) -> dict[str, str]:
+    def _prompt_values(
+        self, p_labels: dict[str, Passage], c_labels: dict[str, JudgeItem]
+    ) -> dict[str, str]:
         texts = [p.text[: self.max_passage_chars] for p in p_labels.values()]
         texts += [item.claim.text for item in c_labels.values()]
         fence = "F" + hashlib.sha256("\x00".join(texts).encode("utf-8", "replace")).hexdigest()[:12]
@@ -134,26 +150,38 @@ class LLMJudge:
             _fenced(fence, f"{label} | {_describe(p)}", p.text[: self.max_passage_chars])
             for label, p in p_labels.items()
         )
-        claims = "\n".join(_fenced(fence, label, item.claim.text) for label, item in c_labels.items())
+        claims = "\n".join(
+            _fenced(fence, label, item.claim.text) for label, item in c_labels.items()
+        )
         return {"fence": fence, "passages": passages, "claims": claims}
 
-    def _verdict(self, item: JudgeItem, passages: list[Passage], parsed: _Parsed,
-                 raw: str) -> Verdict:
+    def _verdict(
+        self, item: JudgeItem, passages: list[Passage], parsed: _Parsed, raw: str
+    ) -> Verdict:
         if isinstance(parsed, str):
             return self._failed(item, passages, f"unparseable judge output: {parsed}", raw)
         factual, counterfactual = parsed
         return Verdict(
-            claim_id=item.claim.id, passage_ids=[p.id for p in passages],
-            factual=factual, counterfactual=counterfactual,
-            judge=self.judge_id, prompt_version=self.prompt_version, raw_output=raw,
+            claim_id=item.claim.id,
+            passage_ids=[p.id for p in passages],
+            factual=factual,
+            counterfactual=counterfactual,
+            judge=self.judge_id,
+            prompt_version=self.prompt_version,
+            raw_output=raw,
         )
 
-    def _failed(self, item: JudgeItem, passages: list[Passage], error: str,
-                raw: str | None) -> Verdict:
+    def _failed(
+        self, item: JudgeItem, passages: list[Passage], error: str, raw: str | None
+    ) -> Verdict:
         log.warning("claim %s: %s", item.claim.id, error)
         return Verdict(
-            claim_id=item.claim.id, passage_ids=[p.id for p in passages],
-            judge=self.judge_id, prompt_version=self.prompt_version, raw_output=raw, error=error,
+            claim_id=item.claim.id,
+            passage_ids=[p.id for p in passages],
+            judge=self.judge_id,
+            prompt_version=self.prompt_version,
+            raw_output=raw,
+            error=error,
         )
 
 
@@ -170,8 +198,9 @@ def _describe(passage: Passage) -> str:
 _Parsed = tuple[Analysis, Analysis] | str
 
 
-def parse_judge_output(raw: str, claim_labels: list[str],
-                       passages: dict[str, Passage]) -> dict[str, _Parsed]:
+def parse_judge_output(
+    raw: str, claim_labels: list[str], passages: dict[str, Passage]
+) -> dict[str, _Parsed]:
     """Parse the judge's JSON strictly.
 
     Raises ParseError when the reply as a whole is unusable; returns, per claim label, the
@@ -186,7 +215,9 @@ def parse_judge_output(raw: str, claim_labels: list[str],
         label = entry.get("claim_id") if isinstance(entry, dict) else None
         if not isinstance(label, str) or label not in parsed:
             continue
-        parsed[label] = "duplicate results for this claim" if label in seen else _entry(entry, passages)
+        parsed[label] = (
+            "duplicate results for this claim" if label in seen else _entry(entry, passages)
+        )
         seen.add(label)
     return parsed
 

@@ -117,39 +117,84 @@ class RunStore:
 
     # -- writing -----------------------------------------------------------------------
 
-    def start_run(self, *, kind: str, config: dict[str, Any], models: dict[str, str],
-                  prompt_versions: dict[str, str], kb_snapshot: str | None) -> str:
+    def start_run(
+        self,
+        *,
+        kind: str,
+        config: dict[str, Any],
+        models: dict[str, str],
+        prompt_versions: dict[str, str],
+        kb_snapshot: str | None,
+    ) -> str:
         run_id = datetime.now(UTC).strftime("%Y%m%d-%H%M%S-") + uuid.uuid4().hex[:6]
         self._db.execute(
             "INSERT INTO runs (id, kind, status, created_at, medverify_version, config, models,"
             " prompt_versions, kb_snapshot) VALUES (?, ?, 'running', ?, ?, ?, ?, ?, ?)",
-            (run_id, kind, _now(), _version(), json.dumps(config), json.dumps(models),
-             json.dumps(prompt_versions), kb_snapshot),
+            (
+                run_id,
+                kind,
+                _now(),
+                _version(),
+                json.dumps(config),
+                json.dumps(models),
+                json.dumps(prompt_versions),
+                kb_snapshot,
+            ),
         )
         return run_id
 
-    def save_answer(self, run_id: str, position: int, answer: Answer, results: Sequence[ClaimResult],
-                    error: str | None = None) -> None:
+    def save_answer(
+        self,
+        run_id: str,
+        position: int,
+        answer: Answer,
+        results: Sequence[ClaimResult],
+        error: str | None = None,
+    ) -> None:
         """Record one answer and its claim results in one transaction."""
         with self._transaction():
             self._db.execute(
                 "INSERT OR REPLACE INTO answers VALUES (?, ?, ?, ?, ?, ?)",
-                (run_id, position, answer.id, answer.model_dump_json(),
-                 "error" if error else "done", error),
+                (
+                    run_id,
+                    position,
+                    answer.id,
+                    answer.model_dump_json(),
+                    "error" if error else "done",
+                    error,
+                ),
             )
-            self._db.execute("DELETE FROM claims WHERE run_id = ? AND position = ?", (run_id, position))
+            self._db.execute(
+                "DELETE FROM claims WHERE run_id = ? AND position = ?", (run_id, position)
+            )
             self._db.executemany(
                 "INSERT INTO claims VALUES (?, ?, ?, ?, ?, ?, ?)",
-                [(run_id, position, r.claim.id, r.claim.model_dump_json(),
-                  _PASSAGES.dump_json(r.passages).decode(),
-                  r.verdict.model_dump_json() if r.verdict else None, r.error) for r in results],
+                [
+                    (
+                        run_id,
+                        position,
+                        r.claim.id,
+                        r.claim.model_dump_json(),
+                        _PASSAGES.dump_json(r.passages).decode(),
+                        r.verdict.model_dump_json() if r.verdict else None,
+                        r.error,
+                    )
+                    for r in results
+                ],
             )
 
-    def finish_run(self, run_id: str, *, status: str, usage: dict[str, Usage],
-                   error: str | None = None) -> None:
+    def finish_run(
+        self, run_id: str, *, status: str, usage: dict[str, Usage], error: str | None = None
+    ) -> None:
         self._db.execute(
             "UPDATE runs SET status = ?, finished_at = ?, usage = ?, error = ? WHERE id = ?",
-            (status, _now(), json.dumps({k: v.model_dump() for k, v in usage.items()}), error, run_id),
+            (
+                status,
+                _now(),
+                json.dumps({k: v.model_dump() for k, v in usage.items()}),
+                error,
+                run_id,
+            ),
         )
 
     # -- reading -----------------------------------------------------------------------
@@ -158,7 +203,8 @@ class RunStore:
         rows = self._db.execute(
             "SELECT r.*, (SELECT COUNT(*) FROM answers a WHERE a.run_id = r.id),"
             " (SELECT COUNT(*) FROM claims c WHERE c.run_id = r.id)"
-            " FROM runs r ORDER BY created_at DESC, id DESC LIMIT ?", (limit,),
+            " FROM runs r ORDER BY created_at DESC, id DESC LIMIT ?",
+            (limit,),
         ).fetchall()
         return [self._info(row) for row in rows]
 
@@ -176,15 +222,21 @@ class RunStore:
 
     def _reports(self, info: RunInfo) -> Iterator[Report]:
         answers = self._db.execute(
-            "SELECT position, answer, error FROM answers WHERE run_id = ? ORDER BY position", (info.id,)
+            "SELECT position, answer, error FROM answers WHERE run_id = ? ORDER BY position",
+            (info.id,),
         ).fetchall()
         for position, answer_json, error in answers:
             results = self._results(info.id, position)
             yield Report(
-                answer=Answer.model_validate_json(answer_json), results=results,
-                metrics=compute_metrics(results), run_id=info.id, config=info.config,
-                models=info.models, prompt_versions=info.prompt_versions,
-                kb_snapshot=info.kb_snapshot, usage=info.usage,
+                answer=Answer.model_validate_json(answer_json),
+                results=results,
+                metrics=compute_metrics(results),
+                run_id=info.id,
+                config=info.config,
+                models=info.models,
+                prompt_versions=info.prompt_versions,
+                kb_snapshot=info.kb_snapshot,
+                usage=info.usage,
                 errors=[error] if error else [],
                 created_at=datetime.fromisoformat(info.created_at),
             )
@@ -192,7 +244,8 @@ class RunStore:
     def _results(self, run_id: str, position: int) -> list[ClaimResult]:
         rows = self._db.execute(
             "SELECT claim, passages, verdict, error FROM claims WHERE run_id = ? AND position = ?"
-            " ORDER BY rowid", (run_id, position),
+            " ORDER BY rowid",
+            (run_id, position),
         ).fetchall()
         results = []
         for claim_json, passages_json, verdict_json, error in rows:
@@ -207,14 +260,37 @@ class RunStore:
 
     @staticmethod
     def _info(row: tuple[Any, ...]) -> RunInfo:
-        (run_id, kind, status, created, finished, version, config, models, prompts, snapshot,
-         usage, error, n_answers, n_claims) = row
+        (
+            run_id,
+            kind,
+            status,
+            created,
+            finished,
+            version,
+            config,
+            models,
+            prompts,
+            snapshot,
+            usage,
+            error,
+            n_answers,
+            n_claims,
+        ) = row
         return RunInfo(
-            id=run_id, kind=kind, status=status, created_at=created, finished_at=finished,
-            medverify_version=version, config=json.loads(config), models=json.loads(models),
-            prompt_versions=json.loads(prompts), kb_snapshot=snapshot,
+            id=run_id,
+            kind=kind,
+            status=status,
+            created_at=created,
+            finished_at=finished,
+            medverify_version=version,
+            config=json.loads(config),
+            models=json.loads(models),
+            prompt_versions=json.loads(prompts),
+            kb_snapshot=snapshot,
             usage={k: Usage.model_validate(v) for k, v in json.loads(usage).items()},
-            error=error, n_answers=n_answers, n_claims=n_claims,
+            error=error,
+            n_answers=n_answers,
+            n_claims=n_claims,
         )
 
 

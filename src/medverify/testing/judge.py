@@ -44,14 +44,24 @@ def judge_reply(prompt: str, rule: Rule) -> str:
     for label, text in claims.items():
         supported, contradicted = rule(text, passages)
         first = next(iter(passages), None)
-        results.append({
-            "claim_id": label,
-            "factual": {"reasoning": "scripted", "supported": supported,
-                        "passage": first if supported else None, "quote": None},
-            "counterfactual": {"negation": f"not: {text}", "reasoning": "scripted",
-                               "contradicted": contradicted,
-                               "passage": first if contradicted else None, "quote": None},
-        })
+        results.append(
+            {
+                "claim_id": label,
+                "factual": {
+                    "reasoning": "scripted",
+                    "supported": supported,
+                    "passage": first if supported else None,
+                    "quote": None,
+                },
+                "counterfactual": {
+                    "negation": f"not: {text}",
+                    "reasoning": "scripted",
+                    "contradicted": contradicted,
+                    "passage": first if contradicted else None,
+                    "quote": None,
+                },
+            }
+        )
     return json.dumps({"results": results})
 
 
@@ -70,8 +80,12 @@ def scripted_judge(rule: Rule) -> Callable[[ChatRequest | dict[str, Any]], str]:
 def keyword_rule(supported: str = "", contradicted: str = "") -> Rule:
     """A rule for examples: a claim is supported when it contains ``supported`` and
     contradicted when it contains ``contradicted`` (case-insensitive; empty never matches)."""
+
     def rule(claim: str, _passages: dict[str, str]) -> Decision:
         text = claim.casefold()
-        return (bool(supported) and supported.casefold() in text,
-                bool(contradicted) and contradicted.casefold() in text)
+        return (
+            bool(supported) and supported.casefold() in text,
+            bool(contradicted) and contradicted.casefold() in text,
+        )
+
     return rule
