@@ -5,7 +5,8 @@
    Target: <= 2 ms per claim.
 2. 200 claims judged one per call against a local OpenAI-compatible server with 200 ms
    latency and concurrency 16. Ideal wall time = ceil(200 / 16) x 0.2 s = 2.6 s.
-   Target: wall time (judging) <= 1.3 x ideal.
+   Target: wall time <= 1.3 x ideal. The wall time includes retrieval (hash embedder), which
+   the pipeline overlaps with judge calls.
 
 Usage: python benchmarks/bench_pipeline.py [--out benchmarks/results/pipeline.json]
 """
@@ -112,8 +113,6 @@ async def fanout(
         calls = len(server.requests)
         peak = server.max_in_flight
     ideal = math.ceil(calls / concurrency) * latency
-    judging = wall - timed.seconds
-    errors = report.metrics.n_errors
     return {
         "claims": N_CLAIMS,
         "calls": calls,
@@ -121,12 +120,10 @@ async def fanout(
         "concurrency": concurrency,
         "max_in_flight": peak,
         "wall_s": wall,
-        "retrieval_s": timed.seconds,
-        "judging_wall_s": judging,
         "ideal_s": ideal,
-        "ratio": judging / ideal,
-        "ratio_including_retrieval": wall / ideal,
-        "errors": errors,
+        "ratio": wall / ideal,
+        "retrieval_s_overlapped": timed.seconds,
+        "errors": report.metrics.n_errors,
         "target_ratio": 1.3,
     }
 

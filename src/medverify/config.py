@@ -51,6 +51,7 @@ class RetrievalSettings(_Section):
     mode: Literal["hybrid", "lexical", "dense"] = "hybrid"
     candidates: int = Field(50, ge=1)
     rrf_k: int = Field(60, ge=1)
+    batch: int = Field(16, ge=1)
 
 
 class Config(_Section):

@@ -124,8 +124,19 @@ class Checker:
                 f"{self.config.max_claims} were checked (max_claims)"
             )
             claims = claims[: self.config.max_claims]
-        passages = await self._retrieve(claims)
-        return await self._judge(claims, passages), errors
+        return await self._retrieve_and_judge(claims), errors
+
+    async def _retrieve_and_judge(self, claims: Sequence[Claim]) -> list[ClaimResult]:
+        """Retrieve evidence in groups and start judging each group as soon as its evidence
+        is in, so retrieval (CPU) overlaps with judge calls (I/O)."""
+        group = self.config.retrieval.batch
+        async with asyncio.TaskGroup() as tasks:
+            pending = []
+            for start in range(0, len(claims), group):
+                part = claims[start : start + group]
+                passages = await self._retrieve(part)
+                pending.append(tasks.create_task(self._judge(part, passages)))
+        return [result for task in pending for result in task.result()]
 
     async def _retrieve(self, claims: Sequence[Claim]) -> list[list[Passage]]:
         if not claims:
