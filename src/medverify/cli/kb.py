@@ -1,0 +1,109 @@
+"""``medverify kb``: build, search and inspect a knowledge base."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import click
+from rich.progress import Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
+
+from medverify.cli import main
+from medverify.cli._common import console
+from medverify.config import KBSettings
+from medverify.kb import KnowledgeBase, LoadReport, iter_documents
+from medverify.kb.store import MODES, IngestStats
+from medverify.records import Passage
+
+KB_DIR = click.Path(path_type=Path, file_okay=False)
+
+
+@main.group("kb")
+def kb_group() -> None:
+    """Build, search and inspect a knowledge base."""
+
+
+@kb_group.command("ingest")
+@click.argument("paths", nargs=-1, required=True, type=click.Path(exists=True, path_type=Path))
+@click.option("--kb", "kb_dir", required=True, type=KB_DIR, help="Knowledge base directory.")
+@click.option("--embedder", help="Embedder name (all-MiniLM-L6-v2, hash) or model directory.")
+@click.option("--chunk-tokens", type=click.IntRange(16), help="Tokens per chunk (default 512).")
+@click.option("--chunk-overlap", type=click.IntRange(0), help="Overlap in tokens (default 100).")
+@click.option("--limit", type=click.IntRange(1), help="Ingest at most N documents.")
+def ingest(paths: tuple[Path, ...], kb_dir: Path, embedder: str | None,
+           chunk_tokens: int | None, chunk_overlap: int | None, limit: int | None) -> None:
+    """Load, chunk, embed and store documents (txt, md, html, pdf, MedQuAD xml, jsonl)."""
+    given = {k: v for k, v in {"chunk_tokens": chunk_tokens,
+                               "chunk_overlap": chunk_overlap}.items() if v is not None}
+    settings = KBSettings(**given) if given else None  # an existing KB keeps its own
+    report = LoadReport()
+    with KnowledgeBase.open_or_create(kb_dir, settings, embedder) as kb:
+        stats = _ingest_with_progress(kb, iter_documents(paths, report, limit))
+        summary = kb.stats()
+    for skipped in report.skipped[:20]:
+        console.print(f"[yellow]skipped[/] {skipped.path}: {skipped.reason}")
+    if len(report.skipped) > 20:
+        console.print(f"... and {len(report.skipped) - 20} more skipped")
+    if report.files_with_replacements:
+        console.print(f"{report.replaced_chars} undecodable bytes replaced in "
+                      f"{report.files_with_replacements} files")
+    click.echo(f"added {stats.documents_added} documents ({stats.chunks_added} chunks), "
+               f"updated {stats.documents_updated}, unchanged {stats.documents_unchanged}, "
+               f"skipped {len(report.skipped)} in {stats.seconds:.1f}s; KB now has "
+               f"{summary.documents} documents, {summary.chunks} chunks "
+               f"[{summary.snapshot_id}]")
+
+
+def _ingest_with_progress(kb: KnowledgeBase, documents: object) -> IngestStats:
+    columns = (SpinnerColumn(), TextColumn("{task.description}"), TimeElapsedColumn())
+    with Progress(*columns, console=console, transient=True,
+                  disable=not console.is_terminal) as bar:
+        task = bar.add_task("ingesting", total=None)
+
+        def update(stats: IngestStats) -> None:
+            bar.update(task, description=f"ingesting: {stats.documents_seen} documents, "
+                                         f"{stats.chunks_added} new chunks")
+
+        return kb.ingest(documents, progress=update)  # type: ignore[arg-type]
+
+
+@kb_group.command("search")
+@click.option("--kb", "kb_dir", required=True, type=KB_DIR, help="Knowledge base directory.")
+@click.argument("query")
+@click.option("-k", "k", type=click.IntRange(1), default=7, show_default=True)
+@click.option("--mode", type=click.Choice(MODES), default="hybrid", show_default=True)
+@click.option("--json", "as_json", is_flag=True, help="Print passages as JSON.")
+def search(kb_dir: Path, query: str, k: int, mode: str, as_json: bool) -> None:
+    """Search the knowledge base."""
+    with KnowledgeBase.open(kb_dir) as kb:
+        passages = kb.search(query, k=k, mode=mode)  # type: ignore[arg-type]
+    if as_json:
+        click.echo(json.dumps([p.model_dump(mode="json") for p in passages], indent=2))
+        return
+    if not passages:
+        click.echo("no passages found")
+    for rank, passage in enumerate(passages, start=1):
+        click.echo(_format_passage(rank, passage))
+
+
+def _format_passage(rank: int, passage: Passage) -> str:
+    scores = " ".join(f"{name}={value:.3f}" for name, value in passage.scores.items())
+    text = " ".join(passage.text.split())
+    snippet = text[:300] + ("..." if len(text) > 300 else "")
+    head = f"{rank}. [{passage.id}] {passage.title or ''}".rstrip()
+    where = f"   {passage.url}\n" if passage.url else ""
+    return f"{head}\n{where}   ({scores})\n   {snippet}\n"
+
+
+@kb_group.command("stats")
+@click.option("--kb", "kb_dir", required=True, type=KB_DIR, help="Knowledge base directory.")
+@click.option("--json", "as_json", is_flag=True, help="Print statistics as JSON.")
+def stats(kb_dir: Path, as_json: bool) -> None:
+    """Show size, settings and snapshot id of a knowledge base."""
+    with KnowledgeBase.open(kb_dir) as kb:
+        summary = kb.stats()
+    if as_json:
+        click.echo(summary.model_dump_json(indent=2))
+        return
+    for name, value in summary.model_dump().items():
+        click.echo(f"{name:15} {value}")

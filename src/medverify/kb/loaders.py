@@ -1,0 +1,294 @@
+"""Document loaders: files and directories in, a stream of :class:`Document` out.
+
+Formats: plain text (.txt), Markdown (.md), HTML (.html/.htm, trafilatura with a plain
+fallback), PDF (pypdf), MedQuAD XML (.xml) and JSONL corpora (.jsonl, one
+``{doc_id, title, text[, url, source]}`` object per line). Directories are walked in
+sorted order. Problems (binary files, corrupt or encrypted PDFs, empty documents, bad
+JSONL lines) are recorded in a :class:`LoadReport` and skipped; nothing here raises for
+one bad file. Loaders are generators: a corpus is never held in memory.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import re
+import xml.etree.ElementTree as ET
+from collections.abc import Callable, Iterable, Iterator
+from html.parser import HTMLParser
+from pathlib import Path
+from typing import ClassVar
+
+from pydantic import BaseModel, Field
+
+from medverify.records import Document
+
+log = logging.getLogger(__name__)
+
+TEXT_SUFFIXES = {".txt", ".text"}
+MARKDOWN_SUFFIXES = {".md", ".markdown"}
+HTML_SUFFIXES = {".html", ".htm", ".xhtml"}
+SNIFF_BYTES = 8192
+
+
+class SkippedFile(BaseModel):
+    path: str
+    reason: str
+
+
+class LoadReport(BaseModel):
+    """What the loaders saw: files read, documents yielded, files skipped and why."""
+
+    files: int = 0
+    documents: int = 0
+    skipped: list[SkippedFile] = Field(default_factory=list)
+    files_with_replacements: int = 0
+    replaced_chars: int = 0
+
+    def skip(self, path: Path | str, reason: str) -> None:
+        self.skipped.append(SkippedFile(path=str(path), reason=reason))
+        log.info("skipped %s: %s", path, reason)
+
+
+def iter_documents(paths: Iterable[str | Path], report: LoadReport | None = None,
+                   limit: int | None = None) -> Iterator[Document]:
+    """Yield documents from files and directories (walked recursively, sorted)."""
+    report = report if report is not None else LoadReport()
+    count = 0
+    for root in paths:
+        for path, doc_prefix in _walk(Path(root), report):
+            for doc in _load_file(path, doc_prefix, report):
+                if limit is not None and count >= limit:
+                    return
+                report.documents += 1
+                count += 1
+                yield doc
+
+
+def _walk(root: Path, report: LoadReport) -> Iterator[tuple[Path, str]]:
+    if root.is_file():
+        yield root, root.name
+    elif root.is_dir():
+        for path in sorted(p for p in root.rglob("*") if p.is_file()):
+            if not any(part.startswith(".") for part in path.relative_to(root).parts):
+                yield path, f"{root.name}/{path.relative_to(root).as_posix()}"
+    else:
+        report.skip(root, "no such file or directory")
+
+
+def _load_file(path: Path, doc_id: str, report: LoadReport) -> Iterator[Document]:
+    report.files += 1
+    suffix = path.suffix.lower()
+    loader = _LOADERS.get(suffix)
+    if loader is None:
+        loader = _load_text
+    if suffix != ".pdf" and _is_binary(path):
+        report.skip(path, "binary file (not a supported text, HTML, PDF, XML or JSONL file)")
+        return
+    yield from loader(path, doc_id, report)
+
+
+def _is_binary(path: Path) -> bool:
+    with path.open("rb") as handle:
+        return b"\x00" in handle.read(SNIFF_BYTES)
+
+
+def read_text(path: Path, report: LoadReport) -> str:
+    """Decode as UTF-8; undecodable bytes become U+FFFD and are counted."""
+    raw = path.read_bytes()
+    try:
+        return raw.decode("utf-8-sig")
+    except UnicodeDecodeError:
+        text = raw.decode("utf-8", errors="replace")
+        replaced = text.count("\ufffd") - raw.decode("utf-8", "ignore").count("\ufffd")
+        report.files_with_replacements += 1
+        report.replaced_chars += replaced
+        log.warning("%s: %d undecodable bytes replaced", path, replaced)
+        return text
+
+
+def _document(path: Path, doc_id: str, text: str, title: str | None,
+              report: LoadReport, **extra: str | None) -> Iterator[Document]:
+    if not text.strip():
+        report.skip(path, "no text")
+        return
+    yield Document(doc_id=doc_id, text=text, title=title or path.stem, **extra)
+
+
+def _load_text(path: Path, doc_id: str, report: LoadReport) -> Iterator[Document]:
+    yield from _document(path, doc_id, read_text(path, report), path.stem, report)
+
+
+_MD_HEADING = re.compile(r"^\s{0,3}#{1,6}\s+(.+?)\s*#*\s*$", re.MULTILINE)
+
+
+def _load_markdown(path: Path, doc_id: str, report: LoadReport) -> Iterator[Document]:
+    text = read_text(path, report)
+    heading = _MD_HEADING.search(text)
+    yield from _document(path, doc_id, text, heading.group(1) if heading else None, report)
+
+
+def _load_html(path: Path, doc_id: str, report: LoadReport) -> Iterator[Document]:
+    html = read_text(path, report)
+    text = html_to_text(html)
+    yield from _document(path, doc_id, text, html_title(html), report)
+
+
+def html_to_text(html: str) -> str:
+    """Main text via trafilatura; all visible text when trafilatura finds none."""
+    import trafilatura
+
+    try:
+        text = trafilatura.extract(html, include_comments=False) or ""
+    except Exception as exc:  # trafilatura raises many types on odd markup
+        log.info("trafilatura failed (%s); using the plain-text fallback", exc)
+        text = ""
+    return text if text.strip() else _visible_text(html)
+
+
+class _TextCollector(HTMLParser):
+    _HIDDEN: ClassVar[frozenset[str]] = frozenset(
+        {"script", "style", "noscript", "template", "head"})
+
+    def __init__(self) -> None:
+        super().__init__(convert_charrefs=True)
+        self.parts: list[str] = []
+        self.title: str | None = None
+        self._hidden = 0
+        self._in_title = False
+
+    def handle_starttag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
+        self._hidden += tag in self._HIDDEN
+        self._in_title = self._in_title or tag == "title"
+
+    def handle_endtag(self, tag: str) -> None:
+        self._hidden -= tag in self._HIDDEN and self._hidden > 0
+        self._in_title = self._in_title and tag != "title"
+
+    def handle_data(self, data: str) -> None:
+        if self._in_title and self.title is None and data.strip():
+            self.title = data.strip()
+        elif not self._hidden and data.strip():
+            self.parts.append(data.strip())
+
+
+def _collect(html: str) -> _TextCollector:
+    collector = _TextCollector()
+    collector.feed(html)
+    collector.close()
+    return collector
+
+
+def _visible_text(html: str) -> str:
+    return "\n".join(_collect(html).parts)
+
+
+def html_title(html: str) -> str | None:
+    return _collect(html).title
+
+
+def _load_pdf(path: Path, doc_id: str, report: LoadReport) -> Iterator[Document]:
+    text, title = _pdf_text(path, report)
+    if text is not None:
+        yield from _document(path, doc_id, text, title, report)
+
+
+def _pdf_text(path: Path, report: LoadReport) -> tuple[str | None, str | None]:
+    from pypdf import PdfReader
+
+    try:
+        reader = PdfReader(str(path))
+        if reader.is_encrypted and not reader.decrypt(""):
+            report.skip(path, "encrypted PDF (no password support)")
+            return None, None
+        pages = [page.extract_text() or "" for page in reader.pages]
+        title = reader.metadata.title if reader.metadata else None
+    except Exception as exc:  # pypdf raises many error types on damaged files
+        report.skip(path, f"unreadable PDF ({type(exc).__name__}: {exc})")
+        return None, None
+    return "\n\n".join(p.strip() for p in pages if p.strip()), title
+
+
+# MedQuAD ships two XML shapes: <Document id source url><Focus/><QAPairs><QAPair>
+# <Question/><Answer/> and a few lower-case files <doc docid corpus url><doctitle-focus/>
+# <qaPairs><pair><question/><answer/>.
+_MEDQUAD_SHAPES = {
+    "Document": ("id", "source", "Focus", "QAPair", "Question", "Answer"),
+    "doc": ("docid", "corpus", "doctitle-focus", "pair", "question", "answer"),
+}
+
+
+def _load_medquad(path: Path, doc_id: str, report: LoadReport) -> Iterator[Document]:
+    try:
+        root = ET.parse(path).getroot()
+    except ET.ParseError as exc:
+        report.skip(path, f"invalid XML ({exc})")
+        return
+    shape = _MEDQUAD_SHAPES.get(root.tag)
+    if shape is None:
+        report.skip(path, f"XML with root <{root.tag}> is not a MedQuAD document")
+        return
+    source_attr, focus_tag = shape[1:3]
+    source = root.get(source_attr)
+    ident = path.stem  # the XML ids repeat across files in a few collections
+    yield from _document(path, f"medquad:{source or 'x'}:{ident}", medquad_text(root, shape),
+                         (root.findtext(focus_tag) or "").strip() or None, report,
+                         url=root.get("url"), source=source)
+
+
+def medquad_text(root: ET.Element, shape: tuple[str, ...] = _MEDQUAD_SHAPES["Document"]) -> str:
+    """QA pairs with a non-empty answer, as ``Question\nAnswer`` blocks."""
+    pair_tag, question_tag, answer_tag = shape[3:]
+    blocks = []
+    for pair in root.iter(pair_tag):
+        question = " ".join((pair.findtext(question_tag) or "").split())
+        answer = (pair.findtext(answer_tag) or "").strip()
+        if answer:
+            blocks.append(f"{question}\n{answer}")
+    return "\n\n".join(blocks)
+
+
+def _load_jsonl(path: Path, doc_id: str, report: LoadReport) -> Iterator[Document]:
+    with path.open("rb") as handle:
+        for number, raw in enumerate(handle, start=1):
+            line = _decode_line(raw, report)
+            if not line.strip():
+                continue
+            doc = _jsonl_document(line, f"{path}:{number}", report)
+            if doc is not None:
+                yield doc
+
+
+def _decode_line(raw: bytes, report: LoadReport) -> str:
+    try:
+        return raw.decode("utf-8")
+    except UnicodeDecodeError:
+        text = raw.decode("utf-8", errors="replace")
+        report.files_with_replacements += 1
+        report.replaced_chars += text.count("\ufffd")
+        return text
+
+
+def _jsonl_document(line: str, where: str, report: LoadReport) -> Document | None:
+    try:
+        obj = json.loads(line)
+        doc_id, text = str(obj["doc_id"]), obj["text"]
+    except (ValueError, KeyError, TypeError) as exc:
+        report.skip(where, f"bad JSONL record ({type(exc).__name__}: {exc})")
+        return None
+    if not isinstance(text, str) or not text.strip():
+        report.skip(where, "no text")
+        return None
+    meta = {k: v for k, v in obj.items() if k not in {"doc_id", "title", "text", "url", "source"}}
+    return Document(doc_id=doc_id, text=text, title=obj.get("title") or None,
+                    url=obj.get("url"), source=obj.get("source"), meta=meta)
+
+
+_LOADERS: dict[str, Callable[[Path, str, LoadReport], Iterator[Document]]] = {
+    **dict.fromkeys(TEXT_SUFFIXES, _load_text),
+    **dict.fromkeys(MARKDOWN_SUFFIXES, _load_markdown),
+    **dict.fromkeys(HTML_SUFFIXES, _load_html),
+    ".pdf": _load_pdf,
+    ".xml": _load_medquad,
+    ".jsonl": _load_jsonl,
+}
