@@ -1,20 +1,8 @@
 #!/usr/bin/env bash
-# The README's main job until the offline demo lands: build the shipped MedQuAD sample
-# knowledge base (idempotent: a second run adds nothing) and search it.
+# The README's main command: `medverify demo` builds (or reuses) a knowledge base from the
+# shipped MedQuAD sample, checks example answers with planted errors using the built-in
+# judge, prints the summaries and writes report.html / report.json. Offline, no key.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 export HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1
-MV=.venv/bin/medverify
-KB=${MEDVERIFY_DEMO_KB:-.medverify-demo/kb}
-SAMPLE=$(.venv/bin/python -c 'from medverify.kb import sample_kb_path; print(sample_kb_path())')
-
-echo "== ingesting the MedQuAD sample ($SAMPLE) into $KB"
-$MV kb ingest "$SAMPLE" --kb "$KB"
-$MV kb stats --kb "$KB"
-for q in "What is the starting dose of metformin?" \
-         "Is acromegaly caused by too much growth hormone?" \
-         "Which vaccine prevents shingles in older adults?"; do
-  echo
-  echo "== kb search: $q"
-  $MV kb search --kb "$KB" -k 3 "$q"
-done
+exec .venv/bin/medverify demo --out "${MEDVERIFY_DEMO_OUT:-medverify-demo}" "$@"

@@ -135,8 +135,10 @@ def test_public_check_records_run_and_uses_cache(kb: KnowledgeBase, tmp_path: Pa
 def test_missing_kb_and_missing_judge_are_config_errors(tmp_path: Path) -> None:
     with pytest.raises(KBError, match="kb ingest"):
         Checker.from_config(Config(kb=tmp_path / "nope", model="fake:x"))
+    # without a model the built-in judge is used; without its weights that says what to do
+    no_weights = Config(kb=tmp_path / "nope", judge_settings={"verifier": tmp_path / "none"})
     with pytest.raises(ConfigError, match="--model"):
-        Checker.from_config(Config(kb=tmp_path / "nope"), kb=object())  # type: ignore[arg-type]
+        Checker.from_config(no_weights, kb=object())  # type: ignore[arg-type]
 
 
 def test_public_api_is_pinned() -> None:

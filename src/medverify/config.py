@@ -54,6 +54,17 @@ class RetrievalSettings(_Section):
     batch: int = Field(16, ge=1)
 
 
+class JudgeSettings(_Section):
+    """Options of the built-in and cascade judges (the LLM judge takes ``claims_per_call``)."""
+
+    verifier: Path | None = None
+    support_threshold: float | None = Field(None, ge=0.0, le=1.0)
+    contradict_threshold: float | None = Field(None, ge=0.0, le=1.0)
+    batch_size: int = Field(32, ge=1)
+    cascade_high: float = Field(0.9, ge=0.0, le=1.0)
+    cascade_low: float = Field(0.1, ge=0.0, le=1.0)
+
+
 class Config(_Section):
     """Everything a check needs to know besides its input."""
 
@@ -69,6 +80,7 @@ class Config(_Section):
     llm: ModelSettings = Field(default_factory=ModelSettings)
     kb_settings: KBSettings = Field(default_factory=KBSettings)
     retrieval: RetrievalSettings = Field(default_factory=RetrievalSettings)
+    judge_settings: JudgeSettings = Field(default_factory=JudgeSettings)
 
     @property
     def judge_name(self) -> str:

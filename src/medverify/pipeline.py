@@ -18,7 +18,7 @@ from pathlib import Path
 from medverify.config import Config
 from medverify.decompose import Decomposer, make_decomposer
 from medverify.errors import ConfigError, InputError, MedverifyError
-from medverify.judge import Judge, JudgeItem, make_judge
+from medverify.judge import Judge, JudgeItem, judge_options, make_judge
 from medverify.kb import KnowledgeBase
 from medverify.llm.facade import Model, UsageLedger, get_model
 from medverify.records import Answer, Claim, ClaimResult, Passage, Report
@@ -75,14 +75,14 @@ class Checker:
                 config.model, config.llm, cache_path=_cache_path(config), ledger=ledger
             )
             owned.append(model)
-        judge_options = {"model": model, "claims_per_call": config.claims_per_call} if model else {}
+        judge_name = config.judge_name
         return cls(
             config=config,
             kb=kb,
             ledger=ledger,
             model=model,
             decomposer=make_decomposer(config.decomposer_name, model),
-            judge=make_judge(config.judge_name, **judge_options),
+            judge=make_judge(judge_name, **judge_options(judge_name, config, model)),
             owned=tuple(owned),
         )
 
@@ -177,7 +177,13 @@ class Checker:
             kb_snapshot=self.kb.snapshot_id,
             usage=self.ledger.as_dict(),
             errors=errors,
+            notes=self._notes(results),
         )
+
+    def _notes(self, results: list[ClaimResult]) -> dict[str, object]:
+        """Judge facts beyond token usage (the cascade's saved calls), when it has any."""
+        notes = getattr(self.judge, "notes", None)
+        return {f"judge.{self.judge.name}": notes(results)} if callable(notes) else {}
 
     async def run(
         self,

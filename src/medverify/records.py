@@ -290,3 +290,8 @@ class Report(_Record):
     kb_snapshot: str | None = None
     usage: dict[str, Usage] = Field(default_factory=dict)
     errors: list[str] = Field(default_factory=list)
+    notes: dict[str, Any] = Field(
+        default_factory=dict,
+        description="Stage facts that are not token usage, by stage name, e.g. "
+        "'judge.cascade': claims settled by the built-in judge and model calls saved.",
+    )

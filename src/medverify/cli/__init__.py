@@ -13,7 +13,7 @@ import click
 
 from medverify.errors import MedverifyError
 
-_COMMAND_MODULES = ("check", "kb", "runs", "eval")
+_COMMAND_MODULES = ("check", "kb", "runs", "eval", "demo", "train")
 
 
 class _Main(click.Group):

@@ -78,7 +78,17 @@ def summary_lines(report: Report) -> list[Text]:
         ),
     ]
     lines.extend(_usage_lines(report))
+    lines.extend(_note_lines(report))
     return lines
+
+
+def _note_lines(report: Report) -> list[Text]:
+    """One line per stage note that carries a human summary (e.g. the cascade's savings)."""
+    return [
+        Text(f"{stage}: {note['summary']}")
+        for stage, note in report.notes.items()
+        if isinstance(note, dict) and isinstance(note.get("summary"), str)
+    ]
 
 
 def _counts_line(report: Report) -> Text:

@@ -1,0 +1,102 @@
+"""``medverify train verifier``: reproducible training of the built-in verifier."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import click
+
+from medverify.cli import main
+
+_ROOT = Path(__file__).resolve().parents[3]
+_DATA = _ROOT.parent / "shared" / "data"
+
+
+@main.group()
+def train() -> None:
+    """Train built-in models from public data."""
+
+
+@train.command("verifier")
+@click.option(
+    "--data-dir",
+    type=click.Path(path_type=Path),
+    default=_DATA / "pairs",
+    show_default=True,
+    help="Folder with checkcovid_train/citint_train/scifact_train.jsonl.",
+)
+@click.option(
+    "--medquad-dir",
+    type=click.Path(path_type=Path),
+    default=_DATA / "raw" / "medquad",
+    show_default=True,
+    help="MedQuAD XML folder for synthetic pairs (skipped if absent).",
+)
+@click.option(
+    "--out",
+    type=click.Path(path_type=Path),
+    default=None,
+    help="Output weights folder (default: the package's shipped weights folder).",
+)
+@click.option("--epochs", type=int, default=3, show_default=True)
+@click.option("--seed", type=int, default=13, show_default=True)
+@click.option("--threads", type=int, default=2, show_default=True)
+@click.option("--n-layers", type=int, default=4, show_default=True, help="Encoder layers kept.")
+@click.option(
+    "--frozen-layers",
+    type=int,
+    default=3,
+    show_default=True,
+    help="Lower layers kept frozen (their outputs are cached once).",
+)
+@click.option("--lr-layers", type=float, default=1e-4, show_default=True)
+@click.option("--lr-head", type=float, default=1e-3, show_default=True)
+@click.option("--smoke", is_flag=True, help="Tiny run (few rows, 1 epoch, 1 layer) for testing.")
+def verifier(
+    data_dir: Path,
+    medquad_dir: Path,
+    out: Path | None,
+    epochs: int,
+    seed: int,
+    threads: int,
+    n_layers: int,
+    frozen_layers: int,
+    lr_layers: float,
+    lr_head: float,
+    smoke: bool,
+) -> None:
+    """Fine-tune the 3-way claim verifier on the allowed train splits."""
+    from medverify.errors import InputError
+    from medverify.verifier.infer import DEFAULT_WEIGHTS
+    from medverify.verifier.train import TrainConfig
+    from medverify.verifier.train import train as run_training
+
+    if not data_dir.is_dir():
+        raise InputError(f"training data folder not found: {data_dir}")
+    config = TrainConfig(
+        data_dir=data_dir,
+        medquad_dir=medquad_dir,
+        out=out or DEFAULT_WEIGHTS,
+        epochs=epochs,
+        seed=seed,
+        threads=threads,
+        n_layers=n_layers,
+        frozen_layers=frozen_layers,
+        lr_layers=lr_layers,
+        lr_head=lr_head,
+    )
+    if smoke:
+        config = config.model_copy(
+            update={
+                "limit": 120,
+                "epochs": 1,
+                "medquad_docs": 40,
+                "n_layers": 2,
+                "frozen_layers": 1,
+                "max_tokens": 128,
+            }
+        )
+    report = run_training(config)
+    keys = ("val_macro_f1_argmax", "val_macro_f1_calibrated", "thresholds", "train_seconds")
+    click.echo(json.dumps({k: report[k] for k in keys}, indent=2))

@@ -1,0 +1,383 @@
+"""Evaluations on data with known answers: retrieval (recall@k, MRR) and claim/evidence
+pairs (accuracy, macro-F1, balanced accuracy of a judge).
+
+Retrieval: recall@k and MRR over a corpus and queries with known answers.
+
+Inputs are JSONL files: a corpus of ``{doc_id, title, text}`` and queries of
+``{id, query, relevant: [doc_id, ...]}``. Retrieved chunks are collapsed to documents
+(first occurrence wins) before scoring, so recall@k counts the top-k *documents*.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import json
+import re
+import time
+from collections import Counter
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any, Literal
+
+from pydantic import BaseModel, Field, model_validator
+
+from medverify.config import KBSettings, RetrievalSettings, home
+from medverify.errors import InputError
+from medverify.judge import Judge, JudgeItem
+from medverify.kb.embed import Embedder, get_embedder
+from medverify.kb.loaders import LoadReport, iter_documents
+from medverify.kb.store import MODES, KnowledgeBase, Mode
+from medverify.records import Category, Claim, Passage, Verdict, utcnow
+from medverify.retrieve import dedupe_documents
+
+CHUNKS_PER_DOC = 5
+QUERY_BATCH = 256
+
+
+class Query(BaseModel):
+    id: str
+    query: str
+    relevant: list[str]
+
+
+class ModeResult(BaseModel):
+    """Scores of one retrieval mode."""
+
+    mode: str
+    n_queries: int
+    recall: dict[int, float]
+    mrr: float
+    mrr_depth: int
+    seconds: float
+
+
+class RetrievalEval(BaseModel):
+    """A retrieval evaluation with what it ran on."""
+
+    corpus: str
+    queries: str
+    kb_path: str
+    snapshot_id: str
+    embedder_id: str
+    chunk_tokens: int
+    chunk_overlap: int
+    ks: list[int]
+    results: list[ModeResult]
+    created_at: str = Field(default_factory=lambda: utcnow().isoformat())
+
+    def by_mode(self, mode: str) -> ModeResult:
+        return next(r for r in self.results if r.mode == mode)
+
+
+def load_queries(path: str | Path) -> list[Query]:
+    """Queries with at least one relevant document (others cannot be scored)."""
+    queries = []
+    with Path(path).open(encoding="utf-8") as handle:
+        for number, line in enumerate(handle, start=1):
+            if line.strip():
+                queries.append(_parse_query(line, f"{path}:{number}"))
+    usable = [q for q in queries if q.relevant]
+    if not usable:
+        raise InputError(f"{path} has no queries with relevant documents")
+    return usable
+
+
+def _parse_query(line: str, where: str) -> Query:
+    try:
+        obj = json.loads(line)
+        return Query(id=str(obj.get("id", where)), query=obj["query"],
+                     relevant=[str(r) for r in obj.get("relevant", [])])
+    except (ValueError, KeyError, TypeError) as exc:
+        raise InputError(f"{where}: bad query record ({exc})") from exc
+
+
+def file_hash(path: str | Path) -> str:
+    digest = hashlib.sha256()
+    with Path(path).open("rb") as handle:
+        while block := handle.read(1 << 20):
+            digest.update(block)
+    return digest.hexdigest()[:16]
+
+
+def default_kb_dir(corpus: str | Path, embedder_id: str, settings: KBSettings) -> Path:
+    """A cache directory keyed by corpus content, embedder and chunk settings."""
+    safe = re.sub(r"[^A-Za-z0-9_.-]+", "_", embedder_id)
+    key = f"{file_hash(corpus)}-{safe}-{settings.chunk_tokens}-{settings.chunk_overlap}"
+    return home() / "kb-cache" / key
+
+
+def build_kb(corpus: str | Path, kb_dir: Path, settings: KBSettings,
+             embedder: Embedder, retrieval: RetrievalSettings | None = None) -> KnowledgeBase:
+    """Open the KB at ``kb_dir`` (creating it) and ingest the corpus (idempotent)."""
+    kb = KnowledgeBase.open_or_create(kb_dir, settings, embedder, retrieval)
+    kb.ingest(iter_documents([corpus], LoadReport()))
+    return kb
+
+
+def rank_metrics(ranked: Sequence[Sequence[str]], relevant: Sequence[Sequence[str]],
+                 ks: Sequence[int]) -> tuple[dict[int, float], float]:
+    """recall@k (share of queries with any relevant doc in the top k) and MRR@max(ks)."""
+    depth = max(ks)
+    hits = dict.fromkeys(ks, 0)
+    reciprocal = 0.0
+    for docs, gold in zip(ranked, relevant, strict=True):
+        first = next((i for i, d in enumerate(docs[:depth], start=1) if d in set(gold)), None)
+        if first is not None:
+            reciprocal += 1.0 / first
+            for k in ks:
+                hits[k] += first <= k
+    n = max(len(ranked), 1)
+    return {k: hits[k] / n for k in ks}, reciprocal / n
+
+
+def score_mode(kb: KnowledgeBase, queries: list[Query], mode: Mode,
+               ks: Sequence[int]) -> ModeResult:
+    depth = max(ks)
+    started = time.perf_counter()
+    ranked: list[list[str]] = []
+    for i in range(0, len(queries), QUERY_BATCH):
+        texts = [q.query for q in queries[i:i + QUERY_BATCH]]
+        for passages in kb.search_many(texts, k=depth * CHUNKS_PER_DOC, mode=mode):
+            ranked.append(dedupe_documents(passages, depth))
+    seconds = time.perf_counter() - started
+    recall, mrr = rank_metrics(ranked, [q.relevant for q in queries], ks)
+    return ModeResult(mode=mode, n_queries=len(queries), recall=recall, mrr=mrr,
+                      mrr_depth=depth, seconds=seconds)
+
+
+def evaluate_retrieval(corpus: str | Path, queries: str | Path,
+                       ks: Sequence[int] = (1, 5, 10), modes: Sequence[Mode] = MODES,
+                       kb_dir: str | Path | None = None, settings: KBSettings | None = None,
+                       embedder: Embedder | str | None = None,
+                       retrieval: RetrievalSettings | None = None) -> RetrievalEval:
+    """Build (or reuse) a KB over ``corpus`` and score each mode on ``queries``."""
+    settings = settings or KBSettings()
+    emb = get_embedder(embedder if embedder is not None else settings.embedder)
+    target = Path(kb_dir) if kb_dir else default_kb_dir(corpus, emb.id, settings)
+    query_list = load_queries(queries)
+    ks = sorted(set(ks))
+    with build_kb(corpus, target, settings, emb, retrieval) as kb:
+        results = [score_mode(kb, query_list, mode, ks) for mode in modes]
+        return RetrievalEval(corpus=str(corpus), queries=str(queries), kb_path=str(target),
+                             snapshot_id=kb.snapshot_id, embedder_id=kb.embedder_id,
+                             chunk_tokens=kb.settings.chunk_tokens,
+                             chunk_overlap=kb.settings.chunk_overlap, ks=ks, results=results)
+
+
+# ---- claim/evidence pairs ------------------------------------------------------------------
+#
+# The shared pairs format: one JSON object per line, {id, dataset, claim, evidence, label,
+# labels}. ``labels`` is "3-way" (SUPPORTED / CONTRADICTED / NOT_ENOUGH_INFO) or "2-way"
+# (SUPPORTED / NOT_SUPPORTED). Each pair is judged as one claim with one passage (the
+# evidence) through the normal judge, and the judge's category is mapped back to a label
+# (see :func:`predicted_label`).
+
+THREE_WAY = ("SUPPORTED", "CONTRADICTED", "NOT_ENOUGH_INFO")
+TWO_WAY = ("SUPPORTED", "NOT_SUPPORTED")
+JUDGMENT_ERROR = "JUDGMENT_ERROR"
+ERROR = "ERROR"
+PAIR_CHUNK = 256
+
+_CATEGORY_LABEL = {
+    Category.FACT: "SUPPORTED",
+    Category.HALLUCINATION: "CONTRADICTED",
+    Category.COVERAGE_GAP: "NOT_ENOUGH_INFO",
+}
+
+
+class Pair(BaseModel):
+    """One labelled claim/evidence pair."""
+
+    id: str
+    dataset: str = ""
+    claim: str
+    evidence: str
+    label: str
+    labels: Literal["3-way", "2-way"] = "3-way"
+
+    @model_validator(mode="after")
+    def _known_label(self) -> Pair:
+        allowed = THREE_WAY if self.labels == "3-way" else TWO_WAY
+        if self.label not in allowed:
+            raise ValueError(f"label {self.label!r} is not one of {allowed} ({self.labels})")
+        return self
+
+
+class PairScores(BaseModel):
+    """Scores of one file (or of all files pooled).
+
+    Metrics count the *scored* pairs: errors and unresolved judgment errors are counted
+    apart. 3-way metrics only for 3-way files: accuracy, and macro-F1 and balanced accuracy
+    averaged over the labels present in gold (``medverify.verifier.metrics``, the same
+    definitions as the verifier's model card); SUPPORTED-versus-rest balanced accuracy for
+    every file, folding CONTRADICTED and NOT_ENOUGH_INFO. ``confusion`` maps gold label ->
+    predicted label -> count; ``decided_by`` counts verdicts by the kind of judge that gave
+    them (``builtin`` / ``llm``: with the cascade judge, ``llm`` is the model calls not
+    saved, one pair being one claim)."""
+
+    name: str
+    datasets: list[str]
+    labels: str
+    n: int
+    n_scored: int
+    n_errors: int
+    n_judgment_errors: int
+    accuracy: float | None = None
+    macro_f1: float | None = None
+    balanced_accuracy: float | None = None
+    per_class: dict[str, dict[str, float]] = Field(default_factory=dict)
+    supported_vs_rest_balanced_accuracy: float | None
+    confusion: dict[str, dict[str, int]]
+    decided_by: dict[str, int] = Field(default_factory=dict)
+    seconds: float
+    pairs_per_second: float
+
+
+class PairsEval(BaseModel):
+    """A pairs evaluation: one entry per file, plus everything pooled when several."""
+
+    judge: str
+    files: list[PairScores]
+    overall: PairScores | None = None
+    limit: int | None = None
+    label_rule: str = (
+        "FACT->SUPPORTED, HALLUCINATION->CONTRADICTED, COVERAGE_GAP->NOT_ENOUGH_INFO; "
+        "JUDGMENT_ERROR->the label with the larger probability for the built-in judge, "
+        "counted apart for the LLM judge; ERROR counted apart"
+    )
+    created_at: str = Field(default_factory=lambda: utcnow().isoformat())
+
+
+def load_pairs(path: str | Path, limit: int | None = None) -> list[Pair]:
+    """The pairs of a JSONL file (the first ``limit`` when given)."""
+    pairs: list[Pair] = []
+    with Path(path).open(encoding="utf-8") as handle:
+        for number, line in enumerate(handle, start=1):
+            if limit is not None and len(pairs) >= limit:
+                break
+            if line.strip():
+                pairs.append(_parse_pair(line, f"{path}:{number}"))
+    if not pairs:
+        raise InputError(f"{path} has no pairs")
+    return pairs
+
+
+def _parse_pair(line: str, where: str) -> Pair:
+    try:
+        return Pair.model_validate_json(line)
+    except ValueError as exc:
+        raise InputError(f"{where}: bad pair record ({exc})") from exc
+
+
+def predicted_label(verdict: Verdict) -> str:
+    """The evidence label a verdict implies, or ``JUDGMENT_ERROR`` / ``ERROR``.
+
+    A judgment error (both analyses hold) of the built-in judge is resolved to SUPPORTED or
+    CONTRADICTED by the larger of its two maxima; one of the LLM judge stays
+    ``JUDGMENT_ERROR`` and is counted apart."""
+    category = verdict.category
+    if category in _CATEGORY_LABEL:
+        return _CATEGORY_LABEL[category]
+    if category == Category.JUDGMENT_ERROR:
+        probs = verdict.probabilities or {}
+        if verdict.judge.startswith("builtin:") and {"SUPPORTED", "CONTRADICTED"} <= set(probs):
+            return "SUPPORTED" if probs["SUPPORTED"] >= probs["CONTRADICTED"] else "CONTRADICTED"
+        return JUDGMENT_ERROR
+    return ERROR
+
+
+def pair_item(pair: Pair) -> JudgeItem:
+    passage = Passage(id=f"{pair.id}#evidence", doc_id=pair.id, text=pair.evidence,
+                      title=pair.dataset or None)
+    return JudgeItem(claim=Claim(id=pair.id, text=pair.claim), passages=[passage])
+
+
+async def judge_pairs(judge: Judge, pairs: Sequence[Pair],
+                      progress: Callable[[int], None] | None = None) -> list[Verdict | None]:
+    """The judge's verdict on each pair (None where it returned none), judged in chunks."""
+    out: list[Verdict | None] = []
+    for start in range(0, len(pairs), PAIR_CHUNK):
+        chunk = pairs[start:start + PAIR_CHUNK]
+        verdicts = {v.claim_id: v for v in await judge.judge([pair_item(p) for p in chunk])}
+        out += [verdicts.get(pair.id) for pair in chunk]
+        if progress is not None:
+            progress(len(chunk))
+    return out
+
+
+def _decider(verdict: Verdict | None) -> str:
+    """Which judge decided: the judge id's kind (``builtin``, ``llm``), ``none`` if missing."""
+    return verdict.judge.split(":", 1)[0] if verdict is not None else "none"
+
+
+def confusion_matrix(gold: Sequence[str], predicted: Sequence[str]) -> dict[str, dict[str, int]]:
+    """gold -> predicted -> count; the three labels are always columns, JUDGMENT_ERROR and
+    ERROR columns appear when predicted."""
+    order = [*THREE_WAY, "NOT_SUPPORTED", JUDGMENT_ERROR, ERROR]
+    rows = [g for g in order if g in set(gold)]
+    columns = [c for c in order if c in THREE_WAY or c in set(predicted)]
+    matrix = {g: dict.fromkeys(columns, 0) for g in rows}
+    for g, p in zip(gold, predicted, strict=True):
+        matrix[g][p] += 1
+    return matrix
+
+
+def score_pairs(name: str, pairs: Sequence[Pair], verdicts: Sequence[Verdict | None],
+                seconds: float) -> PairScores:
+    """All metrics of one set of judged pairs (see :class:`PairScores`)."""
+    # imported here: the verifier package imports torch, which `eval retrieval` never needs
+    from medverify.verifier.metrics import classification_metrics, supported_vs_rest
+
+    gold = [p.label for p in pairs]
+    predicted = [predicted_label(v) if v is not None else ERROR for v in verdicts]
+    kinds = {p.labels for p in pairs}
+    scored = [(g, p) for g, p in zip(gold, predicted, strict=True)
+              if p not in (ERROR, JUDGMENT_ERROR)]
+    sg, sp = [g for g, _ in scored], [p for _, p in scored]
+    scores = PairScores(
+        name=name, datasets=sorted({p.dataset for p in pairs}),
+        labels=kinds.pop() if len(kinds) == 1 else "mixed", n=len(pairs), n_scored=len(scored),
+        n_errors=predicted.count(ERROR), n_judgment_errors=predicted.count(JUDGMENT_ERROR),
+        supported_vs_rest_balanced_accuracy=(
+            supported_vs_rest(sg, sp)["balanced_accuracy"] if scored else None
+        ),
+        confusion=confusion_matrix(gold, predicted),
+        decided_by=dict(Counter(_decider(v) for v in verdicts)), seconds=seconds,
+        pairs_per_second=len(pairs) / seconds if seconds > 0 else 0.0,
+    )
+    if scores.labels == "3-way" and scored:
+        metrics = classification_metrics(sg, sp, THREE_WAY)
+        scores.accuracy = metrics["accuracy"]
+        scores.macro_f1 = metrics["macro_f1"]
+        scores.balanced_accuracy = metrics["balanced_accuracy"]
+        scores.per_class = metrics["per_class"]
+    return scores
+
+
+async def aevaluate_pairs(paths: Sequence[str | Path], judge: Judge, *,
+                          judge_id: str | None = None, limit: int | None = None,
+                          progress: Callable[[int], None] | None = None) -> PairsEval:
+    """Judge every pair of every file and score them, per file and pooled."""
+    loaded = [(Path(p), load_pairs(p, limit)) for p in paths]
+    files: list[PairScores] = []
+    all_pairs: list[Pair] = []
+    all_verdicts: list[Verdict | None] = []
+    total_seconds = 0.0
+    for path, pairs in loaded:
+        started = time.perf_counter()
+        verdicts = await judge_pairs(judge, pairs, progress)
+        seconds = time.perf_counter() - started
+        files.append(score_pairs(path.stem, pairs, verdicts, seconds))
+        all_pairs += pairs
+        all_verdicts += verdicts
+        total_seconds += seconds
+    overall = (score_pairs("all", all_pairs, all_verdicts, total_seconds)
+               if len(files) > 1 else None)
+    name = judge_id or getattr(judge, "judge_id", judge.name)
+    return PairsEval(judge=name, files=files, overall=overall, limit=limit)
+
+
+def evaluate_pairs(paths: Sequence[str | Path], judge: Judge, **options: Any) -> PairsEval:
+    """Synchronous twin of :func:`aevaluate_pairs`."""
+    return asyncio.run(aevaluate_pairs(paths, judge, **options))

@@ -1,0 +1,289 @@
+"""Built-in judge: the shipped cross-encoder verifier, offline, no model calls.
+
+Every (claim, passage) pair of a call is scored in one batched ``predict``; long passages
+are split into windows by the verifier and aggregated there. Per claim, the largest
+P(SUPPORTED) over its passages drives the factual analysis and the largest P(CONTRADICTED)
+the counterfactual one:
+
+- ``factual.holds``        = max_p P(SUPPORTED | claim, p)    >= support threshold
+- ``counterfactual.holds`` = max_p P(CONTRADICTED | claim, p) >= contradict threshold
+
+so the four CHECK categories follow from ``records.categorize`` exactly as for the LLM
+judge. The thresholds are the ones calibrated with the verifier (recorded in its metadata)
+unless overridden. A failure of the verifier makes Verdicts with ``error`` set, never a
+category.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import re
+import threading
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Protocol
+
+import numpy as np
+
+from medverify.errors import ConfigError, MedverifyError
+from medverify.judge import JudgeItem
+from medverify.records import Analysis, Passage, Verdict
+
+log = logging.getLogger(__name__)
+
+LABELS = ("SUPPORTED", "CONTRADICTED", "NOT_ENOUGH_INFO")
+SUPPORTED, CONTRADICTED = 0, 1
+QUOTE_WORDS = 40
+ONE_WINDOW_WORDS = 120  # passages this short fit in one verifier window with the claim
+
+_SENTENCE = re.compile(r"[^.!?\n]+(?:[.!?]+|$)")
+_WORD = re.compile(r"\w+")
+_TOKEN = re.compile(r"\S+")
+
+
+class VerifierLike(Protocol):
+    """What the judge needs from a verifier (``medverify.verifier.Verifier`` or a fake)."""
+
+    id: str
+    thresholds: dict[str, float]
+
+    def predict(self, pairs: Sequence[tuple[str, str]], batch_size: int = 32) -> np.ndarray: ...
+
+
+@dataclass(frozen=True)
+class ClaimScores:
+    """Per-passage probabilities of one claim (rows in ``LABELS`` order), or the error."""
+
+    item: JudgeItem
+    probs: np.ndarray | None = None
+    error: str | None = None
+
+    def best(self, label: int) -> tuple[float, Passage | None]:
+        """The largest probability of ``label`` over the passages, and its passage."""
+        if self.probs is None or not len(self.probs):
+            return 0.0, None
+        row = int(np.argmax(self.probs[:, label]))
+        return float(self.probs[row, label]), self.item.passages[row]
+
+    def maxima(self) -> dict[str, float]:
+        if self.probs is None or not len(self.probs):
+            return dict.fromkeys(LABELS, 0.0)
+        return {name: float(self.probs[:, i].max()) for i, name in enumerate(LABELS)}
+
+
+def load_verifier(path: str | Path | None = None) -> VerifierLike:
+    """The shipped verifier (or the one at ``path``), loaded once per process."""
+    try:
+        from medverify.verifier import get_verifier
+    except ImportError as exc:
+        raise ConfigError(f"the built-in verifier is not installed ({exc})") from exc
+    try:
+        return get_verifier(path)
+    except (MedverifyError, OSError, ValueError, RuntimeError, KeyError) as exc:
+        raise ConfigError(
+            f"cannot load the built-in verifier: {exc}. The built-in judge needs the verifier "
+            "weights shipped in medverify/verifier/weights/ (or [judge_settings] verifier); "
+            "pass --model SPEC to use the LLM judge instead"
+        ) from exc
+
+
+class BuiltinJudge:
+    """Judge claims with the built-in verifier (see the module docstring)."""
+
+    name = "builtin"
+    prompt_version: str | None = None
+
+    def __init__(
+        self,
+        verifier: VerifierLike | None = None,
+        *,
+        path: str | Path | None = None,
+        support_threshold: float | None = None,
+        contradict_threshold: float | None = None,
+        batch_size: int = 32,
+        quotes: bool = True,
+    ) -> None:
+        self.verifier = verifier if verifier is not None else load_verifier(path)
+        self.quotes = quotes  # off: no quote, no second pass over long passages (eval)
+        thresholds = self.verifier.thresholds
+        self.support_threshold = _threshold(support_threshold, thresholds, "support")
+        self.contradict_threshold = _threshold(contradict_threshold, thresholds, "contradict")
+        self.batch_size = batch_size
+        self._lock = threading.Lock()
+
+    @property
+    def judge_id(self) -> str:
+        return f"builtin:{self.verifier.id}"
+
+    async def judge(self, items: Sequence[JudgeItem]) -> list[Verdict]:
+        return [verdict for _, verdict in await self.judge_scored(items)]
+
+    async def judge_scored(self, items: Sequence[JudgeItem]) -> list[tuple[ClaimScores, Verdict]]:
+        """Verdicts with the probabilities behind them (the cascade routes on those)."""
+        scores = await asyncio.to_thread(self.score, items)
+        return await asyncio.to_thread(lambda: [(s, self.verdict(s)) for s in scores])
+
+    def score(self, items: Sequence[JudgeItem]) -> list[ClaimScores]:
+        """Probabilities for every (claim, passage) pair, in one batched predict call."""
+        pairs = [(item.claim.text, p.text) for item in items for p in item.passages]
+        if not pairs:
+            return [ClaimScores(item, np.zeros((0, 3), dtype=np.float32)) for item in items]
+        try:
+            with self._lock:  # one predict at a time: it already uses every core
+                probs = np.asarray(self.verifier.predict(pairs, batch_size=self.batch_size))
+            _check_shape(probs, len(pairs))
+        except Exception as exc:  # a failed model is an ERROR verdict, never a category
+            error = f"built-in verifier failed: {type(exc).__name__}: {exc}"
+            log.warning(error)
+            return [ClaimScores(item, error=error) for item in items]
+        out, start = [], 0
+        for item in items:
+            out.append(ClaimScores(item, probs[start : start + len(item.passages)]))
+            start += len(item.passages)
+        return out
+
+    def verdict(self, scores: ClaimScores) -> Verdict:
+        """The Verdict of one claim from its per-passage probabilities."""
+        item = scores.item
+        base = {
+            "claim_id": item.claim.id,
+            "passage_ids": [p.id for p in item.passages],
+            "judge": self.judge_id,
+        }
+        if scores.error is not None:
+            return Verdict(**base, error=scores.error)
+        if not item.passages:
+            reason = "no evidence passage was retrieved for this claim"
+            no = Analysis(holds=False, reason=reason)
+            return Verdict(**base, factual=no, counterfactual=no.model_copy())
+        return Verdict(
+            **base,
+            factual=self._analysis(scores, SUPPORTED, self.support_threshold),
+            counterfactual=self._analysis(scores, CONTRADICTED, self.contradict_threshold),
+            probabilities=self._probabilities(scores),
+            raw_output=_raw(scores),
+        )
+
+    def _analysis(self, scores: ClaimScores, label: int, threshold: float) -> Analysis:
+        p, passage = scores.best(label)
+        assert passage is not None
+        holds = p >= threshold
+        name = "supported" if label == SUPPORTED else "contradicted"
+        digits = 2 if round(p, 2) != round(threshold, 2) else 3  # never "0.40 below 0.40"
+        reason = (
+            f"P({name})={p:.{digits}f} in passage {_describe(passage)} "
+            f"({'at or above' if holds else 'below'} the threshold {threshold:.{digits}f})"
+        )
+        wanted = holds and self.quotes
+        quote = self._quote(scores.item.claim.text, passage, label) if wanted else None
+        return Analysis(
+            holds=holds,
+            passage_id=passage.id,
+            quote=quote,
+            quote_found=quote_in_passage(quote, passage) if quote else None,
+            reason=reason,
+        )
+
+    def _quote(self, claim: str, passage: Passage, label: int) -> str | None:
+        region = self._deciding_window(claim, passage, label)
+        return best_sentence(claim, passage.text, within=region)
+
+    def _deciding_window(self, claim: str, passage: Passage, label: int) -> str | None:
+        windows = getattr(self.verifier, "predict_windows", None)
+        if windows is None or len(passage.text.split()) <= ONE_WINDOW_WORDS:
+            return None  # a short passage is one window: every sentence competes
+        try:
+            with self._lock:
+                scored = windows(claim, passage.text)
+        except Exception as exc:  # the quote is a convenience: fall back to all sentences
+            log.debug("predict_windows failed: %s", exc)
+            return None
+        if not scored:
+            return None
+        return str(max(scored, key=lambda w: float(w[1][label]))[0])
+
+    def _probabilities(self, scores: ClaimScores) -> dict[str, float]:
+        out = {label: round(p, 4) for label, p in scores.maxima().items()}
+        out["threshold_support"] = self.support_threshold
+        out["threshold_contradict"] = self.contradict_threshold
+        return out
+
+
+def _threshold(override: float | None, thresholds: dict[str, float], key: str) -> float:
+    if override is not None:
+        return float(override)
+    if key not in thresholds:
+        raise ConfigError(f"the verifier records no {key!r} threshold; pass one explicitly")
+    return float(thresholds[key])
+
+
+def _check_shape(probs: np.ndarray, n: int) -> None:
+    if probs.shape != (n, len(LABELS)):
+        raise ValueError(f"expected probabilities of shape ({n}, 3), got {probs.shape}")
+    if not np.all(np.isfinite(probs)):
+        raise ValueError("the verifier returned non-finite probabilities")
+
+
+def _describe(passage: Passage) -> str:
+    return repr(passage.title or passage.doc_id)
+
+
+def _raw(scores: ClaimScores) -> str:
+    """Per-passage probabilities as JSON: the judge's raw output, kept in the run store."""
+    assert scores.probs is not None
+    rows: dict[str, Any] = {
+        p.id: dict(zip(LABELS, (round(float(x), 4) for x in row), strict=True))
+        for p, row in zip(scores.item.passages, scores.probs, strict=True)
+    }
+    return json.dumps({"passages": rows}, ensure_ascii=False)
+
+
+def _normalise(text: str) -> str:
+    return " ".join(text.split()).casefold()
+
+
+def _share_in(words: set[str], region: set[str]) -> float:
+    """The share of ``words`` found in ``region`` (word sets survive a tokenizer's decode)."""
+    return len(words & region) / len(words) if words else 0.0
+
+
+def _words(text: str) -> set[str]:
+    return {w for w in _WORD.findall(text.casefold()) if len(w) > 2}
+
+
+def sentences(text: str) -> list[str]:
+    """Sentences of ``text`` as verbatim slices (split at . ! ? and line ends)."""
+    return [m.group(0).strip() for m in _SENTENCE.finditer(text) if m.group(0).strip()]
+
+
+def truncate_words(text: str, limit: int = QUOTE_WORDS) -> str:
+    """The first ``limit`` words of ``text``, cut inside the original string (verbatim)."""
+    tokens = list(_TOKEN.finditer(text))
+    if len(tokens) <= limit:
+        return text.strip()
+    return text[: tokens[limit - 1].end()].strip()
+
+
+def best_sentence(claim: str, text: str, *, within: str | None = None) -> str | None:
+    """The passage sentence sharing the most words with the claim, truncated to
+    ``QUOTE_WORDS`` words. With ``within`` (the deciding window's text), only sentences
+    that lie mostly inside that window compete (all of them if none does)."""
+    candidates = sentences(text)
+    if within:
+        region = _words(within)
+        inside = [s for s in candidates if _share_in(_words(s), region) >= 0.5]
+        candidates = inside or candidates
+    if not candidates:
+        return None
+    target = _words(claim)
+    best = max(candidates, key=lambda s: (len(target & _words(s)), -len(s)))
+    return truncate_words(best)
+
+
+def quote_in_passage(quote: str, passage: Passage) -> bool:
+    """Whether ``quote`` appears in the passage (whitespace and case normalised)."""
+    needle = _normalise(quote)
+    return bool(needle) and needle in _normalise(passage.text)

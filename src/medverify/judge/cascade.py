@@ -1,0 +1,135 @@
+"""Cascade judge: the built-in verifier settles the claims it is confident about, the LLM
+judge the rest.
+
+A claim is *settled* by the built-in judge when its verdict is
+
+- ``FACT`` with max P(SUPPORTED) >= ``high``, or
+- ``HALLUCINATION`` with max P(CONTRADICTED) >= ``high``, or
+- ``COVERAGE_GAP`` with both maxima <= ``low`` (every passage is clearly off the point).
+
+Everything else (in-between probabilities, ``JUDGMENT_ERROR``, a verifier error) goes to the
+LLM judge. Each Verdict's ``judge`` says which judge decided; LLM verdicts keep the built-in
+probabilities in ``probabilities`` for comparison. :func:`cascade_notes` counts the settled
+claims and the model calls they saved, for ``Report.notes["judge.cascade"]``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from medverify.errors import ConfigError
+from medverify.judge import JudgeItem
+from medverify.judge.builtin import (
+    CONTRADICTED,
+    SUPPORTED,
+    BuiltinJudge,
+    ClaimScores,
+    VerifierLike,
+)
+from medverify.judge.llm import LLMJudge, plan_batches
+from medverify.llm.facade import Model
+from medverify.records import Category, ClaimResult, Verdict
+
+NOTE_KEY = "judge.cascade"
+
+
+class CascadeJudge:
+    """Built-in judge first, LLM judge for the claims it is not confident about."""
+
+    name = "cascade"
+
+    def __init__(
+        self,
+        model: Model | None = None,
+        *,
+        builtin: BuiltinJudge | None = None,
+        llm: LLMJudge | None = None,
+        verifier: VerifierLike | None = None,
+        high: float = 0.9,
+        low: float = 0.1,
+        claims_per_call: int = 4,
+        **builtin_options: Any,
+    ) -> None:
+        if llm is None and model is None:
+            raise ConfigError("the cascade judge needs a model: pass --model SPEC")
+        if not 0.0 <= low <= high <= 1.0:
+            raise ConfigError(f"cascade margins need 0 <= low <= high <= 1, got {low}, {high}")
+        self.builtin = builtin or BuiltinJudge(verifier, **builtin_options)
+        self.llm = llm or LLMJudge(model, claims_per_call=claims_per_call)  # type: ignore[arg-type]
+        self.high = high
+        self.low = low
+
+    @property
+    def prompt_version(self) -> str | None:
+        return self.llm.prompt_version
+
+    @property
+    def judge_id(self) -> str:
+        return f"cascade:{self.builtin.judge_id}+{self.llm.judge_id}"
+
+    def settled(self, scores: ClaimScores, verdict: Verdict) -> bool:
+        """Whether the built-in verdict is confident enough to skip the LLM judge."""
+        if not verdict.ok:
+            return False
+        if not scores.item.passages:
+            return True  # COVERAGE_GAP without a model call, as the LLM judge does
+        p_support, _ = scores.best(SUPPORTED)
+        p_contradict, _ = scores.best(CONTRADICTED)
+        category = verdict.category
+        if category == Category.FACT:
+            return p_support >= self.high
+        if category == Category.HALLUCINATION:
+            return p_contradict >= self.high
+        if category == Category.COVERAGE_GAP:
+            return max(p_support, p_contradict) <= self.low
+        return False
+
+    async def judge(self, items: Sequence[JudgeItem]) -> list[Verdict]:
+        scored = await self.builtin.judge_scored(items)
+        verdicts = [verdict for _, verdict in scored]
+        routed = [i for i, (s, v) in enumerate(scored) if not self.settled(s, v)]
+        if not routed:
+            return verdicts
+        decided = {v.claim_id: v for v in await self.llm.judge([items[i] for i in routed])}
+        for i in routed:
+            verdict = decided.get(items[i].claim.id)
+            if verdict is not None:
+                update = {"probabilities": verdicts[i].probabilities}
+                verdicts[i] = verdict.model_copy(update=update)
+        return verdicts
+
+    def notes(self, results: Sequence[ClaimResult]) -> dict[str, Any]:
+        """What the cascade saved on one answer (see :func:`cascade_notes`)."""
+        return cascade_notes(results, self.builtin.judge_id, self.llm)
+
+
+def cascade_notes(
+    results: Sequence[ClaimResult], builtin_id: str, llm: LLMJudge
+) -> dict[str, Any]:
+    """Claims settled by the built-in judge and the LLM calls that saved.
+
+    ``calls_saved`` = the calls the LLM judge would make for all claims with evidence,
+    minus those it needs for the routed ones, under its own batching rule
+    (``claims_per_call`` claims sharing at most ``max_passages`` passages per call).
+    Claims without evidence never cost a call and are not counted as saved."""
+    items = [JudgeItem(claim=r.claim, passages=r.passages) for r in results
+             if r.verdict is not None]
+    routed = [JudgeItem(claim=r.claim, passages=r.passages) for r in results
+              if r.verdict is not None and not r.verdict.judge.startswith(builtin_id)]
+    all_calls = len(plan_batches(items, llm.claims_per_call, llm.max_passages))
+    needed = len(plan_batches(routed, llm.claims_per_call, llm.max_passages))
+    settled = len(items) - len(routed)
+    return {
+        "claims": len(items),
+        "settled_by_builtin": settled,
+        "sent_to_llm": len(routed),
+        "llm_calls_without_cascade": all_calls,
+        "llm_calls_needed": needed,
+        "calls_saved": all_calls - needed,
+        "summary": (
+            f"{settled} of {len(items)} claims settled by the built-in judge; "
+            f"{all_calls - needed} of {all_calls} LLM judge calls saved"
+        ),
+    }
+

@@ -1,0 +1,151 @@
+"""Inference engine: batched, length-sorted, windowed 3-way probabilities for claim/evidence pairs.
+
+Long evidence is split into windows (:mod:`medverify.verifier.windows`) and every window is
+scored. A pair's probabilities are those of its *deciding window*: the window with the highest
+``max(P(SUPPORTED), P(CONTRADICTED))``, i.e. the most decisive passage wins, and a pair is
+NOT_ENOUGH_INFO only when no window supports or contradicts the claim.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+
+from medverify.verifier.model import LABELS, CrossEncoder, load_model, load_tokenizer
+from medverify.verifier.windows import MAX_CLAIM_TOKENS, make_windows
+
+DEFAULT_WEIGHTS = Path(__file__).resolve().parent / "weights"
+DEFAULT_THRESHOLDS = {"support": 0.5, "contradict": 0.5}
+
+
+def quantize_model(model: CrossEncoder) -> torch.nn.Module:
+    """Dynamic int8 quantisation of the Linear layers (CPU inference)."""
+    import warnings
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        return torch.ao.quantization.quantize_dynamic(model, {torch.nn.Linear}, dtype=torch.qint8)
+
+
+def encode_pairs(tokenizer: Any, pairs: Sequence[tuple[str, str]], max_tokens: int) -> dict:
+    """Tokenise (claim, window) pairs with the claim capped and the window truncated to fit."""
+    claims = [
+        tokenizer.convert_tokens_to_string(tokenizer.tokenize(c)[:MAX_CLAIM_TOKENS])
+        for c, _ in pairs
+    ]
+    return tokenizer(
+        claims,
+        [w for _, w in pairs],
+        truncation="only_second",
+        max_length=max_tokens,
+        padding=True,
+        return_tensors="pt",
+    )
+
+
+def score_windows(
+    model: torch.nn.Module,
+    tokenizer: Any,
+    pairs: Sequence[tuple[str, str]],
+    max_tokens: int,
+    batch_size: int = 32,
+) -> np.ndarray:
+    """(n, 3) float32 softmax probabilities for already-windowed pairs, batched by length."""
+    out = np.zeros((len(pairs), len(LABELS)), dtype=np.float32)
+    if not pairs:
+        return out
+    lengths = [len(c) + len(w) for c, w in pairs]
+    order = np.argsort(lengths, kind="stable")
+    with torch.inference_mode():
+        for start in range(0, len(order), batch_size):
+            idx = order[start : start + batch_size]
+            batch = encode_pairs(tokenizer, [pairs[i] for i in idx], max_tokens)
+            logits = model(batch["input_ids"], batch["attention_mask"], batch["token_type_ids"])
+            out[idx] = torch.softmax(logits.float(), dim=-1).numpy()
+    return out
+
+
+def aggregate(window_probs: np.ndarray) -> np.ndarray:
+    """The probabilities of the deciding window: highest max(P(S), P(C))."""
+    decisive = window_probs[:, :2].max(axis=1)
+    return window_probs[int(np.argmax(decisive))]
+
+
+class Verifier:
+    """The built-in claim verifier (load with :meth:`load` or :func:`get_verifier`)."""
+
+    def __init__(self, model: torch.nn.Module, tokenizer: Any, metadata: dict[str, Any]) -> None:
+        self.model = model
+        self.tokenizer = tokenizer
+        self.metadata = metadata
+        self.max_tokens: int = int(metadata.get("max_tokens", 256))
+        self.thresholds: dict[str, float] = dict(metadata.get("thresholds", DEFAULT_THRESHOLDS))
+        short = str(metadata.get("weights_sha256", ""))[:8]
+        self.id: str = f"{metadata.get('name', 'medverify-verifier-v1')}+{short}"
+
+    @classmethod
+    def load(
+        cls, path: str | Path | None = None, *, device: str = "cpu", quantize: bool = True
+    ) -> Verifier:
+        """Load weights from ``path`` (default: the shipped weights) onto ``device``."""
+        model, meta = load_model(path or DEFAULT_WEIGHTS)
+        model = quantize_model(model) if quantize and device == "cpu" else model.to(device)
+        return cls(model.eval(), load_tokenizer(), meta)
+
+    def predict(self, pairs: Sequence[tuple[str, str]], batch_size: int = 32) -> np.ndarray:
+        """(n, 3) float32 probabilities in LABELS order; windows aggregated per pair."""
+        flat: list[tuple[str, str]] = []
+        owner: list[int] = []
+        for i, (claim, evidence) in enumerate(pairs):
+            for window in make_windows(self.tokenizer, claim, evidence, self.max_tokens):
+                flat.append((claim, window))
+                owner.append(i)
+        probs = score_windows(self.model, self.tokenizer, flat, self.max_tokens, batch_size)
+        owners = np.asarray(owner)
+        out = np.zeros((len(pairs), len(LABELS)), dtype=np.float32)
+        for i in range(len(pairs)):
+            out[i] = aggregate(probs[owners == i])
+        return out
+
+    def predict_windows(self, claim: str, evidence: str) -> list[tuple[str, np.ndarray]]:
+        """(window text, probabilities) for every window of ``evidence``."""
+        windows = make_windows(self.tokenizer, claim, evidence, self.max_tokens)
+        probs = score_windows(
+            self.model, self.tokenizer, [(claim, w) for w in windows], self.max_tokens
+        )
+        return list(zip(windows, probs, strict=True))
+
+    def decide(self, probs: np.ndarray) -> list[str]:
+        """3-way labels from probabilities with the calibrated thresholds."""
+        return decide(probs, self.thresholds)
+
+
+def decide(probs: np.ndarray, thresholds: dict[str, float]) -> list[str]:
+    """SUPPORTED if P(S) >= t_s and P(S) >= P(C); CONTRADICTED if P(C) >= t_c; else NEI."""
+    labels = []
+    for p_s, p_c, _ in np.asarray(probs, dtype=np.float64):
+        if p_s >= thresholds["support"] and p_s >= p_c:
+            labels.append(LABELS[0])
+        elif p_c >= thresholds["contradict"]:
+            labels.append(LABELS[1])
+        else:
+            labels.append(LABELS[2])
+    return labels
+
+
+_CACHE: dict[str, Verifier] = {}
+_LOCK = threading.Lock()
+
+
+def get_verifier(path: str | Path | None = None) -> Verifier:
+    """Process-wide cached :class:`Verifier` (loaded once per process and path)."""
+    key = str(Path(path or DEFAULT_WEIGHTS).resolve())
+    with _LOCK:
+        if key not in _CACHE:
+            _CACHE[key] = Verifier.load(key)
+        return _CACHE[key]

@@ -1,0 +1,201 @@
+from __future__ import annotations
+
+import asyncio
+import json
+from collections.abc import Sequence
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from medverify.config import Config
+from medverify.errors import ConfigError
+from medverify.judge import JudgeItem, judge_options, make_judge
+from medverify.judge.builtin import BuiltinJudge, best_sentence, truncate_words
+from medverify.records import Category, Claim, Passage
+from medverify.testing.verifier import FailingVerifier, LexicalVerifier
+
+METFORMIN = Passage(
+    id="met#0",
+    doc_id="met",
+    title="Metformin",
+    text="Metformin is a first-line medicine for type 2 diabetes. The usual starting dose "
+    "is 500 mg once or twice daily with meals.",
+)
+ASPIRIN = Passage(
+    id="asp#0",
+    doc_id="asp",
+    title="Aspirin",
+    text="Low-dose aspirin reduces the risk of heart attack in some adults.",
+)
+
+
+class TableVerifier:
+    """Returns fixed probabilities per (claim, passage text) and counts predict calls."""
+
+    id = "table"
+
+    def __init__(self, table: dict[tuple[str, str], list[float]]) -> None:
+        self.thresholds = {"support": 0.5, "contradict": 0.6}
+        self.table = table
+        self.calls: list[int] = []
+
+    def predict(self, pairs: Sequence[tuple[str, str]], batch_size: int = 32) -> np.ndarray:
+        self.calls.append(len(pairs))
+        return np.asarray([self.table[p] for p in pairs], dtype=np.float32)
+
+
+def _item(cid: str, text: str, *passages: Passage) -> JudgeItem:
+    return JudgeItem(claim=Claim(id=cid, text=text), passages=list(passages))
+
+
+def _judge(judge: BuiltinJudge, items: list[JudgeItem]):  # type: ignore[no-untyped-def]
+    return asyncio.run(judge.judge(items))
+
+
+def test_four_categories_from_thresholds_in_one_predict_call() -> None:
+    fact, hall, both, gap = "fact", "hall", "both", "gap"
+    table = {
+        (fact, METFORMIN.text): [0.9, 0.05, 0.05],
+        (fact, ASPIRIN.text): [0.1, 0.1, 0.8],
+        (hall, METFORMIN.text): [0.1, 0.7, 0.2],
+        (both, METFORMIN.text): [0.55, 0.1, 0.35],
+        (both, ASPIRIN.text): [0.1, 0.65, 0.25],
+        (gap, ASPIRIN.text): [0.3, 0.3, 0.4],
+    }
+    verifier = TableVerifier(table)
+    judge = BuiltinJudge(verifier)
+    items = [
+        _item("c1", fact, METFORMIN, ASPIRIN),
+        _item("c2", hall, METFORMIN),
+        _item("c3", both, METFORMIN, ASPIRIN),
+        _item("c4", gap, ASPIRIN),
+    ]
+    verdicts = _judge(judge, items)
+    assert verifier.calls == [6]  # every pair of the call in one batched predict
+    assert [v.category for v in verdicts] == [
+        Category.FACT,
+        Category.HALLUCINATION,
+        Category.JUDGMENT_ERROR,
+        Category.COVERAGE_GAP,
+    ]
+    first = verdicts[0]
+    assert first.judge == "builtin:table" and first.prompt_version is None
+    assert first.factual is not None and first.factual.passage_id == "met#0"
+    assert "P(supported)=0.90" in (first.factual.reason or "")
+    assert "'Metformin'" in (first.factual.reason or "")
+    assert first.probabilities is not None
+    assert first.probabilities["SUPPORTED"] == pytest.approx(0.9)
+    assert first.probabilities["NOT_ENOUGH_INFO"] == pytest.approx(0.8)
+    raw = json.loads(first.raw_output or "{}")
+    assert raw["passages"]["asp#0"]["NOT_ENOUGH_INFO"] == pytest.approx(0.8)
+    assert verdicts[2].counterfactual is not None
+    assert verdicts[2].counterfactual.passage_id == "asp#0"
+
+
+def test_threshold_overrides_change_the_decision() -> None:
+    table = {("c", METFORMIN.text): [0.55, 0.1, 0.35]}
+    strict = BuiltinJudge(TableVerifier(table), support_threshold=0.6)
+    assert _judge(strict, [_item("c1", "c", METFORMIN)])[0].category == Category.COVERAGE_GAP
+    lenient = BuiltinJudge(TableVerifier(table), support_threshold=0.5)
+    assert _judge(lenient, [_item("c1", "c", METFORMIN)])[0].category == Category.FACT
+
+
+def test_quote_is_the_best_sentence_verbatim_and_found() -> None:
+    judge = BuiltinJudge(LexicalVerifier())
+    claim = "Metformin is a first-line medicine for type 2 diabetes."
+    verdict = _judge(judge, [_item("c1", claim, METFORMIN)])[0]
+    assert verdict.category == Category.FACT
+    assert verdict.factual is not None
+    assert verdict.factual.quote == "Metformin is a first-line medicine for type 2 diabetes."
+    assert verdict.factual.quote_found is True
+    assert verdict.counterfactual is not None and verdict.counterfactual.quote is None
+    quiet = BuiltinJudge(LexicalVerifier(), quotes=False)
+    unquoted = _judge(quiet, [_item("c1", claim, METFORMIN)])[0]
+    assert unquoted.category == Category.FACT and unquoted.factual.quote is None  # type: ignore[union-attr]
+
+
+def test_wrong_dose_is_contradicted_with_the_dose_sentence_quoted() -> None:
+    judge = BuiltinJudge(LexicalVerifier())
+    claim = "The usual starting dose of metformin is 5000 mg daily."
+    verdict = _judge(judge, [_item("c1", claim, METFORMIN)])[0]
+    assert verdict.category == Category.HALLUCINATION
+    assert verdict.counterfactual is not None
+    assert (verdict.counterfactual.quote or "").startswith("The usual starting dose is 500 mg")
+
+
+def test_no_passages_is_a_coverage_gap_without_predict() -> None:
+    verifier = LexicalVerifier()
+    verdict = _judge(BuiltinJudge(verifier), [_item("c1", "anything")])[0]
+    assert verdict.category == Category.COVERAGE_GAP
+    assert verifier.calls == []
+    assert "no evidence" in (verdict.factual.reason or "")  # type: ignore[union-attr]
+
+
+def test_predict_failure_is_an_error_verdict_never_a_category() -> None:
+    verdicts = _judge(BuiltinJudge(FailingVerifier()), [_item("c1", "x", METFORMIN)])
+    assert verdicts[0].category == Category.ERROR
+    assert "out of memory" in (verdicts[0].error or "")
+
+
+def test_wrong_shape_from_the_verifier_is_an_error() -> None:
+    class Short(TableVerifier):
+        def predict(self, pairs: Sequence[tuple[str, str]], batch_size: int = 32) -> np.ndarray:
+            return np.zeros((1, 3), dtype=np.float32)
+
+    verdicts = _judge(BuiltinJudge(Short({})), [_item("c1", "x", METFORMIN, ASPIRIN)])
+    assert verdicts[0].category == Category.ERROR and "shape" in (verdicts[0].error or "")
+
+
+def test_truncate_keeps_the_original_text_verbatim() -> None:
+    text = "one  two\nthree " + " ".join(f"w{i}" for i in range(50))
+    cut = truncate_words(text, 5)
+    assert cut == "one  two\nthree w0 w1" and cut in text
+    assert best_sentence("zzz", "") is None
+
+
+def test_window_picks_the_region_of_the_quote() -> None:
+    class Windows(LexicalVerifier):
+        def predict_windows(self, claim: str, evidence: str):  # type: ignore[no-untyped-def]
+            return [
+                ("metformin is a first - line medicine", np.array([0.2, 0.1, 0.7])),
+                ("the usual starting dose is 500 mg", np.array([0.95, 0.0, 0.05])),
+            ]
+
+    filler = " ".join(["Metformin is taken with meals by many people with diabetes."] * 20)
+    long = METFORMIN.model_copy(update={"text": f"{METFORMIN.text} {filler}"})
+    quote = BuiltinJudge(Windows())._quote("metformin medicine dose", long, 0)
+    assert quote is not None and quote.startswith("The usual starting dose")
+    # a passage that fits one window needs no second model pass: all sentences compete
+    assert BuiltinJudge(Windows())._deciding_window("x", METFORMIN, 0) is None
+
+
+def test_registry_and_options_from_config(tmp_path: Path) -> None:
+    config = Config(judge_settings={"support_threshold": 0.7, "batch_size": 8})
+    options = judge_options("builtin", config, None)
+    judge = make_judge("builtin", **{**options, "verifier": LexicalVerifier()})
+    assert isinstance(judge, BuiltinJudge)
+    assert judge.support_threshold == 0.7 and judge.contradict_threshold == 0.6
+    assert judge.batch_size == 8
+    with pytest.raises(ConfigError, match="needs a model"):
+        make_judge("cascade", **judge_options("cascade", config, None))
+    with pytest.raises(ConfigError, match="needs a model"):
+        make_judge("llm")
+
+
+def test_shipped_verifier_judges_a_clear_case() -> None:
+    weights = Path(__file__).resolve().parents[1] / "src" / "medverify" / "verifier" / "weights"
+    if not (weights / "verifier.json").is_file():
+        pytest.skip("no verifier weights shipped yet in src/medverify/verifier/weights/")
+    judge = BuiltinJudge()
+    claim = "Low-dose aspirin reduces the risk of heart attack in some adults."
+    verdicts = _judge(judge, [_item("c1", claim, ASPIRIN, METFORMIN)])
+    assert verdicts[0].ok, verdicts[0].error
+    assert verdicts[0].judge.startswith("builtin:")
+    assert verdicts[0].probabilities is not None
+    assert verdicts[0].probabilities["SUPPORTED"] > verdicts[0].probabilities["CONTRADICTED"]
+
+
+def test_missing_weights_is_a_config_error_that_says_what_to_do(tmp_path: Path) -> None:
+    with pytest.raises(ConfigError, match="--model"):
+        BuiltinJudge(path=tmp_path / "no-weights-here")

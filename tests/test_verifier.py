@@ -1,0 +1,238 @@
+"""Tests of the built-in verifier: metrics, windows, data assembly, model round trip, training."""
+
+from __future__ import annotations
+
+import json
+import random
+from pathlib import Path
+
+import numpy as np
+import pytest
+from click.testing import CliRunner
+
+from medverify.errors import ConfigError, InputError
+from medverify.verifier import LABELS, Verifier, decide, save_verifier
+from medverify.verifier import data as vdata
+from medverify.verifier.infer import DEFAULT_WEIGHTS, aggregate
+from medverify.verifier.metrics import classification_metrics, fold_binary, supported_vs_rest
+from medverify.verifier.model import METADATA_FILE, WEIGHTS_FILE, build_model, load_tokenizer
+from medverify.verifier.windows import best_window, make_windows, sentence_spans
+
+S, C, N = LABELS
+
+
+@pytest.fixture(scope="module")
+def tokenizer():
+    return load_tokenizer()
+
+
+def test_metrics_known_values() -> None:
+    gold = [S, S, C, N]
+    pred = [S, C, C, S]
+    m = classification_metrics(gold, pred, LABELS)
+    assert m["accuracy"] == pytest.approx(0.5)
+    assert m["confusion"] == [[1, 1, 0], [0, 1, 0], [1, 0, 0]]
+    f1_s, f1_c = 0.5, 2 / 3
+    assert m["macro_f1"] == pytest.approx((f1_s + f1_c + 0.0) / 3)
+    assert m["balanced_accuracy"] == pytest.approx((0.5 + 1.0 + 0.0) / 3)
+
+
+def test_metrics_ignore_absent_gold_labels() -> None:
+    m = classification_metrics([S, C], [S, N], LABELS)
+    assert m["macro_f1"] == pytest.approx(0.5)  # NEI has no gold support: not averaged
+
+
+def test_fold_binary_and_supported_vs_rest() -> None:
+    assert fold_binary([S, C, N, "NOT_SUPPORTED"]) == [
+        S,
+        "NOT_SUPPORTED",
+        "NOT_SUPPORTED",
+        "NOT_SUPPORTED",
+    ]
+    m = supported_vs_rest([S, C, N, S], [S, N, S, C])
+    assert m["balanced_accuracy"] == pytest.approx((0.5 + 0.5) / 2)
+
+
+def test_decide_uses_thresholds() -> None:
+    probs = np.array([[0.6, 0.3, 0.1], [0.3, 0.45, 0.25], [0.34, 0.33, 0.33]])
+    assert decide(probs, {"support": 0.5, "contradict": 0.4}) == [S, C, N]
+    assert decide(probs, {"support": 0.3, "contradict": 0.5}) == [S, N, S]
+
+
+def test_aggregate_takes_the_deciding_window() -> None:
+    windows = np.array([[0.1, 0.1, 0.8], [0.2, 0.7, 0.1], [0.6, 0.1, 0.3]])
+    assert aggregate(windows).tolist() == pytest.approx([0.2, 0.7, 0.1])
+
+
+def test_windows_fit_and_cover_the_evidence(tokenizer) -> None:
+    claim = "Vitamin D lowers the risk of respiratory infection."
+    evidence = " ".join(
+        f"Sentence number {i} talks about vitamin D and trial {i}." for i in range(80)
+    )
+    windows = make_windows(tokenizer, claim, evidence, max_tokens=64)
+    assert len(windows) > 5
+    for window in windows:
+        assert len(tokenizer(claim, window)["input_ids"]) <= 64
+    assert all(f"trial {i}." in " ".join(windows) for i in range(80))
+
+
+def test_windows_cut_an_overlong_sentence(tokenizer) -> None:
+    evidence = "word " * 300
+    windows = make_windows(tokenizer, "a claim", evidence, max_tokens=64)
+    assert len(windows) >= 5
+    assert all(len(tokenizer("a claim", w)["input_ids"]) <= 64 for w in windows)
+
+
+def test_short_evidence_is_one_window(tokenizer) -> None:
+    assert make_windows(tokenizer, "claim", "Short evidence. Two sentences.") == [
+        "Short evidence. Two sentences."
+    ]
+    assert sentence_spans("A b. C d!\nE") == [(0, 4), (5, 9), (10, 11)]
+
+
+def test_best_window_prefers_overlap() -> None:
+    windows = ["Cats sleep a lot.", "Aspirin reduces fever in adults.", "Dogs bark."]
+    assert best_window("Does aspirin reduce fever?", windows) == windows[1]
+    assert best_window("x", windows, anchor="Dogs bark loudly") == windows[2]
+
+
+def test_perturb_makes_contradictions() -> None:
+    rng = random.Random(0)
+    assert vdata.perturb("The drug is safe for adults.", rng) != "The drug is safe for adults."
+    assert vdata.perturb("It does not cause fever.", random.Random(1)) in {
+        "It does cause fever.",
+    }
+    assert vdata.perturb("Hello there friend.", rng) is None
+
+
+def _rows(n: int, seed: int) -> list[dict]:
+    rng = random.Random(seed)
+    rows = []
+    for i in range(n):
+        label = LABELS[i % 3]
+        topic = rng.choice(["aspirin", "vitamin", "statin", "insulin"])
+        rows.append(
+            {
+                "id": f"checkcovid-g{i // 2}_{i % 2}",
+                "dataset": "check-covid",
+                "claim": f"{topic} helps patients {i}.",
+                "labels": "3-way",
+                "label": label,
+                "evidence": f"In a trial {topic} was studied. Patients {i} improved. " * 3,
+                "meta": {"doc_id": f"d{i // 2}", "rationale": [f"Patients {i} improved."]},
+            }
+        )
+    return rows
+
+
+def test_split_keeps_groups_together() -> None:
+    pairs = [vdata._to_pair(r) for r in _rows(60, 0)]
+    train, val = vdata.split_holdout(pairs, 0.2, 13)
+    assert not {p.group for p in train} & {p.group for p in val}
+    assert 8 <= len(val) <= 20
+
+
+def test_load_pairs_refuses_eval_files(tmp_path: Path) -> None:
+    path = tmp_path / "healthver_dev.jsonl"
+    path.write_text("")
+    with pytest.raises(InputError):
+        vdata.load_pairs(path)
+
+
+@pytest.fixture(scope="module")
+def tiny_weights(tmp_path_factory) -> Path:
+    out = tmp_path_factory.mktemp("verifier")
+    model = build_model(n_layers=1)
+    save_verifier(
+        model, out, metadata={"max_tokens": 64, "thresholds": {"support": 0.4, "contradict": 0.4}}
+    )
+    return out
+
+
+@pytest.mark.parametrize("quantize", [True, False])
+def test_round_trip_predicts_probabilities(tiny_weights: Path, quantize: bool) -> None:
+    verifier = Verifier.load(tiny_weights, quantize=quantize)
+    assert verifier.max_tokens == 64 and verifier.thresholds["support"] == 0.4
+    long_evidence = "Aspirin lowers fever in adults. " * 40
+    probs = verifier.predict([("Aspirin lowers fever.", long_evidence), ("x", "y")], batch_size=4)
+    assert probs.shape == (2, 3) and probs.dtype == np.float32
+    assert np.allclose(probs.sum(1), 1.0, atol=1e-4)
+    windows = verifier.predict_windows("Aspirin lowers fever.", long_evidence)
+    assert len(windows) > 1
+    decisive = max(windows, key=lambda w: max(w[1][0], w[1][1]))[1]
+    assert probs[0] == pytest.approx(decisive, abs=5e-3)  # int8 scales depend on the batch
+
+
+def test_small_weights_and_base_check(tiny_weights: Path, tmp_path: Path) -> None:
+    assert (tiny_weights / WEIGHTS_FILE).stat().st_size < 25 * 2**20
+    meta = json.loads((tiny_weights / METADATA_FILE).read_text())
+    bad = tmp_path / "bad"
+    bad.mkdir()
+    (bad / WEIGHTS_FILE).write_bytes((tiny_weights / WEIGHTS_FILE).read_bytes())
+    (bad / METADATA_FILE).write_text(json.dumps({**meta, "base_sha256": "0" * 64}))
+    with pytest.raises(ConfigError, match="different base"):
+        Verifier.load(bad)
+    with pytest.raises(ConfigError, match="no verifier weights"):
+        Verifier.load(tmp_path / "missing")
+
+
+def test_smoke_training_run_writes_loadable_weights(tmp_path: Path) -> None:
+    from medverify.verifier.train import TrainConfig, train
+
+    data = tmp_path / "pairs"
+    data.mkdir()
+    for name in vdata.TRAIN_FILES:
+        rows = _rows(24, hash(name) % 100) if name == "checkcovid_train" else []
+        (data / f"{name}.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    config = TrainConfig(
+        data_dir=data,
+        out=tmp_path / "w",
+        n_layers=1,
+        frozen_layers=0,
+        epochs=2,
+        max_tokens=64,
+        batch_size=8,
+        swap_nei={"check-covid": 4},
+    )
+    report = train(config)
+    assert len(report["history"]) == 2
+    assert set(report["thresholds"]) == {"support", "contradict"}
+    verifier = Verifier.load(tmp_path / "w")
+    assert verifier.predict([("aspirin helps patients 1.", "Patients 1 improved.")]).shape == (1, 3)
+
+
+def test_cli_train_verifier_help() -> None:
+    from medverify.cli import main
+
+    result = CliRunner().invoke(main, ["train", "verifier", "--help"])
+    assert result.exit_code == 0 and "--smoke" in result.output
+
+
+def test_shipped_weights_if_present() -> None:
+    if not (DEFAULT_WEIGHTS / METADATA_FILE).is_file():
+        pytest.skip("no shipped verifier weights yet")
+    size = sum(f.stat().st_size for f in DEFAULT_WEIGHTS.iterdir())
+    assert size <= 25 * 2**20
+    verifier = Verifier.load()
+    probs = verifier.predict([("Aspirin reduces fever.", "Aspirin reduced fever in a trial.")])
+    assert probs.shape == (1, 3)
+
+
+def test_swap_nei_takes_evidence_from_another_group() -> None:
+    rows = [
+        vdata.Pair(
+            id=str(i),
+            dataset="scifact",
+            claim=f"{t} lowers blood pressure {i}",
+            evidence=f"{t} trial {i}: blood pressure fell.",
+            label="SUPPORTED",
+            group=f"g{i}",
+        )
+        for i, t in enumerate(["aspirin", "statin", "aspirin", "insulin"])
+    ]
+    swapped = vdata.swap_nei(rows, 4, seed=0)
+    assert len(swapped) == 4
+    by_id = {r.id: r for r in rows}
+    for pair in swapped:
+        original = by_id[pair.id.removesuffix(":swap")]
+        assert pair.label == "NOT_ENOUGH_INFO" and pair.evidence != original.evidence
