@@ -23,14 +23,14 @@ def train() -> None:
     "--data-dir",
     type=click.Path(path_type=Path),
     default=_DATA / "pairs",
-    show_default=True,
+    show_default="../shared/data/pairs beside the project",
     help="Folder with checkcovid_train/citint_train/scifact_train.jsonl.",
 )
 @click.option(
     "--medquad-dir",
     type=click.Path(path_type=Path),
     default=_DATA / "raw" / "medquad",
-    show_default=True,
+    show_default="../shared/data/raw/medquad beside the project",
     help="MedQuAD XML folder for synthetic pairs (skipped if absent).",
 )
 @click.option(
