@@ -12,6 +12,9 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
 from medverify.config import Config
+from medverify.records import Report
+from medverify.report.html import write_html
+from medverify.report.render_json import atomic_write_text, write_json
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -54,3 +57,21 @@ def progress_bar(description: str, total: int) -> Iterator[Callable[[int, int], 
     with bar:
         task = bar.add_task(description, total=total)
         yield lambda done, n: bar.update(task, completed=done, total=n)
+
+
+def write_outputs(reports: list[Report], json_out: Path | None, html_out: Path | None) -> None:
+    if json_out:
+        if len(reports) == 1:
+            write_json(reports[0], json_out)
+        else:
+            body = ",\n".join(r.model_dump_json(indent=2) for r in reports)
+            atomic_write_text(json_out, f"[\n{body}\n]\n")
+        console.print(f"JSON report: {json_out}")
+    if html_out:
+        if len(reports) == 1:
+            write_html(reports[0], html_out)
+        else:
+            html_out.mkdir(parents=True, exist_ok=True)
+            for report in reports:
+                write_html(report, html_out / f"{report.answer.id}.html")
+        console.print(f"HTML report: {html_out}")

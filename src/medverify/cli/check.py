@@ -9,12 +9,18 @@ from pathlib import Path
 import click
 
 from medverify.cli import main
-from medverify.cli._common import config_option, console, load_config, progress_bar, store_option
+from medverify.cli._common import (
+    config_option,
+    console,
+    load_config,
+    progress_bar,
+    store_option,
+    write_outputs,
+)
+from medverify.config import Config
 from medverify.inputs import read_answers
 from medverify.pipeline import Checker
-from medverify.records import Category, Report
-from medverify.report.html import write_html
-from medverify.report.render_json import atomic_write_text, write_json
+from medverify.records import Answer, Category, Report
 from medverify.report.terminal import print_summary
 from medverify.store.runs import RunStore
 
@@ -84,7 +90,7 @@ def check(
     reports = asyncio.run(_run(config, parsed.answers, record=not no_record))
     for report in reports:
         print_summary(report)
-    _write_outputs(reports, json_out, html_out)
+    write_outputs(reports, json_out, html_out)
     failed = any(r.errors or r.metrics.counts.get(Category.ERROR.value) for r in reports)
     sys.exit(1 if failed else 0)
 
@@ -95,7 +101,7 @@ def _read(path: Path) -> bytes:
     return path.read_bytes()
 
 
-async def _run(config, answers, *, record: bool) -> list[Report]:  # type: ignore[no-untyped-def]
+async def _run(config: Config, answers: list[Answer], *, record: bool) -> list[Report]:
     checker = Checker.from_config(config)
     try:
         with progress_bar("checking answers", len(answers)) as progress:
@@ -105,21 +111,3 @@ async def _run(config, answers, *, record: bool) -> list[Report]:  # type: ignor
                 return await checker.run(answers, store=store, progress=progress)
     finally:
         await checker.aclose()
-
-
-def _write_outputs(reports: list[Report], json_out: Path | None, html_out: Path | None) -> None:
-    if json_out:
-        if len(reports) == 1:
-            write_json(reports[0], json_out)
-        else:
-            body = ",\n".join(r.model_dump_json(indent=2) for r in reports)
-            atomic_write_text(json_out, f"[\n{body}\n]\n")
-        console.print(f"JSON report: {json_out}")
-    if html_out:
-        if len(reports) == 1:
-            write_html(reports[0], html_out)
-        else:
-            html_out.mkdir(parents=True, exist_ok=True)
-            for report in reports:
-                write_html(report, html_out / f"{report.answer.id}.html")
-        console.print(f"HTML report: {html_out}")

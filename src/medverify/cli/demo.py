@@ -18,12 +18,20 @@ from medverify.report.view import CATEGORY_STYLES
 
 
 @main.command()
-@click.option("--out", "out_dir", type=click.Path(file_okay=False, path_type=Path),
-              default=DEFAULT_OUT, show_default=True,
-              help="Folder for the knowledge base and the reports (reused when run again).")
-@click.option("--full", is_flag=True,
-              help="Ingest the whole MedQuAD sample (several minutes on 2 cores) instead of "
-              "the demo's subset.")
+@click.option(
+    "--out",
+    "out_dir",
+    type=click.Path(file_okay=False, path_type=Path),
+    default=DEFAULT_OUT,
+    show_default=True,
+    help="Folder for the knowledge base and the reports (reused when run again).",
+)
+@click.option(
+    "--full",
+    is_flag=True,
+    help="Ingest the whole MedQuAD sample (several minutes on 2 cores) instead of "
+    "the demo's subset.",
+)
 @click.option("--no-record", is_flag=True, help="Do not record the run in OUT/runs.db.")
 def demo(out_dir: Path, full: bool, no_record: bool) -> None:
     """Check example answers with planted errors against the shipped MedQuAD sample."""
@@ -54,8 +62,13 @@ def overview_table(result: DemoResult) -> Table:
                 planted = Text(f"{style.symbol} {claim.expected.value}", style=style.rich)
                 planted.append(f"\n{claim.kind}", style="dim")
             agrees = "✓" if claim.agrees else ("✗" if claim.expected else "—")
-            table.add_row(str(number), Text(claim.claim), planted,
-                          Text(f"{got.symbol} {claim.got.value}", style=got.rich), agrees)
+            table.add_row(
+                str(number),
+                Text(claim.claim),
+                planted,
+                Text(f"{got.symbol} {claim.got.value}", style=got.rich),
+                agrees,
+            )
     return table
 
 
@@ -63,13 +76,18 @@ def closing_lines(result: DemoResult) -> list[Text]:
     claims = result.claims
     planted = [c for c in claims if c.expected is not None]
     agree = sum(1 for c in planted if c.agrees)
-    kb = ("built" if result.kb_documents_added else "reused")
+    kb = "built" if result.kb_documents_added else "reused"
     lines = [
-        Text.assemble("The judge agrees with the planted label on ",
-                      (f"{agree} of {len(planted)}", "bold"), " claims."),
-        Text(f"Knowledge base {kb} in {result.kb_seconds:.1f} s ({result.kb_documents} "
-             f"documents, {result.kb_documents_added} added now); "
-             f"answers checked in {result.check_seconds:.1f} s with {result.judge}."),
+        Text.assemble(
+            "The judge agrees with the planted label on ",
+            (f"{agree} of {len(planted)}", "bold"),
+            " claims.",
+        ),
+        Text(
+            f"Knowledge base {kb} in {result.kb_seconds:.1f} s ({result.kb_documents} "
+            f"documents, {result.kb_documents_added} added now); "
+            f"answers checked in {result.check_seconds:.1f} s with {result.judge}."
+        ),
         Text.assemble("Overview page: ", (str(result.html_path), "bold")),
         Text(f"One page per answer: {result.out_dir / 'answers'}/"),
         Text(f"All reports as JSON: {result.json_path}"),

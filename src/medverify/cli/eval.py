@@ -43,29 +43,52 @@ def _parse_ks(value: str) -> list[int]:
 
 
 @eval_group.command("retrieval")
-@click.option("--corpus", required=True, type=click.Path(exists=True, dir_okay=False,
-                                                         path_type=Path))
-@click.option("--queries", required=True, type=click.Path(exists=True, dir_okay=False,
-                                                          path_type=Path))
+@click.option(
+    "--corpus", required=True, type=click.Path(exists=True, dir_okay=False, path_type=Path)
+)
+@click.option(
+    "--queries", required=True, type=click.Path(exists=True, dir_okay=False, path_type=Path)
+)
 @click.option("-k", "ks", default="1,5,10", show_default=True, help="Cut-offs, e.g. 1,5,10.")
 @click.option("--mode", type=click.Choice(("all", *MODES)), default="all", show_default=True)
-@click.option("--kb", "kb_dir", type=click.Path(file_okay=False, path_type=Path),
-              help="KB directory to build or reuse (default: a cache keyed by corpus hash).")
+@click.option(
+    "--kb",
+    "kb_dir",
+    type=click.Path(file_okay=False, path_type=Path),
+    help="KB directory to build or reuse (default: a cache keyed by corpus hash).",
+)
 @click.option("--embedder", help="Embedder name or model directory (default all-MiniLM-L6-v2).")
 @click.option("--chunk-tokens", type=click.IntRange(16))
 @click.option("--chunk-overlap", type=click.IntRange(0))
-@click.option("--json", "json_out", type=click.Path(dir_okay=False, path_type=Path),
-              help="Write the full result as JSON here.")
-def retrieval(corpus: Path, queries: Path, ks: str, mode: str, kb_dir: Path | None,
-              embedder: str | None, chunk_tokens: int | None, chunk_overlap: int | None,
-              json_out: Path | None) -> None:
+@click.option(
+    "--json",
+    "json_out",
+    type=click.Path(dir_okay=False, path_type=Path),
+    help="Write the full result as JSON here.",
+)
+def retrieval(
+    corpus: Path,
+    queries: Path,
+    ks: str,
+    mode: str,
+    kb_dir: Path | None,
+    embedder: str | None,
+    chunk_tokens: int | None,
+    chunk_overlap: int | None,
+    json_out: Path | None,
+) -> None:
     """recall@k and MRR of lexical, dense and hybrid retrieval."""
-    overrides = {"chunk_tokens": chunk_tokens, "chunk_overlap": chunk_overlap,
-                 "embedder": embedder}
+    overrides = {"chunk_tokens": chunk_tokens, "chunk_overlap": chunk_overlap, "embedder": embedder}
     settings = KBSettings(**{k: v for k, v in overrides.items() if v is not None})
     modes = MODES if mode == "all" else (mode,)
-    result = evaluate_retrieval(corpus, queries, ks=_parse_ks(ks), modes=modes,  # type: ignore[arg-type]
-                                kb_dir=kb_dir, settings=settings)
+    result = evaluate_retrieval(
+        corpus,
+        queries,
+        ks=_parse_ks(ks),
+        modes=modes,  # type: ignore[arg-type]
+        kb_dir=kb_dir,
+        settings=settings,
+    )
     if json_out is not None:
         json_out.parent.mkdir(parents=True, exist_ok=True)
         json_out.write_text(result.model_dump_json(indent=2), "utf-8")
@@ -77,17 +100,33 @@ def retrieval(corpus: Path, queries: Path, ks: str, mode: str, kb_dir: Path | No
 
 
 @eval_group.command("pairs")
-@click.argument("files", nargs=-1, required=True,
-                type=click.Path(exists=True, dir_okay=False, path_type=Path))
-@click.option("--judge", "judge_name", type=click.Choice(("builtin", "llm", "cascade")),
-              default="builtin", show_default=True)
+@click.argument(
+    "files", nargs=-1, required=True, type=click.Path(exists=True, dir_okay=False, path_type=Path)
+)
+@click.option(
+    "--judge",
+    "judge_name",
+    type=click.Choice(("builtin", "llm", "cascade")),
+    default="builtin",
+    show_default=True,
+)
 @click.option("--model", "-m", help="Model spec (needed by --judge llm and cascade).")
 @click.option("--limit", type=click.IntRange(1), help="Only the first N pairs of each file.")
-@click.option("--json", "json_out", type=click.Path(dir_okay=False, path_type=Path),
-              help="Write the full result (confusion matrices included) as JSON here.")
+@click.option(
+    "--json",
+    "json_out",
+    type=click.Path(dir_okay=False, path_type=Path),
+    help="Write the full result (confusion matrices included) as JSON here.",
+)
 @config_option
-def pairs(files: tuple[Path, ...], judge_name: str, model: str | None, limit: int | None,
-          json_out: Path | None, config_path: Path | None) -> None:
+def pairs(
+    files: tuple[Path, ...],
+    judge_name: str,
+    model: str | None,
+    limit: int | None,
+    json_out: Path | None,
+    config_path: Path | None,
+) -> None:
     """Accuracy, macro-F1 and balanced accuracy of a judge on claim/evidence pairs (JSONL)."""
     config = load_config(config_path, model=model, judge=judge_name)
     result = asyncio.run(_eval_pairs(config, list(files), limit))
@@ -136,24 +175,42 @@ _LEFT = ("file", "labels", "decided by")
 def pairs_table(result: PairsEval) -> Table:
     """One row per file (and one for all files pooled)."""
     table = Table(title=f"Pairs evaluation: {result.judge}", title_justify="left")
-    for name in ("file", "labels", "n", "errors", "JE", "accuracy", "macro-F1", "bal. acc",
-                 "S-vs-rest bal. acc", "pairs/s", "decided by"):
+    for name in (
+        "file",
+        "labels",
+        "n",
+        "errors",
+        "JE",
+        "accuracy",
+        "macro-F1",
+        "bal. acc",
+        "S-vs-rest bal. acc",
+        "pairs/s",
+        "decided by",
+    ):
         table.add_column(name, justify="right" if name not in _LEFT else "left")
     for s in result.files + ([result.overall] if result.overall else []):
-        table.add_row(Text(s.name), s.labels, str(s.n), str(s.n_errors),
-                      str(s.n_judgment_errors), _num(s.accuracy), _num(s.macro_f1),
-                      _num(s.balanced_accuracy), _num(s.supported_vs_rest_balanced_accuracy),
-                      f"{s.pairs_per_second:.1f}",
-                      ", ".join(f"{k} {v}" for k, v in sorted(s.decided_by.items())),
-                      style="bold" if s.name == "all" else "")
+        table.add_row(
+            Text(s.name),
+            s.labels,
+            str(s.n),
+            str(s.n_errors),
+            str(s.n_judgment_errors),
+            _num(s.accuracy),
+            _num(s.macro_f1),
+            _num(s.balanced_accuracy),
+            _num(s.supported_vs_rest_balanced_accuracy),
+            f"{s.pairs_per_second:.1f}",
+            ", ".join(f"{k} {v}" for k, v in sorted(s.decided_by.items())),
+            style="bold" if s.name == "all" else "",
+        )
     return table
 
 
 def confusion_table(scores: PairScores) -> Table:
     """Gold labels in rows, predictions in columns."""
     columns = list(next(iter(scores.confusion.values()), {}))
-    table = Table(title=f"{scores.name}: gold (rows) x predicted (columns)",
-                  title_justify="left")
+    table = Table(title=f"{scores.name}: gold (rows) x predicted (columns)", title_justify="left")
     table.add_column("gold")
     for column in columns:
         table.add_column(column, justify="right")

@@ -30,11 +30,20 @@ def kb_group() -> None:
 @click.option("--chunk-tokens", type=click.IntRange(16), help="Tokens per chunk (default 512).")
 @click.option("--chunk-overlap", type=click.IntRange(0), help="Overlap in tokens (default 100).")
 @click.option("--limit", type=click.IntRange(1), help="Ingest at most N documents.")
-def ingest(paths: tuple[Path, ...], kb_dir: Path, embedder: str | None,
-           chunk_tokens: int | None, chunk_overlap: int | None, limit: int | None) -> None:
+def ingest(
+    paths: tuple[Path, ...],
+    kb_dir: Path,
+    embedder: str | None,
+    chunk_tokens: int | None,
+    chunk_overlap: int | None,
+    limit: int | None,
+) -> None:
     """Load, chunk, embed and store documents (txt, md, html, pdf, MedQuAD xml, jsonl)."""
-    given = {k: v for k, v in {"chunk_tokens": chunk_tokens,
-                               "chunk_overlap": chunk_overlap}.items() if v is not None}
+    given = {
+        k: v
+        for k, v in {"chunk_tokens": chunk_tokens, "chunk_overlap": chunk_overlap}.items()
+        if v is not None
+    }
     settings = KBSettings(**given) if given else None  # an existing KB keeps its own
     report = LoadReport()
     with KnowledgeBase.open_or_create(kb_dir, settings, embedder) as kb:
@@ -45,24 +54,32 @@ def ingest(paths: tuple[Path, ...], kb_dir: Path, embedder: str | None,
     if len(report.skipped) > 20:
         console.print(f"... and {len(report.skipped) - 20} more skipped")
     if report.files_with_replacements:
-        console.print(f"{report.replaced_chars} undecodable bytes replaced in "
-                      f"{report.files_with_replacements} files")
-    click.echo(f"added {stats.documents_added} documents ({stats.chunks_added} chunks), "
-               f"updated {stats.documents_updated}, unchanged {stats.documents_unchanged}, "
-               f"skipped {len(report.skipped)} in {stats.seconds:.1f}s; KB now has "
-               f"{summary.documents} documents, {summary.chunks} chunks "
-               f"[{summary.snapshot_id}]")
+        console.print(
+            f"{report.replaced_chars} undecodable bytes replaced in "
+            f"{report.files_with_replacements} files"
+        )
+    click.echo(
+        f"added {stats.documents_added} documents ({stats.chunks_added} chunks), "
+        f"updated {stats.documents_updated}, unchanged {stats.documents_unchanged}, "
+        f"skipped {len(report.skipped)} in {stats.seconds:.1f}s; KB now has "
+        f"{summary.documents} documents, {summary.chunks} chunks "
+        f"[{summary.snapshot_id}]"
+    )
 
 
 def _ingest_with_progress(kb: KnowledgeBase, documents: object) -> IngestStats:
     columns = (SpinnerColumn(), TextColumn("{task.description}"), TimeElapsedColumn())
-    with Progress(*columns, console=console, transient=True,
-                  disable=not console.is_terminal) as bar:
+    with Progress(
+        *columns, console=console, transient=True, disable=not console.is_terminal
+    ) as bar:
         task = bar.add_task("ingesting", total=None)
 
         def update(stats: IngestStats) -> None:
-            bar.update(task, description=f"ingesting: {stats.documents_seen} documents, "
-                                         f"{stats.chunks_added} new chunks")
+            bar.update(
+                task,
+                description=f"ingesting: {stats.documents_seen} documents, "
+                f"{stats.chunks_added} new chunks",
+            )
 
         return kb.ingest(documents, progress=update)  # type: ignore[arg-type]
 

@@ -10,8 +10,7 @@ from rich.console import Console
 from rich.table import Table
 
 from medverify.cli import main
-from medverify.cli._common import config_option, load_config, store_option
-from medverify.cli.check import _write_outputs
+from medverify.cli._common import config_option, load_config, store_option, write_outputs
 from medverify.report.terminal import print_summary
 from medverify.store.runs import RunStore
 
@@ -83,4 +82,4 @@ def show(
         click.echo(f"error: {info.error}")
     for report in reports:
         print_summary(report)
-    _write_outputs(reports, json_out, html_out)
+    write_outputs(reports, json_out, html_out)
