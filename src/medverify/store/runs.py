@@ -200,20 +200,28 @@ class RunStore:
     # -- reading -----------------------------------------------------------------------
 
     def list_runs(self, limit: int = 50) -> list[RunInfo]:
+        return self._select_runs("", (), limit=limit)
+
+    def get_run(self, run_id: str) -> RunInfo:
+        """The run whose id starts with ``run_id`` (a unique prefix is enough)."""
+        prefix = run_id.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_")
+        where = ("WHERE r.id LIKE ? ESCAPE '\\'", (prefix + "%",))
+        matches = self._select_runs(*where, limit=2)
+        if len(matches) != 1:
+            sql = f"SELECT COUNT(*) FROM runs r {where[0]}"
+            count = self._db.execute(sql, where[1]).fetchone()[0]
+            problem = "no run" if not matches else f"{count} runs"
+            raise MedverifyError(f"{problem} matching {run_id!r}; see `medverify runs list`")
+        return matches[0]
+
+    def _select_runs(self, where: str, params: tuple[Any, ...], *, limit: int) -> list[RunInfo]:
         rows = self._db.execute(
             "SELECT r.*, (SELECT COUNT(*) FROM answers a WHERE a.run_id = r.id),"
             " (SELECT COUNT(*) FROM claims c WHERE c.run_id = r.id)"
-            " FROM runs r ORDER BY created_at DESC, id DESC LIMIT ?",
-            (limit,),
+            f" FROM runs r {where} ORDER BY created_at DESC, id DESC LIMIT ?",
+            (*params, limit),
         ).fetchall()
         return [self._info(row) for row in rows]
-
-    def get_run(self, run_id: str) -> RunInfo:
-        matches = [r for r in self.list_runs(limit=1_000_000) if r.id.startswith(run_id)]
-        if len(matches) != 1:
-            problem = "no run" if not matches else f"{len(matches)} runs"
-            raise MedverifyError(f"{problem} matching {run_id!r}; see `medverify runs list`")
-        return matches[0]
 
     def reports(self, run_id: str) -> list[Report]:
         """Rebuild every report of a run from stored records; metrics are recomputed."""
