@@ -160,7 +160,10 @@ def test_round_trip_predicts_probabilities(tiny_weights: Path, quantize: bool) -
     windows = verifier.predict_windows("Aspirin lowers fever.", long_evidence)
     assert len(windows) > 1
     decisive = max(windows, key=lambda w: max(w[1][0], w[1][1]))[1]
-    assert probs[0] == pytest.approx(decisive, abs=5e-3)  # int8 scales depend on the batch
+    # float32 must reproduce the deciding window; int8 dynamic quantization computes its
+    # activation scales per batch, so the same pair moves by a few hundredths with its batch.
+    tolerance = 0.03 if quantize else 1e-4
+    assert probs[0] == pytest.approx(decisive, abs=tolerance)
 
 
 def test_small_weights_and_base_check(tiny_weights: Path, tmp_path: Path) -> None:
