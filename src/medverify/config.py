@@ -65,6 +65,36 @@ class JudgeSettings(_Section):
     cascade_low: float = Field(0.1, ge=0.0, le=1.0)
 
 
+class FetchSettings(_Section):
+    """The safe fetcher for cited URLs (untrusted input: every limit is enforced)."""
+
+    connect_timeout_s: float = Field(5.0, gt=0)
+    read_timeout_s: float = Field(15.0, gt=0)
+    total_timeout_s: float = Field(30.0, gt=0)
+    max_bytes: int = Field(10_000_000, ge=1024)
+    max_redirects: int = Field(5, ge=0)
+    per_host: int = Field(4, ge=1)
+    concurrency: int = Field(32, ge=1)
+    max_chars: int = Field(200_000, ge=1000)
+    user_agent: str = "medverify/0.1 (citation audit; +https://github.com/medverify/medverify)"
+    allow: list[str] = Field(default_factory=list)
+    cache_path: Path | None = None
+    offline: bool = False
+
+
+class AuditSettings(_Section):
+    """The citation audit: pairing, passage selection, bootstrap, URL analysis."""
+
+    pairing: Literal["all", "cited"] = "all"
+    passages_per_source: int = Field(3, ge=1)
+    passage_tokens: int = Field(128, ge=16)
+    bootstrap: int = Field(2000, ge=1)
+    seed: int = 0
+    breakdowns: list[str] = Field(default_factory=list)
+    paywalled_domains: list[str] | None = None
+    wayback: bool = False
+
+
 class Config(_Section):
     """Everything a check needs to know besides its input."""
 
@@ -81,6 +111,8 @@ class Config(_Section):
     kb_settings: KBSettings = Field(default_factory=KBSettings)
     retrieval: RetrievalSettings = Field(default_factory=RetrievalSettings)
     judge_settings: JudgeSettings = Field(default_factory=JudgeSettings)
+    fetch: FetchSettings = Field(default_factory=FetchSettings)
+    audit: AuditSettings = Field(default_factory=AuditSettings)
 
     @property
     def judge_name(self) -> str:
@@ -98,6 +130,10 @@ class Config(_Section):
     @property
     def request_cache_path(self) -> Path:
         return self.cache_path or home() / "cache.db"
+
+    @property
+    def fetch_cache_path(self) -> Path:
+        return self.fetch.cache_path or home() / "fetch-cache.db"
 
     @classmethod
     def load(

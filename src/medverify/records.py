@@ -94,8 +94,32 @@ class Span(_Record):
         return self
 
 
+class FetchFailure(StrEnum):
+    """Why a cited URL is not a valid source (SourceCheckup: valid = status 200 and text)."""
+
+    NO_URL = "no_url"
+    BAD_URL = "bad_url"
+    SCHEME = "scheme"
+    BLOCKED = "blocked"
+    DNS = "dns"
+    CONNECT = "connect"
+    TLS = "tls"
+    TIMEOUT = "timeout"
+    REDIRECTS = "redirects"
+    HTTP_STATUS = "http_status"
+    TOO_LARGE = "too_large"
+    NOT_TEXT = "not_text"
+    EMPTY = "empty"
+    EXTRACTION = "extraction"
+    OFFLINE = "offline"
+
+
 class Source(_Record):
-    """A cited source: its URL and, once fetched or given, its text."""
+    """A cited source: its URL and, once fetched or given, its text.
+
+    ``status`` is ``given`` (text supplied with the input), ``fetched`` (valid page),
+    ``invalid`` (``failure`` and ``reason`` say why) or ``not_fetched``.
+    """
 
     id: str = ""
     url: str | None = None
@@ -104,7 +128,18 @@ class Source(_Record):
     status: Literal["given", "fetched", "invalid", "not_fetched"] = "not_fetched"
     http_status: int | None = None
     reason: str | None = None
+    failure: FetchFailure | None = None
     content_hash: str | None = None
+    final_url: str | None = None
+    content_type: str | None = None
+    truncated: bool = False
+    fetched_at: datetime | None = None
+    from_cache: bool = False
+
+    @property
+    def valid(self) -> bool:
+        """A usable source: given or fetched, with non-empty text."""
+        return self.status in ("given", "fetched") and bool(self.text and self.text.strip())
 
 
 class Answer(_Record):
