@@ -179,3 +179,42 @@ def test_properties() -> None:
     model = Model(ScriptedProvider([], name="p", model="tiny"), FAST)
     assert (model.id, model.name, model.spec) == ("fake:p", "tiny", "fake:p")
     assert repr(model) == "Model('fake:p')"
+
+
+def test_identical_requests_in_flight_share_one_call(tmp_path: Path) -> None:
+    fake = ScriptedProvider(lambda request: "shared", delay_s=0.05)
+    ledger = UsageLedger()
+    cache = RequestCache(tmp_path / "c.db")
+    model = Model(fake, FAST, cache=cache, ledger=ledger)
+    other = [Message(role="user", content="another question")]
+
+    async def go() -> list[Completion]:
+        same = [model.complete(Q, stage="judge") for _ in range(5)]
+        return await asyncio.gather(*same, model.complete(other, stage="judge"))
+
+    replies = asyncio.run(go())
+    cache.close()
+    assert [r.text for r in replies] == ["shared"] * 6
+    assert len(fake.requests) == 2
+    assert sum(not r.cached for r in replies) == 2
+    real = [r for r in replies if not r.cached]
+    assert ledger["judge"] == Usage(
+        calls=2, cached_calls=4,
+        prompt_tokens=sum(r.usage.prompt_tokens for r in real),
+        completion_tokens=sum(r.usage.completion_tokens for r in real),
+    )
+
+
+def test_a_shared_failure_reaches_every_waiter(tmp_path: Path) -> None:
+    fake = ScriptedProvider([ProviderError("bad request", status=400)], delay_s=0.02)
+    cache = RequestCache(tmp_path / "c.db")
+    model = Model(fake, FAST, cache=cache)
+
+    async def go() -> list[object]:
+        calls = [model.complete(Q, stage="judge") for _ in range(3)]
+        return await asyncio.gather(*calls, return_exceptions=True)
+
+    outcomes = asyncio.run(go())
+    cache.close()
+    assert len(fake.requests) == 1
+    assert all(isinstance(o, ProviderError) and "bad request" in str(o) for o in outcomes)

@@ -13,6 +13,7 @@ import random
 import time
 import weakref
 from collections.abc import Iterator, Mapping, Sequence
+from functools import partial
 from pathlib import Path
 from types import TracebackType
 
@@ -105,6 +106,7 @@ class Model:
         self._cache = cache if self.settings.cache else None
         self._owns_cache = owns_cache
         self.usage = ledger if ledger is not None else UsageLedger()
+        self._inflight: dict[str, asyncio.Task[Completion]] = {}
 
     @property
     def id(self) -> str:
@@ -143,12 +145,35 @@ class Model:
         store = self._cache if cache else None
         key = request.cache_key(self.id) if store is not None else None
         completion = store.get(key) if store is not None and key else None
-        if completion is None:
+        if completion is None and key is not None:
+            completion = await self._single_flight(key, request, stage)
+        elif completion is None:
             completion = await self._call_with_retries(request, stage)
-            if store is not None and key:
-                store.put(key, self.id, completion)
         self.usage.record(stage, completion)
         _log_call(stage, self.id, completion)
+        return completion
+
+    async def _single_flight(self, key: str, request: ChatRequest, stage: str) -> Completion:
+        """One provider call for identical cacheable requests in flight at the same time:
+        the first caller's call is shared (and cached); the others get it as a cache hit."""
+        task = self._inflight.get(key)
+        if task is not None:
+            completion = await asyncio.shield(task)
+            return completion.model_copy(update={"cached": True})
+        task = asyncio.ensure_future(self._call_and_store(key, request, stage))
+        self._inflight[key] = task
+        task.add_done_callback(partial(self._forget, key))
+        return await asyncio.shield(task)
+
+    def _forget(self, key: str, task: asyncio.Task[Completion]) -> None:
+        self._inflight.pop(key, None)
+        if not task.cancelled():
+            task.exception()  # retrieved here too, so a failure nobody awaits is not logged
+
+    async def _call_and_store(self, key: str, request: ChatRequest, stage: str) -> Completion:
+        completion = await self._call_with_retries(request, stage)
+        if self._cache is not None:
+            self._cache.put(key, self.id, completion)
         return completion
 
     async def _call_with_retries(self, request: ChatRequest, stage: str) -> Completion:
