@@ -6,10 +6,13 @@ import asyncio
 from pathlib import Path
 
 import click
+from rich import box
 from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
+from medverify.audit.evaluate import AgreementScores, AuditEvaluation, evaluate_audit
+from medverify.audit.records import Estimate
 from medverify.cli import main
 from medverify.cli._common import config_option, console, load_config, progress_bar
 from medverify.config import Config, KBSettings
@@ -212,6 +215,96 @@ def confusion_table(scores: PairScores) -> Table:
     columns = list(next(iter(scores.confusion.values()), {}))
     table = Table(title=f"{scores.name}: gold (rows) x predicted (columns)", title_justify="left")
     table.add_column("gold")
+    for column in columns:
+        table.add_column(column, justify="right")
+    for gold, row in scores.confusion.items():
+        table.add_row(gold, *(str(row.get(c, 0)) for c in columns))
+    return table
+
+
+@eval_group.command("audit")
+@click.argument("out_dir", metavar="DIR", type=click.Path(path_type=Path))
+@click.option(
+    "--by",
+    default="system",
+    show_default=True,
+    help="Answer field to break the scores down by (an input field such as system).",
+)
+@click.option(
+    "--json",
+    "json_out",
+    type=click.Path(dir_okay=False, path_type=Path),
+    help="Write the full result (confusion matrices included) as JSON here.",
+)
+@config_option
+def audit(out_dir: Path, by: str, json_out: Path | None, config_path: Path | None) -> None:
+    """Agreement of a citation audit (DIR of `medverify audit --out DIR`) with the gold
+    claim labels: balanced accuracy, agreement and Cohen's kappa with bootstrap CIs."""
+    config = load_config(config_path)
+    result = evaluate_audit(
+        out_dir, by=by or None, n_boot=config.audit.bootstrap, seed=config.audit.seed
+    )
+    if json_out is not None:
+        atomic_write_text(json_out, result.model_dump_json(indent=2) + "\n")
+    for warning in result.warnings:
+        console.print(f"[yellow]warning:[/] {warning}")
+    out = Console()
+    out.print(audit_table(result))
+    out.print(audit_confusion_table(result.overall))
+    if json_out is not None:
+        console.print(f"JSON result: {json_out}")
+
+
+def _estimate(estimate: Estimate) -> str:
+    if estimate.value is None:
+        return "—"
+    ci = f"\n{estimate.ci[0]:.2f}–{estimate.ci[1]:.2f}" if estimate.ci else ""
+    return f"{estimate.value:.3f}{ci}"
+
+
+def audit_table(result: AuditEvaluation) -> Table:
+    """One row for all claims, then one per value of the breakdown field."""
+    title = f"Audit vs gold labels: {result.n_gold} labelled claims in {result.n_answers} answers"
+    caption = (
+        "unsc.: unscored (judge failed); S: share SUPPORTED by gold labels / by the audit; "
+        "under each score its 95 % bootstrap CI (resampling claims)"
+    )
+    table = Table(
+        title=title,
+        title_justify="left",
+        caption=caption,
+        caption_justify="left",
+        box=box.SIMPLE_HEAD,
+    )
+    table.add_column(result.by or "claims", overflow="fold")
+    for name in ("n", "unsc.", "S gold/pred", "bal. acc", "agreement", "kappa"):
+        table.add_column(name, justify="right", no_wrap=True)
+    rows = [("all", result.overall), *result.breakdown.items()]
+    for name, scores in rows:
+        table.add_row(Text(name), *_audit_cells(scores), style="bold" if name == "all" else "")
+    return table
+
+
+def _audit_cells(scores: AgreementScores) -> list[str]:
+    return [
+        str(scores.n),
+        str(scores.n_unscored),
+        f"{_rate(scores.gold_supported_rate)}/{_rate(scores.predicted_supported_rate)}",
+        _estimate(scores.balanced_accuracy),
+        _estimate(scores.agreement),
+        _estimate(scores.kappa),
+    ]
+
+
+def _rate(value: float | None) -> str:
+    return "—" if value is None else f"{value:.2f}"
+
+
+def audit_confusion_table(scores: AgreementScores) -> Table:
+    """Gold labels in rows, the audit's prediction in columns."""
+    table = Table(title="all claims: gold (rows) x audit (columns)", title_justify="left")
+    table.add_column("gold")
+    columns = list(next(iter(scores.confusion.values()), {}))
     for column in columns:
         table.add_column(column, justify="right")
     for gold, row in scores.confusion.items():
