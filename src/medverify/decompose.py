@@ -17,7 +17,6 @@ and ``sentence`` is that segment's index in :func:`segment` output. See docs/dec
 from __future__ import annotations
 
 import asyncio
-import json
 import logging
 import re
 from collections.abc import Callable, Iterator, Sequence
@@ -29,6 +28,7 @@ from pydantic import BaseModel, ConfigDict, ValidationError
 from medverify.citations import normalize_marker, strip_markers, tidy, unique
 from medverify.errors import ConfigError, ParseError
 from medverify.prompts import load_prompt
+from medverify.prompts.untrusted import defuse, load_json_reply, validation_detail
 from medverify.records import Answer, Claim, Span
 from medverify.registry import Registry
 
@@ -740,29 +740,16 @@ class _Reply(BaseModel):
     claims: list[_ReplyClaim]
 
 
-_FENCE = re.compile(r"\A\s*```(?:json|JSON)?[ \t]*\n(?P<body>.*?)\n?[ \t]*```\s*\Z", re.DOTALL)
 
 
 def parse_reply(raw: str) -> list[_ReplyClaim]:
     """Parse the model's JSON reply strictly (a ```json fence is tolerated)."""
-    fenced = _FENCE.match(raw)
-    body = fenced.group("body") if fenced else raw
-    try:
-        data = json.loads(body)
-    except json.JSONDecodeError as exc:
-        raise ParseError(f"decomposer reply is not JSON ({exc.msg} at char {exc.pos})",
-                         raw=raw) from None
+    data = load_json_reply(raw, "decomposer reply")
     try:
         return _Reply.model_validate(data).claims
     except ValidationError as exc:
-        detail = "; ".join(f"{'.'.join(map(str, e['loc']))}: {e['msg']}" for e in exc.errors()[:3])
-        raise ParseError(f"decomposer reply has an unexpected structure: {detail}",
-                         raw=raw) from None
-
-
-def _fence(text: str) -> str:
-    """Untrusted text with the prompt's delimiters defused."""
-    return text.replace("<<<", "< < <").replace(">>>", "> > >")
+        raise ParseError("decomposer reply has an unexpected structure: "
+                         f"{validation_detail(exc)}", raw=raw) from None
 
 
 def _one_line(text: str) -> str:
@@ -810,9 +797,9 @@ class LLMDecomposer:
     async def _decompose_chunk(self, question: str | None, chunk: Sequence[Segment],
                                context: Sequence[Segment]) -> list[_Draft]:
         messages = self.prompt.render(
-            question=_fence(_one_line(question or "(no question given)")),
+            question=defuse(_one_line(question or "(no question given)")),
             context=self._context_block(context),
-            sentences="\n".join(f"[S{s.index}] {_fence(_one_line(s.text))}" for s in chunk),
+            sentences="\n".join(f"[S{s.index}] {defuse(_one_line(s.text))}" for s in chunk),
         )
         completion = await self.model.complete(messages, stage=self.stage, temperature=0.0,
                                                max_tokens=self.max_tokens, json_mode=True)
@@ -825,7 +812,7 @@ class LLMDecomposer:
     def _context_block(context: Sequence[Segment]) -> str:
         if not context:
             return "(no preceding sentences)"
-        return "\n".join(f"[S{s.index}] {_fence(_one_line(s.text))}" for s in context)
+        return "\n".join(f"[S{s.index}] {defuse(_one_line(s.text))}" for s in context)
 
     def _drafts(self, claims: Sequence[_ReplyClaim], chunk: Sequence[Segment],
                 raw: str) -> list[_Draft]:

@@ -24,9 +24,7 @@ cleaned: they are not known to be unsupported.
 from __future__ import annotations
 
 import asyncio
-import json
 import logging
-import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Literal, Protocol
@@ -44,13 +42,13 @@ from medverify.errors import ConfigError, ParseError
 from medverify.judge import Judge, JudgeItem
 from medverify.llm.facade import Model
 from medverify.prompts import Prompt, load_prompt
-from medverify.records import Category, Claim, Passage, Source, Verdict, content_hash
+from medverify.prompts.untrusted import fence_id, fenced, load_json_reply, validation_detail
+from medverify.records import Category, Claim, Passage, Source, Verdict
 
 log = logging.getLogger(__name__)
 
 STAGE = "cleanup"
 SUPPORT_KEY = "SUPPORTED"
-_CODE_FENCE = re.compile(r"\A\s*```(?:json|JSON)?[ \t]*\n(?P<body>.*?)\n?[ \t]*```\s*\Z", re.DOTALL)
 
 
 class PassageSelector(Protocol):
@@ -83,18 +81,11 @@ class _Task:
 def parse_cleanup_reply(raw: str) -> tuple[str, str | None, str | None]:
     """``(action, statement, reason)`` from the model's reply; ParseError when it is not a
     JSON object with ``action`` "rewrite" (and a non-empty ``statement``) or "remove"."""
-    fenced = _CODE_FENCE.match(raw)
-    body = fenced.group("body") if fenced else raw
-    try:
-        data = json.loads(body)
-    except json.JSONDecodeError as exc:
-        raise ParseError(f"not valid JSON ({exc.msg} at char {exc.pos})", raw=raw) from None
+    data = load_json_reply(raw)
     try:
         reply = _Reply.model_validate(data)
     except ValidationError as exc:
-        detail = "; ".join(f"{'.'.join(map(str, e['loc'])) or 'reply'}: {e['msg']}"
-                           for e in exc.errors()[:3])
-        raise ParseError(f"unexpected structure: {detail}", raw=raw) from None
+        raise ParseError(f"unexpected structure: {validation_detail(exc)}", raw=raw) from None
     statement = (reply.statement or "").strip() or None
     if reply.action == "rewrite" and statement is None:
         raise ParseError("action 'rewrite' without a statement", raw=raw)
@@ -221,13 +212,13 @@ class SourceCleanup:
     def _prompt_values(self, task: _Task) -> dict[str, str]:
         texts = [p.text[: self.max_passage_chars] for p in task.passages]
         statement = task.audit.claim.text
-        fence = "F" + content_hash("\x00".join([*texts, statement]))[:12]
+        fence = fence_id([*texts, statement])
         passages = "\n".join(
-            _fenced(fence, f"P{i}{_title(p)}", text)
+            fenced(fence, f"P{i}{_title(p)}", text)
             for i, (p, text) in enumerate(zip(task.passages, texts, strict=True), 1)
         )
         return {"fence": fence, "passages": passages,
-                "statement": _fenced(fence, "S1", statement)}
+                "statement": fenced(fence, "S1", statement)}
 
     # -- verifying rewrites ------------------------------------------------------------
 
@@ -285,10 +276,6 @@ def _clean_claim(task: _Task) -> Claim:
     assert task.rewritten is not None
     return Claim(id=f"{original.id}-clean", text=task.rewritten, markers=list(original.markers),
                  decomposer=STAGE)
-
-
-def _fenced(fence: str, header: str, text: str) -> str:
-    return f"<<<{fence} {header}>>>\n{text}\n<<<END {fence}>>>"
 
 
 def _title(passage: Passage) -> str:

@@ -10,10 +10,7 @@ never a category.
 from __future__ import annotations
 
 import asyncio
-import hashlib
-import json
 import logging
-import re
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -22,12 +19,12 @@ from medverify.errors import MedverifyError, ParseError
 from medverify.judge import JudgeItem
 from medverify.llm.facade import Model
 from medverify.prompts import Prompt, load_prompt
+from medverify.prompts.untrusted import fence_id, fenced, load_json_reply
 from medverify.records import Analysis, Passage, Verdict
 
 log = logging.getLogger(__name__)
 
 STAGE = "judge"
-_FENCE_JSON = re.compile(r"^\s*```(?:json)?\s*(.*?)\s*```\s*$", re.DOTALL)
 
 
 @dataclass
@@ -145,13 +142,13 @@ class LLMJudge:
     ) -> dict[str, str]:
         texts = [p.text[: self.max_passage_chars] for p in p_labels.values()]
         texts += [item.claim.text for item in c_labels.values()]
-        fence = "F" + hashlib.sha256("\x00".join(texts).encode("utf-8", "replace")).hexdigest()[:12]
+        fence = fence_id(texts)
         passages = "\n".join(
-            _fenced(fence, f"{label} | {_describe(p)}", p.text[: self.max_passage_chars])
+            fenced(fence, f"{label} | {_describe(p)}", p.text[: self.max_passage_chars])
             for label, p in p_labels.items()
         )
         claims = "\n".join(
-            _fenced(fence, label, item.claim.text) for label, item in c_labels.items()
+            fenced(fence, label, item.claim.text) for label, item in c_labels.items()
         )
         return {"fence": fence, "passages": passages, "claims": claims}
 
@@ -185,10 +182,6 @@ class LLMJudge:
         )
 
 
-def _fenced(fence: str, header: str, text: str) -> str:
-    return f"<<<{fence} {header}>>>\n{text}\n<<<END {fence}>>>"
-
-
 def _describe(passage: Passage) -> str:
     parts = [f"title: {passage.title}" if passage.title else "", f"doc: {passage.doc_id}"]
     return " | ".join(p for p in parts if p).replace("\n", " ").replace(">>>", "> > >")
@@ -205,7 +198,7 @@ def parse_judge_output(
 
     Raises ParseError when the reply as a whole is unusable; returns, per claim label, the
     two analyses or a string saying what was wrong with that claim's entry."""
-    data = _load_json(raw)
+    data = load_json_reply(raw)
     results = data.get("results") if isinstance(data, dict) else None
     if not isinstance(results, list):
         raise ParseError("expected an object with a 'results' list", raw=raw)
@@ -220,17 +213,6 @@ def parse_judge_output(
         )
         seen.add(label)
     return parsed
-
-
-def _load_json(raw: str) -> Any:
-    text = raw.strip()
-    fenced = _FENCE_JSON.match(text)
-    if fenced:
-        text = fenced.group(1)
-    try:
-        return json.loads(text)
-    except json.JSONDecodeError as exc:
-        raise ParseError(f"not valid JSON ({exc.msg} at char {exc.pos})", raw=raw) from None
 
 
 def _entry(entry: dict[str, Any], passages: dict[str, Passage]) -> _Parsed:

@@ -1,0 +1,54 @@
+"""Untrusted text into a prompt, and a model's JSON reply out of it.
+
+Answers, evidence and fetched pages are data, never instructions: each piece goes inside a
+fence whose name is derived from the content (so text cannot forge the closing line), and
+the prompts tell the model to ignore instructions inside fences. Replies are parsed
+strictly: anything but the expected JSON is a :class:`~medverify.errors.ParseError` that
+keeps the raw output, never a guess.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Iterable
+from typing import Any
+
+from pydantic import ValidationError
+
+from medverify.errors import ParseError
+from medverify.records import content_hash
+
+_CODE_FENCE = re.compile(r"\A\s*```(?:json|JSON)?[ \t]*\n?(?P<body>.*?)\s*```\s*\Z", re.DOTALL)
+
+
+def fence_id(texts: Iterable[str]) -> str:
+    """A fence name that depends on every text it will enclose."""
+    return "F" + content_hash("\x00".join(texts))[:12]
+
+
+def fenced(fence: str, header: str, text: str) -> str:
+    """``text`` between the opening ``<<<fence header>>>`` and closing ``<<<END fence>>>``."""
+    return f"<<<{fence} {header}>>>\n{text}\n<<<END {fence}>>>"
+
+
+def defuse(text: str) -> str:
+    """Text with the fence delimiters broken up, for headers and one-line fields."""
+    return text.replace("<<<", "< < <").replace(">>>", "> > >")
+
+
+def load_json_reply(raw: str, what: str = "reply") -> Any:
+    """The JSON value in a model reply (a surrounding ```json code fence is tolerated)."""
+    match = _CODE_FENCE.match(raw)
+    body = match.group("body") if match else raw
+    try:
+        return json.loads(body)
+    except json.JSONDecodeError as exc:
+        raise ParseError(f"{what} is not valid JSON ({exc.msg} at char {exc.pos})",
+                         raw=raw) from None
+
+
+def validation_detail(exc: ValidationError, limit: int = 3) -> str:
+    """The first ``limit`` problems of a pydantic validation error, on one line."""
+    return "; ".join(f"{'.'.join(map(str, e['loc'])) or 'reply'}: {e['msg']}"
+                     for e in exc.errors()[:limit])
