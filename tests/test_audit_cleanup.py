@@ -133,7 +133,7 @@ def test_remove_makes_no_judge_call() -> None:
                    pairs=[_pair("c1", "s1", DOSE)])
     cleaner, _, judge_provider = _cleaner({claim.claim.text: _reply("remove", None, "nothing")})
     (result,) = _clean(cleaner, _audit([claim]))
-    assert result.outcome is CleanupOutcome.REMOVED
+    assert result.outcome is CleanupOutcome.REMOVED and result.reason == "nothing"
     assert result.rewritten is None and result.verdict is None and result.error is None
     assert judge_provider.requests == []
 

@@ -109,6 +109,7 @@ def _audit() -> AnswerAudit:
     ]
     cleanup = [CleanupResult(claim_id="c2", source_id="s1", original="Claim two",
                              rewritten=f"Rewritten {EVIL}", outcome=CleanupOutcome.FIXED,
+                             reason="dropped the dose",
                              raw_output='{"action": "rewrite", "statement": "Rewritten", '
                                         '"reason": "dropped the dose"}')]
     answer = Answer(id="a1", question=f"Why {EVIL}?", text=f"Answer {EVIL} [1]", sources=sources,

@@ -75,6 +75,7 @@ class _Task:
     result: CleanupResult | None = None
     rewritten: str | None = None
     raw: str | None = None
+    reason: str | None = None
     asked: bool = False
 
 
@@ -199,11 +200,12 @@ class SourceCleanup:
             return
         task.raw = completion.text
         try:
-            action, statement, _reason = parse_cleanup_reply(completion.text)
+            action, statement, reason = parse_cleanup_reply(completion.text)
         except ParseError as exc:
             task.result = self._result(task, CleanupOutcome.ERROR,
                                        error=f"unparseable cleanup output: {exc}")
             return
+        task.reason = (reason or "").strip() or None
         if action == "remove":
             task.result = self._result(task, CleanupOutcome.REMOVED)
         else:
@@ -254,11 +256,15 @@ class SourceCleanup:
             original=task.audit.claim.text,
             rewritten=task.rewritten,
             outcome=outcome,
+            reason=task.reason if task.source is not None else _NO_SOURCE,
             verdict=verdict,
             raw_output=task.raw,
             prompt_version=self.prompt_version if task.asked else None,
             error=error,
         )
+
+
+_NO_SOURCE = "no valid source to rewrite against; not sent to the model"
 
 
 def cleanup_counts(results: Sequence[CleanupResult]) -> dict[str, int]:

@@ -96,6 +96,7 @@ class CleanupResult(_Record):
     original: str
     rewritten: str | None = None
     outcome: CleanupOutcome
+    reason: str | None = None
     verdict: Verdict | None = None
     raw_output: str | None = None
     prompt_version: str | None = None

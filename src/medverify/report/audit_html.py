@@ -22,7 +22,6 @@ from typing import Any, Literal
 import jinja2
 from markupsafe import Markup
 
-from medverify.audit.cleanup import parse_cleanup_reply
 from medverify.audit.records import (
     AnswerAudit,
     AuditSummary,
@@ -33,7 +32,6 @@ from medverify.audit.records import (
     PairJudgement,
     SupportLabel,
 )
-from medverify.errors import ParseError
 from medverify.records import Analysis, Source
 from medverify.report.render_json import atomic_write_text
 from medverify.report.view import percent, safe_url, shorten, total_usage
@@ -306,23 +304,9 @@ def gold_agrees(claim: ClaimAudit) -> bool | None:
     return claim.supported == (claim.gold == SupportLabel.SUPPORTED)
 
 
-def model_reason(result: CleanupResult) -> str | None:
-    """The model's stated reason, read back from its raw JSON output (display only)."""
-    if not result.raw_output:
-        return None
-    try:
-        _action, _statement, reason = parse_cleanup_reply(result.raw_output)
-    except ParseError:
-        return None
-    return (reason.strip() or None) if reason else None
-
-
 def _cleanup_view(result: CleanupResult) -> CleanupView:
     label, css = CLEANUP_LABELS[result.outcome]
-    reason = model_reason(result)
-    if result.outcome == CleanupOutcome.STILL_UNSUPPORTED and result.source_id is None:
-        reason = "no valid source to rewrite against; not sent to the model"
-    return CleanupView(result, label, css, reason)
+    return CleanupView(result, label, css, result.reason)
 
 
 def _row(number: int, claim: ClaimAudit, sources: list[Source],
