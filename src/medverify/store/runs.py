@@ -21,6 +21,7 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, TypeAdapter
 
+from medverify.audit.records import AnswerAudit
 from medverify.errors import MedverifyError
 from medverify.records import Answer, Claim, ClaimResult, Passage, Report, Usage, Verdict
 from medverify.report.metrics import compute_metrics
@@ -183,6 +184,20 @@ class RunStore:
                 ],
             )
 
+    def save_audit(self, run_id: str, position: int, audit: AnswerAudit) -> None:
+        """Record one audited answer (citation audit) of run ``run_id``."""
+        self._db.execute(
+            "INSERT OR REPLACE INTO audits VALUES (?, ?, ?, ?, ?, ?)",
+            (
+                run_id,
+                audit.answer.id,
+                position,
+                audit.model_dump_json(),
+                len(audit.claims),
+                "; ".join(audit.errors) or None,
+            ),
+        )
+
     def finish_run(
         self, run_id: str, *, status: str, usage: dict[str, Usage], error: str | None = None
     ) -> None:
@@ -216,8 +231,10 @@ class RunStore:
 
     def _select_runs(self, where: str, params: tuple[Any, ...], *, limit: int) -> list[RunInfo]:
         rows = self._db.execute(
-            "SELECT r.*, (SELECT COUNT(*) FROM answers a WHERE a.run_id = r.id),"
+            "SELECT r.*, (SELECT COUNT(*) FROM answers a WHERE a.run_id = r.id)"
+            " + (SELECT COUNT(*) FROM audits u WHERE u.run_id = r.id),"
             " (SELECT COUNT(*) FROM claims c WHERE c.run_id = r.id)"
+            " + (SELECT COALESCE(SUM(n_claims), 0) FROM audits u WHERE u.run_id = r.id)"
             f" FROM runs r {where} ORDER BY created_at DESC, id DESC LIMIT ?",
             (*params, limit),
         ).fetchall()
@@ -248,6 +265,15 @@ class RunStore:
                 errors=[error] if error else [],
                 created_at=datetime.fromisoformat(info.created_at),
             )
+
+    def audits(self, run_id: str) -> list[AnswerAudit]:
+        """The audited answers of an audit run, in input order (a unique id prefix is
+        enough); the audit summary is recomputable from them without a model call."""
+        info = self.get_run(run_id)
+        rows = self._db.execute(
+            "SELECT audit FROM audits WHERE run_id = ? ORDER BY position, answer_id", (info.id,)
+        ).fetchall()
+        return [AnswerAudit.model_validate_json(row[0]) for row in rows]
 
     def _results(self, run_id: str, position: int) -> list[ClaimResult]:
         rows = self._db.execute(

@@ -1,0 +1,430 @@
+"""Reading audit input: JSONL answers with their cited sources and, optionally, claims.
+
+One answer per line::
+
+    {"id", "question", "answer", "sources": [{"url", "text"?, "marker"?, "title"?}],
+     "claims"?: [{"text", "label"?}], ...extra fields}
+
+Extra fields go to ``answer.meta`` (breakdowns group by them). A source's id is its
+``marker`` (the ``[n]`` number the answer uses) when given, else its 1-based position.
+Without ``sources``, the cited URLs are extracted from the answer text
+(:func:`extract_sources`). A bad line is a warning with its line number, never a crash.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from dataclasses import dataclass, field
+from typing import Any, NamedTuple
+from urllib.parse import quote, urlsplit, urlunsplit
+
+from pydantic import ValidationError
+
+from medverify.audit.records import AuditInput, GoldClaim, SupportLabel
+from medverify.citations import MARKER_RE, strip_markers
+from medverify.records import Answer, Claim, Source, Span
+
+MAX_LINE_BYTES = 50_000_000
+_KNOWN_FIELDS = frozenset({"id", "question", "answer", "sources", "claims"})
+_LABELS = {
+    "supported": SupportLabel.SUPPORTED,
+    "support": SupportLabel.SUPPORTED,
+    "true": SupportLabel.SUPPORTED,
+    "yes": SupportLabel.SUPPORTED,
+    "complete": SupportLabel.SUPPORTED,
+    "not_supported": SupportLabel.NOT_SUPPORTED,
+    "unsupported": SupportLabel.NOT_SUPPORTED,
+    "false": SupportLabel.NOT_SUPPORTED,
+    "no": SupportLabel.NOT_SUPPORTED,
+}
+_URL_TRAILING = ".,;:!?'\"*_"
+_CLOSERS = {")": "(", "]": "[", "}": "{"}
+_PATH_SAFE = "/%:@!$&'()*+,;=-._~"
+_QUERY_SAFE = _PATH_SAFE + "?"
+_DEFAULT_PORTS = {"http": 80, "https": 443}
+_HOST = re.compile(r"[a-z0-9_.-]{1,253}|[0-9a-f:.]{2,45}")
+
+
+class LineError(ValueError):
+    """One input line that cannot be used (the reader turns it into a warning)."""
+
+
+# --------------------------------------------------------------------------- reading
+
+
+def read_audit(data: bytes, *, source_name: str = "") -> tuple[list[AuditInput], list[str]]:
+    """Parse audit JSONL. Returns the inputs and warnings (``name:line: problem``); bad
+    lines are skipped, duplicated answer ids are made unique."""
+    prefix = f"{source_name}:" if source_name else "line "
+    inputs: list[AuditInput] = []
+    warnings: list[str] = []
+    seen: set[str] = set()
+    for number, raw in enumerate(data.split(b"\n"), 1):
+        if not raw.strip():
+            continue
+        try:
+            item, notes = _parse_line(raw, number)
+        except LineError as exc:
+            warnings.append(f"{prefix}{number}: {exc}")
+            continue
+        item = _unique_id(item, seen, notes)
+        warnings.extend(f"{prefix}{number}: {note}" for note in notes)
+        inputs.append(item)
+    return inputs, warnings
+
+
+def _parse_line(raw: bytes, number: int) -> tuple[AuditInput, list[str]]:
+    if len(raw) > MAX_LINE_BYTES:
+        raise LineError(f"line is {len(raw):,} bytes, over the limit of {MAX_LINE_BYTES:,}")
+    if b"\x00" in raw:
+        raise LineError("binary data (NUL bytes), not a JSON line")
+    text = raw.decode("utf-8-sig", errors="replace")
+    notes = ["undecodable bytes replaced with U+FFFD"] if "\ufffd" in text else []
+    try:
+        obj = json.loads(text)
+    except (json.JSONDecodeError, RecursionError) as exc:
+        raise LineError(f"not valid JSON ({getattr(exc, 'msg', exc)})") from None
+    if not isinstance(obj, dict):
+        raise LineError("expected a JSON object")
+    return _input(obj, number, notes), notes
+
+
+def _input(obj: dict[str, Any], number: int, notes: list[str]) -> AuditInput:
+    answer_text = obj.get("answer")
+    if not isinstance(answer_text, str) or not answer_text.strip():
+        raise LineError("no 'answer' text")
+    question = obj.get("question")
+    raw_sources = obj.get("sources")
+    sources = read_sources(raw_sources, notes) if raw_sources else extract_sources(answer_text)
+    try:
+        answer = Answer(
+            text=answer_text,
+            question=str(question) if question is not None else None,
+            sources=sources,
+            id=_text_id(obj.get("id")),
+            meta={k: v for k, v in obj.items() if k not in _KNOWN_FIELDS},
+        )
+    except ValidationError as exc:
+        raise LineError(f"invalid answer: {exc.errors()[0]['msg']}") from None
+    claims = _claims(obj.get("claims"), notes) if obj.get("claims") is not None else None
+    return AuditInput(answer=answer, claims=claims, line=number)
+
+
+def _text_id(value: Any) -> str:
+    if value is None or isinstance(value, (dict, list)):
+        return ""
+    return str(value).strip()
+
+
+def _unique_id(item: AuditInput, seen: set[str], notes: list[str]) -> AuditInput:
+    answer_id = item.answer.id
+    if answer_id not in seen:
+        seen.add(answer_id)
+        return item
+    new_id = f"{answer_id}#{item.line}"
+    notes.append(f"duplicate answer id {answer_id!r}, renamed to {new_id!r}")
+    seen.add(new_id)
+    answer = item.answer.model_copy(update={"id": new_id})
+    return item.model_copy(update={"answer": answer})
+
+
+def read_sources(raw: Any, notes: list[str]) -> list[Source]:
+    """Sources given with an answer: URL strings or objects ``{url, text?, marker?, title?}``."""
+    if not isinstance(raw, list):
+        raise LineError("'sources' must be a list")
+    sources: list[Source] = []
+    used: set[str] = set()
+    for index, entry in enumerate(raw, 1):
+        source = _given_source(entry, index)
+        if source is None:
+            notes.append(f"source {index} is neither a URL string nor an object; skipped")
+            continue
+        if source.id in used:
+            new_id = f"{source.id}.{index}"
+            notes.append(f"duplicate source id {source.id!r}, renamed to {new_id!r}")
+            source = source.model_copy(update={"id": new_id})
+        used.add(source.id)
+        sources.append(source)
+    return sources
+
+
+def _given_source(entry: Any, index: int) -> Source | None:
+    if isinstance(entry, str):
+        return Source(id=str(index), url=_clean_url(entry))
+    if not isinstance(entry, dict):
+        return None
+    marker = entry.get("marker", entry.get("id"))
+    text = entry.get("text")
+    text = text if isinstance(text, str) and text.strip() else None
+    url = entry.get("url")
+    title = entry.get("title")
+    return Source(
+        id=_text_id(marker) or str(index),
+        url=_clean_url(url) if isinstance(url, str) else None,
+        title=str(title) if title is not None else None,
+        text=text,
+        status="given" if text else "not_fetched",
+    )
+
+
+def _clean_url(raw: str) -> str | None:
+    """The normalised URL, or the raw one trimmed when it cannot be normalised (the fetcher
+    then records why it is not valid); None for an empty string."""
+    stripped = raw.strip()
+    if not stripped:
+        return None
+    return normalize_url(stripped) or stripped
+
+
+def _claims(raw: Any, notes: list[str]) -> list[GoldClaim]:
+    if not isinstance(raw, list):
+        raise LineError("'claims' must be a list")
+    claims = []
+    for index, entry in enumerate(raw, 1):
+        text, label = _claim_fields(entry)
+        if not text:
+            notes.append(f"claim {index} has no text; skipped")
+            continue
+        gold = normalize_label(label)
+        if label is not None and gold is None:
+            notes.append(f"claim {index}: unknown label {label!r}, treated as unlabelled")
+        claims.append(GoldClaim(text=text, label=gold))
+    return claims
+
+
+def _claim_fields(entry: Any) -> tuple[str, Any]:
+    if isinstance(entry, str):
+        return entry.strip(), None
+    if isinstance(entry, dict):
+        text = entry.get("text", entry.get("claim"))
+        return (text.strip() if isinstance(text, str) else ""), entry.get("label")
+    return "", None
+
+
+def normalize_label(value: Any) -> SupportLabel | None:
+    """A gold label as :class:`SupportLabel` (``"supported"``, ``"NOT SUPPORTED"``, booleans
+    ...); None for null or an unknown value."""
+    if value is None:
+        return None
+    if isinstance(value, bool):
+        return SupportLabel.SUPPORTED if value else SupportLabel.NOT_SUPPORTED
+    if not isinstance(value, str):
+        return None
+    key = re.sub(r"[\s-]+", "_", value.strip().lower())
+    return _LABELS.get(key)
+
+
+def given_claims(answer: Answer, gold: list[GoldClaim]) -> list[Claim]:
+    """Claims given with an answer as :class:`Claim` records (``c1``, ``c2``...): markers
+    stripped into ``Claim.markers``, span set where the claim text occurs in the answer."""
+    claims = []
+    for index, item in enumerate(gold, 1):
+        text, markers = strip_markers(item.text)
+        start = answer.text.find(item.text)
+        span = Span(start=start, end=start + len(item.text)) if start >= 0 else None
+        claims.append(
+            Claim(id=f"c{index}", text=text or item.text, span=span, markers=markers,
+                  decomposer="given")
+        )
+    return claims
+
+
+# --------------------------------------------------------------------------- URLs
+
+
+def normalize_url(raw: str) -> str | None:
+    """A canonical form of a cited URL, or None when it is not a URL with a host.
+
+    Strips whitespace, angle brackets and trailing punctuation, adds ``https://`` to
+    ``www.`` hosts, lower-cases scheme and host, encodes the host with IDNA, drops the
+    fragment and a default port, keeps the query, percent-encodes unsafe characters.
+    """
+    text = _trim_url(raw)
+    if text.lower().startswith("www."):
+        text = "https://" + text
+    try:
+        parts = urlsplit(text)
+        port = parts.port
+    except ValueError:
+        return None
+    scheme = parts.scheme.lower()
+    host = _idna(parts.hostname or "")
+    if not scheme or not _HOST.fullmatch(host):
+        return None
+    netloc = _netloc(parts.username, parts.password, host, port, scheme)
+    path = quote(parts.path, safe=_PATH_SAFE) or "/"
+    return urlunsplit((scheme, netloc, path, quote(parts.query, safe=_QUERY_SAFE), ""))
+
+
+def _trim_url(raw: str) -> str:
+    text = raw.strip().strip("<>").strip()
+    while text and (text[-1] in _URL_TRAILING or _unbalanced_closer(text)):
+        text = text[:-1]
+    return text
+
+
+def _unbalanced_closer(text: str) -> bool:
+    last = text[-1]
+    return last in _CLOSERS and text.count(last) > text.count(_CLOSERS[last])
+
+
+def _idna(host: str) -> str:
+    host = host.strip(".").lower()
+    if not host or host.isascii():
+        return host
+    try:
+        return host.encode("idna").decode("ascii")
+    except UnicodeError:
+        return ""
+
+
+def _netloc(user: str | None, password: str | None, host: str, port: int | None,
+            scheme: str) -> str:
+    netloc = f"[{host}]" if ":" in host else host
+    if port is not None and _DEFAULT_PORTS.get(scheme) != port:
+        netloc = f"{netloc}:{port}"
+    if user:
+        netloc = f"{user}:{password}@{netloc}" if password else f"{user}@{netloc}"
+    return netloc
+
+
+# --------------------------------------------------------------------------- extraction
+
+_JSON_START = re.compile(
+    r"\{\s*\"(?:sources|references|citations|urls|links)\"\s*:"
+    r"|\[\s*(?:\"\s*(?:https?://|www\.)|\{\s*\"(?:url|link|href|title|id|marker)\")",
+    re.IGNORECASE,
+)
+_REFERENCE_LINE = re.compile(
+    r"^[ \t>*-]*(?:\[\^?(?P<bracket>\d{1,4})\]:?|(?P<plain>\d{1,4})[.):])[ \t]+(?P<rest>.+)$",
+    re.MULTILINE,
+)
+_LINE_URL = re.compile(r"(?:https?://|www\.)[^\s<>\"'\]]+|<(?:https?://|www\.)[^>\s]+>")
+_URL_KEYS = ("url", "link", "href", "uri", "source")
+_ID_KEYS = ("marker", "id", "number", "index", "n")
+MAX_JSON_ATTEMPTS = 20
+
+
+class _Hit(NamedTuple):
+    """One URL occurrence in an answer: where, the raw URL, any number and title it carries."""
+
+    position: int
+    raw: str
+    number: str | None = None
+    title: str | None = None
+
+
+@dataclass
+class _Found:
+    """URLs found in an answer, in order of first appearance, with any number they carry."""
+
+    order: dict[str, None] = field(default_factory=dict)
+    numbers: dict[str, str] = field(default_factory=dict)
+    titles: dict[str, str] = field(default_factory=dict)
+
+    def add(self, hit: _Hit) -> None:
+        url = _clean_url(hit.raw)
+        if url is None:
+            return
+        self.order.setdefault(url, None)
+        if hit.number and url not in self.numbers and hit.number not in self.numbers.values():
+            self.numbers[url] = hit.number
+        if hit.title and url not in self.titles:
+            self.titles[url] = hit.title
+
+
+def extract_sources(answer_text: str) -> list[Source]:
+    """The sources an answer cites, found in its text: JSON source lists, numbered
+    reference lists (``[1] https://...``, ``1. https://...``), markdown links and bare URLs.
+
+    URLs are normalised and deduplicated, in order of first appearance. A URL that carries
+    a number (reference list, ``[2](url)`` link, JSON ``marker``/``id``) gets it as
+    ``Source.id`` so ``[n]`` markers resolve; when no URL is numbered they are numbered
+    1..n, else the unnumbered ones get ``u1``, ``u2``...
+    """
+    hits = [*_json_lists(answer_text), *_reference_lines(answer_text), *_inline_urls(answer_text)]
+    found = _Found()
+    for hit in sorted(hits, key=lambda h: h.position):
+        found.add(hit)
+    return _as_sources(found)
+
+
+def _json_lists(text: str) -> list[_Hit]:
+    decoder = json.JSONDecoder()
+    hits: list[_Hit] = []
+    position = 0
+    for _ in range(MAX_JSON_ATTEMPTS):
+        match = _JSON_START.search(text, position)
+        if match is None:
+            break
+        try:
+            value, position = decoder.raw_decode(text, match.start())
+        except (json.JSONDecodeError, RecursionError):
+            position = match.end()
+            continue
+        hits.extend(_Hit(match.start() + n, *found) for n, found in enumerate(_json_urls(value)))
+    return hits
+
+
+def _json_urls(value: Any) -> list[tuple[str, str | None, str | None]]:
+    """(url, number, title) of every URL in a parsed JSON value, in order."""
+    if isinstance(value, str):
+        return [(value, None, None)] if _LINE_URL.match(value.strip()) else []
+    if isinstance(value, list):
+        return [found for entry in value for found in _json_urls(entry)]
+    if isinstance(value, dict):
+        return _json_object(value)
+    return []
+
+
+def _json_object(obj: dict[str, Any]) -> list[tuple[str, str | None, str | None]]:
+    lowered = {str(k).lower(): v for k, v in obj.items()}
+    url = next((lowered[k] for k in _URL_KEYS if isinstance(lowered.get(k), str)), None)
+    if url is None:
+        return [found for entry in obj.values() for found in _json_urls(entry)]
+    number = next((str(lowered[k]).strip() for k in _ID_KEYS if _is_number(lowered.get(k))), None)
+    title = lowered.get("title")
+    return [(url, number, title if isinstance(title, str) else None)]
+
+
+def _is_number(value: Any) -> bool:
+    if isinstance(value, bool):
+        return False
+    return isinstance(value, int) or (isinstance(value, str) and value.strip().isdigit())
+
+
+def _reference_lines(text: str) -> list[_Hit]:
+    hits = []
+    for match in _REFERENCE_LINE.finditer(text):
+        url_match = _LINE_URL.search(match.group("rest"))
+        if url_match is None:
+            continue
+        number = str(int(match.group("bracket") or match.group("plain")))
+        title = match.group("rest")[: url_match.start()].strip(" \t:-–—|,") or None
+        hits.append(_Hit(match.start(), url_match.group(0), number, title))
+    return hits
+
+
+def _inline_urls(text: str) -> list[_Hit]:
+    hits = []
+    for match in MARKER_RE.finditer(text):
+        link, url = match.group("link"), match.group("url")
+        if link is not None:
+            anchor = match.group("anchor").strip().lstrip("^")
+            hits.append(_Hit(match.start(), link, str(int(anchor)) if anchor.isdigit() else None))
+        elif url is not None:
+            hits.append(_Hit(match.start(), url))
+    return hits
+
+
+def _as_sources(found: _Found) -> list[Source]:
+    numbered = bool(found.numbers)
+    sources = []
+    for index, url in enumerate(found.order, 1):
+        if url in found.numbers:
+            source_id = found.numbers[url]
+        else:
+            source_id = f"u{index}" if numbered else str(index)
+        sources.append(Source(id=source_id, url=url, title=found.titles.get(url)))
+    return sources

@@ -1,0 +1,214 @@
+"""Passage selection: the few passages of a long source that matter for a claim.
+
+A source's text is split into passages of about ``passage_tokens`` tokens (the embedder's
+tokenizer, a small overlap); per claim, passages are ranked by reciprocal-rank fusion of
+an in-memory BM25 over the source's passages and dense cosine similarity (passage vectors
+computed once per source and reused for every claim), and the top ``k`` are kept. A
+source no longer than ``k * passage_tokens`` tokens is used whole: selecting from it
+would not make the judge read less.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+import threading
+from collections import Counter, OrderedDict
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import cast
+
+import numpy as np
+
+from medverify.kb.chunking import chunk_text
+from medverify.kb.embed import Embedder, Tokenizer
+from medverify.records import Claim, Passage, Source, Span, content_hash
+from medverify.retrieve import rrf
+
+_WORD = re.compile(r"\w+", re.UNICODE)
+
+
+def _words(text: str) -> frozenset[str]:
+    return frozenset(text.split())
+
+
+_STOPWORDS = _words(
+    "a an the of and or in on at to for by with from is are was were be been being it its "
+    "this that these those as but not no can may might will would should could do does did "
+    "has have had than then there their they them he she his her we you i our your"
+)
+
+
+def terms(text: str) -> list[str]:
+    """Lower-cased word terms without stopwords (BM25's tokens)."""
+    return [w for w in _WORD.findall(text.lower()) if w not in _STOPWORDS]
+
+
+class BM25:
+    """Okapi BM25 over a small in-memory collection (the passages of one source)."""
+
+    def __init__(self, texts: Sequence[str], k1: float = 1.5, b: float = 0.75) -> None:
+        self.k1, self.b = k1, b
+        self.docs = [Counter(terms(t)) for t in texts]
+        self.lengths = np.array([sum(d.values()) for d in self.docs], dtype=np.float64)
+        self.avg = float(self.lengths.mean()) if len(self.docs) else 0.0
+        df = Counter(term for doc in self.docs for term in doc)
+        n = len(self.docs)
+        self.idf = {t: math.log(1.0 + (n - f + 0.5) / (f + 0.5)) for t, f in df.items()}
+
+    def scores(self, query: str) -> np.ndarray:
+        out = np.zeros(len(self.docs), dtype=np.float64)
+        norm = self.k1 * (1.0 - self.b + self.b * self.lengths / max(self.avg, 1e-9))
+        for term in set(terms(query)):
+            idf = self.idf.get(term)
+            if idf is None:
+                continue
+            tf = np.array([doc.get(term, 0) for doc in self.docs], dtype=np.float64)
+            out += idf * tf * (self.k1 + 1.0) / (tf + norm)
+        return out
+
+
+@dataclass(frozen=True)
+class SourcePassages:
+    """A source split into passages, with what ranking needs (computed once per source)."""
+
+    passages: list[Passage]
+    n_tokens: list[int]
+    vectors: np.ndarray
+    bm25: BM25
+    source_tokens: int
+    whole: bool
+
+
+@dataclass(frozen=True)
+class Selected:
+    """The passages selected for one claim-source pair and the judge-input token counts:
+    claim + selected passages (``input_tokens``) versus claim + whole source."""
+
+    passages: list[Passage]
+    input_tokens: int
+    source_tokens: int
+
+
+class PassageSelector:
+    """Select the best ``k`` passages of a source per claim (lexical + dense, fused)."""
+
+    def __init__(
+        self,
+        embedder: Embedder,
+        tokenizer: Tokenizer | None = None,
+        passage_tokens: int = 128,
+        k: int = 3,
+        *,
+        overlap: int | None = None,
+        cache_size: int = 256,
+    ) -> None:
+        self.embedder = embedder
+        self.tokenizer = tokenizer or embedder.tokenizer
+        self.passage_tokens = passage_tokens
+        self.k = k
+        self.overlap = passage_tokens // 8 if overlap is None else overlap
+        self._cache: OrderedDict[tuple[str, str], SourcePassages] = OrderedDict()
+        self._cache_size = cache_size
+        self._lock = threading.Lock()
+
+    def count_tokens(self, text: str) -> int:
+        return len(self.tokenizer.offsets(text))
+
+    def select(self, claims: Sequence[Claim], source: Source) -> dict[str, list[Passage]]:
+        """claim id -> the passages of ``source`` selected for it, best first."""
+        chosen = self.select_pairs([(claim, source) for claim in claims])
+        return {claim.id: sel.passages for claim, sel in zip(claims, chosen, strict=True)}
+
+    def select_pairs(self, pairs: Sequence[tuple[Claim, Source]]) -> list[Selected]:
+        """Selections for many claim-source pairs; each claim text is embedded once and
+        each source split and embedded once."""
+        texts = list(dict.fromkeys(claim.text for claim, source in pairs if self._needs(source)))
+        vectors = dict(zip(texts, self._embed(texts), strict=True)) if texts else {}
+        claim_tokens = {c.text: self.count_tokens(c.text) for c, _ in pairs}
+        out = []
+        for claim, source in pairs:
+            split = self.passages(source)
+            chosen = self._rank(claim.text, vectors.get(claim.text), split)
+            used = sum(split.n_tokens[i] for i, _ in chosen)
+            out.append(
+                Selected(
+                    passages=[_scored(split.passages[i], scores) for i, scores in chosen],
+                    input_tokens=claim_tokens[claim.text] + used,
+                    source_tokens=claim_tokens[claim.text] + split.source_tokens,
+                )
+            )
+        return out
+
+    def passages(self, source: Source) -> SourcePassages:
+        """The source's passages and their vectors (cached by source id and text hash)."""
+        key = (source.id, content_hash(source.text or ""))
+        with self._lock:
+            cached = self._cache.get(key)
+            if cached is not None:
+                self._cache.move_to_end(key)
+                return cached
+        split = self._split(source)
+        with self._lock:
+            self._cache[key] = split
+            while len(self._cache) > self._cache_size:
+                self._cache.popitem(last=False)
+        return split
+
+    def _needs(self, source: Source) -> bool:
+        split = self.passages(source)
+        return not split.whole and len(split.passages) > self.k
+
+    def _split(self, source: Source) -> SourcePassages:
+        text = source.text or ""
+        total = self.count_tokens(text)
+        whole = total <= self.k * self.passage_tokens
+        if whole:
+            spans = [(Span(start=0, end=len(text)), text, total)] if text.strip() else []
+        else:
+            chunks = chunk_text(text, self.tokenizer, self.passage_tokens, self.overlap)
+            spans = [(c.span, c.text, c.n_tokens) for c in chunks]
+        passages = [
+            Passage(id=f"{source.id}:{n}", doc_id=source.id, text=chunk, title=source.title,
+                    url=source.url, source="audit", span=span)
+            for n, (span, chunk, _) in enumerate(spans, 1)
+        ]
+        many = not whole and len(passages) > self.k
+        vectors = self._embed([p.text for p in passages]) if many else np.zeros((0, 0))
+        return SourcePassages(
+            passages=passages,
+            n_tokens=[n for _, _, n in spans],
+            vectors=vectors,
+            bm25=BM25([p.text for p in passages]) if many else BM25([]),
+            source_tokens=total,
+            whole=whole,
+        )
+
+    def _embed(self, texts: list[str]) -> np.ndarray:
+        with self._lock:
+            return np.asarray(self.embedder.embed(texts), dtype=np.float32)
+
+    def _rank(self, claim: str, vector: np.ndarray | None,
+              split: SourcePassages) -> list[tuple[int, dict[str, float]]]:
+        """(passage index, scores) of the passages to keep for ``claim``, best first."""
+        if vector is None or len(split.passages) <= self.k:
+            return [(i, {}) for i in range(len(split.passages))]
+        lexical = split.bm25.scores(claim)
+        dense = split.vectors @ vector
+        fused = rrf({"bm25": _order(lexical), "dense": _order(dense)}, limit=self.k)
+        chosen = [cast(int, f.id) for f in fused]
+        return [
+            (i, {"rrf": f.score, "bm25": float(lexical[i]), "dense": float(dense[i])})
+            for i, f in zip(chosen, fused, strict=True)
+        ]
+
+
+def _scored(passage: Passage, scores: dict[str, float]) -> Passage:
+    if not scores:
+        return passage
+    return passage.model_copy(update={"score": scores["rrf"], "scores": scores})
+
+
+def _order(scores: np.ndarray) -> list[int]:
+    """Indices by decreasing score (ties by position)."""
+    return [int(i) for i in np.argsort(-scores, kind="stable")]

@@ -1,0 +1,117 @@
+"""``medverify audit`` end to end: a 3-answer file with given texts, a scripted LLM judge."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+
+from medverify.audit.records import AnswerAudit, AuditSummary
+from medverify.cli import main
+from medverify.testing import ScriptedProvider, register_fake, unregister_fake
+from medverify.testing.judge import keyword_rule, scripted_judge
+
+ROWS = [
+    {"id": "a1", "system": "gpt", "question": "Aspirin?",
+     "answer": "Aspirin thins the blood [1]. Aspirin cures cancer [2].",
+     "sources": [{"url": "https://a.org/aspirin", "marker": 1, "text": "Aspirin thins blood."},
+                 {"url": "https://nowhere.example/x", "marker": 2}],
+     "claims": [{"text": "Aspirin thins the blood [1].", "label": "SUPPORTED"},
+                {"text": "Aspirin cures cancer [2].", "label": "NOT_SUPPORTED"}]},
+    {"id": "a2", "system": "gpt", "question": "Sleep?",
+     "answer": "Exercise thins stress [1].",
+     "sources": [{"url": "https://b.org/sleep", "marker": 1, "text": "Exercise reduces stress."}],
+     "claims": [{"text": "Exercise thins stress [1]."}]},
+    {"id": "a3", "system": "claude", "question": "Colds?",
+     "answer": "Vitamin C prevents colds [1].",
+     "sources": [{"url": "https://c.org/colds", "marker": 1, "text": "It does not prevent colds."}],
+     "claims": [{"text": "Vitamin C prevents colds [1].", "label": "NOT_SUPPORTED"}]},
+]
+
+
+@pytest.fixture
+def fake_model() -> Iterator[ScriptedProvider]:
+    provider = ScriptedProvider(scripted_judge(keyword_rule(supported="thins")), name="audit")
+    register_fake("audit", provider)
+    yield provider
+    unregister_fake("audit")
+
+
+@pytest.fixture
+def setup(tmp_path: Path) -> tuple[Path, Path]:
+    data = tmp_path / "answers.jsonl"
+    data.write_text("".join(json.dumps(r) + "\n" for r in ROWS), "utf-8")
+    config = tmp_path / "config.toml"
+    config.write_text('[kb_settings]\nembedder = "hash"\n[llm]\ncache = false\n'
+                      "[audit]\nbootstrap = 100\n", "utf-8")
+    return data, config
+
+
+def _audit(*args: str) -> object:
+    return CliRunner().invoke(main, ["audit", *args], catch_exceptions=False)
+
+
+def test_audit_end_to_end(setup: tuple[Path, Path], tmp_path: Path,
+                          fake_model: ScriptedProvider) -> None:
+    data, config = setup
+    out = tmp_path / "out"
+    result = _audit(str(data), "--out", str(out), "--offline", "--judge", "llm",
+                    "--model", "fake:audit", "--config", str(config))
+    assert result.exit_code == 0, result.output  # type: ignore[attr-defined]
+    text = result.output  # type: ignore[attr-defined]
+    for expected in ("source URL validity", "statement-level support", "response-level support",
+                     "sources supporting no statement", "pairs judged: 4", "offline 1",
+                     "skipped: wayback: offline"):
+        assert expected in text
+    summary = AuditSummary.model_validate_json((out / "summary.json").read_text("utf-8"))
+    assert summary.overall.n_answers == 3 and summary.overall.n_claims == 4
+    assert summary.overall.statement_support.value == pytest.approx(0.5)
+    assert summary.overall.response_support.value == pytest.approx(1 / 3)
+    assert summary.judge.startswith("llm") and summary.models["judge"].startswith("llm")
+    assert summary.prompt_versions["judge"].startswith("judge/")
+    assert summary.pairing == "all" and summary.offline
+    assert summary.usage["judge"].calls >= 1 and fake_model.requests
+    lines = (out / "answers.jsonl").read_text("utf-8").splitlines()
+    audits = {a.answer.id: a for a in map(AnswerAudit.model_validate_json, lines)}
+    assert [c.supported for c in audits["a1"].claims] == [True, False]
+    assert (out / "report.html").is_file()
+
+    again = _audit(str(data), "--out", str(out), "--offline", "--judge", "llm",
+                   "--model", "fake:audit", "--config", str(config), "--pairing", "cited")
+    assert again.exit_code == 0
+    resumed = AuditSummary.model_validate_json((out / "summary.json").read_text("utf-8"))
+    assert resumed.notes["resumed"] == 3 and resumed.notes["audited"] == 0
+
+
+def test_cited_pairing_and_limit(setup: tuple[Path, Path], tmp_path: Path,
+                                 fake_model: ScriptedProvider) -> None:
+    data, config = setup
+    out = tmp_path / "cited"
+    result = _audit(str(data), "--out", str(out), "--offline", "--pairing", "cited",
+                    "--limit", "2", "--judge", "llm", "--model", "fake:audit",
+                    "--config", str(config), "--no-record")
+    assert result.exit_code == 0, result.output  # type: ignore[attr-defined]
+    summary = AuditSummary.model_validate_json((out / "summary.json").read_text("utf-8"))
+    assert summary.pairing == "cited" and summary.overall.n_answers == 2
+    assert summary.overall.n_pairs == 2  # a1's second claim cites an invalid source
+
+
+def test_bad_input_exits_2(tmp_path: Path) -> None:
+    bad = tmp_path / "bad.jsonl"
+    bad.write_bytes(b"\x00\x01 not json\n{also bad\n")
+    result = CliRunner().invoke(main, ["audit", str(bad), "--out", str(tmp_path / "o")])
+    assert result.exit_code == 2
+    assert "no answer to audit" in result.output
+    missing = CliRunner().invoke(main, ["audit", str(tmp_path / "nope.jsonl"),
+                                        "--out", str(tmp_path / "o")])
+    assert missing.exit_code == 2 and "no such file" in missing.output
+
+
+def test_llm_judge_without_model_exits_2(setup: tuple[Path, Path], tmp_path: Path) -> None:
+    data, config = setup
+    result = CliRunner().invoke(main, ["audit", str(data), "--out", str(tmp_path / "o"),
+                                       "--judge", "llm", "--config", str(config)])
+    assert result.exit_code == 2 and "needs a model" in result.output

@@ -1,0 +1,173 @@
+"""The audit runner: outputs, resume after a crash, per-answer failures, the run store."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from collections.abc import Sequence
+from pathlib import Path
+
+import pytest
+
+from medverify.audit.inputs import read_audit
+from medverify.audit.metrics import audit_metrics
+from medverify.audit.records import AnswerAudit, AuditInput, AuditSummary
+from medverify.audit.runner import Auditor, load_done
+from medverify.config import Config
+from medverify.errors import ConfigError
+from medverify.judge import JudgeItem
+from medverify.kb.embed import HashEmbedder
+from medverify.records import Analysis, Answer, Claim, Verdict
+from medverify.store.runs import RunStore
+
+
+class WordJudge:
+    """Stand-in judge: supported when every word of the claim occurs in the passages."""
+
+    name = "words"
+    prompt_version = None
+
+    def __init__(self) -> None:
+        self.claims: list[str] = []
+
+    async def judge(self, items: Sequence[JudgeItem]) -> list[Verdict]:
+        self.claims.extend(item.claim.text for item in items)
+        return [self._verdict(item) for item in items]
+
+    @staticmethod
+    def _verdict(item: JudgeItem) -> Verdict:
+        text = " ".join(p.text.lower() for p in item.passages)
+        holds = all(w in text for w in item.claim.text.lower().rstrip(".").split())
+        return Verdict(claim_id=item.claim.id, factual=Analysis(holds=holds),
+                       counterfactual=Analysis(holds=False))
+
+
+class FailingDecomposer:
+    name = "failing"
+    prompt_version = None
+
+    async def decompose(self, answer: Answer) -> list[Claim]:
+        raise RuntimeError("decomposer crashed")
+
+
+def _lines() -> bytes:
+    rows = [
+        {"id": "q1", "system": "A", "answer": "Aspirin thins blood [1]. Statins cure all [2].",
+         "sources": [{"url": "https://a.org/1", "marker": 1, "text": "aspirin thins blood"},
+                     {"url": "https://dead.example/2", "marker": 2}],
+         "claims": [{"text": "Aspirin thins blood [1].", "label": "SUPPORTED"},
+                    {"text": "Statins cure all [2].", "label": "NOT_SUPPORTED"}]},
+        {"id": "q2", "system": "B", "answer": "Exercise helps sleep.",
+         "sources": [{"url": "https://b.org", "text": "exercise helps sleep quality"}]},
+        {"id": "q3", "system": "B", "answer": "Vitamin C prevents colds [1].",
+         "sources": [{"url": "https://c.org", "text": "vitamin c does not prevent colds"}],
+         "claims": [{"text": "Vitamin C prevents colds [1]."}]},
+    ]
+    return b"".join(json.dumps(r).encode() + b"\n" for r in rows)
+
+
+def _inputs() -> list[AuditInput]:
+    inputs, warnings = read_audit(_lines())
+    assert warnings == []
+    return inputs
+
+
+def _auditor(tmp_path: Path, judge: WordJudge | None = None, **options: object) -> Auditor:
+    config = Config.load(fetch={"offline": True}, audit={"bootstrap": 200})
+    return Auditor.from_config(
+        config, out_dir=tmp_path / "out", judge=judge or WordJudge(), embedder=HashEmbedder(),
+        **options,  # type: ignore[arg-type]
+    )
+
+
+def _run(auditor: Auditor) -> tuple[list[AnswerAudit], AuditSummary]:
+    return asyncio.run(auditor.run(_inputs()))
+
+
+def test_run_writes_outputs_and_metrics(tmp_path: Path) -> None:
+    audits, summary = _run(_auditor(tmp_path))
+    out = tmp_path / "out"
+    assert [a.answer.id for a in audits] == ["q1", "q2", "q3"]
+    first = audits[0]
+    assert [c.supported for c in first.claims] == [True, False]
+    assert first.answer.sources[1].status == "invalid"  # offline, never fetched
+    assert first.metrics.n_urls == 2 and first.metrics.n_valid_urls == 1
+    assert [c.claim.decomposer for c in audits[1].claims] == ["rules"]  # decomposed
+    assert audits[1].claims[0].supported is True
+    assert audits[2].claims[0].supported is False
+    lines = (out / "answers.jsonl").read_text("utf-8").splitlines()
+    assert sorted(AnswerAudit.model_validate_json(x).answer.id for x in lines) == ["q1", "q2", "q3"]
+    saved = AuditSummary.model_validate_json((out / "summary.json").read_text("utf-8"))
+    assert saved.overall.n_answers == 3 and saved.overall.n_claims == 4
+    assert saved.overall.statement_support.value == pytest.approx(0.5)
+    assert saved.overall.url_validity.value == pytest.approx(3 / 4)
+    assert "wayback: offline" in saved.skipped and saved.offline is True
+    assert set(saved.breakdowns["system"]) == {"A", "B"}
+    assert saved.notes["pairs_judged"] == 4 and saved.notes["audited"] == 3
+    assert saved.judge == "words" and saved.models["embedder"] == "hash-256"
+    assert (out / "report.html").read_text("utf-8").startswith("<!")
+    assert summary.run_id == saved.run_id
+
+
+def test_summary_is_recomputable_from_the_run_store(tmp_path: Path) -> None:
+    auditor = _auditor(tmp_path)
+    _, summary = _run(auditor)
+    with RunStore(auditor.config.store_path) as store:
+        info = store.get_run(summary.run_id)
+        stored = store.audits(summary.run_id)
+    assert (info.kind, info.status, info.n_answers, info.n_claims) == ("audit", "done", 3, 4)
+    assert [a.answer.id for a in stored] == ["q1", "q2", "q3"]
+    again = audit_metrics(stored, n_boot=200, seed=0)
+    assert again == summary.overall
+
+
+def test_resume_skips_done_answers_and_drops_a_truncated_line(tmp_path: Path) -> None:
+    _run(_auditor(tmp_path))
+    path = tmp_path / "out" / "answers.jsonl"
+    by_id = {AnswerAudit.model_validate_json(x).answer.id: x for x in path.read_text().splitlines()}
+    path.write_text(by_id["q1"] + "\n" + by_id["q2"][: len(by_id["q2"]) // 2], "utf-8")
+    judge = WordJudge()
+    auditor = _auditor(tmp_path, judge)
+    audits, summary = _run(auditor)
+    assert judge.claims and all("prevents colds" in c or "Exercise" in c for c in judge.claims)
+    assert summary.notes["resumed"] == 1 and summary.notes["audited"] == 2
+    assert any("1 unreadable line" in w for w in summary.notes["warnings"])
+    ids = [AnswerAudit.model_validate_json(x).answer.id for x in path.read_text().splitlines()]
+    assert sorted(ids) == ["q1", "q2", "q3"]
+    assert [a.answer.id for a in audits] == ["q1", "q2", "q3"]
+
+
+def test_fresh_redoes_everything(tmp_path: Path) -> None:
+    _run(_auditor(tmp_path))
+    judge = WordJudge()
+    _, summary = _run(_auditor(tmp_path, judge, fresh=True))
+    assert summary.notes["resumed"] == 0 and len(judge.claims) == 4
+    assert len((tmp_path / "out" / "answers.jsonl").read_text().splitlines()) == 3
+
+
+def test_a_failing_answer_is_recorded_and_the_run_goes_on(tmp_path: Path) -> None:
+    auditor = _auditor(tmp_path)
+    auditor.decomposer = FailingDecomposer()
+    audits, summary = _run(auditor)
+    failed = audits[1]
+    assert failed.claims == [] and failed.errors == ["RuntimeError: decomposer crashed"]
+    assert [c.supported for c in audits[0].claims] == [True, False]
+    assert any("q2: RuntimeError" in e for e in summary.errors)
+
+
+def test_limit_audits_the_first_answers(tmp_path: Path) -> None:
+    audits, summary = _run(_auditor(tmp_path, limit=2))
+    assert [a.answer.id for a in audits] == ["q1", "q2"] and summary.overall.n_answers == 2
+
+
+def test_cleanup_needs_a_model(tmp_path: Path) -> None:
+    with pytest.raises(ConfigError, match="--model"):
+        _auditor(tmp_path, cleanup=True)
+
+
+def test_load_done_appends_a_missing_newline(tmp_path: Path) -> None:
+    path = tmp_path / "answers.jsonl"
+    audit = AnswerAudit(answer=Answer(text="x", id="z"))
+    path.write_text(audit.model_dump_json(), "utf-8")
+    assert list(load_done(path)) == ["z"]
+    assert path.read_text("utf-8").endswith("\n")
