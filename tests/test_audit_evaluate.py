@@ -206,3 +206,11 @@ def test_eval_audit_cli_exit_2(tmp_path: Path) -> None:
     write_dir(tmp_path / "nogold", [audit("a", [], [claim("c1")])])
     nogold = CliRunner().invoke(main, ["eval", "audit", str(tmp_path / "nogold")])
     assert nogold.exit_code == 2 and "gold label" in nogold.output
+
+
+def test_with_source_leaves_out_claims_without_a_judged_source() -> None:
+    no_source = audit("a4", [], [claim(f"n{i}", {}, S) for i in range(6)], system="gpt")
+    result = evaluate_audit_records([*confusion_audits(), no_source], n_boot=100)
+    assert result.overall.n == 56 and result.overall.confusion[S][N] == 11
+    assert result.with_source.n == 50 and result.with_source.confusion[S][N] == 5
+    assert result.with_source.kappa.value == pytest.approx(0.4)

@@ -66,6 +66,12 @@ class AuditEvaluation(_Record):
     n_boot: int = 2000
     seed: int = 0
     overall: AgreementScores = Field(default_factory=AgreementScores)
+    with_source: AgreementScores = Field(
+        default_factory=AgreementScores,
+        description="Only claims judged against at least one valid source: without one a "
+        "claim is unsupported by definition, which says nothing about the judge (offline "
+        "audits of answers whose pages were not frozen).",
+    )
     by: str | None = None
     breakdown: dict[str, AgreementScores] = Field(default_factory=dict)
     warnings: list[str] = Field(default_factory=list)
@@ -140,12 +146,14 @@ def score_codes(codes: np.ndarray, n_unscored: int, *, n_boot: int, seed: int) -
 # --- from audits ---------------------------------------------------------------------
 
 
-def claim_codes(audits: Sequence[AnswerAudit]) -> tuple[np.ndarray, int]:
+def claim_codes(audits: Sequence[AnswerAudit], *,
+                with_source: bool = False) -> tuple[np.ndarray, int]:
     """Codes of the gold-labelled claims with a known prediction, and how many
-    gold-labelled claims were unscored."""
+    gold-labelled claims were unscored (``with_source``: only claims with judged pairs)."""
     codes: list[int] = []
     unscored = 0
-    for claim in (c for a in audits for c in a.claims if c.gold is not None):
+    claims = (c for a in audits for c in a.claims if c.gold is not None)
+    for claim in (c for c in claims if c.pairs or not with_source):
         if claim.supported is None:
             unscored += 1
         else:
@@ -153,8 +161,9 @@ def claim_codes(audits: Sequence[AnswerAudit]) -> tuple[np.ndarray, int]:
     return np.asarray(codes, dtype=float), unscored
 
 
-def score_audits(audits: Sequence[AnswerAudit], *, n_boot: int, seed: int) -> AgreementScores:
-    codes, unscored = claim_codes(audits)
+def score_audits(audits: Sequence[AnswerAudit], *, n_boot: int, seed: int,
+                 with_source: bool = False) -> AgreementScores:
+    codes, unscored = claim_codes(audits, with_source=with_source)
     return score_codes(codes, unscored, n_boot=n_boot, seed=seed)
 
 
@@ -192,6 +201,7 @@ def evaluate_audit_records(
         n_boot=n_boot,
         seed=seed,
         overall=score_audits(audits, n_boot=n_boot, seed=seed),
+        with_source=score_audits(audits, n_boot=n_boot, seed=seed, with_source=True),
         by=by if breakdown else None,
         breakdown=breakdown,
         warnings=warnings,

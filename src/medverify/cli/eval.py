@@ -279,7 +279,8 @@ def audit_table(result: AuditEvaluation) -> Table:
     table.add_column(result.by or "claims", overflow="fold")
     for name in ("n", "unsc.", "S gold/pred", "bal. acc", "agreement", "kappa"):
         table.add_column(name, justify="right", no_wrap=True)
-    rows = [("all", result.overall), *result.breakdown.items()]
+    rows = [("all", result.overall), ("with a valid source", result.with_source),
+            *result.breakdown.items()]
     for name, scores in rows:
         table.add_row(Text(name), *_audit_cells(scores), style="bold" if name == "all" else "")
     return table
