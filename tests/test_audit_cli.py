@@ -115,3 +115,15 @@ def test_llm_judge_without_model_exits_2(setup: tuple[Path, Path], tmp_path: Pat
     result = CliRunner().invoke(main, ["audit", str(data), "--out", str(tmp_path / "o"),
                                        "--judge", "llm", "--config", str(config)])
     assert result.exit_code == 2 and "needs a model" in result.output
+
+
+def test_out_defaults_to_a_folder_named_after_the_input(
+        setup: tuple[Path, Path], tmp_path: Path, fake_model: ScriptedProvider,
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    data, config = setup
+    monkeypatch.chdir(tmp_path)
+    result = _audit(str(data), "--offline", "--limit", "1", "--judge", "llm",
+                    "--model", "fake:audit", "--config", str(config), "--no-record")
+    assert result.exit_code == 0, result.output  # type: ignore[attr-defined]
+    assert (tmp_path / "audit-answers" / "summary.json").is_file()
+    assert "audit-answers" in result.output  # type: ignore[attr-defined]

@@ -24,8 +24,9 @@ from medverify.report.view import percent
 @main.command()
 @click.argument("input_file", metavar="FILE.jsonl", type=click.Path(path_type=Path))
 @click.option(
-    "--out", "out_dir", required=True, type=click.Path(path_type=Path, file_okay=False),
-    help="Output directory: answers.jsonl, summary.json, report.html.",
+    "--out", "out_dir", type=click.Path(path_type=Path, file_okay=False),
+    help="Output directory: answers.jsonl, summary.json, report.html "
+    "[default: ./audit-<FILE name without .jsonl>].",
 )
 @click.option("--offline", is_flag=True, help="Use only given texts and the fetch cache.")
 @click.option(
@@ -46,7 +47,7 @@ from medverify.report.view import percent
 @store_option
 def audit(
     input_file: Path,
-    out_dir: Path,
+    out_dir: Path | None,
     offline: bool,
     pairing: str | None,
     judge: str | None,
@@ -73,6 +74,7 @@ def audit(
     if allow:
         config = _with_allowed(config, allow)
     inputs = _read(input_file)
+    out_dir = out_dir or default_out_dir(input_file)
     auditor = Auditor.from_config(
         config, out_dir=out_dir, fresh=fresh, cleanup=cleanup, limit=limit, record=not no_record
     )
@@ -82,6 +84,13 @@ def audit(
     console.print(
         f"outputs: {out_dir / ANSWERS_FILE}, {out_dir / SUMMARY_FILE}, {out_dir / REPORT_FILE}"
     )
+
+
+def default_out_dir(input_file: Path) -> Path:
+    """``./audit-<name>`` for ``<name>.jsonl`` (``-`` and odd names fall back to ``audit``)."""
+    stem = input_file.name.removesuffix(".jsonl").removesuffix(".json")
+    safe = "".join(c if c.isalnum() or c in "._-" else "_" for c in stem).strip("._")
+    return Path(f"audit-{safe}" if safe else "audit")
 
 
 def _with_allowed(config: Config, allow: tuple[str, ...]) -> Config:
