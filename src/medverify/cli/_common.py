@@ -30,6 +30,12 @@ def config_option(func: F) -> F:
     )(func)
 
 
+def json_out_option(help_text: str) -> Callable[[F], F]:
+    """``--json FILE``: where to write a command's full result as JSON."""
+    return click.option("--json", "json_out", type=click.Path(path_type=Path, dir_okay=False),
+                        help=help_text)
+
+
 def store_option(func: F) -> F:
     return click.option(
         "--store",

@@ -14,7 +14,13 @@ from rich.text import Text
 from medverify.audit.evaluate import AgreementScores, AuditEvaluation, evaluate_audit
 from medverify.audit.records import Estimate
 from medverify.cli import main
-from medverify.cli._common import config_option, console, load_config, progress_bar
+from medverify.cli._common import (
+    config_option,
+    console,
+    json_out_option,
+    load_config,
+    progress_bar,
+)
 from medverify.config import Config, KBSettings
 from medverify.errors import InputError
 from medverify.evaluation import (
@@ -63,12 +69,7 @@ def _parse_ks(value: str) -> list[int]:
 @click.option("--embedder", help="Embedder name or model directory (default all-MiniLM-L6-v2).")
 @click.option("--chunk-tokens", type=click.IntRange(16))
 @click.option("--chunk-overlap", type=click.IntRange(0))
-@click.option(
-    "--json",
-    "json_out",
-    type=click.Path(dir_okay=False, path_type=Path),
-    help="Write the full result as JSON here.",
-)
+@json_out_option("Write the full result as JSON here.")
 def retrieval(
     corpus: Path,
     queries: Path,
@@ -115,12 +116,7 @@ def retrieval(
 )
 @click.option("--model", "-m", help="Model spec (needed by --judge llm and cascade).")
 @click.option("--limit", type=click.IntRange(1), help="Only the first N pairs of each file.")
-@click.option(
-    "--json",
-    "json_out",
-    type=click.Path(dir_okay=False, path_type=Path),
-    help="Write the full result (confusion matrices included) as JSON here.",
-)
+@json_out_option("Write the full result (confusion matrices included) as JSON here.")
 @config_option
 def pairs(
     files: tuple[Path, ...],
@@ -230,12 +226,7 @@ def confusion_table(scores: PairScores) -> Table:
     show_default=True,
     help="Answer field to break the scores down by (an input field such as system).",
 )
-@click.option(
-    "--json",
-    "json_out",
-    type=click.Path(dir_okay=False, path_type=Path),
-    help="Write the full result (confusion matrices included) as JSON here.",
-)
+@json_out_option("Write the full result (confusion matrices included) as JSON here.")
 @config_option
 def audit(out_dir: Path, by: str, json_out: Path | None, config_path: Path | None) -> None:
     """Agreement of a citation audit (DIR of `medverify audit --out DIR`) with the gold
