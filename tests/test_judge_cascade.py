@@ -16,6 +16,7 @@ from medverify.pipeline import Checker
 from medverify.records import Answer, Category, Claim, Document, Passage
 from medverify.report.html import render_html
 from medverify.report.terminal import summary_lines
+from medverify.store.runs import RunStore
 from medverify.testing import ScriptedProvider
 from medverify.testing.judge import keyword_rule, scripted_judge
 from medverify.testing.verifier import FailingVerifier, LexicalVerifier
@@ -97,7 +98,7 @@ def kb(tmp_path: Path) -> Iterator[KnowledgeBase]:
 
 
 def test_report_says_how_many_calls_were_saved(
-    kb: KnowledgeBase, monkeypatch: pytest.MonkeyPatch
+    kb: KnowledgeBase, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
 ) -> None:
     import medverify.judge.builtin as builtin
 
@@ -110,7 +111,10 @@ def test_report_says_how_many_calls_were_saved(
         text="Metformin is a first-line medicine for type 2 diabetes. "
         "Metformin cures baldness in cats."
     )
-    report = asyncio.run(checker.run([answer]))[0]
+    with RunStore(tmp_path / "runs.db") as store:
+        report = asyncio.run(checker.run([answer], store=store))[0]
+        [rebuilt] = store.reports(report.run_id or "")
+    assert rebuilt.notes == report.notes
     note = report.notes[NOTE_KEY]
     assert note["claims"] == 2
     assert note["settled_by_builtin"] == 1 and note["sent_to_llm"] == 1

@@ -50,7 +50,8 @@ def test_round_trip_recomputes_report(tmp_path: Path) -> None:
             kb_snapshot="snap1",
         )
         answer = Answer(text="Aspirin inhibits platelets. Aspirin cures flu.", question="q")
-        store.save_answer(run_id, 0, answer, _results())
+        notes = {"judge.cascade": {"settled_by_builtin": 1, "model_calls_saved": 1}}
+        store.save_answer(run_id, 0, answer, _results(), notes=notes)
         store.finish_run(run_id, status="done", usage={"judge": Usage(calls=1, prompt_tokens=10)})
     with RunStore(tmp_path / "runs.db") as store:
         [info] = store.list_runs()
@@ -63,6 +64,23 @@ def test_round_trip_recomputes_report(tmp_path: Path) -> None:
     assert report.results[1].verdict is not None and report.results[1].error == "unparseable"
     assert report.metrics.n_scored == 1 and report.metrics.n_errors == 2
     assert report.metrics.statement_support == 1.0
+    assert report.notes == notes
+
+
+def test_a_version_1_store_is_migrated_and_keeps_its_answers(tmp_path: Path) -> None:
+    path = tmp_path / "runs.db"
+    db = sqlite3.connect(path)
+    db.executescript(migrations()[0][1] + "\nPRAGMA user_version = 1;")
+    db.execute("INSERT INTO runs VALUES ('r1', 'check', 'done', '2026-01-01T00:00:00+00:00',"
+               " NULL, '0.1.0', '{}', '{}', '{}', NULL, '{}', NULL)")
+    db.execute("INSERT INTO answers VALUES ('r1', 0, 'a1', ?, 'done', NULL)",
+               (Answer(id="a1", text="t").model_dump_json(),))
+    db.commit()
+    db.close()
+    with RunStore(path) as store:
+        assert store.schema_version == migrations()[-1][0]
+        [report] = store.reports("r1")
+    assert report.answer.id == "a1" and report.notes == {}
 
 
 def test_resaving_an_answer_replaces_its_claims(tmp_path: Path) -> None:

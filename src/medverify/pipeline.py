@@ -202,12 +202,14 @@ class Checker:
             nonlocal done
             async with limit:
                 results, errors = await self.check_answer(answer)
+            report = self.report(answer, results, errors, run_id)
             if store is not None and run_id is not None:
-                store.save_answer(run_id, position, answer, results, "; ".join(errors) or None)
+                store.save_answer(run_id, position, answer, results, "; ".join(errors) or None,
+                                  notes=report.notes)
             done += 1
             if progress:
                 progress(done, len(answers))
-            return self.report(answer, results, errors, run_id)
+            return report
 
         try:
             reports = await asyncio.gather(*(one(i, a) for i, a in enumerate(answers)))

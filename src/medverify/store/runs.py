@@ -151,11 +151,15 @@ class RunStore:
         answer: Answer,
         results: Sequence[ClaimResult],
         error: str | None = None,
+        *,
+        notes: dict[str, Any] | None = None,
     ) -> None:
-        """Record one answer and its claim results in one transaction."""
+        """Record one answer, its claim results and its stage notes in one transaction."""
         with self._transaction():
             self._db.execute(
-                "INSERT OR REPLACE INTO answers VALUES (?, ?, ?, ?, ?, ?)",
+                "INSERT OR REPLACE INTO answers"
+                " (run_id, position, answer_id, answer, status, error, notes)"
+                " VALUES (?, ?, ?, ?, ?, ?, ?)",
                 (
                     run_id,
                     position,
@@ -163,6 +167,7 @@ class RunStore:
                     answer.model_dump_json(),
                     "error" if error else "done",
                     error,
+                    json.dumps(notes or {}),
                 ),
             )
             self._db.execute(
@@ -247,10 +252,11 @@ class RunStore:
 
     def _reports(self, info: RunInfo) -> Iterator[Report]:
         answers = self._db.execute(
-            "SELECT position, answer, error FROM answers WHERE run_id = ? ORDER BY position",
+            "SELECT position, answer, error, notes FROM answers WHERE run_id = ?"
+            " ORDER BY position",
             (info.id,),
         ).fetchall()
-        for position, answer_json, error in answers:
+        for position, answer_json, error, notes in answers:
             results = self._results(info.id, position)
             yield Report(
                 answer=Answer.model_validate_json(answer_json),
@@ -263,6 +269,7 @@ class RunStore:
                 kb_snapshot=info.kb_snapshot,
                 usage=info.usage,
                 errors=[error] if error else [],
+                notes=json.loads(notes),
                 created_at=datetime.fromisoformat(info.created_at),
             )
 
