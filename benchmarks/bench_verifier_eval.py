@@ -4,7 +4,8 @@
 
 Also re-scores the training run's held-out validation split with the shipped (int8) model, to
 show the cost of quantisation against the float32 number recorded at training time. Writes
-benchmarks/results/verifier_eval.{json,md}. Nothing here feeds back into training.
+benchmarks/results/verifier_eval_predict.{json,md} (verifier_eval.* holds the
+`medverify eval pairs` measurement). Nothing here feeds back into training.
 """
 
 from __future__ import annotations
@@ -29,7 +30,7 @@ def main() -> None:
     parser.add_argument("--weights", type=Path, default=DEFAULT_WEIGHTS)
     parser.add_argument("--no-quantize", action="store_true")
     parser.add_argument("--threads", type=int, default=2)
-    parser.add_argument("--tag", default="verifier_eval")
+    parser.add_argument("--tag", default="verifier_eval_predict")
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
     verifier = Verifier.load(args.weights, quantize=not args.no_quantize)

@@ -56,7 +56,9 @@ def test_fold_binary_and_supported_vs_rest() -> None:
 def test_decide_uses_thresholds() -> None:
     probs = np.array([[0.6, 0.3, 0.1], [0.3, 0.45, 0.25], [0.34, 0.33, 0.33]])
     assert decide(probs, {"support": 0.5, "contradict": 0.4}) == [S, C, N]
-    assert decide(probs, {"support": 0.3, "contradict": 0.5}) == [S, N, S]
+    assert decide(probs, {"support": 0.3, "contradict": 0.5}) == [S, S, S]  # only P(S) holds
+    assert decide(probs, {"support": 0.3, "contradict": 0.4}) == [S, C, S]  # both: the larger
+    assert decide(probs, {"support": 0.7, "contradict": 0.7}) == [N, N, N]
 
 
 def test_aggregate_takes_the_deciding_window() -> None:
@@ -198,7 +200,7 @@ def test_smoke_training_run_writes_loadable_weights(tmp_path: Path) -> None:
         swap_nei={"check-covid": 4},
     )
     report = train(config)
-    assert len(report["history"]) == 2
+    assert len(report["history"]) == 2 and report["epochs_done"] == 2
     assert set(report["thresholds"]) == {"support", "contradict"}
     verifier = Verifier.load(tmp_path / "w")
     assert verifier.predict([("aspirin helps patients 1.", "Patients 1 improved.")]).shape == (1, 3)
@@ -239,3 +241,42 @@ def test_swap_nei_takes_evidence_from_another_group() -> None:
     for pair in swapped:
         original = by_id[pair.id.removesuffix(":swap")]
         assert pair.label == "NOT_ENOUGH_INFO" and pair.evidence != original.evidence
+
+
+def test_nei_pairs_add_extra_windows(tokenizer) -> None:
+    evidence = " ".join(f"Sentence {i} is about an unrelated trial of drug {i}." for i in range(60))
+    base = {
+        "dataset": "check-covid",
+        "claim": "Masks stop flu.",
+        "evidence": evidence,
+        "group": "g",
+    }
+    nei = vdata.Pair(id="n", label=N, **base)
+    sup = vdata.Pair(id="s", label=S, **base)
+    examples = vdata.to_examples(tokenizer, [nei, sup], max_tokens=64, nei_extra=2)
+    assert [e.label for e in examples] == [N, N, N, S]
+    assert len({e.window for e in examples[:3]}) == 3
+    assert len(vdata.to_examples(tokenizer, [nei], max_tokens=64)) == 1
+
+
+@pytest.mark.parametrize("layer", [0, 1, 2])
+def test_cached_layers_match_the_full_forward(tokenizer, layer: int) -> None:
+    from medverify.verifier.infer import encode_pairs
+
+    model = build_model(n_layers=2).eval()
+    enc = encode_pairs(tokenizer, [("a claim", "short."), ("aspirin", "Aspirin lowers fever.")], 64)
+    args = (enc["input_ids"], enc["attention_mask"], enc["token_type_ids"])
+    hidden = model.hidden_at(*args, layer)
+    assert np.allclose(
+        model.forward_from(hidden, enc["attention_mask"], layer).detach().numpy(),
+        model(*args).detach().numpy(),
+        atol=1e-5,
+    )
+
+
+def test_cli_swap_counts_parse() -> None:
+    from medverify.cli.train import _parse_counts
+
+    assert _parse_counts("check-covid=150, scifact=0") == {"check-covid": 150, "scifact": 0}
+    with pytest.raises(InputError):
+        _parse_counts("scifact=lots")

@@ -52,6 +52,23 @@ def train() -> None:
 )
 @click.option("--lr-layers", type=float, default=1e-4, show_default=True)
 @click.option("--lr-head", type=float, default=1e-3, show_default=True)
+@click.option("--batch-size", type=int, default=32, show_default=True)
+@click.option(
+    "--nei-extra-windows",
+    type=int,
+    default=0,
+    show_default=True,
+    help="Extra windows per long NOT_ENOUGH_INFO evidence used as training windows.",
+)
+@click.option(
+    "--medquad-docs", type=int, default=1500, show_default=True, help="MedQuAD documents sampled."
+)
+@click.option(
+    "--swap-nei",
+    default="check-covid=150,citation-integrity=500,scifact=0",
+    show_default=True,
+    help="Evidence-swap NOT_ENOUGH_INFO pairs per train set (dataset=count,...).",
+)
 @click.option("--smoke", is_flag=True, help="Tiny run (few rows, 1 epoch, 1 layer) for testing.")
 def verifier(
     data_dir: Path,
@@ -64,6 +81,10 @@ def verifier(
     frozen_layers: int,
     lr_layers: float,
     lr_head: float,
+    batch_size: int,
+    nei_extra_windows: int,
+    medquad_docs: int,
+    swap_nei: str,
     smoke: bool,
 ) -> None:
     """Fine-tune the 3-way claim verifier on the allowed train splits."""
@@ -85,6 +106,10 @@ def verifier(
         frozen_layers=frozen_layers,
         lr_layers=lr_layers,
         lr_head=lr_head,
+        batch_size=batch_size,
+        nei_extra_windows=nei_extra_windows,
+        medquad_docs=medquad_docs,
+        swap_nei=_parse_counts(swap_nei),
     )
     if smoke:
         config = config.model_copy(
@@ -100,3 +125,16 @@ def verifier(
     report = run_training(config)
     keys = ("val_macro_f1_argmax", "val_macro_f1_calibrated", "thresholds", "train_seconds")
     click.echo(json.dumps({k: report[k] for k in keys}, indent=2))
+
+
+def _parse_counts(text: str) -> dict[str, int]:
+    """``"a=1,b=2"`` -> ``{"a": 1, "b": 2}`` (clear error on a malformed entry)."""
+    from medverify.errors import InputError
+
+    out: dict[str, int] = {}
+    for item in filter(None, (part.strip() for part in text.split(","))):
+        name, _, count = item.partition("=")
+        if not count.strip().isdigit():
+            raise InputError(f"--swap-nei expects dataset=count entries, got {item!r}")
+        out[name.strip()] = int(count)
+    return out

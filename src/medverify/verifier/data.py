@@ -147,20 +147,31 @@ def _swapped(pair: Pair, evidence: str) -> Pair:
     )
 
 
-def to_examples(tokenizer: object, pairs: Iterable[Pair], max_tokens: int) -> list[Example]:
-    """One training window per pair: the rationale's (Check-COVID) or best-overlap window."""
+def to_examples(
+    tokenizer: object, pairs: Iterable[Pair], max_tokens: int, nei_extra: int = 0
+) -> list[Example]:
+    """Training windows: per pair the rationale's (Check-COVID) or best-overlap window.
+
+    A NOT_ENOUGH_INFO pair whose evidence needs several windows also contributes up to
+    ``nei_extra`` of its other windows (every window of such evidence lacks the answer, and
+    inference takes the most decisive window, so each must stay undecided).
+    """
     out = []
     for pair in pairs:
         windows = make_windows(tokenizer, pair.claim, pair.evidence, max_tokens)
         window = best_window(pair.claim, windows, pair.anchor)
-        out.append(
+        chosen = [window]
+        if pair.label == "NOT_ENOUGH_INFO" and nei_extra > 0:
+            chosen += [w for w in windows if w != window][:nei_extra]
+        out.extend(
             Example(
                 claim=pair.claim,
-                window=window,
+                window=text,
                 label=pair.label,
                 dataset=pair.dataset,
                 source=pair.source,
             )
+            for text in chosen
         )
     return out
 

@@ -126,13 +126,19 @@ class Verifier:
 
 
 def decide(probs: np.ndarray, thresholds: dict[str, float]) -> list[str]:
-    """SUPPORTED if P(S) >= t_s and P(S) >= P(C); CONTRADICTED if P(C) >= t_c; else NEI."""
+    """3-way labels with the built-in judge's rule for one passage.
+
+    s = P(S) >= t_s, c = P(C) >= t_c: SUPPORTED if only s, CONTRADICTED if only c, the larger
+    of P(S) and P(C) if both (the judge's JUDGMENT_ERROR resolved as ``eval pairs`` does),
+    NOT_ENOUGH_INFO if neither.
+    """
     labels = []
     for p_s, p_c, _ in np.asarray(probs, dtype=np.float64):
-        if p_s >= thresholds["support"] and p_s >= p_c:
-            labels.append(LABELS[0])
-        elif p_c >= thresholds["contradict"]:
-            labels.append(LABELS[1])
+        support, contradict = p_s >= thresholds["support"], p_c >= thresholds["contradict"]
+        if support and contradict:
+            labels.append(LABELS[0] if p_s >= p_c else LABELS[1])
+        elif support or contradict:
+            labels.append(LABELS[0] if support else LABELS[1])
         else:
             labels.append(LABELS[2])
     return labels

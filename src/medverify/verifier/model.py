@@ -87,23 +87,24 @@ class CrossEncoder(nn.Module):
         token_type_ids: torch.Tensor,
         layer: int,
     ) -> torch.Tensor:
-        """Hidden states after the first ``layer`` encoder layers (0 = embeddings)."""
-        out = self.encoder(
-            input_ids=input_ids,
-            attention_mask=attention_mask,
-            token_type_ids=token_type_ids,
-            output_hidden_states=True,
-        )
-        return out.hidden_states[layer]
+        """Hidden states after the embeddings and the first ``layer`` encoder layers."""
+        hidden = self.encoder.embeddings(input_ids=input_ids, token_type_ids=token_type_ids)
+        return self._run_layers(hidden, attention_mask, 0, layer)
+
+    def _run_layers(
+        self, hidden: torch.Tensor, attention_mask: torch.Tensor, first: int, last: int | None
+    ) -> torch.Tensor:
+        additive = (1.0 - attention_mask[:, None, None, :].to(hidden.dtype)) * -1e9
+        for module in self.encoder.encoder.layer[first:last]:
+            out = module(hidden, attention_mask=additive)
+            hidden = out[0] if isinstance(out, tuple) else out
+        return hidden
 
     def forward_from(
         self, hidden: torch.Tensor, attention_mask: torch.Tensor, layer: int
     ) -> torch.Tensor:
         """Logits from hidden states after ``layer`` layers (runs the remaining layers + head)."""
-        additive = (1.0 - attention_mask[:, None, None, :].to(hidden.dtype)) * -1e9
-        for module in self.encoder.encoder.layer[layer:]:
-            out = module(hidden, attention_mask=additive)
-            hidden = out[0] if isinstance(out, tuple) else out
+        hidden = self._run_layers(hidden, attention_mask, layer, None)
         mask = attention_mask.unsqueeze(-1).to(hidden.dtype)
         pooled = (hidden * mask).sum(1) / mask.sum(1).clamp(min=1.0)
         return self.head(self.dropout(pooled))
@@ -115,6 +116,7 @@ def build_model(n_layers: int = 4, dropout: float = 0.1) -> CrossEncoder:
     from transformers import logging as hf_logging
 
     hf_logging.set_verbosity_error()
+    hf_logging.disable_progress_bar()  # no "Loading weights" bar in every command's output
     encoder = AutoModel.from_pretrained(
         str(base_model_path()), local_files_only=True, add_pooling_layer=False
     )

@@ -14,6 +14,7 @@ import logging
 import random
 import time
 from collections import Counter
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -58,6 +59,7 @@ class TrainConfig(BaseModel):
         default_factory=lambda: {"check-covid": 150, "citation-integrity": 500, "scifact": 0}
     )
     medquad_docs: int = 1500
+    nei_extra_windows: int = 0
     threads: int = 2
     limit: int | None = None
 
@@ -221,7 +223,10 @@ def run_epoch(
     model.train()
     loss_fn = torch.nn.CrossEntropyLoss(weight=weights)
     total = 0.0
-    for batch in batches:
+    start = time.perf_counter()
+    for step, batch in enumerate(batches):
+        if step and step % 25 == 0:
+            log.warning("step %d/%d, %.0fs", step, len(batches), time.perf_counter() - start)
         hidden, mask, labels = collate(batch)
         loss = loss_fn(model.forward_from(hidden, mask, frozen_layers), labels)
         loss.backward()
@@ -263,8 +268,13 @@ def fit(
     val_c: list[Cached],
     val: list[vdata.Pair],
     config: TrainConfig,
+    on_best: Callable[[np.ndarray, list[dict[str, Any]]], Any] | None = None,
 ) -> tuple[np.ndarray, list[dict[str, Any]]]:
-    """Train for ``config.epochs`` epochs, keep the best epoch by held-out macro-F1."""
+    """Train for ``config.epochs`` epochs, keep the best epoch by held-out macro-F1.
+
+    ``on_best(probs, history)`` is called whenever an epoch beats the previous best (the
+    training run uses it to write the best-so-far weights, so an interrupted run leaves them).
+    """
     rng = random.Random(config.seed)
     weights = class_weights(train_c)
     steps = config.epochs * -(-len(train_c) // config.batch_size)
@@ -303,6 +313,8 @@ def fit(
         )
         if best is None or metrics["macro_f1"] > best[0]:
             best = (metrics["macro_f1"], _trainable_state(model), probs)
+            if on_best is not None:
+                on_best(probs, history)
     assert best is not None
     model.load_state_dict(best[1], strict=False)
     return best[2], history
@@ -317,16 +329,37 @@ def train(config: TrainConfig) -> dict[str, Any]:
     tokenizer = load_tokenizer()
     model = build_model(config.n_layers)
     freeze_lower(model, config.frozen_layers)
-    examples = vdata.to_examples(tokenizer, pairs, config.max_tokens)
+    examples = vdata.to_examples(tokenizer, pairs, config.max_tokens, config.nei_extra_windows)
     items = [(e.claim, e.window, _LABEL_INDEX[e.label], -1) for e in examples]
     train_c = cache_windows(model, tokenizer, items, config)
     val_c = cache_windows(model, tokenizer, val_windows(tokenizer, val, config.max_tokens), config)
     cached_s = time.perf_counter() - start
     log.warning("cached %d train / %d val windows in %.0fs", len(train_c), len(val_c), cached_s)
-    probs, history = fit(model, train_c, val_c, val, config)
+
+    def write(probs: np.ndarray, history: list[dict[str, Any]]) -> dict[str, Any]:
+        report = run_report(config, pairs, val, probs, history)
+        report.update(
+            cache_seconds=round(cached_s, 1),
+            train_seconds=round(time.perf_counter() - start, 1),
+            epochs_done=len(history),
+        )
+        save_verifier(model, config.out, metadata=report)
+        return report
+
+    probs, history = fit(model, train_c, val_c, val, config, on_best=write)
+    return write(probs, history)
+
+
+def run_report(
+    config: TrainConfig,
+    pairs: list[vdata.Pair],
+    val: list[vdata.Pair],
+    probs: np.ndarray,
+    history: list[dict[str, Any]],
+) -> dict[str, Any]:
+    """Metadata of a run: config, data counts, history, calibrated thresholds and scores."""
     thresholds, cal_f1 = calibrate(probs, [p.label for p in val])
-    pred = decide(probs, thresholds)
-    report = {
+    return {
         "name": "medverify-verifier-v1",
         "max_tokens": config.max_tokens,
         "thresholds": thresholds,
@@ -336,13 +369,9 @@ def train(config: TrainConfig) -> dict[str, Any]:
         "history": history,
         "val_macro_f1_argmax": max(h["val_macro_f1"] for h in history),
         "val_macro_f1_calibrated": round(cal_f1, 4),
-        "val_macro_f1_by_dataset": per_dataset(val, pred),
-        "cache_seconds": round(cached_s, 1),
-        "train_seconds": round(time.perf_counter() - start, 1),
+        "val_macro_f1_by_dataset": per_dataset(val, decide(probs, thresholds)),
         "torch": torch.__version__,
     }
-    save_verifier(model, config.out, metadata=report)
-    return report
 
 
 def _counts(pairs: list[vdata.Pair]) -> dict[str, int]:
