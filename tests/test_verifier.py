@@ -201,8 +201,10 @@ def test_smoke_training_run_writes_loadable_weights(tmp_path: Path) -> None:
     )
     report = train(config)
     assert len(report["history"]) == 2 and report["epochs_done"] == 2
-    assert set(report["thresholds"]) == {"support", "contradict"}
+    assert set(report["thresholds"]) == set(report["thresholds_float32"]) == {"support", "contradict"}
+    assert "int8" in report["thresholds_calibrated_on"]
     verifier = Verifier.load(tmp_path / "w")
+    assert verifier.thresholds == report["thresholds"]
     assert verifier.predict([("aspirin helps patients 1.", "Patients 1 improved.")]).shape == (1, 3)
 
 
