@@ -201,7 +201,8 @@ def test_smoke_training_run_writes_loadable_weights(tmp_path: Path) -> None:
     )
     report = train(config)
     assert len(report["history"]) == 2 and report["epochs_done"] == 2
-    assert set(report["thresholds"]) == set(report["thresholds_float32"]) == {"support", "contradict"}
+    names = {"support", "contradict"}
+    assert set(report["thresholds"]) == set(report["thresholds_float32"]) == names
     assert "int8" in report["thresholds_calibrated_on"]
     verifier = Verifier.load(tmp_path / "w")
     assert verifier.thresholds == report["thresholds"]
