@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-from collections.abc import Sequence
 from pathlib import Path
 
 import pytest
@@ -15,31 +14,10 @@ from medverify.audit.records import AnswerAudit, AuditInput, AuditSummary
 from medverify.audit.runner import Auditor, load_done
 from medverify.config import Config
 from medverify.errors import ConfigError
-from medverify.judge import JudgeItem
 from medverify.kb.embed import HashEmbedder
-from medverify.records import Analysis, Answer, Claim, Verdict
+from medverify.records import Answer, Claim
 from medverify.store.runs import RunStore
-
-
-class WordJudge:
-    """Stand-in judge: supported when every word of the claim occurs in the passages."""
-
-    name = "words"
-    prompt_version = None
-
-    def __init__(self) -> None:
-        self.claims: list[str] = []
-
-    async def judge(self, items: Sequence[JudgeItem]) -> list[Verdict]:
-        self.claims.extend(item.claim.text for item in items)
-        return [self._verdict(item) for item in items]
-
-    @staticmethod
-    def _verdict(item: JudgeItem) -> Verdict:
-        text = " ".join(p.text.lower() for p in item.passages)
-        holds = all(w in text for w in item.claim.text.lower().rstrip(".").split())
-        return Verdict(claim_id=item.claim.id, factual=Analysis(holds=holds),
-                       counterfactual=Analysis(holds=False))
+from medverify.testing.judge import WordJudge
 
 
 class FailingDecomposer:
@@ -129,7 +107,8 @@ def test_resume_skips_done_answers_and_drops_a_truncated_line(tmp_path: Path) ->
     judge = WordJudge()
     auditor = _auditor(tmp_path, judge)
     audits, summary = _run(auditor)
-    assert judge.claims and all("prevents colds" in c or "Exercise" in c for c in judge.claims)
+    assert judge.items and all("prevents colds" in i.claim.text or "Exercise" in i.claim.text
+                           for i in judge.items)
     assert summary.notes["resumed"] == 1 and summary.notes["audited"] == 2
     assert any("1 unreadable line" in w for w in summary.notes["warnings"])
     ids = [AnswerAudit.model_validate_json(x).answer.id for x in path.read_text().splitlines()]
@@ -141,7 +120,7 @@ def test_fresh_redoes_everything(tmp_path: Path) -> None:
     _run(_auditor(tmp_path))
     judge = WordJudge()
     _, summary = _run(_auditor(tmp_path, judge, fresh=True))
-    assert summary.notes["resumed"] == 0 and len(judge.claims) == 4
+    assert summary.notes["resumed"] == 0 and len(judge.items) == 4
     assert len((tmp_path / "out" / "answers.jsonl").read_text().splitlines()) == 3
 
 

@@ -12,30 +12,19 @@ from medverify.audit.select import PassageSelector
 from medverify.audit.verify import PairVerifier, pair_sources, resolve_markers
 from medverify.judge import JudgeItem
 from medverify.kb.embed import HashEmbedder
-from medverify.records import Analysis, Claim, Source, Verdict
+from medverify.records import Claim, Source, Verdict
+from medverify.testing.judge import WordJudge
 
 
-class WordJudge:
-    """Stand-in judge: supported when every word of the claim occurs in the passages;
-    a claim containing 'broken' gets an error verdict when judged against source 'b'."""
+def _judge() -> WordJudge:
+    return WordJudge(_broken_on_b)
 
-    name = "words"
-    prompt_version = None
 
-    def __init__(self) -> None:
-        self.items: list[JudgeItem] = []
-
-    async def judge(self, items: Sequence[JudgeItem]) -> list[Verdict]:
-        self.items.extend(items)
-        return [self._verdict(item) for item in items]
-
-    def _verdict(self, item: JudgeItem) -> Verdict:
-        if "broken" in item.claim.text and item.claim.id.endswith("@b"):
-            return Verdict(claim_id=item.claim.id, error="judge timed out")
-        text = " ".join(p.text.lower() for p in item.passages)
-        holds = all(w in text for w in item.claim.text.lower().rstrip(".").split())
-        return Verdict(claim_id=item.claim.id, factual=Analysis(holds=holds),
-                       counterfactual=Analysis(holds=False))
+def _broken_on_b(item: JudgeItem) -> str | None:
+    """'broken' claims get an error verdict when judged against source 'b'."""
+    if "broken" in item.claim.text and item.claim.id.endswith("@b"):
+        return "judge timed out"
+    return None
 
 
 class RaisingJudge:
@@ -71,7 +60,7 @@ def test_pair_sources_all_vs_cited() -> None:
 
 
 def test_all_pairing_judges_every_claim_against_every_valid_source() -> None:
-    judge = WordJudge()
+    judge = _judge()
     claims = [Claim(id="c1", text="aspirin thins blood.", markers=["b"]),
               Claim(id="c2", text="vitamin c cures colds.")]
     audits = asyncio.run(_verifier(judge).verify(claims, SOURCES, [SupportLabel.SUPPORTED, None]))
@@ -86,7 +75,7 @@ def test_all_pairing_judges_every_claim_against_every_valid_source() -> None:
 
 
 def test_cited_pairing_only_judges_cited_sources() -> None:
-    judge = WordJudge()
+    judge = _judge()
     claims = [Claim(id="c1", text="aspirin thins blood.", markers=["b"]),
               Claim(id="c2", text="statins lower ldl.", markers=["https://b.org/x"]),
               Claim(id="c3", text="uncited claim.")]
@@ -98,7 +87,7 @@ def test_cited_pairing_only_judges_cited_sources() -> None:
 
 def test_a_failed_pair_makes_the_claim_unknown_not_unsupported() -> None:
     claims = [Claim(id="c1", text="broken claim."), Claim(id="c2", text="aspirin broken.")]
-    audits = asyncio.run(_verifier(WordJudge()).verify(claims, SOURCES))
+    audits = asyncio.run(_verifier(_judge()).verify(claims, SOURCES))
     unknown = audits[0]
     assert [p.supported for p in unknown.pairs] == [False, None]
     assert unknown.supported is None
@@ -109,7 +98,7 @@ def test_a_supported_pair_wins_over_a_failed_one() -> None:
     source = Source(id="a", text="broken aspirin", status="given")
     failing = Source(id="b", text="other", status="given")
     (audit,) = asyncio.run(
-        _verifier(WordJudge()).verify([Claim(id="c1", text="broken aspirin")], [source, failing])
+        _verifier(_judge()).verify([Claim(id="c1", text="broken aspirin")], [source, failing])
     )
     assert audit.supported is True and audit.error is None
 
@@ -123,13 +112,13 @@ def test_a_raising_judge_leaves_pairs_unscored() -> None:
 
 
 def test_no_valid_source_means_unsupported() -> None:
-    (audit,) = asyncio.run(_verifier(WordJudge()).verify([Claim(id="c1", text="x")], SOURCES[2:]))
+    (audit,) = asyncio.run(_verifier(_judge()).verify([Claim(id="c1", text="x")], SOURCES[2:]))
     assert audit.pairs == [] and audit.supported is False
 
 
 @pytest.mark.parametrize("batch", [1, 3, 64])
 def test_batching_does_not_change_the_outcome(batch: int) -> None:
-    verifier = _verifier(WordJudge())
+    verifier = _verifier(_judge())
     verifier.batch_size = batch
     claims = [Claim(id=f"c{i}", text=t) for i, t in enumerate(["aspirin", "ldl", "none"], 1)]
     audits = asyncio.run(verifier.verify(claims, SOURCES))

@@ -7,10 +7,11 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from medverify.llm.base import ChatRequest
+from medverify.records import Analysis, Verdict
 
 Decision = tuple[bool, bool]
 """(supported, contradicted) for one claim."""
@@ -89,3 +90,30 @@ def keyword_rule(supported: str = "", contradicted: str = "") -> Rule:
         )
 
     return rule
+
+
+class WordJudge:
+    """An in-process judge for tests of stages above the judge seam: a claim is supported
+    when every word of it occurs in its passages, never contradicted. ``fail(item)`` may
+    return an error message, which makes that item's verdict an ERROR. Items judged are
+    kept in ``items``."""
+
+    name = "words"
+    prompt_version = None
+
+    def __init__(self, fail: Callable[[Any], str | None] | None = None) -> None:
+        self.items: list[Any] = []
+        self._fail = fail
+
+    async def judge(self, items: Sequence[Any]) -> list[Verdict]:
+        self.items.extend(items)
+        return [self._verdict(item) for item in items]
+
+    def _verdict(self, item: Any) -> Verdict:
+        error = self._fail(item) if self._fail else None
+        if error:
+            return Verdict(claim_id=item.claim.id, error=error)
+        text = " ".join(p.text.lower() for p in item.passages)
+        holds = all(w in text for w in item.claim.text.lower().rstrip(".").split())
+        return Verdict(claim_id=item.claim.id, factual=Analysis(holds=holds),
+                       counterfactual=Analysis(holds=False))
