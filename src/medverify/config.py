@@ -95,6 +95,17 @@ class AuditSettings(_Section):
     wayback: bool = False
 
 
+class BenchSettings(_Section):
+    """Benchmark studies: how models under test are asked, and the pairwise tests."""
+
+    concurrency: int = Field(16, ge=1)
+    max_tokens: int = Field(1024, ge=16)
+    temperature: float = Field(0.0, ge=0.0, le=2.0)
+    retries: int = Field(1, ge=0, le=5)
+    permutations: int = Field(10_000, ge=100)
+    prices: dict[str, tuple[float, float]] = Field(default_factory=dict)
+
+
 class Config(_Section):
     """Everything a check needs to know besides its input."""
 
@@ -113,6 +124,7 @@ class Config(_Section):
     judge_settings: JudgeSettings = Field(default_factory=JudgeSettings)
     fetch: FetchSettings = Field(default_factory=FetchSettings)
     audit: AuditSettings = Field(default_factory=AuditSettings)
+    bench: BenchSettings = Field(default_factory=BenchSettings)
 
     @property
     def judge_name(self) -> str:

@@ -1,0 +1,2 @@
+"""Benchmark studies (SourceCheckup): ask many models medical questions and score their
+citations per model and per question source."""
