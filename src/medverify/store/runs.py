@@ -17,7 +17,7 @@ from collections.abc import Iterator, Sequence
 from datetime import UTC, datetime
 from importlib import metadata, resources
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from pydantic import BaseModel, ConfigDict, TypeAdapter
 
@@ -25,6 +25,9 @@ from medverify.audit.records import AnswerAudit
 from medverify.errors import MedverifyError
 from medverify.records import Answer, Claim, ClaimResult, Passage, Report, Usage, Verdict
 from medverify.report.metrics import compute_metrics
+
+if TYPE_CHECKING:
+    from medverify.bench.records import ModelReply
 
 _MIGRATION = re.compile(r"^(\d{4})_\w+\.sql$")
 _PASSAGES = TypeAdapter(list[Passage])
@@ -203,6 +206,21 @@ class RunStore:
             ),
         )
 
+    def save_bench_reply(self, run_id: str, reply: ModelReply) -> None:
+        """Record one model's reply to one question of benchmark run ``run_id`` (a redone
+        reply replaces the earlier one)."""
+        self._db.execute(
+            "INSERT OR REPLACE INTO bench_replies VALUES (?, ?, ?, ?, ?, ?)",
+            (
+                run_id,
+                reply.model,
+                reply.question_id,
+                reply.status.value,
+                reply.model_dump_json(),
+                reply.created_at.isoformat(timespec="seconds"),
+            ),
+        )
+
     def finish_run(
         self, run_id: str, *, status: str, usage: dict[str, Usage], error: str | None = None
     ) -> None:
@@ -281,6 +299,18 @@ class RunStore:
             "SELECT audit FROM audits WHERE run_id = ? ORDER BY position, answer_id", (info.id,)
         ).fetchall()
         return [AnswerAudit.model_validate_json(row[0]) for row in rows]
+
+    def bench_replies(self, run_id: str) -> list[ModelReply]:
+        """The model replies of a benchmark run (a unique id prefix is enough), by model and
+        question id."""
+        from medverify.bench.records import ModelReply
+
+        info = self.get_run(run_id)
+        rows = self._db.execute(
+            "SELECT reply FROM bench_replies WHERE run_id = ? ORDER BY model, question_id",
+            (info.id,),
+        ).fetchall()
+        return [ModelReply.model_validate_json(row[0]) for row in rows]
 
     def _results(self, run_id: str, position: int) -> list[ClaimResult]:
         rows = self._db.execute(
