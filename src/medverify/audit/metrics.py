@@ -66,7 +66,7 @@ def _url_sources(audit: AnswerAudit) -> list[Source]:
     return [s for s in audit.answer.sources if s.url]
 
 
-def _source_use(audit: AnswerAudit) -> list[bool | None]:
+def source_use(audit: AnswerAudit) -> list[bool | None]:
     """One entry per valid source: True (supports some claim), False (supports none) or
     None (supports none, but some of its pairs failed: unknown)."""
     supporting = {sid for c in audit.claims for sid in c.supporting_source_ids}
@@ -96,7 +96,7 @@ def answer_metrics(audit: AnswerAudit) -> AnswerMetrics:
     n_valid = sum(1 for s in urls if s.valid)
     support = [c.supported for c in audit.claims]
     scored = [v for v in support if v is not None]
-    use = [v for v in _source_use(audit) if v is not None]
+    use = [v for v in source_use(audit) if v is not None]
     n_unused = sum(1 for v in use if not v)
     return AnswerMetrics(
         n_urls=len(urls),
@@ -175,7 +175,7 @@ def audit_metrics(
     module docstring for the unit each interval resamples)."""
     urls = [s.valid for a in audits for s in _url_sources(a)]
     responses = [answer_metrics(a).response_support for a in audits]
-    unused = [not used for a in audits for used in _source_use(a) if used is not None]
+    unused = [not used for a in audits for used in source_use(a) if used is not None]
     pairs = [p for a in audits for c in a.claims for p in c.pairs]
     options: dict[str, Any] = {"n_boot": n_boot, "seed": seed}
     return AuditMetrics(

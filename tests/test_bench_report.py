@@ -1,0 +1,225 @@
+from __future__ import annotations
+
+import csv
+import re
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+
+from medverify.audit.records import AuditMetrics, Estimate
+from medverify.bench import export
+from medverify.bench.export import ROW_TYPES, TABLES, csv_cell, export_tables, table_rows
+from medverify.bench.plots import PALETTE, grouped_bars, source_chart, wrap
+from medverify.bench.records import BenchManifest, BenchSummary
+from medverify.bench.report import (
+    diff_text,
+    findings,
+    p_text,
+    render_bench_html,
+    write_bench_html,
+)
+from medverify.bench.summary import RunRecords, load_run, summarize
+from medverify.errors import MissingDependencyError
+from medverify.report.audit_html import estimate_text
+from test_bench_summary import GOOD, PRICES, fast_config, run_records, write_run
+
+HOSTILE = '<script>alert("x")</script>'
+
+
+@pytest.fixture(scope="module")
+def hostile_run() -> tuple[RunRecords, BenchSummary]:
+    records = run_records((GOOD, HOSTILE))
+    return records, summarize(records, fast_config(prices=PRICES))
+
+
+# --- plots ----------------------------------------------------------------------------------
+
+
+def test_grouped_bars_escape_and_draw_intervals() -> None:
+    values = {("Support", "a"): Estimate(value=0.5, ci=(0.4, 0.6), n=10),
+              ("Support", HOSTILE): Estimate(value=0.25, ci=None, n=4)}
+    svg = grouped_bars(["Support", "Validity"], ["a", HOSTILE], values, title="T <b>")
+    assert "<script" not in svg and "<b>" not in svg
+    assert "&lt;script&gt;alert(&quot;x&quot;)&lt;/script&gt;" in svg
+    assert svg.startswith('<svg xmlns="http://www.w3.org/2000/svg"')
+    assert 'role="img"' in svg and 'aria-label="T &lt;b&gt;"' in svg
+    assert "<title>T &lt;b&gt;</title>" in svg
+    assert svg.count("<rect") == 2 + 2  # two bars and two legend swatches
+    assert svg.count("<path") == 1  # only the bar with an interval has an error bar
+    assert svg.count(">n/a<") == 2  # both bars of "Validity" have no value
+    assert "a · Support: 50.0% [40.0–60.0] (n = 10)" in svg
+    for tick in (0, 20, 40, 60, 80, 100):
+        assert f">{tick}</text>" in svg
+
+
+def test_bar_heights_follow_the_values() -> None:
+    values = {("g", "a"): Estimate(value=1.0, n=1), ("g", "b"): Estimate(value=0.5, n=1)}
+    svg = grouped_bars(["g"], ["a", "b"], values, title="t")
+    heights = [float(h) for h in re.findall(r'<rect x="[^"]+" y="[^"]+" width="[^"]+" '
+                                            r'height="([^"]+)"', svg)[:2]]
+    assert heights[0] == pytest.approx(2 * heights[1])
+
+
+def test_palette_cycles_and_labels_wrap() -> None:
+    series = [f"model-{i}" for i in range(len(PALETTE) + 1)]
+    values = {("g", s): Estimate(value=0.5, n=1) for s in series}
+    svg = grouped_bars(["g"], series, values, title="t")
+    assert svg.count(f'fill="{PALETTE[0]}"') == 4  # bar and swatch of models 0 and 8
+    assert wrap("Statement-level support of answers", 16) == ["Statement-level",
+                                                              "support of answ…"]
+    assert wrap("short", 16) == ["short"]
+
+
+def test_source_chart_has_one_group_per_source() -> None:
+    by_source = {"m": {"s1": AuditMetrics(response_support=Estimate(value=0.3, n=3))}}
+    svg = source_chart(by_source, ["m", "other"], ["s1", "s2"], "response_support",
+                       title="per source")
+    assert ">s1</tspan>" in svg and ">s2</tspan>" in svg
+    assert svg.count(">n/a<") == 3
+
+
+# --- the page -------------------------------------------------------------------------------
+
+
+def test_page_escapes_model_labels_and_has_no_script(
+    hostile_run: tuple[RunRecords, BenchSummary],
+) -> None:
+    records, summary = hostile_run
+    html = render_bench_html(summary, records)
+    assert "<script" not in html
+    assert "&lt;script&gt;" in html
+    assert "script-src" not in html and "default-src 'none'" in html
+    assert html.count("<svg") == 2
+
+
+def test_tables_show_the_summary_numbers(hostile_run: tuple[RunRecords, BenchSummary]) -> None:
+    records, summary = hostile_run
+    html = render_bench_html(summary, records)
+    for metrics in summary.overall.values():
+        for key in ("url_validity", "statement_support", "response_support", "unused_sources"):
+            assert estimate_text(getattr(metrics, key)) in html
+    for item in summary.comparisons:
+        assert diff_text(item) in html
+        assert p_text(item.p_holm) in html
+    assert "$0.0016" in html  # 8 real calls x (100 x $1 + 50 x $2) per million
+    assert "nih.gov" in html and "health-blog.com" in html
+    replies = html[html.index('id="table-replies"'):]
+    assert re.search(r"<td>alpha</td><td class=\"n\">8</td><td class=\"n\">8</td>", replies)
+    assert "HTTP 500 from provider" in html
+
+
+def test_findings_are_computed_from_the_numbers(
+    hostile_run: tuple[RunRecords, BenchSummary],
+) -> None:
+    records, summary = hostile_run
+    lines = findings(summary, records)
+    assert lines[0] == ("Across 8 questions from 2 sources, 2 models gave 16 replies, of "
+                        "which 15 were audited.")
+    best = estimate_text(summary.overall[GOOD].response_support)
+    assert f"{GOOD} had the highest response-level support ({best})" in " ".join(lines)
+    assert f"{HOSTILE} the lowest" in " ".join(lines)
+    tests = [x for x in lines if "Holm" in x]
+    assert len(tests) == 4 and all(re.match(r"[01] of 1 pairwise difference ", x) for x in tests)
+    assert any("1 refused to answer and 1 failed with a provider error" in x for x in lines)
+
+
+def test_findings_name_the_better_model_whatever_its_label() -> None:
+    records = run_records(("zeta", "omega"))
+    summary = summarize(records, fast_config())
+    text = " ".join(findings(summary, records))
+    assert "zeta had the highest response-level support" in text
+    assert "omega the lowest" in text
+
+
+def test_an_empty_run_still_renders() -> None:
+    manifest = BenchManifest(run_id="empty", models=[], questions_sha256="0", n_questions=0)
+    records = RunRecords(manifest)
+    summary = summarize(records, fast_config())
+    html = render_bench_html(summary, records)
+    assert "Fewer than two models" in html and "No errors." in html
+
+
+def test_written_page_links_the_audit_report(tmp_path: Path) -> None:
+    layout = write_run(tmp_path / "run")
+    records = load_run(layout, [])
+    summary = summarize(records, fast_config())
+    assert 'href="audit/report.html"' not in render_bench_html(summary, records)
+    (layout.audit_dir / "report.html").write_text("<html></html>", "utf-8")
+    path = write_bench_html(layout.report, summary, records)
+    assert 'href="audit/report.html"' in path.read_text("utf-8")
+
+
+# --- exports --------------------------------------------------------------------------------
+
+
+def _read_csv(path: Path) -> list[dict[str, str]]:
+    with path.open(encoding="utf-8", newline="") as handle:
+        return list(csv.DictReader(handle))
+
+
+def test_csv_tables_round_trip(
+    tmp_path: Path, hostile_run: tuple[RunRecords, BenchSummary]
+) -> None:
+    records, summary = hostile_run
+    records = replace(records, audits=[a.model_copy(deep=True) for a in records.audits])
+    records.audits[0].claims[0].claim.text = 'Has "quotes", commas,\nand a newline — ünïcode'
+    written = export_tables(records, summary, tmp_path, parquet=False)
+    assert [p.name for p in written] == [f"{name}.csv" for name in TABLES]
+    rows = table_rows(records, summary)
+    assert [len(rows[n]) for n in TABLES] == [16, 28, 44, 4 * 2 + 4 * 4, 4]
+    for name in TABLES:
+        read = _read_csv(tmp_path / f"{name}.csv")
+        assert list(read[0]) == list(ROW_TYPES[name].model_fields)
+        expected = [{k: csv_cell(v) for k, v in r.model_dump().items()} for r in rows[name]]
+        assert read == expected
+    claims = _read_csv(tmp_path / "claims.csv")
+    assert claims[0]["claim"] == 'Has "quotes", commas,\nand a newline — ünïcode'
+
+
+def test_export_rows_carry_the_audit_values(
+    hostile_run: tuple[RunRecords, BenchSummary],
+) -> None:
+    records, summary = hostile_run
+    rows = table_rows(records, summary)
+    replies = {(r.model, r.question_id): r for r in rows["replies"]}  # type: ignore[attr-defined]
+    error = replies[(HOSTILE, "q7")]
+    assert error.status == "error" and not error.audited and error.n_claims is None
+    good = replies[(GOOD, "q0")]
+    assert good.retried and good.response_support is True and good.question_source == "medquad"
+    verdicts = {r.verdict for r in rows["pairs"]}  # type: ignore[attr-defined]
+    assert {"FACT", "HALLUCINATION", "ERROR"} <= verdicts
+    metric = next(r for r in rows["metrics"]
+                  if r.model == GOOD and r.question_source is None  # type: ignore[attr-defined]
+                  and r.metric == "statement_support")  # type: ignore[attr-defined]
+    assert metric.value == summary.overall[GOOD].statement_support.value  # type: ignore[attr-defined]
+
+
+def test_parquet_tables_read_back(
+    tmp_path: Path, hostile_run: tuple[RunRecords, BenchSummary]
+) -> None:
+    pq = pytest.importorskip("pyarrow.parquet")
+    records, summary = hostile_run
+    written = export_tables(records, summary, tmp_path, parquet=True)
+    assert len(written) == 2 * len(TABLES)
+    rows = table_rows(records, summary)
+    for name in TABLES:
+        table = pq.read_table(tmp_path / f"{name}.parquet")
+        assert table.num_rows == len(rows[name])
+        assert table.column_names == list(ROW_TYPES[name].model_fields)
+    replies = pq.read_table(tmp_path / "replies.parquet").to_pylist()
+    assert replies[0] == rows["replies"][0].model_dump()
+    export_tables(records, summary, tmp_path, parquet=False)
+    assert not list(tmp_path.glob("*.parquet"))  # no stale Parquet beside new CSV
+
+
+def test_parquet_required_without_pyarrow(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+    hostile_run: tuple[RunRecords, BenchSummary],
+) -> None:
+    monkeypatch.setattr(export, "_arrow", lambda: None)
+    records, summary = hostile_run
+    with pytest.raises(MissingDependencyError, match="pip install pyarrow"):
+        export_tables(records, summary, tmp_path, parquet=True)
+    written = export_tables(records, summary, tmp_path)
+    assert all(p.suffix == ".csv" for p in written)
