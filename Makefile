@@ -16,7 +16,7 @@ demo: setup
 	bash scripts/demo.sh
 
 lint: setup
-	$(BIN)/ruff check src tests benchmarks scripts
+	$(BIN)/ruff check src tests benchmarks scripts examples
 
 test: setup lint
 	$(BIN)/pytest -q

@@ -13,7 +13,7 @@ import click
 
 from medverify.errors import MedverifyError
 
-_COMMAND_MODULES = ("check", "audit", "kb", "runs", "eval", "demo", "train")
+_COMMAND_MODULES = ("check", "audit", "bench", "kb", "runs", "eval", "demo", "train")
 
 
 class _Main(click.Group):

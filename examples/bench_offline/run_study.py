@@ -1,0 +1,105 @@
+"""A complete SourceCheckup-style study, fully offline: no API key, no network.
+
+Five scripted models with different citation habits (medverify.testing.citers) answer
+medical questions from three question sources; their cited pages are served by a local
+page server; medverify asks, fetches (through the same safe fetcher as a real run, with
+the local server explicitly allowed), parses statements, judges every statement against
+every source with the built-in verifier, and writes the study report.
+
+    python examples/bench_offline/run_study.py --out bench-example
+    open bench-example/report.html
+    medverify bench report bench-example        # recompute everything, no model called
+
+A real study is the same with real model specs and a question file:
+
+    medverify bench run --models openai:gpt-4o-mini,ollama:llama3.1 \
+        --questions questions.jsonl --out my-study
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import sys
+from importlib import resources
+from pathlib import Path
+
+from rich.console import Console
+
+from medverify.bench.records import Question
+from medverify.bench.runner import BenchRunner
+from medverify.cli.bench import print_bench_summary
+from medverify.config import Config
+from medverify.records import Document
+from medverify.testing import (
+    PageServer,
+    register_citing_models,
+    study_documents,
+    study_questions,
+)
+from medverify.testing.citers import references_for
+from medverify.testing.judge import WordJudge
+
+HABITS = ("careful", "overreaching", "hallucinating", "freetext", "unreliable")
+
+
+def medquad_questions(n: int) -> list[Question]:
+    """``n`` questions from the MedQuAD sample shipped with medverify, one per document
+    ("What is <topic>?"), each keeping its NIH page text as the reference."""
+    path = resources.files("medverify.data") / "medquad_sample.jsonl"
+    questions: list[Question] = []
+    seen: set[str] = set()
+    for line in path.read_text("utf-8").splitlines():
+        doc = Document.model_validate(json.loads(line))
+        topic = (doc.title or "").strip()
+        if not topic or topic.lower() in seen:
+            continue
+        seen.add(topic.lower())
+        text = f"What is {topic} and how is it treated?"
+        questions.append(Question(id=f"medquad-{len(questions) + 1}", text=text,
+                                  source="medquad", reference=doc))
+        if len(questions) == n:
+            break
+    return questions
+
+
+async def study(out: Path, n_medquad: int, judge: str, fresh: bool) -> int:
+    questions = study_questions() + medquad_questions(n_medquad)
+    documents = study_documents() + [q.reference for q in questions[12:] if q.reference]
+    with PageServer.from_documents(documents) as pages:
+        specs = register_citing_models(HABITS, references_for(questions), pages.url_for)
+        config = Config.load(
+            fetch={"allow": [pages.host_port], "cache_path": out / "fetch-cache.db"},
+            store=out / "runs.db",
+            cache_path=out / "cache.db",
+        )
+        runner = BenchRunner.from_config(
+            config, models=[f"{label}={spec}" for label, spec in specs.items()],
+            run_dir=out, fresh=fresh, judge=WordJudge() if judge == "word" else None,
+        )
+        try:
+            summary = await runner.run(questions)
+        finally:
+            await runner.aclose()
+    print_bench_summary(summary, Console())
+    print(f"\nreport: {out / 'report.html'}\nrecompute: medverify bench report {out}")
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--out", type=Path, default=Path("bench-example"))
+    parser.add_argument("--medquad", type=int, default=24,
+                        help="questions from the shipped MedQuAD sample (besides the 12 "
+                        "built-in study questions)")
+    parser.add_argument("--judge", choices=["builtin", "word"], default="builtin",
+                        help="builtin: the shipped verifier (default); word: a word-overlap "
+                        "test judge, for a quick look")
+    parser.add_argument("--fresh", action="store_true", help="start over")
+    args = parser.parse_args(argv)
+    return asyncio.run(study(args.out, args.medquad, args.judge, args.fresh))
+
+
+if __name__ == "__main__":
+    sys.exit(main())
