@@ -199,3 +199,38 @@ def test_shipped_verifier_judges_a_clear_case() -> None:
 def test_missing_weights_is_a_config_error_that_says_what_to_do(tmp_path: Path) -> None:
     with pytest.raises(ConfigError, match="--model"):
         BuiltinJudge(path=tmp_path / "no-weights-here")
+
+
+def test_a_claim_stated_verbatim_in_a_passage_is_supported_whatever_the_verifier_says() -> None:
+    quote = "The usual starting dose is 500 mg once or twice daily with meals."
+    partial = "The usual starting dose is 500 mg."
+    table = {
+        (quote, METFORMIN.text): [0.1, 0.8, 0.1],  # a weak verifier rejecting a quote
+        (quote, ASPIRIN.text): [0.1, 0.1, 0.8],
+        (partial, METFORMIN.text): [0.1, 0.8, 0.1],
+    }
+    judge = BuiltinJudge(TableVerifier(table))
+    verbatim, cut = _judge(judge, [_item("q", quote, METFORMIN, ASPIRIN),
+                                   _item("p", partial, METFORMIN)])
+    assert verbatim.category == Category.FACT
+    assert verbatim.factual is not None and "verbatim" in (verbatim.factual.reason or "")
+    assert verbatim.probabilities is not None and verbatim.probabilities["CONTRADICTED"] == 0.1
+    # part of a sentence is not a quote: the verifier decides (here: contradicted)
+    assert cut.category == Category.HALLUCINATION
+
+
+@pytest.mark.parametrize(
+    ("claim", "expected"),
+    [
+        ("the usual starting dose is 500 mg once or twice daily with meals", True),
+        ("Metformin is a first-line medicine for type 2 diabetes. The usual starting dose "
+         "is 500 mg once or twice daily with meals.", True),
+        ("The usual starting dose is 500 mg.", False),
+        ("Metformin is a first-line medicine.", False),
+        ("First-line.", False),
+    ],
+)
+def test_is_verbatim_needs_whole_sentences(claim: str, expected: bool) -> None:
+    from medverify.judge.builtin import is_verbatim
+
+    assert is_verbatim(claim, METFORMIN.text) is expected

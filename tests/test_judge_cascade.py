@@ -64,9 +64,18 @@ def test_confident_claims_skip_the_llm_and_the_rest_go_to_it() -> None:
 def test_high_margin_of_one_routes_everything_with_evidence() -> None:
     model, _ = _model()
     judge = CascadeJudge(model, verifier=LexicalVerifier(), high=1.0, low=0.0)
-    items = [_item("c1", "Metformin is a first-line medicine for type 2 diabetes.", DOSE)]
+    items = [_item("c1", "Metformin is a first-line medicine.", DOSE)]
     verdicts = asyncio.run(judge.judge(items))
     assert verdicts[0].judge.startswith("llm:")
+
+
+def test_a_verbatim_quote_is_certain_and_never_sent_to_the_llm() -> None:
+    model, provider = _model()
+    judge = CascadeJudge(model, verifier=LexicalVerifier(), high=1.0, low=0.0)
+    items = [_item("c1", "Metformin is a first-line medicine for type 2 diabetes.", DOSE)]
+    verdicts = asyncio.run(judge.judge(items))
+    assert verdicts[0].judge.startswith("builtin:") and verdicts[0].category == Category.FACT
+    assert provider.requests == []
 
 
 def test_verifier_failure_falls_back_to_the_llm() -> None:

@@ -139,6 +139,10 @@ class BuiltinJudge:
             error = f"built-in verifier failed: {type(exc).__name__}: {exc}"
             log.warning(error)
             return [ClaimScores(item, error=error) for item in items]
+        probs = probs.copy()
+        for row, (claim, text) in enumerate(pairs):
+            if is_verbatim(claim, text):
+                probs[row] = VERBATIM
         out, start = [], 0
         for item in items:
             out.append(ClaimScores(item, probs[start : start + len(item.passages)]))
@@ -177,6 +181,8 @@ class BuiltinJudge:
             f"P({name})={p:.{digits}f} in passage {_describe(passage)} "
             f"({'at or above' if holds else 'below'} the threshold {threshold:.{digits}f})"
         )
+        if label == SUPPORTED and holds and is_verbatim(scores.item.claim.text, passage.text):
+            reason = f"the claim is stated verbatim in passage {_describe(passage)}"
         wanted = holds and self.quotes
         quote = self._quote(scores.item.claim.text, passage, label) if wanted else None
         return Analysis(
@@ -239,6 +245,34 @@ def _raw(scores: ClaimScores) -> str:
         for p, row in zip(scores.item.passages, scores.probs, strict=True)
     }
     return json.dumps({"passages": rows}, ensure_ascii=False)
+
+
+VERBATIM = np.array([1.0, 0.0, 0.0], dtype=np.float32)
+_EDGE = re.compile(r"^[\W_]+|[\W_]+$")
+
+
+def _bare(text: str) -> str:
+    """Lower-cased words only, single-spaced (punctuation at the ends dropped)."""
+    return " ".join(_EDGE.sub("", w) for w in text.casefold().split() if _EDGE.sub("", w))
+
+
+def is_verbatim(claim: str, passage: str) -> bool:
+    """True when the claim (at least 4 words) is one or more whole sentences of the passage,
+    word for word: entailed by definition, so the verifier's score is not needed (a weak
+    verifier should never reject a quote). Case, spacing and punctuation are ignored."""
+    words = _bare(claim)
+    if len(words.split()) < 4:
+        return False
+    bare_sentences = [_bare(s) for s in sentences(passage)]
+    for start in range(len(bare_sentences)):
+        joined = ""
+        for sentence in bare_sentences[start:]:
+            joined = f"{joined} {sentence}".strip()
+            if joined == words:
+                return True
+            if len(joined) >= len(words):
+                break
+    return False
 
 
 def _normalise(text: str) -> str:
