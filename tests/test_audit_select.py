@@ -89,10 +89,15 @@ def test_passages_embedded_once_per_source_and_claims_once_per_call() -> None:
     pairs = [(c, s) for c in claims for s in (first, second)]
     selector.select_pairs(pairs)
     n_passages = len(selector.passages(first).passages)
-    # one embed per source (its passages) and one for the two distinct claim texts
-    assert sorted(embedder.calls) == sorted([n_passages, n_passages, 2])
+    # the two sources have the same text: its passages are embedded once, and the two
+    # distinct claim texts once
+    assert sorted(embedder.calls) == sorted([n_passages, 2])
     selector.select_pairs(pairs)
-    assert len(embedder.calls) == 4  # sources cached; only the claims again
+    assert len(embedder.calls) == 3  # the text is cached; only the claims again
+    # each source keeps its own passage ids, title and URL
+    assert {p.doc_id for p in selector.passages(second).passages} == {"2"}
+    assert selector.passages(second).passages[0].id == "2:1"
+    assert selector.passages(first).passages[0].id == "1:1"
 
 
 def test_source_without_text_has_no_passages() -> None:

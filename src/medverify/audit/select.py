@@ -15,7 +15,7 @@ import re
 import threading
 from collections import Counter, OrderedDict
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import cast
 
 import numpy as np
@@ -101,14 +101,14 @@ class PassageSelector:
         k: int = 3,
         *,
         overlap: int | None = None,
-        cache_size: int = 256,
+        cache_size: int = 2048,
     ) -> None:
         self.embedder = embedder
         self.tokenizer = tokenizer or embedder.tokenizer
         self.passage_tokens = passage_tokens
         self.k = k
         self.overlap = passage_tokens // 8 if overlap is None else overlap
-        self._cache: OrderedDict[tuple[str, str], SourcePassages] = OrderedDict()
+        self._cache: OrderedDict[str, SourcePassages] = OrderedDict()
         self._cache_size = cache_size
         self._lock = threading.Lock()
 
@@ -141,19 +141,21 @@ class PassageSelector:
         return out
 
     def passages(self, source: Source) -> SourcePassages:
-        """The source's passages and their vectors (cached by source id and text hash)."""
-        key = (source.id, content_hash(source.text or ""))
+        """The source's passages and their vectors. Splitting and embedding are cached by
+        the text's hash, so a page cited by many answers (or models) is embedded once; a
+        hit for another source only renames the passages."""
+        key = content_hash(source.text or "")
         with self._lock:
             cached = self._cache.get(key)
             if cached is not None:
                 self._cache.move_to_end(key)
-                return cached
-        split = self._split(source)
-        with self._lock:
-            self._cache[key] = split
-            while len(self._cache) > self._cache_size:
-                self._cache.popitem(last=False)
-        return split
+        if cached is None:
+            cached = self._split(source)
+            with self._lock:
+                self._cache[key] = cached
+                while len(self._cache) > self._cache_size:
+                    self._cache.popitem(last=False)
+        return _renamed(cached, source)
 
     def _needs(self, source: Source) -> bool:
         split = self.passages(source)
@@ -201,6 +203,20 @@ class PassageSelector:
             (i, {"rrf": f.score, "bm25": float(lexical[i]), "dense": float(dense[i])})
             for i, f in zip(chosen, fused, strict=True)
         ]
+
+
+def _renamed(split: SourcePassages, source: Source) -> SourcePassages:
+    """``split`` with its passages attributed to ``source`` (same text, another citation)."""
+    first = split.passages[0] if split.passages else None
+    if first is None or (first.doc_id == source.id and first.url == source.url
+                         and first.title == source.title):
+        return split
+    passages = [
+        p.model_copy(update={"id": f"{source.id}:{n}", "doc_id": source.id,
+                             "title": source.title, "url": source.url})
+        for n, p in enumerate(split.passages, 1)
+    ]
+    return replace(split, passages=passages)
 
 
 def _scored(passage: Passage, scores: dict[str, float]) -> Passage:
