@@ -260,3 +260,10 @@ def test_the_clock_counts_overlapping_calls_once(fakes: list[str]) -> None:
 
     asyncio.run(go())
     assert 0.05 <= clock.busy_s < 0.15
+
+
+def test_broken_json_with_unquoted_keys_keeps_only_the_answer() -> None:
+    parsed = parse_reply('{answer: "Stage II is common. It hurts.", sources: ["https://a.org/x"]}')
+    assert parsed.status == ReplyStatus.FALLBACK
+    assert parsed.answer == "Stage II is common. It hurts."
+    assert [s.url for s in parsed.sources] == ["https://a.org/x"]

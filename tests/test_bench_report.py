@@ -11,9 +11,12 @@ from medverify.audit.records import AuditMetrics, Estimate
 from medverify.bench import export
 from medverify.bench.export import ROW_TYPES, TABLES, csv_cell, export_tables, table_rows
 from medverify.bench.plots import PALETTE, grouped_bars, source_chart, wrap
-from medverify.bench.records import BenchManifest, BenchSummary
+from medverify.bench.records import BenchManifest, BenchSummary, Comparison, ReplyStats
 from medverify.bench.report import (
     diff_text,
+    domain_ranks,
+    examples,
+    find_comparison,
     findings,
     p_text,
     render_bench_html,
@@ -105,7 +108,8 @@ def test_tables_show_the_summary_numbers(hostile_run: tuple[RunRecords, BenchSum
     assert "$0.0016" in html  # 8 real calls x (100 x $1 + 50 x $2) per million
     assert "nih.gov" in html and "health-blog.com" in html
     replies = html[html.index('id="table-replies"'):]
-    assert re.search(r"<td>alpha</td><td class=\"n\">8</td><td class=\"n\">8</td>", replies)
+    assert re.search(r"<td class=\"name\">alpha</td><td class=\"n\">8</td><td class=\"n\">8</td>",
+                     replies)
     assert "HTTP 500 from provider" in html
 
 
@@ -114,14 +118,16 @@ def test_findings_are_computed_from_the_numbers(
 ) -> None:
     records, summary = hostile_run
     lines = findings(summary, records)
-    assert lines[0] == ("Across 8 questions from 2 sources, 2 models gave 16 replies, of "
-                        "which 15 were audited.")
+    assert lines[0] == ("Across 8 questions from 2 sources (k-qa 4, medquad 4), 2 models gave "
+                        "16 replies, of which 15 were audited.")
     best = estimate_text(summary.overall[GOOD].response_support)
     assert f"{GOOD} had the highest response-level support ({best})" in " ".join(lines)
     assert f"{HOSTILE} the lowest" in " ".join(lines)
-    tests = [x for x in lines if "Holm" in x]
-    assert len(tests) == 4 and all(re.match(r"[01] of 1 pairwise difference ", x) for x in tests)
-    assert any("1 refused to answer and 1 failed with a provider error" in x for x in lines)
+    tests = [x for x in lines if x.startswith("Pairwise differences significant")]
+    assert len(tests) == 1 and "paired permutation test" in tests[0]
+    assert len(re.findall(r"[01] of 1 in ", tests[0])) == 4
+    assert any(f"{HOSTILE}: 1 of 8 replies refused to answer and 1 failed with a provider "
+               "error" in x for x in lines)
 
 
 def test_findings_name_the_better_model_whatever_its_label() -> None:
@@ -148,6 +154,86 @@ def test_written_page_links_the_audit_report(tmp_path: Path) -> None:
     (layout.audit_dir / "report.html").write_text("<html></html>", "utf-8")
     path = write_bench_html(layout.report, summary, records)
     assert 'href="audit/report.html"' in path.read_text("utf-8")
+
+
+def test_findings_state_the_headline_and_the_test_against_the_runner_up(
+    hostile_run: tuple[RunRecords, BenchSummary],
+) -> None:
+    records, summary = hostile_run
+    text = " ".join(findings(summary, records))
+    good = summary.overall[GOOD].response_support.value
+    bad = summary.overall[HOSTILE].response_support.value
+    assert good is not None and bad is not None and good > bad
+    assert (f"Between {100 * (1 - good):.1f}% ({GOOD}) and {100 * (1 - bad):.1f}% ({HOSTILE}) "
+            "of a model's responses were not fully supported") in text
+    item = find_comparison(summary.comparisons, "response_support", GOOD, HOSTILE)
+    assert item is not None and item.p_holm is not None
+    verdict = "significantly above" if item.p_holm < 0.05 else "not significantly different from"
+    assert f"{GOOD} had the highest response-level support" in text
+    assert f"{verdict} the next, {HOSTILE}" in text
+    assert "Response-level support counts answers with at least one statement" in text
+
+
+def test_runner_up_difference_is_oriented_best_minus_next() -> None:
+    overall = {"a": AuditMetrics(response_support=Estimate(value=0.2, n=40)),
+               "b": AuditMetrics(response_support=Estimate(value=0.9, n=40))}
+    stored = Comparison(metric="response_support", model_a="a", model_b="b", n_questions=40,
+                        value_a=0.2, value_b=0.9, difference=-0.7, ci=(-0.8, -0.6),
+                        p_value=0.001, p_holm=0.002, test="t")
+    summary = BenchSummary(run_id="r", overall=overall, comparisons=[stored])
+    manifest = BenchManifest(run_id="r", models=[], questions_sha256="0", n_questions=0)
+    text = " ".join(findings(summary, RunRecords(manifest)))
+    assert ("b had the highest response-level support (90.0%); significantly above the "
+            "next, a (20.0%; ") in text
+    assert "difference +70.0 pp [+60.0 to +80.0], Holm p = 0.002" in text
+    assert find_comparison([stored], "response_support", "b", "a") is stored
+    assert find_comparison([stored], "url_validity", "a", "b") is None
+
+
+def test_bad_replies_are_named_per_model_and_small_samples_flagged() -> None:
+    replies = {"m": ReplyStats(n_questions=10, statuses={"ok": 6, "fallback": 2, "empty": 2},
+                               retried=3, duplicate_urls=9, dropped_urls=1),
+               "clean": ReplyStats(n_questions=10, statuses={"ok": 10})}
+    overall = {"m": AuditMetrics(n_answers=10, url_validity=Estimate(value=0.5, n=4))}
+    summary = BenchSummary(run_id="r", overall=overall, replies=replies)
+    manifest = BenchManifest(run_id="r", models=[], questions_sha256="0", n_questions=0)
+    text = " ".join(findings(summary, RunRecords(manifest)))
+    assert ("m: 2 of 10 replies gave no usable JSON source list (URLs taken from the text), "
+            "2 came back empty after the retry, 3 needed the one retry, 9 repeated URL entries "
+            "were counted, then removed and 1 unusable URL entries were counted, then "
+            "dropped") in text
+    assert "clean:" not in text
+    assert "fewer than 20 observations: m's source URL validity (n = 4 URLs)" in text
+
+
+def test_domains_are_laid_out_like_table_1(
+    hostile_run: tuple[RunRecords, BenchSummary],
+) -> None:
+    records, summary = hostile_run
+    models = [m.label for m in summary.models]
+    ranks = domain_ranks(summary, models)
+    assert len(ranks) == max(len(summary.top_domains[m]) for m in models)
+    assert all(len(row) == len(models) for row in ranks)
+    assert ranks[0][0] == summary.top_domains[models[0]][0]
+    html = render_bench_html(summary, records)
+    table = html[html.index('id="table-domains"'):]
+    table = table[:table.index("</table>")]
+    assert "<th>Rank</th>" in table and "nih.gov" in table and "health-blog.com" in table
+
+
+def test_examples_show_a_failure_per_model_with_verdicts(
+    hostile_run: tuple[RunRecords, BenchSummary],
+) -> None:
+    records, summary = hostile_run
+    found = {e.model: e for e in examples(records)}
+    assert set(found) == {GOOD, HOSTILE}
+    assert found[GOOD].fully_supported is True  # it has no failure: its first reply
+    assert found[HOSTILE].fully_supported is False
+    assert "not supported" in [c.verdict for c in found[HOSTILE].claims]
+    assert found[GOOD].question_id == "q0" and found[GOOD].claims[0].supported_by
+    html = render_bench_html(summary, records)
+    assert 'id="examples-h"' in html and "not fully supported" in html
+    assert html.count("Test: ") == 1  # the pairwise test is stated once, above the tables
 
 
 # --- exports --------------------------------------------------------------------------------

@@ -113,7 +113,8 @@ def test_pooled_values_match_audit_metrics() -> None:
         assert item.value_a == pytest.approx(expected_a)
         assert item.value_b == pytest.approx(expected_b)
         assert item.difference == pytest.approx(expected_a - expected_b)
-        assert item.n_questions == 4
+    # n: questions where both models have a value (b's 4th answer has no statement)
+    assert [c.n_questions for c in found] == [4, 3, 3, 4]
 
 
 # --- the test ------------------------------------------------------------------------------

@@ -207,7 +207,8 @@ def test_comparisons_cover_every_metric(
     assert [c.metric for c in summary.comparisons] == [
         "url_validity", "statement_support", "response_support", "unused_sources"]
     support = summary.comparisons[2]
-    assert (support.model_a, support.model_b, support.n_questions) == (GOOD, BAD, 7)
+    # n counts the questions where both models have a response-level value
+    assert (support.model_a, support.model_b, support.n_questions) == (GOOD, BAD, 3)
     assert support.difference is not None and support.difference > 0
     assert "300 random per-question swaps" in support.test
 
@@ -323,3 +324,15 @@ def test_finish_run_writes_summary_report_and_exports(
     assert (layout.exports / "replies.csv").is_file()
     again = finish_run(layout, fast_config())
     assert again.overall == summary.overall and again.comparisons == summary.comparisons
+
+
+def test_the_summary_does_not_depend_on_the_order_answers_finished(tmp_path: Path) -> None:
+    layout = write_run(tmp_path / "run")
+    config = fast_config()
+    before = summarize(load_run(layout, []), config)
+    for path in (layout.audit_answers, layout.replies):
+        lines = path.read_text("utf-8").splitlines()
+        path.write_text("\n".join(reversed(lines)) + "\n", "utf-8")
+    after = summarize(load_run(layout, []), config)
+    assert after.overall == before.overall and after.comparisons == before.comparisons
+    assert after.by_source == before.by_source

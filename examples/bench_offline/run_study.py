@@ -20,48 +20,24 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import json
 import sys
-from importlib import resources
 from pathlib import Path
 
 from rich.console import Console
 
-from medverify.bench.records import Question
 from medverify.bench.runner import BenchRunner
 from medverify.cli.bench import print_bench_summary
 from medverify.config import Config
-from medverify.records import Document
 from medverify.testing import (
     PageServer,
     register_citing_models,
     study_documents,
     study_questions,
 )
-from medverify.testing.citers import references_for
+from medverify.testing.citers import medquad_questions, references_for
 from medverify.testing.judge import WordJudge
 
 HABITS = ("careful", "overreaching", "hallucinating", "freetext", "unreliable")
-
-
-def medquad_questions(n: int) -> list[Question]:
-    """``n`` questions from the MedQuAD sample shipped with medverify, one per document
-    ("What is <topic>?"), each keeping its NIH page text as the reference."""
-    path = resources.files("medverify.data") / "medquad_sample.jsonl"
-    questions: list[Question] = []
-    seen: set[str] = set()
-    for line in path.read_text("utf-8").splitlines():
-        doc = Document.model_validate(json.loads(line))
-        topic = (doc.title or "").strip()
-        if not topic or topic.lower() in seen:
-            continue
-        seen.add(topic.lower())
-        text = f"What is {topic} and how is it treated?"
-        questions.append(Question(id=f"medquad-{len(questions) + 1}", text=text,
-                                  source="medquad", reference=doc))
-        if len(questions) == n:
-            break
-    return questions
 
 
 async def study(out: Path, n_medquad: int, judge: str, fresh: bool) -> int:

@@ -257,8 +257,9 @@ def http_url(raw: str) -> str | None:
     return url
 
 
-_ANSWER_FRAGMENT = re.compile(r'"(?:answer|response|short_answer)"\s*:\s*"((?:[^"\\]|\\.)*)',
-                              re.IGNORECASE | re.DOTALL)
+_ANSWER_FRAGMENT = re.compile(
+    r'(?:"|\b)(?:answer|response|short_answer)"?\s*:\s*"((?:[^"\\]|\\.)*)',
+    re.IGNORECASE | re.DOTALL)  # the key may be unquoted: {answer: "..."}
 
 
 def _json_answer_fragment(raw: str) -> str | None:

@@ -6,6 +6,8 @@ A run directory holds everything the study's report is computed from::
     RUN/questions.jsonl       the questions asked (one Question per line)
     RUN/replies.jsonl         one ModelReply per (model, question), appended as they come
     RUN/audit/                the citation audit of the replies (answers.jsonl, ...)
+    RUN/question_import.json  how the question file was read (ImportReport)
+    RUN/timing.json           wall seconds per phase of the last invocation
     RUN/summary.json          BenchSummary
     RUN/report.html           the study's report
     RUN/exports/              CSV (and Parquet) tables for pandas users
@@ -62,6 +64,15 @@ class RunLayout:
     @property
     def report(self) -> Path:
         return self.root / "report.html"
+
+    @property
+    def timing(self) -> Path:
+        return self.root / "timing.json"
+
+    @property
+    def question_import(self) -> Path:
+        """How the question file was read (ImportReport), when the CLI read it."""
+        return self.root / "question_import.json"
 
     @property
     def exports(self) -> Path:

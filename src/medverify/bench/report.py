@@ -11,6 +11,7 @@ script.
 from __future__ import annotations
 
 import os
+from collections import Counter
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from functools import lru_cache
@@ -19,7 +20,9 @@ from pathlib import Path
 import jinja2
 from markupsafe import Markup
 
-from medverify.audit.records import AuditMetrics, Estimate
+from medverify.audit.metrics import answer_metrics
+from medverify.audit.records import AnswerAudit, AuditMetrics, Estimate
+from medverify.audit.urls import DomainCount
 from medverify.bench.plots import metric_chart, source_chart
 from medverify.bench.records import BenchSummary, Comparison, ModelCost, ReplyStats
 from medverify.bench.stats import ALPHA, significant
@@ -91,6 +94,15 @@ def _environment() -> jinja2.Environment:
 
 # -- findings -------------------------------------------------------------------------------
 
+PHRASES = {
+    "url_validity": "source URL validity",
+    "statement_support": "statement-level support",
+    "response_support": "response-level support",
+    "unused_sources": "share of unused sources",
+}
+SMALL_N = 20  # estimates over fewer observations are flagged in the findings
+TEST_NAME = "two-sided paired permutation test over questions, Holm-adjusted per metric"
+
 
 def _names(names: Sequence[str]) -> str:
     if len(names) <= 2:
@@ -98,42 +110,110 @@ def _names(names: Sequence[str]) -> str:
     return ", ".join(names[:-1]) + " and " + names[-1]
 
 
-def _extremes(overall: Mapping[str, AuditMetrics], metric: str) -> str | None:
+def _valued(overall: Mapping[str, AuditMetrics], metric: str) -> dict[str, Estimate]:
     found = {m: getattr(a, metric) for m, a in overall.items()}
-    valued = {m: e for m, e in found.items() if e.value is not None}
+    return {m: e for m, e in found.items() if e.value is not None}
+
+
+def find_comparison(comparisons: Sequence[Comparison], metric: str, a: str,
+                    b: str) -> Comparison | None:
+    """The comparison of ``a`` and ``b`` on ``metric``, in whichever order it was stored."""
+    for item in comparisons:
+        if item.metric == metric and {item.model_a, item.model_b} == {a, b} and a != b:
+            return item
+    return None
+
+
+def _versus(comparisons: Sequence[Comparison], metric: str, best: str,
+            runner_up: tuple[str, Estimate]) -> str:
+    """How the best model stands against the next one: the test's verdict in words."""
+    name, estimate = runner_up
+    item = find_comparison(comparisons, metric, best, name)
+    if item is None or item.p_holm is None or item.difference is None:
+        return f"; the next was {name} ({estimate_text(estimate)}), not tested"
+    flipped = item if item.model_a == best else _flip(item)
+    verdict = "significantly above" if item.p_holm < ALPHA else "not significantly different from"
+    return (f"; {verdict} the next, {name} ({estimate_text(estimate)}; difference "
+            f"{diff_text(flipped)}, Holm p {p_words(item.p_holm)})")
+
+
+def _flip(item: Comparison) -> Comparison:
+    """B minus A instead of A minus B."""
+    ci = None if item.ci is None else (-item.ci[1], -item.ci[0])
+    difference = None if item.difference is None else -item.difference
+    return item.model_copy(update={"model_a": item.model_b, "model_b": item.model_a,
+                                   "value_a": item.value_b, "value_b": item.value_a,
+                                   "difference": difference, "ci": ci})
+
+
+def p_words(value: float) -> str:
+    """``'< 0.001'`` or ``'= 0.042'``."""
+    return "< 0.001" if value < 0.001 else f"= {value:.3f}"
+
+
+def _extremes(summary: BenchSummary, metric: str) -> str | None:
+    valued = _valued(summary.overall, metric)
     if not valued:
         return None
-    label = LABELS[metric][0].lower() + LABELS[metric][1:]
-    top, bottom = max(e.value for e in valued.values()), min(e.value for e in valued.values())
+    label = PHRASES[metric]
+    top, bottom = max(e.value or 0.0 for e in valued.values()), min(
+        e.value or 0.0 for e in valued.values())
     best = [m for m, e in valued.items() if e.value == top]
     text = f"{_names(best)} had the highest {label} ({estimate_text(valued[best[0]])})"
+    rest = sorted(((m, e) for m, e in valued.items() if e.value != top),
+                  key=lambda x: -(x[1].value or 0.0))
+    if len(best) == 1 and rest:
+        text += _versus(summary.comparisons, metric, best[0], rest[0])
     if top != bottom:
         worst = [m for m, e in valued.items() if e.value == bottom]
-        text += f", {_names(worst)} the lowest ({estimate_text(valued[worst[0]])})"
+        text += f"; {_names(worst)} the lowest ({estimate_text(valued[worst[0]])})"
     return text + "."
+
+
+def _headline(summary: BenchSummary) -> str | None:
+    """The paper's headline: the range of responses not fully supported by their sources."""
+    valued = _valued(summary.overall, "response_support")
+    if not valued:
+        return None
+    unsupported = {m: 1 - (e.value or 0.0) for m, e in valued.items()}
+    low, high = min(unsupported.values()), max(unsupported.values())
+    who = {x: _names([m for m, v in unsupported.items() if v == x]) for x in (low, high)}
+    if low == high:
+        return (f"{percent(low)} of the responses of {who[low]} were not fully supported by "
+                "the sources they cited.")
+    return (f"Between {percent(low)} ({who[low]}) and {percent(high)} ({who[high]}) of a "
+            "model's responses were not fully supported by the sources it cited.")
 
 
 def _overview(summary: BenchSummary, records: RunRecords) -> str:
     n_questions = len(records.questions) or records.manifest.n_questions
+    listed = ", ".join(f"{s} {k:,}" for s, k in source_counts(summary, records) if k)
     n_sources = len(summary.sources)
     source_word = "source" if n_sources == 1 else "sources"
     audited = sum(m.n_answers for m in summary.overall.values())
-    return (f"Across {n_questions:,} questions from {n_sources} {source_word}, "
+    return (f"Across {n_questions:,} questions from {n_sources} {source_word}"
+            f"{f' ({listed})' if listed else ''}, "
             f"{len(summary.models)} model{'s' if len(summary.models) != 1 else ''} gave "
             f"{len(records.replies):,} replies, of which {audited:,} were audited.")
 
 
 def _tests(comparisons: Sequence[Comparison]) -> list[str]:
-    lines = []
-    for key, label, _, _ in METRICS:
-        tested = [c for c in comparisons if c.metric == key and c.p_holm is not None]
-        if tested:
-            k = len(significant(tested, ALPHA))
-            lines.append(f"{k} of {len(tested)} pairwise difference"
-                         f"{'s' if len(tested) != 1 else ''} in {label[0].lower() + label[1:]} "
-                         f"{'is' if k == 1 else 'are'} significant at {ALPHA:g} after "
-                         "Holm adjustment.")
-    return lines
+    parts = []
+    for key, _, _, _ in METRICS:
+        items = [c for c in comparisons if c.metric == key]
+        tested = [c for c in items if c.p_holm is not None]
+        if not tested:
+            continue
+        k = len(significant(tested, ALPHA))
+        untested = len(items) - len(tested)
+        part = f"{k} of {len(tested)}{' testable' if untested else ''} in {PHRASES[key]}"
+        if untested:
+            part += f" ({untested} not testable: a model without a value)"
+        parts.append(part)
+    if not parts:
+        return []
+    return [f"Pairwise differences significant at {ALPHA:g} ({TEST_NAME}): "
+            f"{'; '.join(parts)}."]
 
 
 OUTCOME_WORDS = {
@@ -145,33 +225,79 @@ OUTCOME_WORDS = {
 }
 
 
+def _model_outcomes(model: str, stats: ReplyStats) -> str | None:
+    n = sum(v for s, v in stats.statuses.items() if s != MISSING_STATUS)
+    counts = [(stats.statuses[s], w) for s, w in OUTCOME_WORDS.items() if stats.statuses.get(s)]
+    parts = [f"{k:,} of {n:,} replies {w}" if i == 0 else f"{k:,} {w}"
+             for i, (k, w) in enumerate(counts)]
+    if stats.retried:
+        parts.append(f"{stats.retried:,} needed the one retry")
+    if stats.duplicate_urls:
+        parts.append(f"{stats.duplicate_urls:,} repeated URL entries were counted, then removed")
+    if stats.dropped_urls:
+        parts.append(f"{stats.dropped_urls:,} unusable URL entries were counted, then dropped")
+    if not counts and not stats.duplicate_urls and not stats.dropped_urls:
+        return None
+    return f"{model}: {_names(parts)}"
+
+
 def _bad_input(replies: Mapping[str, ReplyStats]) -> str | None:
-    statuses: dict[str, int] = {}
-    for stats in replies.values():
-        for status, n in stats.statuses.items():
-            statuses[status] = statuses.get(status, 0) + n
-    n_replies = sum(n for status, n in statuses.items() if status != MISSING_STATUS)
-    parts = [f"{statuses[s]:,} {w}" for s, w in OUTCOME_WORDS.items() if statuses.get(s)]
-    sentences = [f"Of {n_replies:,} replies, {_names(parts)}."] if parts else []
-    duplicates = sum(s.duplicate_urls for s in replies.values())
-    dropped = sum(s.dropped_urls for s in replies.values())
-    if duplicates or dropped:
-        sentences.append(f"{duplicates:,} repeated and {dropped:,} unusable URL entries were "
-                         "counted and removed.")
-    if statuses.get(MISSING_STATUS):
-        sentences.append(f"{statuses[MISSING_STATUS]:,} model-question pairs have no reply "
-                         "yet.")
+    lines = [x for m, s in replies.items() if (x := _model_outcomes(m, s))]
+    sentences = ["Bad replies, per model: " + "; ".join(lines) + "."] if lines else []
+    missing = sum(s.statuses.get(MISSING_STATUS, 0) for s in replies.values())
+    if missing:
+        sentences.append(f"{missing:,} model-question pairs have no reply yet.")
     return " ".join(sentences) or None
+
+
+def _denominators(summary: BenchSummary) -> str | None:
+    """Say which answers response-level support leaves out (those without statements)."""
+    parts = [f"{r.answers_without_claims:,} of {m}'s {summary.overall[m].n_answers:,}"
+             for m, r in summary.replies.items()
+             if r.answers_without_claims and m in summary.overall]
+    if not parts:
+        return None
+    return ("Response-level support counts answers with at least one statement; answers "
+            f"without any (refusals, empty replies) are left out: {_names(parts)}.")
+
+
+def _small(summary: BenchSummary) -> str | None:
+    flagged = [f"{m}'s {PHRASES[key]} (n = {e.n:,} {unit})"
+               for m, a in summary.overall.items() for key, _, unit, _ in METRICS
+               if (e := getattr(a, key)).value is not None and e.n < SMALL_N]
+    if not flagged:
+        return None
+    return f"Read with care, fewer than {SMALL_N} observations: {_names(flagged)}."
+
+
+def _source_ranges(summary: BenchSummary, metric: str) -> str | None:
+    parts = []
+    for model, groups in summary.by_source.items():
+        valued = {s: getattr(a, metric) for s, a in groups.items()
+                  if getattr(a, metric).value is not None}
+        if len(valued) < 2:
+            continue
+        low = min(valued, key=lambda s: valued[s].value or 0.0)
+        high = max(valued, key=lambda s: valued[s].value or 0.0)
+        if valued[low].value != valued[high].value:
+            parts.append(f"{model} from {percent(valued[low].value)} ({low}, n = "
+                         f"{valued[low].n:,}) to {percent(valued[high].value)} ({high}, "
+                         f"n = {valued[high].n:,})")
+    if not parts:
+        return None
+    return (f"By question source, {PHRASES[metric]} ranged: {'; '.join(parts)} "
+            "(descriptive; no test across sources).")
 
 
 def findings(summary: BenchSummary, records: RunRecords) -> list[str]:
     """The results paragraph, computed from the summary's numbers."""
     lines = [_overview(summary, records)]
-    lines += [x for key, _, _, _ in METRICS if (x := _extremes(summary.overall, key))]
-    lines += _tests(summary.comparisons)
-    bad = _bad_input(summary.replies)
-    if bad:
-        lines.append(bad)
+    optional = [_headline(summary)]
+    optional += [_extremes(summary, key) for key, _, _, _ in METRICS]
+    optional += _tests(summary.comparisons)
+    optional += [_source_ranges(summary, SOURCE_METRIC), _bad_input(summary.replies),
+                 _denominators(summary), _small(summary)]
+    lines += [x for x in optional if x]
     if summary.agreement is not None and summary.agreement.kappa.value is not None:
         lines.append(f"The judge agreed with human labels on {summary.agreement.n:,} claims "
                      f"with Cohen's kappa {number_estimate(summary.agreement.kappa)}.")
@@ -194,8 +320,91 @@ def source_rows(summary: BenchSummary) -> list[SourceRow]:
             for model, groups in summary.by_source.items() if source in groups]
 
 
+MAX_EXAMPLE_CLAIMS = 8
+EXAMPLE_CHARS = 600
+
+
+@dataclass(frozen=True)
+class ExampleSource:
+    number: int
+    url: str
+    valid: bool
+    reason: str | None
+
+
+@dataclass(frozen=True)
+class ExampleClaim:
+    text: str
+    verdict: str  # "supported", "not supported" or "unknown"
+    supported_by: list[int]  # numbers of the sources that support it
+
+
+@dataclass(frozen=True)
+class Example:
+    """One audited reply laid out like the paper's Fig. 3: question, answer, sources and
+    each statement's verdict."""
+
+    model: str
+    question_id: str
+    question_source: str
+    question: str
+    answer: str
+    fully_supported: bool | None
+    sources: list[ExampleSource]
+    claims: list[ExampleClaim]
+    more_claims: int
+
+
+def _verdict(value: bool | None) -> str:
+    return "unknown" if value is None else ("supported" if value else "not supported")
+
+
+def _example(model: str, audit: AnswerAudit) -> Example:
+    numbers = {src.id: n for n, src in enumerate(audit.answer.sources, 1)}
+    sources = [ExampleSource(n, src.url or src.title or src.id, src.valid, src.reason)
+               for n, src in enumerate(audit.answer.sources, 1)]
+    claims = [ExampleClaim(c.claim.text, _verdict(c.supported),
+                           sorted(numbers[i] for i in c.supporting_source_ids if i in numbers))
+              for c in audit.claims[:MAX_EXAMPLE_CLAIMS]]
+    meta = audit.answer.meta
+    return Example(model=model, question_id=str(meta.get("question_id", audit.answer.id)),
+                   question_source=str(meta.get("question_source", "")),
+                   question=audit.answer.question or "",
+                   answer=shorten(audit.answer.text, EXAMPLE_CHARS),
+                   fully_supported=answer_metrics(audit).response_support,
+                   sources=sources, claims=claims,
+                   more_claims=max(len(audit.claims) - MAX_EXAMPLE_CLAIMS, 0))
+
+
+def examples(records: RunRecords) -> list[Example]:
+    """One reply per model, as in Fig. 3: its first (by answer id) not fully supported
+    reply when it has one (a failure, as in the paper's Supplementary Fig. 2), else its
+    first reply with statements."""
+    found = []
+    for model, audits in records.audits_by_model().items():
+        ordered = sorted((a for a in audits if a.claims), key=lambda a: a.answer.id)
+        failed = [a for a in ordered if answer_metrics(a).response_support is False]
+        chosen = (failed or ordered)[:1]
+        found += [_example(model, a) for a in chosen]
+    return found
+
+
 def status_columns(replies: Mapping[str, ReplyStats]) -> list[str]:
     return list(dict.fromkeys(s for stats in replies.values() for s in stats.statuses))
+
+
+def source_counts(summary: BenchSummary, records: RunRecords) -> list[tuple[str, int]]:
+    """Questions per question source, in the summary's source order."""
+    found = Counter(q.source for q in records.questions)
+    return [(s, found.get(s, 0)) for s in summary.sources]
+
+
+def domain_ranks(summary: BenchSummary, models: Sequence[str]) -> list[list[DomainCount | None]]:
+    """The paper's Table 1: row ``i`` holds each model's ``i``-th most cited domain."""
+    depth = max((len(summary.top_domains.get(m, [])) for m in models), default=0)
+    return [[(summary.top_domains.get(m) or [])[i]
+             if i < len(summary.top_domains.get(m) or []) else None for m in models]
+            for i in range(depth)]
 
 
 def cost_total(costs: Mapping[str, ModelCost]) -> ModelCost:
@@ -240,6 +449,9 @@ def render_bench_html(
         charts=_charts(summary, models, source_metric),
         source_metric=LABELS[source_metric],
         source_rows=source_rows(summary),
+        examples=examples(records),
+        source_counts=source_counts(summary, records),
+        domain_ranks=domain_ranks(summary, models),
         comparisons={key: [c for c in summary.comparisons if c.metric == key]
                      for key, _, _, _ in METRICS},
         statuses=status_columns(summary.replies),

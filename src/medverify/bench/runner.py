@@ -46,6 +46,7 @@ from medverify.bench.layout import RunLayout, append_record, read_records, write
 from medverify.bench.records import (
     BenchManifest,
     BenchSummary,
+    ImportReport,
     ModelEntry,
     ModelReply,
     Question,
@@ -64,12 +65,11 @@ from medverify.store.runs import RunStore
 AskProgress = Callable[[str, int, int], None]
 """Called with (model label, questions done, questions total)."""
 
-TIMING_FILE = "timing.json"
 NOT_AUDITED = (ReplyStatus.ERROR, ReplyStatus.EMPTY, ReplyStatus.REFUSAL)
 """Replies whose answer is not decomposed into claims (they still count in every metric)."""
 
 _FRESH_PATHS = ("run.json", "questions.jsonl", "replies.jsonl", "audit", "summary.json",
-                "report.html", "exports", TIMING_FILE)
+                "report.html", "exports", "timing.json", "question_import.json")
 
 
 # -- models and questions -------------------------------------------------------------------
@@ -230,11 +230,16 @@ class BenchRunner:
     # -- the whole study -----------------------------------------------------------------
 
     async def run(self, questions: Sequence[Question], *,
-                  questions_path: str | None = None) -> BenchSummary:
+                  questions_path: str | None = None,
+                  import_report: ImportReport | None = None) -> BenchSummary:
         """Ask, audit and summarise (see the module doc); resumes what an earlier run of
-        the same study left. Returns the study's summary."""
+        the same study left. ``import_report`` (how the question file was read: duplicates,
+        rows without text...) is kept in the run for the report. Returns the summary."""
         started = time.perf_counter()
         self.prepare(questions, questions_path=questions_path)
+        if import_report is not None:
+            atomic_write_text(self.layout.question_import,
+                              import_report.model_dump_json(indent=2) + "\n")
         self._open_store()
         try:
             replies = await self.ask_all(questions)
@@ -410,7 +415,11 @@ class BenchRunner:
         missing = sorted({r.question_id for r in replies} - set(by_id))
         if missing:
             raise InputError(f"replies to unknown questions: {', '.join(missing[:10])}")
-        inputs = [audit_input(r, by_id[r.question_id]) for r in replies]
+        # question by question, so that a page several models cite is split and embedded
+        # once while it is in the passage cache
+        order = {q.id: n for n, q in enumerate(questions)}
+        ordered = sorted(replies, key=lambda r: order[r.question_id])
+        inputs = [audit_input(r, by_id[r.question_id]) for r in ordered]
         with self._phase("audit_s"):
             self._drop_stale_audits(inputs)
             audits, _ = await self.auditor.run(inputs, out_dir=self.layout.audit_dir)
@@ -439,7 +448,7 @@ class BenchRunner:
     def _write_timing(self, started: float) -> None:
         self.timing["total_s"] = round(time.perf_counter() - started, 4)
         body = json.dumps({**self.timing, **self.counts}, indent=2)
-        atomic_write_text(self.layout.root / TIMING_FILE, body + "\n")
+        atomic_write_text(self.layout.timing, body + "\n")
 
     def _open_store(self) -> None:
         if not self.record:

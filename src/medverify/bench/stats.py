@@ -211,7 +211,8 @@ def holm(p_values: Sequence[float | None]) -> list[float | None]:
 
 def describe_test(n_questions: int, n_boot: int, n_perm: int, n_pairs: int) -> str:
     return (
-        f"paired over {n_questions:,} questions both models answered: 95 % CI from a "
+        f"paired over the {n_questions:,} questions both models answered (n: those where "
+        f"both have a value for the metric): 95 % CI from a "
         f"paired bootstrap of questions ({n_boot:,} resamples); two-sided paired "
         f"permutation test ({n_perm:,} random per-question swaps of the two models' counts, "
         f"p = (1 + #|d*| >= |d|) / (1 + {n_perm:,})); Holm-Bonferroni adjusted across the "
@@ -261,7 +262,8 @@ def _comparison(
 ) -> Comparison:
     value_a, value_b = (_value(x.sum(axis=0)) for x in counts)
     item = Comparison(metric=metric, model_a=names[0], model_b=names[1],
-                      n_questions=len(counts[0]), value_a=value_a, value_b=value_b, test=test)
+                      n_questions=int(((counts[0][:, 1] > 0) & (counts[1][:, 1] > 0)).sum()),
+                      value_a=value_a, value_b=value_b, test=test)
     if value_a is None or value_b is None or boot is None or perm is None:
         return item
     diff = value_a - value_b

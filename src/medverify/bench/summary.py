@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import json
 from collections import Counter
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from statistics import fmean
@@ -44,7 +44,6 @@ from medverify.report.render_json import atomic_write_text
 
 SOURCE_FIELD = "question_source"
 MODEL_FIELD = "model"
-TIMING_FILE = "timing.json"
 AUDIT_SUMMARY_FILE = "summary.json"
 ANSWERED = frozenset({ReplyStatus.OK, ReplyStatus.FALLBACK, ReplyStatus.NO_SOURCES})
 MISSING_STATUS = "missing"
@@ -125,7 +124,25 @@ def load_run(layout: RunLayout, warnings: list[str]) -> RunRecords:
     for path, items in ((layout.replies, replies), (layout.audit_answers, audits)):
         if not items:
             warnings.append(f"{path} is missing or empty")
+    # the files are in completion order, which varies between runs; the bootstrap must not
+    # depend on it: question order, then model order
+    rank = _ranks(manifest, questions)
+    replies.sort(key=lambda r: rank(r.model, r.question_id))
+    audits.sort(key=lambda a: rank(str(a.answer.meta.get("model", "")),
+                                   str(a.answer.meta.get("question_id", a.answer.id))))
     return RunRecords(manifest, questions, replies, audits, layout, list(warnings))
+
+
+def _ranks(manifest: BenchManifest,
+           questions: Sequence[Question]) -> Callable[[str, str], tuple[int, int, str, str]]:
+    question_rank = {q.id: n for n, q in enumerate(questions)}
+    model_rank = {m.label: n for n, m in enumerate(manifest.models)}
+
+    def rank(model: str, question_id: str) -> tuple[int, int, str, str]:
+        return (question_rank.get(question_id, len(question_rank)),
+                model_rank.get(model, len(model_rank)), question_id, model)
+
+    return rank
 
 
 # -- pieces of the summary ----------------------------------------------------------------------
@@ -268,9 +285,12 @@ def notes(records: RunRecords, config: Config) -> dict[str, Any]:
                        "permutations": config.bench.permutations, "seed": config.audit.seed},
     }
     layout = records.layout
-    timing = _read_json(layout.root / TIMING_FILE, records.warnings) if layout else None
+    timing = _read_json(layout.timing, records.warnings) if layout else None
     if isinstance(timing, dict):
         found["timing"] = timing
+    imported = _read_json(layout.question_import, records.warnings) if layout else None
+    if isinstance(imported, dict):
+        found["question_import"] = imported
     if records.warnings:
         found["warnings"] = list(records.warnings)
     return found

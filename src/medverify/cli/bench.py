@@ -23,7 +23,7 @@ from rich.table import Table
 from rich.text import Text
 
 from medverify.bench.layout import RunLayout
-from medverify.bench.records import BenchSummary, ImportReport, Question
+from medverify.bench.records import BenchManifest, BenchSummary, ImportReport, Question
 from medverify.cli import main
 from medverify.cli._common import config_option, console, load_config, store_option
 from medverify.config import Config
@@ -217,8 +217,8 @@ def run_bench(models: tuple[str, ...], questions_path: Path, run_dir: Path, judg
     if not found:
         raise InputError(f"no question in {questions_path}")
     specs = _split_models(models)
-    summary = asyncio.run(_run(config, specs, found, run_dir, questions_path, limit, fresh,
-                               not no_record))
+    summary = asyncio.run(_run(config, specs, found, report, run_dir, questions_path, limit,
+                               fresh, not no_record))
     print_bench_summary(summary, Console())
     console.print(f"report: {RunLayout(run_dir).report}")
 
@@ -233,8 +233,8 @@ def _bench_config(config_path: Path | None, judge: str | None, judge_model: str 
     return config
 
 
-async def _run(config: Config, specs: list[str], found: list[Question], run_dir: Path,
-               questions_path: Path, limit: int | None, fresh: bool,
+async def _run(config: Config, specs: list[str], found: list[Question], report: ImportReport,
+               run_dir: Path, questions_path: Path, limit: int | None, fresh: bool,
                record: bool) -> BenchSummary:
     from medverify.bench.runner import BenchRunner
 
@@ -242,9 +242,10 @@ async def _run(config: Config, specs: list[str], found: list[Question], run_dir:
                                      limit=limit, record=record)
     with _bars() as bar:
         runner.on_ask = bar("asking")
-        runner.auditor.progress = bar("auditing")("answers")
+        runner.auditor.progress = bar("auditing answers")
         try:
-            return await runner.run(found, questions_path=str(questions_path))
+            return await runner.run(found, questions_path=str(questions_path),
+                                    import_report=report)
         finally:
             await runner.aclose()
 
@@ -259,8 +260,8 @@ def _bars() -> Iterator[Callable[[str], Callable[..., None]]]:
 
     def phase(name: str) -> Callable[..., None]:
         def update(*args: Any) -> None:
-            label, done, total = args if len(args) == 3 else (name, *args)
-            key = f"{name} {label}"
+            label, done, total = args if len(args) == 3 else ("", *args)
+            key = f"{name} {label}".rstrip()
             if key not in tasks:
                 tasks[key] = progress.add_task(key, total=total)
             progress.update(tasks[key], completed=done, total=total)
@@ -279,13 +280,12 @@ def _bars() -> Iterator[Callable[[str], Callable[..., None]]]:
 @config_option
 def report_bench(run_dir: Path, config_path: Path | None) -> None:
     """Recompute every metric, table, plot and export of RUN from its stored records
-    (no model is called) and print the headline numbers."""
+    (no model is called) and print the headline numbers. The statistics settings (bootstrap,
+    permutations, seed, prices) are the ones RUN was made with, unless --config is given."""
     from medverify.bench.summary import finish_run
 
-    layout = RunLayout(run_dir)
-    if not layout.exists():
-        raise InputError(f"{run_dir} is not a benchmark run directory (no run.json)")
-    summary = finish_run(layout, load_config(config_path))
+    layout = _existing(run_dir)
+    summary = finish_run(layout, _run_config(layout, config_path))
     print_bench_summary(summary, Console())
     console.print(f"report: {layout.report}; summary: {layout.summary}; "
                   f"tables: {layout.exports}")
@@ -330,7 +330,7 @@ def import_labels(run_dir: Path, csv_path: Path, annotator: str | None,
     layout = _existing(run_dir)
     result = do_import(layout, csv_path, annotator=annotator)
     console.print(result.model_dump_json(indent=2))
-    config = load_config(config_path)
+    config = _run_config(layout, config_path)
     overall, by_model = load_agreement(layout, _audits(layout), n_boot=config.audit.bootstrap,
                                        seed=config.audit.seed)
     print_agreement(overall, by_model, Console())
@@ -341,6 +341,20 @@ def _existing(run_dir: Path) -> RunLayout:
     if not layout.exists():
         raise InputError(f"{run_dir} is not a benchmark run directory (no run.json)")
     return layout
+
+
+def _run_config(layout: RunLayout, config_path: Path | None) -> Config:
+    """``--config`` when given, else the configuration recorded in RUN's manifest, so that
+    recomputing reproduces the run's CIs and p-values."""
+    if config_path is not None:
+        return load_config(config_path)
+    try:
+        manifest = BenchManifest.model_validate_json(layout.manifest.read_text("utf-8"))
+        return Config.model_validate(manifest.config)
+    except (OSError, ValueError) as exc:
+        console.print(Text(f"warning: cannot use the settings recorded in {layout.manifest} "
+                           f"({exc}); using the current configuration", style="yellow"))
+        return load_config(None)
 
 
 def _audits(layout: RunLayout) -> list[Any]:
@@ -357,9 +371,10 @@ def _audits(layout: RunLayout) -> list[Any]:
 
 
 def _estimate(estimate: Estimate) -> str:
+    """``97.5%`` and its 95 % CI below it, so the table fits 80 columns."""
     if estimate.value is None:
         return "n/a"
-    ci = f" [{percent(estimate.ci[0])}-{percent(estimate.ci[1])}]" if estimate.ci else ""
+    ci = f"\n[{percent(estimate.ci[0])}-{percent(estimate.ci[1])}]" if estimate.ci else ""
     return f"{percent(estimate.value)}{ci}"
 
 
@@ -368,9 +383,10 @@ def print_bench_summary(summary: BenchSummary, out: Console) -> None:
     table = Table(title=f"Study {summary.run_id}: {len(summary.models)} models, "
                   f"sources: {', '.join(summary.sources) or 'n/a'} (judge: {summary.judge})",
                   title_justify="left")
-    for column in ("model", "answers", "URL validity", "statement support",
-                   "response support", "unused sources"):
-        table.add_column(column)
+    table.add_column("model", no_wrap=True, overflow="fold")
+    for column in ("answers", "URL validity", "statement support", "response support",
+                   "unused sources"):
+        table.add_column(column, justify="right")
     for entry in summary.models:
         m = summary.overall.get(entry.label)
         if m is None:
@@ -381,9 +397,11 @@ def print_bench_summary(summary: BenchSummary, out: Console) -> None:
     out.print(table)
     _print_replies(summary, out)
     _print_cost(summary, out)
-    significant = [c for c in summary.comparisons if c.p_holm is not None and c.p_holm < 0.05]
-    out.print(f"pairwise comparisons: {len(significant)} of {len(summary.comparisons)} "
-              "significant at 0.05 (paired permutation test, Holm-adjusted)")
+    testable = [c for c in summary.comparisons if c.p_holm is not None]
+    significant = [c for c in testable if c.p_holm is not None and c.p_holm < 0.05]
+    out.print(f"pairwise comparisons: {len(significant)} of {len(testable)} testable "
+              f"significant at 0.05 (paired permutation test, Holm-adjusted; "
+              f"{len(summary.comparisons) - len(testable)} without a value for both)")
     if summary.agreement is not None:
         print_agreement(summary.agreement, summary.agreement_by_model, out)
     for error in summary.errors[:5]:

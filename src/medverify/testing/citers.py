@@ -30,6 +30,7 @@ import json
 import random
 import re
 from collections.abc import Callable, Mapping, Sequence
+from importlib import resources
 from urllib.parse import urljoin
 
 from medverify.bench.records import Question
@@ -326,6 +327,27 @@ _STUDY: tuple[tuple[str, str, str, str, str], ...] = (
      "consumer", "i have not slept properly in months, what actually works for "
      "insomnia?"),
 )
+
+
+def medquad_questions(n: int, *, source: str = "medquad") -> list[Question]:
+    """Up to ``n`` questions from the MedQuAD sample shipped with medverify, one per distinct
+    topic ("What is <topic> and how is it treated?"), each keeping its NIH page as the
+    reference: a larger study than :func:`study_questions`, for examples and benchmarks."""
+    path = resources.files("medverify.data") / "medquad_sample.jsonl"
+    questions: list[Question] = []
+    seen: set[str] = set()
+    for line in path.read_text("utf-8").splitlines():
+        doc = Document.model_validate(json.loads(line))
+        topic = (doc.title or "").strip()
+        if not topic or topic.casefold() in seen:
+            continue
+        seen.add(topic.casefold())
+        questions.append(Question(id=f"{source}-{len(questions) + 1}", source=source,
+                                  text=f"What is {topic} and how is it treated?",
+                                  reference=doc))
+        if len(questions) == n:
+            break
+    return questions
 
 
 def study_documents() -> list[Document]:

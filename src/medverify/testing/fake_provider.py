@@ -94,6 +94,14 @@ def register_fake(name: str, provider: ScriptedProvider) -> ScriptedProvider:
     return provider
 
 
+def registered_fake(name: str) -> ScriptedProvider:
+    """The provider registered as ``fake:<name>`` (e.g. to count its ``requests``)."""
+    try:
+        return _FAKES[name]
+    except KeyError:
+        raise ConfigError(f"no fake provider registered as {name!r}") from None
+
+
 def unregister_fake(name: str) -> None:
     _FAKES.pop(name, None)
 
