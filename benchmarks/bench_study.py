@@ -12,15 +12,17 @@ model calls; then a rerun of the same study (every reply and audit resumed: no m
 and ``bench report`` (everything recomputed from the records).
 
 Ideal asking time: each model's provider allows ``[llm] concurrency`` (8) calls at once and
-the three models run side by side, so ceil(200 / 8) x 0.1 s = 2.5 s.
+the three models run side by side, so max over models of ceil(calls / 8) x 0.1 s (200 calls:
+2.5 s; the freetext model needs a retry on every question, 400 calls: 5 s).
 
     .venv/bin/python benchmarks/bench_study.py [--questions 200] [--latency 0.1]
-        [--judge builtin|word]
+        [--judge builtin|word] [--selection hybrid|lexical]
 
 ``--judge builtin`` is the shipped verifier (the offline default: a local model, so its time
 is "outside model calls" here); ``--judge word`` is the in-process word-overlap test judge,
 which leaves only the harness's own work outside the model calls.
-Writes benchmarks/results/bench_study_<judge>.json and .md.
+``--selection lexical`` ranks passages by BM25 alone (``[audit] selection``): no embedding.
+Writes benchmarks/results/bench_study_<judge>[_lexical].json and .md.
 """
 
 from __future__ import annotations
@@ -71,7 +73,7 @@ async def one_run(config: Config, specs: dict[str, str], questions: list[Any], o
     return summary, dict(runner.timing), time.perf_counter() - started
 
 
-def study(n_questions: int, latency: float, judge: str) -> dict[str, Any]:
+def study(n_questions: int, latency: float, judge: str, selection: str) -> dict[str, Any]:
     questions = medquad_questions(n_questions)
     documents = [q.reference for q in questions if q.reference is not None]
     with tempfile.TemporaryDirectory() as tmp, PageServer.from_documents(documents) as pages:
@@ -82,12 +84,14 @@ def study(n_questions: int, latency: float, judge: str) -> dict[str, Any]:
         config = Config.load(
             fetch={"allow": [pages.host_port], "cache_path": home / "fetch.db"},
             store=home / "runs.db", cache_path=home / "cache.db",
+            audit={"selection": selection},
         )
         labels = list(specs)
         summary, timing, wall = asyncio.run(one_run(config, specs, questions, home / "run",
                                                     judge))
         calls = model_calls(labels)
-        _, rerun_timing, rerun_wall = asyncio.run(
+        per_model = {label: model_calls([label]) for label in labels}
+        _, _, rerun_wall = asyncio.run(
             one_run(config, specs, questions, home / "run", judge))
         rerun_calls = model_calls(labels) - calls
         started = time.perf_counter()
@@ -96,7 +100,7 @@ def study(n_questions: int, latency: float, judge: str) -> dict[str, Any]:
         report_calls = model_calls(labels) - calls - rerun_calls
     return result(summary, timing, wall, calls, rerun_wall, rerun_calls, report_s,
                   report_calls, n_questions=len(questions), latency=latency, judge=judge,
-                  rerun_timing=rerun_timing)
+                  selection=selection, calls_per_model=per_model)
 
 
 def result(summary: BenchSummary, timing: dict[str, float], wall: float, calls: int,
@@ -104,7 +108,8 @@ def result(summary: BenchSummary, timing: dict[str, float], wall: float, calls: 
            **meta: Any) -> dict[str, Any]:
     busy = timing.get("model_busy_s", 0.0)
     concurrency = Config().llm.concurrency
-    ideal_ask = math.ceil(meta["n_questions"] / concurrency) * meta["latency"]
+    ideal_ask = max(math.ceil(n / concurrency) * meta["latency"]
+                    for n in meta["calls_per_model"].values())
     overall = {label: m.model_dump(mode="json", include={
         "n_answers", "n_claims", "n_pairs", "url_validity", "statement_support",
         "response_support"}) for label, m in summary.overall.items()}
@@ -130,12 +135,14 @@ def write(data: dict[str, Any]) -> Path:
     meta = {"machine": f"{platform.machine()}, {os.cpu_count()} cores",
             "python": platform.python_version(),
             "command": "python benchmarks/bench_study.py " + " ".join(sys.argv[1:])}
-    name = f"bench_study_{data['judge']}"
+    suffix = "_lexical" if data["selection"] == "lexical" else ""
+    name = f"bench_study_{data['judge']}{suffix}"
     (RESULTS / f"{name}.json").write_text(json.dumps({**meta, **data}, indent=2) + "\n")
     phases = ", ".join(f"{k} {v} s" for k, v in data["phases_s"].items())
     lines = [
         f"# Benchmark study: {data['n_questions']} questions x {data['models']} models, "
-        f"{data['latency'] * 1000:.0f} ms per model call (judge: {data['judge']})", "",
+        f"{data['latency'] * 1000:.0f} ms per model call (judge: {data['judge']}, "
+        f"passage selection: {data['selection']})", "",
         f"{meta['machine']}, Python {meta['python']}; `{meta['command']}`", "",
         "| measure | value |", "|---|---|",
         f"| wall time | {data['wall_s']} s |",
@@ -162,8 +169,9 @@ def main() -> None:
     parser.add_argument("--questions", type=int, default=200)
     parser.add_argument("--latency", type=float, default=0.1)
     parser.add_argument("--judge", choices=["builtin", "word"], default="builtin")
+    parser.add_argument("--selection", choices=["hybrid", "lexical"], default="hybrid")
     args = parser.parse_args()
-    data = study(args.questions, args.latency, args.judge)
+    data = study(args.questions, args.latency, args.judge, args.selection)
     path = write(data)
     print(path.read_text())
 

@@ -104,3 +104,12 @@ def test_source_without_text_has_no_passages() -> None:
     selector = PassageSelector(HashEmbedder())
     empty = Source(id="1", url="https://x.org", status="invalid")
     assert selector.select([_claim("c1", "Anything.")], empty) == {"c1": []}
+
+
+def test_lexical_mode_embeds_nothing_and_ranks_by_bm25() -> None:
+    embedder = CountingEmbedder()
+    selector = PassageSelector(embedder, passage_tokens=32, k=2, mode="lexical")
+    chosen = selector.select([_claim("c1", KEY)], _long_source())["c1"]
+    assert embedder.calls == []
+    assert len(chosen) == 2 and KEY.strip() in chosen[0].text
+    assert chosen[0].scores.keys() == {"bm25"} and chosen[0].score == chosen[0].scores["bm25"]

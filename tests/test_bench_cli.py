@@ -15,6 +15,7 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner, Result
 
+from medverify.audit.records import AnswerAudit
 from medverify.bench.agreement import CSV_COLUMNS, PairSample
 from medverify.bench.questions import write_questions
 from medverify.bench.records import BenchSummary, GeneratedQuestion, GenerationStatus, Question
@@ -400,3 +401,25 @@ def test_blinded_labels_round_trip(study: Study, tmp_path: Path) -> None:
     html = (study.run / "report.html").read_text("utf-8")
     assert 'id="table-agreement"' in html and "Judge agreement with human labels" in html
     assert _table_row(report.stdout, "all")[1] == "4"
+
+
+def test_any_annotation_file_is_matched_to_the_run_pairs(study: Study, tmp_path: Path) -> None:
+    from medverify.bench.agreement import scored_pairs
+
+    _run_study(study)
+    audits = [AnswerAudit.model_validate_json(line)
+              for line in _lines(study.run / "audit" / "answers.jsonl")]
+    pairs = [p for p in scored_pairs(audits) if p.source_url][:3]
+    assert len(pairs) == 3
+    sheet = tmp_path / "annotations.csv"
+    with sheet.open("w", encoding="utf-8", newline="") as handle:
+        writer = csv.writer(handle)
+        writer.writerow(["answer_id", "statement", "source_url", "label"])
+        for pair in pairs:
+            writer.writerow([pair.answer_id, pair.statement, pair.source_url,
+                             "yes" if pair.judge_supported else "no"])
+        writer.writerow(["nobody::q", "A statement nobody made.", "https://x.org", "yes"])
+    imported = _bench("labels", "import", str(study.run), str(sheet), "--annotator", "d2")
+    assert imported.exit_code == 0, imported.output
+    assert '"imported": 3' in imported.stderr and '"unknown_pairs": 1' in imported.stderr
+    assert _table_row(imported.stdout, "all")[1] == "3"

@@ -86,6 +86,7 @@ class AuditSettings(_Section):
     """The citation audit: pairing, passage selection, bootstrap, URL analysis."""
 
     pairing: Literal["all", "cited"] = "all"
+    selection: Literal["hybrid", "lexical"] = "hybrid"
     passages_per_source: int = Field(3, ge=1)
     passage_tokens: int = Field(128, ge=16)
     bootstrap: int = Field(2000, ge=1)

@@ -142,6 +142,7 @@ class Auditor:
             embedder or get_embedder(config.kb_settings.embedder),
             passage_tokens=settings.passage_tokens,
             k=settings.passages_per_source,
+            mode=settings.selection,
         )
         return cls(
             config=config,
@@ -366,6 +367,7 @@ class Auditor:
             "selection": {
                 "passage_tokens": self.selector.passage_tokens,
                 "passages_per_source": self.selector.k,
+                "mode": self.selector.mode,
                 "embedder": self.selector.embedder.id,
             },
             "warnings": list(self.warnings),

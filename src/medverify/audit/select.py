@@ -6,6 +6,9 @@ an in-memory BM25 over the source's passages and dense cosine similarity (passag
 computed once per source and reused for every claim), and the top ``k`` are kept. A
 source no longer than ``k * passage_tokens`` tokens is used whole: selecting from it
 would not make the judge read less.
+
+``mode="lexical"`` ranks by BM25 alone and embeds nothing: on a CPU, embedding every long
+cited page is most of an offline audit's time (benchmarks/bench_study.py).
 """
 
 from __future__ import annotations
@@ -16,7 +19,7 @@ import threading
 from collections import Counter, OrderedDict
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
-from typing import cast
+from typing import Literal, cast
 
 import numpy as np
 
@@ -102,8 +105,10 @@ class PassageSelector:
         *,
         overlap: int | None = None,
         cache_size: int = 2048,
+        mode: Literal["hybrid", "lexical"] = "hybrid",
     ) -> None:
         self.embedder = embedder
+        self.mode = mode
         self.tokenizer = tokenizer or embedder.tokenizer
         self.passage_tokens = passage_tokens
         self.k = k
@@ -158,6 +163,9 @@ class PassageSelector:
         return _renamed(cached, source)
 
     def _needs(self, source: Source) -> bool:
+        """Whether claims judged against ``source`` need a vector."""
+        if self.mode == "lexical":
+            return False
         split = self.passages(source)
         return not split.whole and len(split.passages) > self.k
 
@@ -176,7 +184,8 @@ class PassageSelector:
             for n, (span, chunk, _) in enumerate(spans, 1)
         ]
         many = not whole and len(passages) > self.k
-        vectors = self._embed([p.text for p in passages]) if many else np.zeros((0, 0))
+        dense = many and self.mode == "hybrid"
+        vectors = self._embed([p.text for p in passages]) if dense else np.zeros((0, 0))
         return SourcePassages(
             passages=passages,
             n_tokens=[n for _, _, n in spans],
@@ -193,9 +202,11 @@ class PassageSelector:
     def _rank(self, claim: str, vector: np.ndarray | None,
               split: SourcePassages) -> list[tuple[int, dict[str, float]]]:
         """(passage index, scores) of the passages to keep for ``claim``, best first."""
-        if vector is None or len(split.passages) <= self.k:
+        if len(split.passages) <= self.k:
             return [(i, {}) for i in range(len(split.passages))]
         lexical = split.bm25.scores(claim)
+        if vector is None:  # lexical mode
+            return [(i, {"bm25": float(lexical[i])}) for i in _order(lexical)[: self.k]]
         dense = split.vectors @ vector
         fused = rrf({"bm25": _order(lexical), "dense": _order(dense)}, limit=self.k)
         chosen = [cast(int, f.id) for f in fused]
@@ -222,7 +233,8 @@ def _renamed(split: SourcePassages, source: Source) -> SourcePassages:
 def _scored(passage: Passage, scores: dict[str, float]) -> Passage:
     if not scores:
         return passage
-    return passage.model_copy(update={"score": scores["rrf"], "scores": scores})
+    score = scores.get("rrf", scores.get("bm25"))
+    return passage.model_copy(update={"score": score, "scores": scores})
 
 
 def _order(scores: np.ndarray) -> list[int]:

@@ -14,11 +14,8 @@ written too when ``pyarrow`` is installed (``parquet=None``), or required (``Tru
 
 from __future__ import annotations
 
-import contextlib
 import csv
 import io
-import os
-import tempfile
 import types
 import typing
 from collections.abc import Sequence
@@ -34,10 +31,9 @@ from medverify.bench.records import BenchSummary, Comparison, ModelReply
 from medverify.bench.stats import ALPHA, METRICS, question_key
 from medverify.bench.summary import SOURCE_FIELD, RunRecords, audit_model
 from medverify.errors import MissingDependencyError
-from medverify.report.render_json import atomic_write_text
+from medverify.report.render_json import atomic_path, atomic_write_text
 
 TABLES = ("replies", "claims", "pairs", "metrics", "comparisons")
-FILE_MODE = 0o644  # as the CSV files (atomic_write_text)
 
 
 class _Row(BaseModel):
@@ -311,16 +307,8 @@ def write_parquet(pa: Any, path: Path, row_type: type[_Row], rows: Sequence[_Row
     """One table as Parquet, written atomically (a temporary file, then ``os.replace``)."""
     table = pa.Table.from_pylist([r.model_dump() for r in rows],
                                  schema=_arrow_schema(pa, row_type))
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    os.close(fd)
-    try:
-        pa.parquet.write_table(table, tmp)
-        os.chmod(tmp, FILE_MODE)
-        os.replace(tmp, path)
-    except BaseException:
-        with contextlib.suppress(FileNotFoundError):
-            os.unlink(tmp)
-        raise
+    with atomic_path(path) as tmp:
+        pa.parquet.write_table(table, str(tmp))
     return path
 
 

@@ -323,12 +323,20 @@ def export_labels(run_dir: Path, n: int, seed: int) -> None:
 def import_labels(run_dir: Path, csv_path: Path, annotator: str | None,
                   config_path: Path | None) -> None:
     """Import a labelled sheet and report the judge's agreement with it (Cohen's kappa,
-    bootstrap CIs). Rerun `bench report RUN` to include it in the report."""
+    bootstrap CIs). Rerun `bench report RUN` to include it in the report.
+
+    LABELS.csv is a sheet from `labels export` (pair_id, label), or any annotation file
+    with answer_id (or question), statement, source_url and label columns, matched to the
+    run's claim-source pairs."""
+    from medverify.bench.agreement import import_annotations, load_agreement, read_table
     from medverify.bench.agreement import import_labels as do_import
-    from medverify.bench.agreement import load_agreement
 
     layout = _existing(run_dir)
-    result = do_import(layout, csv_path, annotator=annotator)
+    header = read_table(csv_path)[0]
+    if "pair_id" in header:
+        result = do_import(layout, csv_path, annotator=annotator)
+    else:
+        result = import_annotations(layout, csv_path, _audits(layout), annotator=annotator)
     console.print(result.model_dump_json(indent=2))
     config = _run_config(layout, config_path)
     overall, by_model = load_agreement(layout, _audits(layout), n_boot=config.audit.bootstrap,

@@ -16,14 +16,13 @@ limits can be measured; ``max_in_flight`` is the most requests seen at once.
 from __future__ import annotations
 
 import json
-import sys
 import threading
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from types import TracebackType
 from typing import Any, TypeAlias
+
+from medverify.testing.local_server import LocalServer, QuietHandler
 
 
 @dataclass(frozen=True)
@@ -84,7 +83,7 @@ class ReceivedCall:
     body: Any
 
 
-class FakeChatServer:
+class FakeChatServer(LocalServer):
     """OpenAI-compatible server on 127.0.0.1 (ephemeral port) for tests and benchmarks.
 
     ``reply``: the default behaviour (text, :class:`FakeResponse`, or a function of the
@@ -93,6 +92,8 @@ class FakeChatServer:
     ``Authorization: Bearer <api_key>`` get 401. ``reject_response_format``: answer 400 to
     requests that ask for ``response_format`` (servers without JSON mode).
     """
+
+    thread_name = "fake-chat-server"
 
     def __init__(self, reply: Behaviour = "ok", *, script: Sequence[FakeResponse] = (),
                  delay_s: float = 0.0, api_key: str | None = None,
@@ -106,8 +107,6 @@ class FakeChatServer:
         self.max_in_flight = 0
         self._script = list(script)
         self._lock = threading.Lock()
-        self._httpd: ThreadingHTTPServer | None = None
-        self._thread: threading.Thread | None = None
 
     @property
     def requests(self) -> list[Any]:
@@ -117,34 +116,9 @@ class FakeChatServer:
 
     @property
     def base_url(self) -> str:
-        if self._httpd is None:
-            raise RuntimeError("FakeChatServer is not running; use it as a context manager")
-        host, port = self._httpd.server_address[:2]
+        host, port = self.address
         return f"http://{host}:{port}/v1"
 
-    def start(self) -> FakeChatServer:
-        httpd = _Server(("127.0.0.1", 0), _Handler)
-        httpd.fake = self
-        self._httpd = httpd
-        self._thread = threading.Thread(target=httpd.serve_forever, name="fake-chat-server",
-                                        kwargs={"poll_interval": 0.05}, daemon=True)
-        self._thread.start()
-        return self
-
-    def close(self) -> None:
-        httpd, self._httpd = self._httpd, None
-        if httpd is not None:
-            httpd.shutdown()
-            httpd.server_close()
-        if self._thread is not None:
-            self._thread.join(timeout=5)
-
-    def __enter__(self) -> FakeChatServer:
-        return self.start()
-
-    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
-                 tb: TracebackType | None) -> None:
-        self.close()
 
     def _respond(self, call: ReceivedCall) -> FakeResponse:
         with self._lock:
@@ -172,25 +146,9 @@ class FakeChatServer:
             self.in_flight -= 1
 
 
-class _Server(ThreadingHTTPServer):
-    daemon_threads = True
-    request_queue_size = 256
-    fake: FakeChatServer
-
-    def handle_error(self, request: Any, client_address: Any) -> None:
-        if isinstance(sys.exc_info()[1], ConnectionError):
-            return  # a client that hung up (e.g. after its timeout) is not a server error
-        super().handle_error(request, client_address)
-
-
-class _Handler(BaseHTTPRequestHandler):
-    protocol_version = "HTTP/1.1"
-    disable_nagle_algorithm = True  # headers and body go out at once, no 40 ms ACK stall
-    server: _Server
-    timeout = 30
-
+class _Handler(QuietHandler):
     def do_POST(self) -> None:
-        fake = self.server.fake
+        fake = self.server.owner
         fake._enter()
         try:
             self._serve(fake)
@@ -220,8 +178,6 @@ class _Handler(BaseHTTPRequestHandler):
         self.end_headers()
         self.wfile.write(body)
 
-    def log_message(self, format: str, *args: Any) -> None:
-        return  # keep test output quiet
 
 
 def _decode(raw: bytes) -> Any:
@@ -229,3 +185,7 @@ def _decode(raw: bytes) -> Any:
         return json.loads(raw)
     except (json.JSONDecodeError, UnicodeDecodeError):
         return raw.decode("utf-8", "replace")
+
+
+# the handler class is defined after the server that serves it
+FakeChatServer.handler = _Handler

@@ -14,17 +14,14 @@ from __future__ import annotations
 
 import html
 import re
-import sys
 import threading
 from collections import Counter
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from types import TracebackType
-from typing import Any
 from urllib.parse import urlsplit
 
 from medverify.records import Document
+from medverify.testing.local_server import LocalServer, QuietHandler
 
 PAGES_PREFIX = "/pages/"
 
@@ -62,16 +59,16 @@ def document_html(doc: Document) -> str:
     )
 
 
-class PageServer:
+class PageServer(LocalServer):
     """Serves ``pages`` (path -> :class:`Page`, or a str taken as HTML) on 127.0.0.1."""
+
+    thread_name = "page-server"
 
     def __init__(self, pages: Mapping[str, Page | str] | None = None) -> None:
         self.pages: dict[str, Page] = {}
         self.doc_paths: dict[str, str] = {}
         self.hits: Counter[str] = Counter()
         self._lock = threading.Lock()
-        self._httpd: _Server | None = None
-        self._thread: threading.Thread | None = None
         for path, page in (pages or {}).items():
             self.add(path, page)
 
@@ -102,9 +99,7 @@ class PageServer:
     @property
     def host_port(self) -> str:
         """``127.0.0.1:PORT``: the entry for ``config.fetch.allow``."""
-        if self._httpd is None:
-            raise RuntimeError("PageServer is not running; use it as a context manager")
-        host, port = self._httpd.server_address[:2]
+        host, port = self.address
         return f"{host}:{port}"
 
     @property
@@ -123,29 +118,6 @@ class PageServer:
 
     # --- life cycle ------------------------------------------------------------------
 
-    def start(self) -> PageServer:
-        httpd = _Server(("127.0.0.1", 0), _Handler)
-        httpd.pages = self
-        self._httpd = httpd
-        self._thread = threading.Thread(target=httpd.serve_forever, name="page-server",
-                                        kwargs={"poll_interval": 0.05}, daemon=True)
-        self._thread.start()
-        return self
-
-    def close(self) -> None:
-        httpd, self._httpd = self._httpd, None
-        if httpd is not None:
-            httpd.shutdown()
-            httpd.server_close()
-        if self._thread is not None:
-            self._thread.join(timeout=5)
-
-    def __enter__(self) -> PageServer:
-        return self.start()
-
-    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
-                 tb: TracebackType | None) -> None:
-        self.close()
 
     def _lookup(self, target: str) -> Page:
         path = urlsplit(target).path or "/"
@@ -158,28 +130,12 @@ def _path(path: str) -> str:
     return path if path.startswith("/") else "/" + path
 
 
-class _Server(ThreadingHTTPServer):
-    daemon_threads = True
-    request_queue_size = 128
-    pages: PageServer
-
-    def handle_error(self, request: Any, client_address: Any) -> None:
-        if isinstance(sys.exc_info()[1], ConnectionError):
-            return  # a client that hung up is not a server error
-        super().handle_error(request, client_address)
-
-
-class _Handler(BaseHTTPRequestHandler):
-    protocol_version = "HTTP/1.1"
-    disable_nagle_algorithm = True
-    server: _Server
-    timeout = 30
-
+class _Handler(QuietHandler):
     def do_GET(self) -> None:
-        self._send(self.server.pages._lookup(self.path), body=True)
+        self._send(self.server.owner._lookup(self.path), body=True)
 
     def do_HEAD(self) -> None:
-        self._send(self.server.pages._lookup(self.path), body=False)
+        self._send(self.server.owner._lookup(self.path), body=False)
 
     def _send(self, page: Page, *, body: bool) -> None:
         data = page.data
@@ -190,5 +146,6 @@ class _Handler(BaseHTTPRequestHandler):
         if body:
             self.wfile.write(data)
 
-    def log_message(self, format: str, *args: Any) -> None:
-        return  # keep test output quiet
+
+# the handler class is defined after the server that serves it
+PageServer.handler = _Handler
