@@ -107,6 +107,26 @@ class BenchSettings(_Section):
     prices: dict[str, tuple[float, float]] = Field(default_factory=dict)
 
 
+class AnswerSettings(_Section):
+    """``medverify answer``: the RAG answer generated from the top chunks."""
+
+    top_k: int = Field(7, ge=1)
+    max_tokens: int = Field(1024, ge=16)
+
+
+class FactCheckSettings(_Section):
+    """Atomic fact-checking and correction: rounds, evidence per fact, tracing."""
+
+    max_rounds: int = Field(3, ge=1, le=10)
+    top_k: int = Field(7, ge=1)
+    evidence: Literal["passages", "chunks"] = "passages"
+    passage_tokens: int = Field(128, ge=16)
+    passages_per_fact: int = Field(3, ge=1)
+    facts_per_call: int = Field(8, ge=1)
+    trace: Literal["similarity", "llm"] = "similarity"
+    coverage_gap: Literal["keep", "false"] = "keep"
+
+
 class Config(_Section):
     """Everything a check needs to know besides its input."""
 
@@ -126,6 +146,8 @@ class Config(_Section):
     fetch: FetchSettings = Field(default_factory=FetchSettings)
     audit: AuditSettings = Field(default_factory=AuditSettings)
     bench: BenchSettings = Field(default_factory=BenchSettings)
+    answer: AnswerSettings = Field(default_factory=AnswerSettings)
+    factcheck: FactCheckSettings = Field(default_factory=FactCheckSettings)
 
     @property
     def judge_name(self) -> str:

@@ -1,0 +1,1 @@
+"""Atomic fact-checking and correction of RAG answers (Vladika et al. 2025)."""
