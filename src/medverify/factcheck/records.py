@@ -141,6 +141,7 @@ class TokenSummary(_Record):
 class FactCheckReport(_Record):
     """Everything a fact-check-and-correct run did for one answer."""
 
+    answer_id: str | None = None
     question: str | None = None
     initial_answer: str
     rag: RagAnswer | None = None

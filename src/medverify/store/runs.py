@@ -28,6 +28,7 @@ from medverify.report.metrics import compute_metrics
 
 if TYPE_CHECKING:
     from medverify.bench.records import ModelReply
+    from medverify.factcheck.records import FactCheckReport
 
 _MIGRATION = re.compile(r"^(\d{4})_\w+\.sql$")
 _PASSAGES = TypeAdapter(list[Passage])
@@ -221,6 +222,22 @@ class RunStore:
             ),
         )
 
+    def save_factcheck(
+        self, run_id: str, position: int, answer_id: str, report: FactCheckReport
+    ) -> None:
+        """Record one fact-checked answer of run ``run_id`` (a redone one replaces it)."""
+        self._db.execute(
+            "INSERT OR REPLACE INTO factchecks VALUES (?, ?, ?, ?, ?, ?)",
+            (
+                run_id,
+                position,
+                answer_id,
+                report.model_dump_json(),
+                len(report.facts),
+                "; ".join(report.errors) or None,
+            ),
+        )
+
     def finish_run(
         self, run_id: str, *, status: str, usage: dict[str, Usage], error: str | None = None
     ) -> None:
@@ -311,6 +328,17 @@ class RunStore:
             (info.id,),
         ).fetchall()
         return [ModelReply.model_validate_json(row[0]) for row in rows]
+
+    def factchecks(self, run_id: str) -> list[FactCheckReport]:
+        """The fact-check reports of a factcheck run, in input order (a unique id prefix is
+        enough)."""
+        from medverify.factcheck.records import FactCheckReport
+
+        info = self.get_run(run_id)
+        rows = self._db.execute(
+            "SELECT report FROM factchecks WHERE run_id = ? ORDER BY position", (info.id,)
+        ).fetchall()
+        return [FactCheckReport.model_validate_json(row[0]) for row in rows]
 
     def _results(self, run_id: str, position: int) -> list[ClaimResult]:
         rows = self._db.execute(

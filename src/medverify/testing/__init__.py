@@ -6,6 +6,8 @@
 ``PageServer`` serves fixed web pages (e.g. documents) on 127.0.0.1; ``CitingModel`` and
 ``register_citing_models`` script models under test with different citation habits, and
 ``study_documents`` / ``study_questions`` are a small offline study built on them.
+``factcheck_model`` scripts every prompt of the fact-check-and-correct flow (a RAG answer
+with a wrong dose and an invented contraindication, and their correction).
 """
 
 from medverify.testing.citers import (
@@ -13,6 +15,12 @@ from medverify.testing.citers import (
     register_citing_models,
     study_documents,
     study_questions,
+)
+from medverify.testing.factcheck_model import (
+    DEMO_ANSWER,
+    DEMO_QUESTION,
+    factcheck_model,
+    prompt_stage,
 )
 from medverify.testing.fake_provider import (
     FakeProvider,
@@ -24,6 +32,8 @@ from medverify.testing.fake_server import FakeChatServer, FakeResponse, Received
 from medverify.testing.page_server import Page, PageServer
 
 __all__ = [
+    "DEMO_ANSWER",
+    "DEMO_QUESTION",
     "CitingModel",
     "FakeChatServer",
     "FakeProvider",
@@ -32,6 +42,8 @@ __all__ = [
     "PageServer",
     "ReceivedCall",
     "ScriptedProvider",
+    "factcheck_model",
+    "prompt_stage",
     "register_citing_models",
     "register_fake",
     "study_documents",
