@@ -13,7 +13,9 @@ import click
 
 from medverify.errors import MedverifyError
 
-_COMMAND_MODULES = ("check", "audit", "bench", "kb", "runs", "eval", "demo", "train")
+_COMMAND_MODULES = (
+    "check", "answer", "factcheck", "audit", "bench", "kb", "runs", "eval", "demo", "train",
+)
 
 
 class _Main(click.Group):

@@ -30,6 +30,9 @@ from medverify.evaluation import (
     evaluate_retrieval,
     load_pairs,
 )
+from medverify.factcheck.evaluate import evaluate as evaluate_factcheck
+from medverify.factcheck.evaluate import read_fact_labels, read_ratings, read_reports
+from medverify.factcheck.records import FactCheckScores
 from medverify.judge import judge_options, make_judge
 from medverify.kb.store import MODES
 from medverify.llm.facade import get_model
@@ -301,4 +304,71 @@ def audit_confusion_table(scores: AgreementScores) -> Table:
         table.add_column(column, justify="right")
     for gold, row in scores.confusion.items():
         table.add_row(gold, *(str(row.get(c, 0)) for c in columns))
+    return table
+
+
+@eval_group.command("factcheck")
+@click.argument("reports_path", metavar="REPORTS.json|DIR",
+                type=click.Path(exists=True, path_type=Path))
+@click.option("--labels", "labels_path", required=True,
+              type=click.Path(exists=True, dir_okay=False, path_type=Path),
+              help="Human fact labels (JSONL, JSON or CSV): answer_id or question, fact, "
+              "label (true/false).")
+@click.option("--ratings", "ratings_path",
+              type=click.Path(exists=True, dir_okay=False, path_type=Path),
+              help="Answer ratings (JSONL, JSON or CSV): answer_id and rating "
+              "(improved/equal/worse), or initial and final scores.")
+@json_out_option("Write the full result as JSON here.")
+@config_option
+def factcheck(reports_path: Path, labels_path: Path, ratings_path: Path | None,
+              json_out: Path | None, config_path: Path | None) -> None:
+    """Hallucination detection of `medverify factcheck` reports against human fact labels:
+    confusion matrix with FALSE as the positive class (FALSE and UNVERIFIABLE verdicts
+    count as predicted false, ERROR is unscored), sensitivity, specificity, PPV, F1 and
+    balanced accuracy with 95 % bootstrap CIs; with --ratings, improved/equal/worse."""
+    config = load_config(config_path)
+    ratings = read_ratings(ratings_path) if ratings_path is not None else None
+    result = evaluate_factcheck(read_reports(reports_path), read_fact_labels(labels_path), ratings,
+                      n_boot=config.audit.bootstrap, seed=config.audit.seed)
+    if json_out is not None:
+        atomic_write_text(json_out, result.model_dump_json(indent=2) + "\n")
+    for line in result.unmatched:
+        console.print(Text(f"warning: unmatched label, {line}", style="yellow"))
+    out = Console()
+    out.print(Text(f"{result.n_matched} of {result.n_labels} labels matched facts of "
+                   f"{result.n_reports} reports ({result.n_facts} facts)"))
+    out.print(factcheck_confusion_table(result.scores))
+    out.print(factcheck_scores_table(result.scores, result.intervals))
+    if result.ratings is not None:
+        r = result.ratings
+        out.print(Text(f"Answer ratings (n={r.n}): improved {r.improved}, equal {r.equal}, "
+                       f"worse {r.worse}"))
+    if json_out is not None:
+        console.print(f"JSON result: {json_out}")
+
+
+def factcheck_confusion_table(scores: FactCheckScores) -> Table:
+    """Human labels in rows, the initial verdicts in columns (FALSE is positive)."""
+    table = Table(title=f"human (rows) x initial verdict (columns); {scores.n_unscored} "
+                  "unscored (ERROR)", title_justify="left")
+    table.add_column("human")
+    table.add_column("predicted FALSE", justify="right")
+    table.add_column("predicted TRUE", justify="right")
+    table.add_row("false", f"TP {scores.tp}", f"FN {scores.fn}")
+    table.add_row("true", f"FP {scores.fp}", f"TN {scores.tn}")
+    return table
+
+
+def factcheck_scores_table(scores: FactCheckScores,
+                           intervals: dict[str, tuple[float, float]]) -> Table:
+    """Each score with its 95 % bootstrap interval (— when undefined)."""
+    table = Table(title=f"Detection scores (n={scores.n})", title_justify="left",
+                  box=box.SIMPLE_HEAD)
+    table.add_column("score")
+    table.add_column("value", justify="right")
+    table.add_column("95 % CI", justify="right")
+    for name in ("sensitivity", "specificity", "ppv", "f1", "balanced_accuracy"):
+        ci = intervals.get(name)
+        table.add_row(name.replace("_", " "), _num(getattr(scores, name)),
+                      f"{ci[0]:.3f}–{ci[1]:.3f}" if ci else "—")
     return table
