@@ -214,7 +214,8 @@ def test_tokens_against_the_rag_answer(kb: KnowledgeBase) -> None:
 
 def test_verdict_mapping_and_summary_without_rag() -> None:
     assert fact_verdict(Category.FACT) is FactVerdict.TRUE
-    assert fact_verdict(Category.JUDGMENT_ERROR) is FactVerdict.FALSE
+    assert fact_verdict(Category.HALLUCINATION) is FactVerdict.FALSE
+    assert fact_verdict(Category.JUDGMENT_ERROR) is FactVerdict.UNVERIFIABLE
     assert fact_verdict(Category.COVERAGE_GAP) is FactVerdict.UNVERIFIABLE
     assert fact_verdict(Category.COVERAGE_GAP, "false") is FactVerdict.FALSE
     assert fact_verdict(Category.ERROR) is FactVerdict.ERROR

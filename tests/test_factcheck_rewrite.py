@@ -104,8 +104,9 @@ def test_extractive_uses_the_quote_then_the_best_sentence() -> None:
     assert off.after is None and "on the fact's topic" in (off.error or "")
 
 
-def test_uncorrected_judgment_errors_stay_in_the_answer() -> None:
-    fact = _fact("f3", "Avoid it in asthma.", (49, 68), FactVerdict.FALSE, FactVerdict.FALSE)
+def test_conflicting_evidence_is_flagged_and_left_in_the_answer() -> None:
+    fact = _fact("f3", "Avoid it in asthma.", (49, 68), FactVerdict.UNVERIFIABLE,
+                 FactVerdict.UNVERIFIABLE)
     fact.steps[-1].category = Category.JUDGMENT_ERROR
     assert answer_edits([fact]) == []
     assert extractive_answer(ANSWER, [fact]) == ANSWER

@@ -138,12 +138,16 @@ def token_summary(usage: Mapping[str, Usage], rag: RagAnswer | None) -> TokenSum
 
 
 def fact_verdict(category: Category, coverage_gap: str = "keep") -> FactVerdict:
-    """FACT -> TRUE; HALLUCINATION, JUDGMENT_ERROR -> FALSE; COVERAGE_GAP -> UNVERIFIABLE
-    (FALSE with ``coverage_gap="false"``); ERROR -> ERROR."""
+    """FACT -> TRUE; HALLUCINATION -> FALSE; JUDGMENT_ERROR (the evidence both supports
+    and contradicts the fact) -> UNVERIFIABLE: flagged, never rewritten automatically from
+    evidence that disagrees with itself; COVERAGE_GAP -> UNVERIFIABLE (FALSE with
+    ``coverage_gap="false"``, the paper's binary verdict); ERROR -> ERROR."""
     if category is Category.FACT:
         return FactVerdict.TRUE
-    if category in (Category.HALLUCINATION, Category.JUDGMENT_ERROR):
+    if category is Category.HALLUCINATION:
         return FactVerdict.FALSE
+    if category is Category.JUDGMENT_ERROR:
+        return FactVerdict.UNVERIFIABLE
     if category is Category.COVERAGE_GAP:
         return FactVerdict.FALSE if coverage_gap == "false" else FactVerdict.UNVERIFIABLE
     return FactVerdict.ERROR

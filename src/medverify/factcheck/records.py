@@ -40,8 +40,8 @@ class FactVerdict(StrEnum):
     """The paper's verdict, plus the cases it has no word for."""
 
     TRUE = "TRUE"  # supported by the evidence (category FACT)
-    FALSE = "FALSE"  # contradicted (HALLUCINATION, JUDGMENT_ERROR)
-    UNVERIFIABLE = "UNVERIFIABLE"  # the evidence does not settle it (COVERAGE_GAP)
+    FALSE = "FALSE"  # contradicted, not supported (HALLUCINATION)
+    UNVERIFIABLE = "UNVERIFIABLE"  # not settled: COVERAGE_GAP, or JUDGMENT_ERROR (conflict)
     ERROR = "ERROR"  # the judge failed: unscored, never a verdict
 
 

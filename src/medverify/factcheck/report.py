@@ -61,9 +61,10 @@ VERDICT_STYLES: dict[FactVerdict, VerdictStyle] = {s.verdict: s for s in (
     VerdictStyle(FactVerdict.TRUE, "✓", "fact", "bold green",
                  "Supported by the evidence (FACT)."),
     VerdictStyle(FactVerdict.FALSE, "✗", "hallucination", "bold red",
-                 "Contradicted by the evidence (HALLUCINATION or JUDGMENT_ERROR)."),
+                 "Contradicted by the evidence (HALLUCINATION)."),
     VerdictStyle(FactVerdict.UNVERIFIABLE, "?", "gap", "bold blue",
-                 "The evidence neither supports nor contradicts it (COVERAGE_GAP)."),
+                 "Not settled: the evidence neither supports nor contradicts it "
+                 "(COVERAGE_GAP), or it both supports and contradicts it (JUDGMENT_ERROR)."),
     VerdictStyle(FactVerdict.ERROR, "!", "error", "bold magenta",
                  "The judge failed: not a verdict, never rewritten."),
 )}

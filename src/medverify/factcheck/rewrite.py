@@ -34,7 +34,7 @@ from medverify.judge.llm import plan_batches
 from medverify.llm.facade import Model
 from medverify.prompts import load_prompt
 from medverify.prompts.untrusted import defuse, fence_id, fenced, load_json_reply
-from medverify.records import Category, Claim, Passage, Verdict
+from medverify.records import Claim, Passage, Verdict
 
 log = logging.getLogger(__name__)
 
@@ -233,20 +233,17 @@ class ExtractiveRewriter:
 
 
 def answer_edits(facts: Sequence[Fact]) -> list[tuple[Fact, str | None]]:
-    """What the final answer must change, for each fact first judged FALSE: its corrected
-    text when the correction held (final verdict TRUE or UNVERIFIABLE); None (remove it)
-    when it was refuted and not corrected. A fact that was never corrected and whose last
-    verdict was JUDGMENT_ERROR (the evidence both supports and contradicts it) is left as
-    it is: nothing refutes it cleanly and nothing can replace it."""
+    """What the final answer must change, for each fact first judged FALSE (contradicted
+    and not supported): its corrected text when the correction held (final verdict TRUE
+    or UNVERIFIABLE); None (remove it) when it was refuted and not corrected. Facts whose
+    evidence conflicts (JUDGMENT_ERROR) are UNVERIFIABLE from the start and left as they
+    are."""
     edits: list[tuple[Fact, str | None]] = []
     for fact in facts:
         if fact.initial_verdict is not FactVerdict.FALSE:
             continue
         held = fact.final_verdict in (FactVerdict.TRUE, FactVerdict.UNVERIFIABLE)
-        if fact.corrected and held:
-            edits.append((fact, fact.final_text))
-        elif fact.corrected or fact.steps[-1].category is not Category.JUDGMENT_ERROR:
-            edits.append((fact, None))
+        edits.append((fact, fact.final_text if fact.corrected and held else None))
     return edits
 
 
