@@ -99,7 +99,7 @@ def make_report(*, mode: str = "llm", evil: str = "") -> FactCheckReport:
 
 def test_word_diff_marks_and_escapes() -> None:
     diff = str(word_diff("take 2000 mg <b>daily</b>", "take 500 mg <b>daily</b> & more"))
-    assert "<del>2000</del><ins>500</ins>" in diff
+    assert "<del>2000</del> <ins>500</ins>" in diff
     assert "<ins> &amp; more</ins>" in diff
     assert "&lt;b&gt;daily&lt;/b&gt;" in diff and "<b>" not in diff
     assert str(word_diff("same text", "same text")) == "same text"
@@ -115,8 +115,8 @@ def test_html_escapes_hostile_text_and_has_no_script() -> None:
 
 def test_html_shows_diffs_links_rounds_and_tokens() -> None:
     page = render_factcheck_html(make_report())
-    assert "<del>2000</del><ins>500</ins>" in page  # fact diff and version diff
-    assert page.count("<del>2000</del><ins>500</ins>") >= 2
+    assert "<del>2000</del> <ins>500</ins>" in page  # fact diff and version diff
+    assert page.count("<del>2000</del> <ins>500</ins>") >= 2
     assert 'href="https://example.org/metformin"' in page
     assert 'rel="noopener noreferrer nofollow"' in page
     assert "LLM rewrite" in page and "extractive correction (the" not in page

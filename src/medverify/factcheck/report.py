@@ -106,6 +106,8 @@ def word_diff(old: str, new: str) -> Markup:
             continue
         if i2 > i1:
             out.append(Markup("<del>{}</del>").format("".join(a[i1:i2])))
+        if i2 > i1 and j2 > j1:
+            out.append(" ")  # a replacement: keep the old and new words apart on screen
         if j2 > j1:
             out.append(Markup("<ins>{}</ins>").format("".join(b[j1:j2])))
     return Markup("").join(out)
