@@ -333,6 +333,8 @@ def medquad_questions(n: int, *, source: str = "medquad") -> list[Question]:
     """Up to ``n`` questions from the MedQuAD sample shipped with medverify, one per distinct
     topic ("What is <topic> and how is it treated?"), each keeping its NIH page as the
     reference: a larger study than :func:`study_questions`, for examples and benchmarks."""
+    if n < 1:
+        return []
     path = resources.files("medverify.data") / "medquad_sample.jsonl"
     questions: list[Question] = []
     seen: set[str] = set()
