@@ -11,9 +11,10 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Callable, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TypeVar
 
 from medverify.config import Config
 from medverify.decompose import Decomposer, make_decomposer
@@ -29,6 +30,46 @@ log = logging.getLogger(__name__)
 
 Progress = Callable[[int, int], None]
 """Called with (answers done, answers total)."""
+
+T = TypeVar("T")
+
+
+async def run_each(answers: Sequence[Answer], work: Callable[[int, Answer], Awaitable[T]], *,
+                   concurrency: int = 4, progress: Progress | None = None) -> list[T]:
+    """``work(position, answer)`` for every answer, at most ``concurrency`` at a time;
+    results in input order; ``progress(done, total)`` after each."""
+    limit = asyncio.Semaphore(concurrency)
+    done = 0
+
+    async def one(position: int, answer: Answer) -> T:
+        nonlocal done
+        async with limit:
+            result = await work(position, answer)
+        done += 1
+        if progress:
+            progress(done, len(answers))
+        return result
+
+    return list(await asyncio.gather(*(one(i, a) for i, a in enumerate(answers))))
+
+
+async def close_owned(owned: Sequence[object]) -> None:
+    """Close the knowledge bases and models a checker opened itself."""
+    for resource in owned:
+        if isinstance(resource, KnowledgeBase):
+            resource.close()
+        elif isinstance(resource, Model):
+            await resource.aclose()
+
+
+def open_kb(config: Config) -> KnowledgeBase:
+    """The configured knowledge base, or a ConfigError that says how to get one."""
+    if config.kb is None:
+        raise ConfigError(
+            "no knowledge base given: pass --kb DIR (build one with "
+            "`medverify kb ingest PATH --kb DIR`)"
+        )
+    return KnowledgeBase.open(config.kb, retrieval=config.retrieval)
 
 
 def validate_answer(answer: Answer, max_chars: int) -> None:
@@ -62,12 +103,7 @@ class Checker:
     ) -> Checker:
         owned: list[object] = []
         if kb is None:
-            if config.kb is None:
-                raise ConfigError(
-                    "no knowledge base given: pass --kb DIR (build one with "
-                    "`medverify kb ingest PATH --kb DIR`)"
-                )
-            kb = KnowledgeBase.open(config.kb, retrieval=config.retrieval)
+            kb = open_kb(config)
             owned.append(kb)
         ledger = model.usage if model is not None else UsageLedger()
         if model is None and config.model:
@@ -88,11 +124,7 @@ class Checker:
 
     async def aclose(self) -> None:
         """Close what this checker opened itself (not a KB or model passed in)."""
-        for resource in self.owned:
-            if isinstance(resource, KnowledgeBase):
-                resource.close()
-            elif isinstance(resource, Model):
-                await resource.aclose()
+        await close_owned(self.owned)
 
     @property
     def models(self) -> dict[str, str]:
@@ -195,24 +227,17 @@ class Checker:
     ) -> list[Report]:
         """Check many answers; record the run when a store is given."""
         run_id = self._start(store)
-        limit = asyncio.Semaphore(concurrency)
-        done = 0
 
         async def one(position: int, answer: Answer) -> Report:
-            nonlocal done
-            async with limit:
-                results, errors = await self.check_answer(answer)
+            results, errors = await self.check_answer(answer)
             report = self.report(answer, results, errors, run_id)
             if store is not None and run_id is not None:
                 store.save_answer(run_id, position, answer, results, "; ".join(errors) or None,
                                   notes=report.notes)
-            done += 1
-            if progress:
-                progress(done, len(answers))
             return report
 
         try:
-            reports = await asyncio.gather(*(one(i, a) for i, a in enumerate(answers)))
+            reports = await run_each(answers, one, concurrency=concurrency, progress=progress)
         except BaseException as exc:
             self._finish(store, run_id, "interrupted", f"{type(exc).__name__}: {exc}")
             raise

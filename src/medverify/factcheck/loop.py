@@ -28,7 +28,6 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from contextvars import ContextVar
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Literal, cast
 
 import numpy as np
@@ -60,7 +59,7 @@ from medverify.judge import Judge, JudgeItem, judge_options, make_judge
 from medverify.kb import KnowledgeBase
 from medverify.kb.embed import Embedder
 from medverify.llm.facade import Model, UsageLedger, get_model
-from medverify.pipeline import validate_answer
+from medverify.pipeline import close_owned, open_kb, run_each, validate_answer
 from medverify.records import Answer, Category, Claim, Passage, Source, Span, Usage, Verdict
 from medverify.retrieve import rrf
 from medverify.store.runs import RunStore
@@ -248,7 +247,7 @@ class FactChecker:
         (or given), else the extractive ones; the judge named by ``config.judge_name``."""
         owned: list[object] = []
         if kb is None:
-            kb = _open_kb(config)
+            kb = open_kb(config)
             owned.append(kb)
         ledger = model.usage if model is not None else ScopedLedger()
         if model is None and config.model:
@@ -272,11 +271,7 @@ class FactChecker:
 
     async def aclose(self) -> None:
         """Close what this checker opened itself (not a KB or model passed in)."""
-        for resource in self.owned:
-            if isinstance(resource, KnowledgeBase):
-                resource.close()
-            elif isinstance(resource, Model):
-                await resource.aclose()
+        await close_owned(self.owned)
 
     @property
     def llm_rewrites(self) -> bool:
@@ -465,23 +460,16 @@ class FactChecker:
         if rags is not None and len(rags) != len(answers):
             raise ConfigError(f"{len(rags)} RAG answers for {len(answers)} answers")
         run_id = self._start(store)
-        limit = asyncio.Semaphore(concurrency)
-        done = 0
 
         async def one(position: int, answer: Answer) -> FactCheckReport:
-            nonlocal done
-            async with limit:
-                report = await self.check(answer, rag=rags[position] if rags else None)
+            report = await self.check(answer, rag=rags[position] if rags else None)
             report = report.model_copy(update={"run_id": run_id})
             if store is not None and run_id is not None:
                 store.save_factcheck(run_id, position, answer.id, report)
-            done += 1
-            if progress:
-                progress(done, len(answers))
             return report
 
         try:
-            reports = await asyncio.gather(*(one(i, a) for i, a in enumerate(answers)))
+            reports = await run_each(answers, one, concurrency=concurrency, progress=progress)
         except BaseException as exc:
             self._finish(store, run_id, "interrupted", f"{type(exc).__name__}: {exc}")
             raise
@@ -501,13 +489,6 @@ class FactChecker:
                 error: str | None) -> None:
         if store is not None and run_id is not None:
             store.finish_run(run_id, status=status, usage=self.ledger.as_dict(), error=error)
-
-
-def _open_kb(config: Config) -> KnowledgeBase:
-    if config.kb is None:
-        raise ConfigError("no knowledge base given: pass --kb DIR (build one with "
-                          "`medverify kb ingest PATH --kb DIR`)")
-    return KnowledgeBase.open(Path(config.kb), retrieval=config.retrieval)
 
 
 def _make_judge(config: Config, model: Model | None) -> Judge:
