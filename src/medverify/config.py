@@ -127,6 +127,18 @@ class FactCheckSettings(_Section):
     coverage_gap: Literal["keep", "false"] = "keep"
 
 
+class RiskSettings(_Section):
+    """Hallucination risk from token log-probabilities (no knowledge base)."""
+
+    scorers: list[str] = Field(default_factory=list)
+    top_k: int = Field(50, ge=1, le=1000)
+    batch_size: int = Field(8, ge=1)
+    device: Literal["auto", "cpu", "cuda"] = "auto"
+    granularity: Literal["answer", "sentence", "claim"] = "claim"
+    rephrasings: int = Field(0, ge=0, le=10)
+    classifier: Path | None = None
+
+
 class Config(_Section):
     """Everything a check needs to know besides its input."""
 
@@ -148,6 +160,7 @@ class Config(_Section):
     bench: BenchSettings = Field(default_factory=BenchSettings)
     answer: AnswerSettings = Field(default_factory=AnswerSettings)
     factcheck: FactCheckSettings = Field(default_factory=FactCheckSettings)
+    risk: RiskSettings = Field(default_factory=RiskSettings)
 
     @property
     def judge_name(self) -> str:

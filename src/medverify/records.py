@@ -253,6 +253,7 @@ class ClaimResult(_Record):
     evidence_passage_id: str | None = None
     evidence_quote: str | None = None
     error: str | None = None
+    hallucination_risk: float | None = None  # the risk stage's probability, when it ran
 
     @classmethod
     def from_verdict(cls, claim: Claim, passages: list[Passage], verdict: Verdict) -> ClaimResult:

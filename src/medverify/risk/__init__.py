@@ -1,0 +1,2 @@
+"""Hallucination risk without a database: token log-probability features and a
+stacking classifier (CHECK)."""

@@ -1,0 +1,122 @@
+"""Records of hallucination-risk scoring without a knowledge base (CHECK's classifier).
+
+An answer is force-decoded through one or more language models (:class:`TokenTrace`: per
+answer token its log-probability, rank and the top-k alternatives, with character offsets
+so traces of models with different tokenizers can be aligned); features are computed per
+model and across models and aggregated per answer, sentence or claim
+(:class:`FeatureRow`, named by a versioned :class:`FeatureSchema`); a stacking classifier
+turns them into a hallucination probability (:class:`RiskScore`), trained on
+:class:`LabeledExample` records whose provenance is always kept.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+from enum import StrEnum
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from medverify.records import Span, utcnow
+
+
+class _Record(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+Granularity = Literal["answer", "sentence", "claim"]
+
+
+class TopToken(_Record):
+    token: str
+    logprob: float
+
+
+class TokenStep(_Record):
+    """One answer token as a model saw it when forced to produce the answer."""
+
+    token: str  # decoded text of the token
+    start: int  # character offsets of the token in the answer text
+    end: int
+    logprob: float  # log p(this token | everything before), natural log
+    rank: int  # 1 = the model's most likely token
+    top: list[TopToken] = Field(default_factory=list)  # top-k, most likely first
+
+
+class TokenTrace(_Record):
+    """One scorer's forced pass over one answer (``steps`` cover the answer only)."""
+
+    scorer: str  # model id, e.g. "hf:/models/tiny-llama" or "vllm:llama@http://..."
+    question: str | None = None
+    answer: str
+    context: str | None = None
+    k: int = 50
+    steps: list[TokenStep] = Field(default_factory=list)
+    prompt_variant: str = "original"  # or "rephrase-1".. for rephrased questions
+    error: str | None = None  # the scorer failed: no features from this trace
+
+
+class FeatureSchema(_Record):
+    """The names and order of the features a classifier was trained on."""
+
+    version: str
+    granularity: Granularity
+    scorers: list[str]
+    names: list[str]
+
+
+class FeatureRow(_Record):
+    """The features of one unit (an answer, a sentence or a claim)."""
+
+    unit_id: str
+    granularity: Granularity
+    text: str
+    span: Span | None = None
+    values: dict[str, float] = Field(default_factory=dict)
+    missing: list[str] = Field(default_factory=list)  # features that could not be computed
+
+
+class RiskLabel(StrEnum):
+    FACT = "FACT"
+    HALLUCINATION = "HALLUCINATION"
+
+
+class LabeledExample(_Record):
+    """A training example with where its label came from (``provenance``: e.g.
+    {"source": "kb_judge", "judge": ..., "kb": ...}, {"source": "synthetic", "generator":
+    ..., "prompt_version": ..., "original": ...} or {"source": "human", "file": ...})."""
+
+    id: str
+    question: str | None = None
+    text: str
+    context: str | None = None
+    label: RiskLabel
+    provenance: dict[str, Any] = Field(default_factory=dict)
+
+
+class ClassifierCard(_Record):
+    """What a trained classifier is: its schema, data, split, scores and versions."""
+
+    schema_: FeatureSchema = Field(alias="schema")
+    created_at: datetime = Field(default_factory=utcnow)
+    training_data_sha256: str
+    n_train: int
+    n_test: int
+    seed: int = 0
+    base_models: list[str] = Field(default_factory=list)
+    meta_model: str = "logistic_regression"
+    metrics: dict[str, Any] = Field(default_factory=dict)
+    versions: dict[str, str] = Field(default_factory=dict)
+
+    model_config = ConfigDict(extra="forbid", populate_by_name=True)
+
+
+class RiskScore(_Record):
+    """A hallucination probability for one unit, and what produced it."""
+
+    unit_id: str
+    granularity: Granularity
+    text: str
+    probability: float | None = None
+    classifier: str = ""  # the card's data hash / path
+    error: str | None = None
