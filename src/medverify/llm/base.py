@@ -32,12 +32,21 @@ class ChatRequest(BaseModel):
     json_mode: bool = False
     seed: int | None = None
     extra: dict[str, Any] = Field(default_factory=dict)
+    # Ask for the log-probabilities of the generated tokens with this many alternatives
+    # per position (OpenAI allows 0-20); None: no log-probabilities.
+    top_logprobs: int | None = Field(default=None, ge=0)
 
     def cache_key(self, provider_id: str) -> str:
-        """Stable key of this request for the persistent cache."""
+        """Stable key of this request for the persistent cache.
+
+        ``top_logprobs`` is part of the key only when set, so keys of requests without it
+        are the same as before the field existed (existing caches stay valid).
+        """
+        fields = self.model_dump(mode="json")
+        if fields["top_logprobs"] is None:
+            del fields["top_logprobs"]
         payload = json.dumps(
-            {"provider": provider_id, **self.model_dump(mode="json")},
-            sort_keys=True, ensure_ascii=False,
+            {"provider": provider_id, **fields}, sort_keys=True, ensure_ascii=False,
         )
         return hashlib.sha256(payload.encode("utf-8", "surrogatepass")).hexdigest()
 
@@ -50,8 +59,29 @@ class TokenCount(BaseModel):
     estimated: bool = False  # True when the server reported no usage (chars / 4)
 
 
+class TopLogprob(BaseModel):
+    """One alternative token at a generated position."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    token: str
+    logprob: float  # natural log; finite (very unlikely tokens are floored, e.g. -9999)
+
+
+class TokenLogprobs(BaseModel):
+    """One generated token, its log-probability and the most likely alternatives
+    (most likely first; usually including the token itself)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    token: str
+    logprob: float
+    top: list[TopLogprob] = Field(default_factory=list)
+
+
 class Completion(BaseModel):
-    """A provider's reply."""
+    """A provider's reply. ``logprobs``: per generated token, when the request asked for
+    ``top_logprobs`` and the server returned them (None otherwise)."""
 
     model_config = ConfigDict(extra="forbid")
 
@@ -61,6 +91,7 @@ class Completion(BaseModel):
     finish_reason: str | None = None
     cached: bool = False
     latency_s: float | None = None
+    logprobs: list[TokenLogprobs] | None = None
 
 
 @runtime_checkable

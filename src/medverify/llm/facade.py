@@ -133,15 +133,18 @@ class Model:
     async def complete(self, messages: Sequence[Message], *, stage: str,
                        temperature: float = 0.0, max_tokens: int | None = None,
                        json_mode: bool = False, seed: int | None = None,
-                       cache: bool = True) -> Completion:
+                       cache: bool = True, top_logprobs: int | None = None) -> Completion:
         """Ask the model; cached, retried and accounted under ``stage``.
+
+        ``top_logprobs``: ask for the generated tokens' log-probabilities with this many
+        alternatives each (``Completion.logprobs``; None when the server sends none).
 
         Raises :class:`ProviderError` when the provider fails for good (non-retryable error,
         or retries exhausted) and :class:`ConfigError` when e.g. the API key is missing.
         """
         request = ChatRequest(model=self._name, messages=tuple(messages),
                               temperature=temperature, max_tokens=max_tokens,
-                              json_mode=json_mode, seed=seed)
+                              json_mode=json_mode, seed=seed, top_logprobs=top_logprobs)
         store = self._cache if cache else None
         key = request.cache_key(self.id) if store is not None else None
         completion = store.get(key) if store is not None and key else None

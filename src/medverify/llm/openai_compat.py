@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+import math
 import os
 import time
 from dataclasses import dataclass
@@ -20,12 +21,20 @@ import httpx
 
 from medverify.config import ModelSettings
 from medverify.errors import ConfigError, ProviderError
-from medverify.llm.base import ChatRequest, Completion, Message, TokenCount
+from medverify.llm.base import (
+    ChatRequest,
+    Completion,
+    Message,
+    TokenCount,
+    TokenLogprobs,
+    TopLogprob,
+)
 from medverify.llm.spec import ModelSpec, providers
 
 log = logging.getLogger("medverify.llm.openai_compat")
 
 _SNIPPET = 200
+LOGPROB_FLOOR = -9999.0  # what OpenAI itself reports for "practically impossible"
 
 
 @dataclass(frozen=True)
@@ -179,6 +188,9 @@ def _payload(request: ChatRequest, *, json_mode: bool) -> dict[str, Any]:
         payload["seed"] = request.seed
     if json_mode:
         payload["response_format"] = {"type": "json_object"}
+    if request.top_logprobs is not None:
+        payload["logprobs"] = True
+        payload["top_logprobs"] = request.top_logprobs
     payload.update(request.extra)
     return payload
 
@@ -206,7 +218,38 @@ def _completion(data: Any, request: ChatRequest, url: str, latency_s: float) -> 
         text=text, model=str(data.get("model") or request.model),
         usage=_usage(data.get("usage"), request.messages, text),
         finish_reason=choice.get("finish_reason"), latency_s=latency_s,
+        logprobs=_logprobs(choice, url) if request.top_logprobs is not None else None,
     )
+
+
+def _logprobs(choice: dict[str, Any], url: str) -> list[TokenLogprobs] | None:
+    """``choices[0].logprobs.content`` (OpenAI shape) as records; None when the server sent
+    none. A shape this parser does not know is logged and read as none: the text is still
+    good, and the caller decides what a reply without log-probabilities means."""
+    raw = choice.get("logprobs")
+    content = raw.get("content") if isinstance(raw, dict) else None
+    if content is None:
+        return None
+    try:
+        return [_token_logprobs(item) for item in content]
+    except (AttributeError, KeyError, TypeError, ValueError) as exc:
+        log.warning("%s: unreadable logprobs in the reply ignored (%s: %s): %s", url,
+                    type(exc).__name__, exc, _snippet(json.dumps(raw)))
+        return None
+
+
+def _token_logprobs(item: dict[str, Any]) -> TokenLogprobs:
+    top = [TopLogprob(token=str(alt["token"]), logprob=_finite(alt["logprob"]))
+           for alt in item.get("top_logprobs") or ()]
+    return TokenLogprobs(token=str(item["token"]), logprob=_finite(item["logprob"]), top=top)
+
+
+def _finite(value: Any) -> float:
+    """A log-probability, floored at LOGPROB_FLOOR (servers may send -inf or -9999)."""
+    number = float(value)
+    if math.isnan(number) or number > 1e-6:
+        raise ValueError(f"not a log-probability: {value!r}")
+    return min(max(number, LOGPROB_FLOOR), 0.0)
 
 
 def _usage(raw: Any, messages: tuple[Message, ...], text: str) -> TokenCount:

@@ -10,12 +10,13 @@ from __future__ import annotations
 
 import asyncio
 import inspect
-from collections.abc import Awaitable, Callable, Sequence
+import math
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from typing import TypeAlias
 
 from medverify.config import ModelSettings
 from medverify.errors import ConfigError, ProviderError
-from medverify.llm.base import ChatRequest, Completion, TokenCount
+from medverify.llm.base import ChatRequest, Completion, TokenCount, TokenLogprobs, TopLogprob
 from medverify.llm.spec import ModelSpec
 
 Reply: TypeAlias = str | Completion | Exception
@@ -86,6 +87,30 @@ def _as_completion(reply: str | Completion, request: ChatRequest) -> Completion:
     prompt_chars = sum(len(m.content) for m in request.messages)
     usage = TokenCount(prompt_tokens=-(-prompt_chars // 4), completion_tokens=-(-len(reply) // 4))
     return Completion(text=reply, model=request.model, usage=usage, finish_reason="stop")
+
+
+def logprob_reply(steps: Sequence[Mapping[str, float]], *,
+                  model: str = "fake-model") -> Completion:
+    """A scripted reply with log-probabilities: one mapping of token -> probability per
+    generated position. The generated token is each position's most likely one (the
+    first on ties); the text is those tokens joined.
+
+    >>> logprob_reply([{"Yes": 0.6, " yes": 0.1, "No": 0.2, "maybe": 0.1}]).text
+    'Yes'
+    """
+    tokens = [_step(probabilities) for probabilities in steps]
+    text = "".join(token.token for token in tokens)
+    usage = TokenCount(prompt_tokens=1, completion_tokens=len(tokens))
+    return Completion(text=text, model=model, usage=usage, finish_reason="stop",
+                      logprobs=tokens)
+
+
+def _step(probabilities: Mapping[str, float]) -> TokenLogprobs:
+    if not probabilities or any(not 0.0 < p <= 1.0 for p in probabilities.values()):
+        raise ValueError(f"each step needs probabilities in (0, 1]: {dict(probabilities)}")
+    ranked = sorted(probabilities.items(), key=lambda item: -item[1])
+    top = [TopLogprob(token=token, logprob=math.log(p)) for token, p in ranked]
+    return TokenLogprobs(token=top[0].token, logprob=top[0].logprob, top=top)
 
 
 def register_fake(name: str, provider: ScriptedProvider) -> ScriptedProvider:
