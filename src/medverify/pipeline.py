@@ -14,7 +14,7 @@ import logging
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TypeVar
+from typing import TYPE_CHECKING, TypeVar
 
 from medverify.config import Config
 from medverify.decompose import Decomposer, make_decomposer
@@ -25,6 +25,9 @@ from medverify.llm.facade import Model, UsageLedger, get_model
 from medverify.records import Answer, Claim, ClaimResult, Passage, Report
 from medverify.report.metrics import compute_metrics
 from medverify.store.runs import RunStore
+
+if TYPE_CHECKING:
+    from medverify.risk.stage import RiskStage
 
 log = logging.getLogger(__name__)
 
@@ -96,6 +99,7 @@ class Checker:
     ledger: UsageLedger
     model: Model | None = None
     owned: tuple[object, ...] = ()
+    risk: RiskStage | None = None
 
     @classmethod
     def from_config(
@@ -112,7 +116,13 @@ class Checker:
             )
             owned.append(model)
         judge_name = config.judge_name
+        risk = None
+        if config.risk.classifier is not None:
+            from medverify.risk.stage import RiskStage
+
+            risk = RiskStage.from_config(config, need_classifier=True)
         return cls(
+            risk=risk,
             config=config,
             kb=kb,
             ledger=ledger,
@@ -132,6 +142,9 @@ class Checker:
         out = {"judge": getattr(self.judge, "judge_id", self.judge.name)}
         if self.decomposer.name == "llm" and spec:
             out["decompose"] = spec
+        if self.risk is not None and self.risk.classifier is not None:
+            out["risk"] = f"{self.risk.classifier.id} over " + ", ".join(
+                s.id for s in self.risk.scorers)
         return out
 
     @property
@@ -156,7 +169,30 @@ class Checker:
                 f"{self.config.max_claims} were checked (max_claims)"
             )
             claims = claims[: self.config.max_claims]
-        return await self._retrieve_and_judge(claims), errors
+        results = await self._retrieve_and_judge(claims)
+        if self.risk is not None and results:
+            results = await self._add_risk(answer, results, errors)
+        return results, errors
+
+    async def _add_risk(self, answer: Answer, results: list[ClaimResult],
+                        errors: list[str]) -> list[ClaimResult]:
+        """Each claim's hallucination probability from the risk stage (no knowledge base):
+        a second opinion next to the judge's category, never a replacement for it."""
+        from medverify.risk.stage import RiskText
+
+        assert self.risk is not None
+        texts = [RiskText(id=r.claim.id, text=r.claim.text, question=answer.question)
+                 for r in results]
+        try:
+            scores = await self.risk.score(texts)
+        except MedverifyError as exc:
+            errors.append(f"risk: {exc}")
+            return results
+        failed = [s for s in scores if s.error]
+        if failed:
+            errors.append(f"risk: {len(failed)} claim(s) unscored: {failed[0].error}")
+        return [r.model_copy(update={"hallucination_risk": s.probability})
+                for r, s in zip(results, scores, strict=True)]
 
     async def _retrieve_and_judge(self, claims: Sequence[Claim]) -> list[ClaimResult]:
         """Retrieve evidence in groups and start judging each group as soon as its evidence

@@ -120,3 +120,13 @@ class RiskScore(_Record):
     probability: float | None = None
     classifier: str = ""  # the card's data hash / path
     error: str | None = None
+
+
+class FeatureExample(_Record):
+    """One line of a feature file (``medverify risk features``): a labelled example's
+    feature row, its label and where the label came from."""
+
+    id: str
+    row: FeatureRow
+    label: RiskLabel | None = None
+    provenance: dict[str, Any] = Field(default_factory=dict)

@@ -1,0 +1,274 @@
+"""``medverify risk``: hallucination risk from token log-probabilities, no knowledge base.
+
+    medverify risk data kb RUN --out examples.jsonl            # labels from a check run
+    medverify risk data synthetic facts.jsonl -m SPEC --out false.jsonl
+    medverify risk features examples.jsonl --scorer hf:/models/a --scorer hf:/models/b \
+        --out features.jsonl
+    medverify risk train features.jsonl --out classifier/
+    medverify risk eval classifier/ features.jsonl
+    medverify risk score --classifier classifier/ answer.txt [--question Q]
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import sys
+from pathlib import Path
+from typing import Any
+
+import click
+import numpy as np
+from rich.console import Console
+from rich.table import Table
+
+from medverify.cli import main
+from medverify.cli._common import config_option, console, load_config, store_option
+from medverify.config import Config
+from medverify.errors import InputError
+from medverify.risk.records import FeatureExample, FeatureSchema, RiskLabel
+
+
+@main.group()
+def risk() -> None:
+    """Hallucination risk without a knowledge base (token log-probability features)."""
+
+
+# -- training data ----------------------------------------------------------------------
+
+
+@risk.group()
+def data() -> None:
+    """Labelled examples for training: from a check run, or synthetic false text."""
+
+
+@data.command("kb")
+@click.argument("run_id", metavar="RUN")
+@click.option("--out", required=True, type=click.Path(path_type=Path, dir_okay=False))
+@store_option
+@config_option
+def data_kb(run_id: str, out: Path, store: Path | None, config_path: Path | None) -> None:
+    """Claims the knowledge-base judge labelled FACT or HALLUCINATION in check run RUN."""
+    from medverify.risk.data import collect_labels, write_examples
+    from medverify.store.runs import RunStore
+
+    config = load_config(config_path, store=store)
+    with RunStore(config.store_path) as runs:
+        reports = runs.reports(run_id)
+    harvest = collect_labels(reports)
+    write_examples(out, harvest.examples)
+    skipped = ", ".join(f"{k} {v}" for k, v in harvest.skipped.items()) or "none"
+    console.print(f"wrote {len(harvest.examples)} examples to {out} (skipped: {skipped})")
+
+
+@data.command("synthetic")
+@click.argument("input_file", metavar="FACTS.jsonl", type=click.Path(path_type=Path,
+                exists=True, dir_okay=False))
+@click.option("--model", "-m", "model_spec", required=True, help="Generator model spec.")
+@click.option("--out", required=True, type=click.Path(path_type=Path, dir_okay=False))
+@config_option
+def data_synthetic(input_file: Path, model_spec: str, out: Path,
+                   config_path: Path | None) -> None:
+    """Rewrite FACT examples into plausible false text with an LLM (provenance kept)."""
+    from medverify.risk.data import read_examples, write_examples
+
+    config = load_config(config_path)
+    facts = [e for e in read_examples(input_file) if e.label == RiskLabel.FACT]
+    made, rejects = asyncio.run(_synthetic(config, model_spec, facts))
+    write_examples(out, made)
+    console.print(f"wrote {len(made)} synthetic HALLUCINATION examples to {out} "
+                  f"({rejects} rejected: unparseable, unchanged or off-length output)")
+
+
+async def _synthetic(config: Config, spec: str, facts: list[Any]) -> tuple[list[Any], int]:
+    from medverify.llm.facade import get_model
+    from medverify.risk.data import CounterfactualGenerator
+
+    cache = config.request_cache_path if config.llm.cache else None
+    async with get_model(spec, config.llm, cache_path=cache) as model:
+        generator = CounterfactualGenerator(model)
+        made = await generator.generate(facts)
+        return made, len(generator.rejects)
+
+
+# -- features ---------------------------------------------------------------------------
+
+
+def schema_path(features: Path) -> Path:
+    return features.with_name(features.name + ".schema.json")
+
+
+@risk.command("features")
+@click.argument("input_file", metavar="EXAMPLES.jsonl", type=click.Path(path_type=Path,
+                exists=True, dir_okay=False))
+@click.option("--scorer", "scorers", multiple=True, required=True, metavar="SPEC",
+              help="Log-probability scorer (repeatable): hf:/path/to/model, "
+              "vllm:MODEL@URL, openai-compatible:MODEL@URL.")
+@click.option("--out", required=True, type=click.Path(path_type=Path, dir_okay=False),
+              help="Feature file (JSONL); its schema goes to OUT.schema.json.")
+@click.option("--rephrasings", type=click.IntRange(0, 10), default=0, show_default=True,
+              help="Also score each text under N rephrased questions (needs --model).")
+@click.option("--model", "-m", "rephraser", help="Model spec that rephrases questions.")
+@config_option
+def features_cmd(input_file: Path, scorers: tuple[str, ...], out: Path, rephrasings: int,
+                 rephraser: str | None, config_path: Path | None) -> None:
+    """Force-decode every example's text through each scorer and write its features
+    (granularity: the example's text as the answer to its question)."""
+    from medverify.bench.layout import write_records
+    from medverify.report.render_json import atomic_write_text
+    from medverify.risk.data import read_examples
+
+    if rephrasings and not rephraser:
+        raise click.UsageError("--rephrasings needs --model SPEC to rephrase the questions")
+    config = load_config(config_path, risk={"rephrasings": rephrasings})
+    examples = read_examples(input_file)
+    if not examples:
+        raise InputError(f"no example in {input_file}")
+    rows, schema = asyncio.run(_features(config, list(scorers), examples, rephraser))
+    lines = [FeatureExample(id=e.id, row=r, label=e.label, provenance=e.provenance)
+             for e, r in zip(examples, rows, strict=True)]
+    write_records(out, lines)
+    atomic_write_text(schema_path(out), schema.model_dump_json(indent=2) + "\n")
+    failed = sum(1 for r in rows if r.missing and len(r.missing) == len(schema.names))
+    console.print(f"wrote features of {len(lines)} examples ({len(schema.names)} features, "
+                  f"{failed} with no usable trace) to {out}")
+
+
+async def _features(config: Config, scorers: list[str], examples: list[Any],
+                    rephraser_spec: str | None) -> tuple[list[Any], FeatureSchema]:
+    from medverify.llm.facade import get_model
+    from medverify.risk.stage import RiskStage, RiskText
+
+    rephraser = get_model(rephraser_spec, config.llm) if rephraser_spec else None
+    try:
+        stage = RiskStage.from_config(config, scorers=scorers, rephraser=rephraser)
+        texts = [RiskText(id=e.id, text=e.text, question=e.question, context=e.context)
+                 for e in examples]
+        return await stage.features(texts), stage.schema
+    finally:
+        if rephraser is not None:
+            await rephraser.aclose()
+
+
+def read_features(path: Path) -> tuple[list[FeatureExample], FeatureSchema, str]:
+    """A feature file, its schema and the sha256 of the file."""
+    from medverify.bench.layout import read_records
+
+    if not schema_path(path).is_file():
+        raise InputError(f"{schema_path(path)} not found: feature files come with their "
+                         "schema (medverify risk features)")
+    schema = FeatureSchema.model_validate_json(schema_path(path).read_text("utf-8"))
+    warnings: list[str] = []
+    rows = read_records(path, FeatureExample, warnings, repair=False)
+    for warning in warnings:
+        console.print(f"warning: {warning}", style="yellow")
+    digest = hashlib.sha256(path.read_bytes()).hexdigest()
+    return rows, schema, digest
+
+
+def _labelled(examples: list[FeatureExample]) -> tuple[list[FeatureExample], np.ndarray]:
+    chosen = [e for e in examples if e.label is not None]
+    y = np.array([e.label == RiskLabel.HALLUCINATION for e in chosen], dtype=int)
+    return chosen, y
+
+
+# -- train / eval -----------------------------------------------------------------------
+
+
+@risk.command("train")
+@click.argument("features_file", metavar="FEATURES.jsonl", type=click.Path(path_type=Path,
+                exists=True, dir_okay=False))
+@click.option("--out", required=True, type=click.Path(path_type=Path, file_okay=False),
+              help="Directory for the classifier (model, card.json, plots).")
+@click.option("--seed", default=0, show_default=True)
+@click.option("--trees", default=100, show_default=True, type=click.IntRange(min=1),
+              help="Trees of the random forest and XGBoost.")
+def train_cmd(features_file: Path, out: Path, seed: int, trees: int) -> None:
+    """Train the stacking classifier (random forest, logistic regression, XGBoost;
+    logistic-regression meta-learner) on a stratified 80/20 split and save it."""
+    from medverify.risk.classifier import feature_matrix, save, train_classifier
+
+    examples, schema, digest = read_features(features_file)
+    chosen, y = _labelled(examples)
+    x = feature_matrix([e.row for e in chosen], schema)
+    trained = train_classifier(x, y, schema, seed=seed, data_sha256=digest, n_estimators=trees)
+    save(trained, out)
+    print_metrics(trained.card.metrics, Console())
+    console.print(f"classifier: {out} (card.json, model.joblib, plots/*.svg)")
+
+
+@risk.command("eval")
+@click.argument("classifier_dir", metavar="CLASSIFIER", type=click.Path(path_type=Path,
+                exists=True, file_okay=False))
+@click.argument("features_file", metavar="FEATURES.jsonl", type=click.Path(path_type=Path,
+                exists=True, dir_okay=False))
+def eval_cmd(classifier_dir: Path, features_file: Path) -> None:
+    """Score a labelled feature file with a trained classifier: AUC, report, confusion."""
+    from medverify.risk.classifier import evaluate, load_classifier, predict_proba
+
+    loaded = load_classifier(classifier_dir)
+    examples, schema, _ = read_features(features_file)
+    chosen, y = _labelled(examples)
+    if len(set(y.tolist())) < 2:
+        raise InputError("evaluation needs labelled examples of both classes")
+    proba = np.array(predict_proba(loaded, [e.row for e in chosen], schema=schema))
+    print_metrics(evaluate(y, proba), Console())
+
+
+def print_metrics(metrics: dict[str, Any], out: Console) -> None:
+    auc = metrics.get("roc_auc", {})
+    table = Table(title="Hallucination classifier (test split)", title_justify="left")
+    for column in ("measure", "value"):
+        table.add_column(column)
+    for name, value in auc.items():
+        if isinstance(value, float):
+            table.add_row(f"ROC AUC ({name})", f"{value:.3f}")
+    for key in ("accuracy", "majority_baseline_accuracy"):
+        if isinstance(metrics.get(key), float):
+            table.add_row(key.replace("_", " "), f"{metrics[key]:.3f}")
+    out.print(table)
+    confusion = metrics.get("confusion_matrix")
+    if confusion:
+        out.print(f"confusion (rows true FACT/HALLUCINATION, columns predicted): {confusion}")
+
+
+# -- score ------------------------------------------------------------------------------
+
+
+@risk.command("score")
+@click.argument("input_file", metavar="[FILE|-]", required=False, default="-")
+@click.option("--classifier", "classifier_dir", type=click.Path(path_type=Path,
+              file_okay=False), help="Trained classifier [default: [risk] classifier].")
+@click.option("--question", "-q", help="The question the answer responds to.")
+@click.option("--granularity", type=click.Choice(["claim", "sentence", "answer"]),
+              default="claim", show_default=True, help="What gets one probability.")
+@config_option
+def score_cmd(input_file: str, classifier_dir: Path | None, question: str | None,
+              granularity: str, config_path: Path | None) -> None:
+    """The hallucination probability of each claim (or sentence, or the whole answer),
+    from the log-probabilities of the classifier's scorers; no knowledge base."""
+    if input_file != "-" and not Path(input_file).is_file():
+        raise InputError(f"no such file: {input_file}")
+    raw = sys.stdin.buffer.read() if input_file == "-" else Path(input_file).read_bytes()
+    text = raw.decode("utf-8", errors="replace")
+    if not text.strip():
+        raise InputError("the answer is empty: nothing to score")
+    config = load_config(config_path)
+    scores = asyncio.run(_score(config, classifier_dir, text, question, granularity))
+    table = Table(title=f"Hallucination risk ({granularity})", title_justify="left")
+    table.add_column("#")
+    table.add_column("text")
+    table.add_column("P(hallucination)", justify="right")
+    for n, item in enumerate(scores, 1):
+        shown = f"{item.probability:.2f}" if item.probability is not None else \
+            f"error: {item.error}"
+        table.add_row(str(n), item.text, shown)
+    Console().print(table)
+
+
+async def _score(config: Config, classifier_dir: Path | None, text: str,
+                 question: str | None, granularity: str) -> list[Any]:
+    from medverify.risk.stage import RiskStage, units
+
+    stage = RiskStage.from_config(config, classifier=classifier_dir, need_classifier=True)
+    return await stage.score(await units(text, question, granularity))

@@ -1,0 +1,153 @@
+"""The risk stage: texts -> forced-decoding traces -> features -> hallucination probability.
+
+One :class:`RiskStage` holds the log-probability scorers (and, when scoring, the trained
+classifier whose feature schema names them). A *text* is what gets one probability: a claim,
+a sentence or a whole answer, scored as the answer to its question (``granularity
+"answer"`` features over the text itself), which is how training examples are scored too, so
+training and scoring see the same features. With ``rephrasings`` and a rephraser model, each
+text is also scored under rephrased questions (features across rephrasings).
+
+Used by ``medverify risk features|score`` and by the ``check`` pipeline when
+``[risk] classifier`` is set.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from pydantic import BaseModel, ConfigDict
+
+from medverify.config import Config
+from medverify.errors import ConfigError, MedverifyError
+from medverify.llm.facade import Model
+from medverify.risk.classifier import LoadedRisk, load_classifier, predict_proba
+from medverify.risk.features import build_schema, extract_features
+from medverify.risk.records import FeatureRow, FeatureSchema, RiskScore, TokenTrace
+from medverify.risk.scorers import ScoreItem, Scorer, make_scorer
+
+
+class RiskText(BaseModel):
+    """One text to score, with the question it answers and optional context."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    id: str
+    text: str
+    question: str | None = None
+    context: str | None = None
+
+
+@dataclass
+class RiskStage:
+    scorers: list[Scorer]
+    classifier: LoadedRisk | None = None
+    rephrasings: int = 0
+    rephraser: Model | None = None
+
+    @classmethod
+    def from_config(cls, config: Config, *, scorers: Sequence[str] | None = None,
+                    classifier: Path | None = None, rephraser: Model | None = None,
+                    need_classifier: bool = False) -> RiskStage:
+        """Scorers from ``scorers``, else the classifier's schema, else ``[risk] scorers``;
+        the classifier from ``classifier`` or ``[risk] classifier``."""
+        directory = classifier or config.risk.classifier
+        if need_classifier and directory is None:
+            raise ConfigError("no risk classifier: pass --classifier DIR (train one with "
+                              "`medverify risk train`) or set [risk] classifier")
+        loaded = load_classifier(directory) if directory is not None else None
+        specs = list(scorers or (loaded.schema.scorers if loaded else config.risk.scorers))
+        if not specs:
+            raise ConfigError("no log-probability scorer: pass --scorer SPEC (e.g. "
+                              "hf:/path/to/model) or set [risk] scorers")
+        made = [make_scorer(spec, config.risk) for spec in specs]
+        stage = cls(made, loaded, config.risk.rephrasings, rephraser)
+        if loaded is not None and [s.id for s in made] != loaded.schema.scorers:
+            raise ConfigError(f"the classifier was trained on scorers {loaded.schema.scorers}, "
+                              f"not {[s.id for s in made]}")
+        return stage
+
+    @property
+    def schema(self) -> FeatureSchema:
+        """The feature schema these scorers produce (granularity ``answer``: one row per
+        text)."""
+        return build_schema([s.id for s in self.scorers], rephrasings=self.rephrasings > 0,
+                            granularity="answer")
+
+    async def _questions(self, question: str | None) -> list[str | None]:
+        if not question or self.rephrasings == 0 or self.rephraser is None:
+            return [question]
+        from medverify.risk.api_variant import ApiRiskScorer
+
+        helper = ApiRiskScorer(self.rephraser, rephraser=self.rephraser,
+                               rephrasings=self.rephrasings)
+        return [question, *await helper.rephrase(question)]
+
+    async def traces(self, texts: Sequence[RiskText]) -> list[dict[str, list[TokenTrace]]]:
+        """Per text: scorer id -> its traces (the original question first, then the
+        rephrasings)."""
+        variants = [await self._questions(t.question) for t in texts]
+        items = [ScoreItem(question=q, answer=t.text, context=t.context,
+                           prompt_variant="original" if n == 0 else f"rephrase-{n}")
+                 for t, questions in zip(texts, variants, strict=True)
+                 for n, q in enumerate(questions)]
+        out: list[dict[str, list[TokenTrace]]] = [{} for _ in texts]
+        for scorer in self.scorers:
+            traces = iter(await scorer.score(items))
+            for index, questions in enumerate(variants):
+                out[index][scorer.id] = [next(traces) for _ in questions]
+        return out
+
+    async def features(self, texts: Sequence[RiskText]) -> list[FeatureRow]:
+        """One feature row per text, following :attr:`schema`."""
+        rows = []
+        for text, traces in zip(texts, await self.traces(texts), strict=True):
+            found = extract_features(traces, granularity="answer",
+                                     rephrasings=self.rephrasings > 0)
+            rows.append(found[0].model_copy(update={"unit_id": text.id}))
+        return rows
+
+    async def score(self, texts: Sequence[RiskText]) -> list[RiskScore]:
+        """P(HALLUCINATION) per text; a text whose features fail is an error, not a
+        probability."""
+        if self.classifier is None:
+            raise ConfigError("scoring needs a trained classifier (--classifier DIR)")
+        rows = await self.features(texts)
+        out = []
+        for text, row in zip(texts, rows, strict=True):
+            base = {"unit_id": text.id, "granularity": "answer", "text": text.text,
+                    "classifier": self.classifier.id}
+            if _all_failed(row, len(self.scorers)):
+                out.append(RiskScore(**base, error="every scorer failed on this text"))
+                continue
+            try:
+                probability = predict_proba(self.classifier, [row], schema=self.schema)[0]
+            except MedverifyError as exc:
+                out.append(RiskScore(**base, error=str(exc)))
+                continue
+            out.append(RiskScore(**base, probability=probability))
+        return out
+
+
+def _all_failed(row: FeatureRow, n_scorers: int) -> bool:
+    """True when no scorer produced a token for the text."""
+    counts = [row.values.get(f"m{i}.n_tokens", 0.0) for i in range(n_scorers)]
+    return not any(counts)
+
+
+async def units(answer: str, question: str | None, granularity: str) -> list[RiskText]:
+    """What gets one probability: the answer's claims (rule decomposer), its sentences, or
+    the whole answer."""
+    if granularity == "answer":
+        return [RiskText(id="answer", text=answer.strip(), question=question)]
+    if granularity == "sentence":
+        from medverify.decompose import segment
+
+        return [RiskText(id=f"s{s.index + 1}", text=s.text, question=question)
+                for s in segment(answer)]
+    from medverify.decompose import make_decomposer
+    from medverify.records import Answer
+
+    claims = await make_decomposer("rules").decompose(Answer(text=answer, question=question))
+    return [RiskText(id=c.id, text=c.text, question=question) for c in claims]
