@@ -259,7 +259,7 @@ def test_concurrency_limit_is_shared_by_models_of_one_provider() -> None:
 
         asyncio.run(run())
     assert len(server.requests) == 16
-    assert 2 <= server.max_in_flight <= 3  # shared limit of 3 (a loaded machine may overlap less)
+    assert 2 <= server.max_in_flight <= 3  # the shared limit (a loaded machine overlaps less)
 
 
 def test_usage_ledger_per_stage_is_shared() -> None:

@@ -151,22 +151,24 @@ class _Handler(QuietHandler):
         fake = self.server.owner
         fake._enter()
         try:
-            self._serve(fake)
+            response, request = self._handle(fake)
         finally:
+            # counted out before replying: a client that has its reply may send the next
+            # request at once, and must not find this one still counted in flight
             fake._leave()
+        self._send(response, request)
 
-    def _serve(self, fake: FakeChatServer) -> None:
+    def _handle(self, fake: FakeChatServer) -> tuple[FakeResponse, dict[str, Any]]:
         raw = self.rfile.read(int(self.headers.get("Content-Length") or 0))
         if self.path.rstrip("/") not in ("/v1/chat/completions", "/chat/completions"):
-            self._send(FakeResponse.error(404, message=f"no route {self.path}"), {})
-            return
+            return FakeResponse.error(404, message=f"no route {self.path}"), {}
         call = ReceivedCall(self.path, {k.lower(): v for k, v in self.headers.items()},
                             _decode(raw))
         response = fake._respond(call)
         delay = fake.delay_s + response.delay_s
         if delay:
             time.sleep(delay)
-        self._send(response, call.body if isinstance(call.body, dict) else {})
+        return response, call.body if isinstance(call.body, dict) else {}
 
     def _send(self, response: FakeResponse, request: dict[str, Any]) -> None:
         body = response.body(request)
