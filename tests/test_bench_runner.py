@@ -394,6 +394,7 @@ def test_run_records_the_study(tmp_path: Path, models: Models,
         bench = [r for r in store.list_runs() if r.kind == "bench"]
         assert [r.status for r in bench] == ["done"]
         stored = store.bench_replies(bench[0].id)
+        assert bench[0].n_answers == len(stored) == 6  # `runs list` counts the replies
         assert bench[0].models["answer:fake:good"] == "fake:good"
         assert bench[0].prompt_versions["bench_answer"] == "bench_answer/v1"
         assert "bench_answer:fake:good" in bench[0].usage

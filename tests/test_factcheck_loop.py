@@ -242,7 +242,10 @@ def test_run_records_factchecks(kb: KnowledgeBase, tmp_path: Path) -> None:
         run_id = reports[0].run_id or ""
         stored = store.factchecks(run_id)
         info = store.get_run(run_id)
+        listed = store.list_runs()[0]
     assert seen == [1, 2] and info.kind == "factcheck" and info.status == "done"
+    # `runs list` counts the answers and facts of a factcheck run
+    assert listed.n_answers == 2 and listed.n_claims == sum(len(r.facts) for r in reports) > 0
     assert info.prompt_versions["rewrite_answer"] == "rewrite_answer/v1"
     assert [r.model_dump() for r in stored] == [r.model_dump() for r in reports]
     assert reports[1].final_mode == "unchanged"

@@ -272,9 +272,12 @@ class RunStore:
     def _select_runs(self, where: str, params: tuple[Any, ...], *, limit: int) -> list[RunInfo]:
         rows = self._db.execute(
             "SELECT r.*, (SELECT COUNT(*) FROM answers a WHERE a.run_id = r.id)"
-            " + (SELECT COUNT(*) FROM audits u WHERE u.run_id = r.id),"
+            " + (SELECT COUNT(*) FROM audits u WHERE u.run_id = r.id)"
+            " + (SELECT COUNT(*) FROM bench_replies b WHERE b.run_id = r.id)"
+            " + (SELECT COUNT(*) FROM factchecks f WHERE f.run_id = r.id),"
             " (SELECT COUNT(*) FROM claims c WHERE c.run_id = r.id)"
             " + (SELECT COALESCE(SUM(n_claims), 0) FROM audits u WHERE u.run_id = r.id)"
+            " + (SELECT COALESCE(SUM(n_facts), 0) FROM factchecks f WHERE f.run_id = r.id)"
             f" FROM runs r {where} ORDER BY created_at DESC, id DESC LIMIT ?",
             (*params, limit),
         ).fetchall()
