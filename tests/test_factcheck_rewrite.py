@@ -174,3 +174,21 @@ def test_fake_model_recognises_every_stage(stage: str) -> None:
         ("question", "answer", "passages", "claims", "facts", "fence", "edits", "fact",
          "excerpts", "context", "sentences"), "x"))))
     assert prompt_stage(request) == stage
+
+
+def test_overlapping_fact_places_are_rebuilt_together() -> None:
+    answer = "Water is wet. Aspirin causes bleeding and aspirin cures cancer quickly."
+    bleeding = _fact("f1", "Aspirin causes bleeding", None, FactVerdict.FALSE,
+                     FactVerdict.TRUE, "Aspirin can cause bleeding")
+    cancer = _fact("f2", "Aspirin cures cancer quickly, it is said.", None, FactVerdict.FALSE,
+                   FactVerdict.TRUE, "Aspirin does not cure cancer")
+    texts = {"f1": "Aspirin can cause bleeding", "f2": "Aspirin does not cure cancer"}
+    rebuilt = replace_facts(answer, [bleeding, cancer], texts)
+    assert rebuilt.startswith("Water is wet.")
+    assert "Aspirin can cause bleeding" in rebuilt and "Aspirin does not cure cancer" in rebuilt
+
+
+def test_a_correction_whose_recheck_failed_is_kept() -> None:
+    fact = _fact("f2", "Start at 5000 mg daily.", (25, 48), FactVerdict.FALSE,
+                 FactVerdict.ERROR, "Start at 500 mg daily.")
+    assert answer_edits([fact]) == [(fact, "Start at 500 mg daily.")]

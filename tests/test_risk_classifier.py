@@ -235,3 +235,11 @@ def test_version_change_is_logged(separable: tuple[TrainedRisk, np.ndarray, np.n
     with caplog.at_level("WARNING", logger="medverify.risk"):
         load_classifier(folder)
     assert "saved with sklearn 0.1" in caplog.text
+
+
+def test_features_listed_as_missing_are_nan_for_the_imputer() -> None:
+    values = dict.fromkeys(NAMES, 0.0)
+    row = FeatureRow(unit_id="u", granularity="answer", text="t", values=values,
+                     missing=[NAMES[0]])
+    matrix = feature_matrix([row], SCHEMA)
+    assert np.isnan(matrix[0, 0]) and not np.isnan(matrix[0, 1:]).any()

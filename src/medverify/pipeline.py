@@ -120,7 +120,7 @@ class Checker:
         if config.risk.classifier is not None:
             from medverify.risk.stage import RiskStage
 
-            risk = RiskStage.from_config(config, need_classifier=True)
+            risk = RiskStage.from_config(config, need_classifier=True, rephraser=model)
         return cls(
             risk=risk,
             config=config,

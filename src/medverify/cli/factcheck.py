@@ -146,8 +146,11 @@ def _open_kb(config: Config) -> KnowledgeBase:
 def _model(config: Config) -> Model | None:
     if not config.model:
         return None
+    from medverify.factcheck.loop import ScopedLedger
+
     cache = config.request_cache_path if config.llm.cache else None
-    return get_model(config.model, config.llm, cache_path=cache)
+    # a scoped ledger: each answer's report counts its own tokens when answers run at once
+    return get_model(config.model, config.llm, cache_path=cache, ledger=ScopedLedger())
 
 
 async def _run(config: Config, answers: list[Answer], question: str | None, *,

@@ -129,7 +129,9 @@ def features_cmd(input_file: Path, scorers: tuple[str, ...], out: Path, rephrasi
              for e, r in zip(examples, rows, strict=True)]
     write_records(out, lines)
     atomic_write_text(schema_path(out), schema.model_dump_json(indent=2) + "\n")
-    failed = sum(1 for r in rows if r.missing and len(r.missing) == len(schema.names))
+    from medverify.risk.stage import all_failed
+
+    failed = sum(1 for r in rows if all_failed(r, len(schema.scorers)))
     console.print(f"wrote features of {len(lines)} examples ({len(schema.names)} features, "
                   f"{failed} with no usable trace) to {out}")
 
@@ -242,9 +244,11 @@ def print_metrics(metrics: dict[str, Any], out: Console) -> None:
 @click.option("--question", "-q", help="The question the answer responds to.")
 @click.option("--granularity", type=click.Choice(["claim", "sentence", "answer"]),
               default="claim", show_default=True, help="What gets one probability.")
+@click.option("--model", "-m", "rephraser", help="Model spec that rephrases the question "
+              "(needed when the classifier was trained with rephrasing features).")
 @config_option
 def score_cmd(input_file: str, classifier_dir: Path | None, question: str | None,
-              granularity: str, config_path: Path | None) -> None:
+              granularity: str, rephraser: str | None, config_path: Path | None) -> None:
     """The hallucination probability of each claim (or sentence, or the whole answer),
     from the log-probabilities of the classifier's scorers; no knowledge base."""
     if input_file != "-" and not Path(input_file).is_file():
@@ -254,7 +258,8 @@ def score_cmd(input_file: str, classifier_dir: Path | None, question: str | None
     if not text.strip():
         raise InputError("the answer is empty: nothing to score")
     config = load_config(config_path)
-    scores = asyncio.run(_score(config, classifier_dir, text, question, granularity))
+    scores = asyncio.run(_score(config, classifier_dir, text, question, granularity,
+                                rephraser))
     table = Table(title=f"Hallucination risk ({granularity})", title_justify="left")
     table.add_column("#")
     table.add_column("text")
@@ -267,8 +272,16 @@ def score_cmd(input_file: str, classifier_dir: Path | None, question: str | None
 
 
 async def _score(config: Config, classifier_dir: Path | None, text: str,
-                 question: str | None, granularity: str) -> list[Any]:
+                 question: str | None, granularity: str, rephraser_spec: str | None,
+                 ) -> list[Any]:
+    from medverify.llm.facade import get_model
     from medverify.risk.stage import RiskStage, units
 
-    stage = RiskStage.from_config(config, classifier=classifier_dir, need_classifier=True)
-    return await stage.score(await units(text, question, granularity))
+    rephraser = get_model(rephraser_spec, config.llm) if rephraser_spec else None
+    try:
+        stage = RiskStage.from_config(config, classifier=classifier_dir, need_classifier=True,
+                                      rephraser=rephraser)
+        return await stage.score(await units(text, question, granularity))
+    finally:
+        if rephraser is not None:
+            await rephraser.aclose()

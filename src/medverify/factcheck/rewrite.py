@@ -234,15 +234,19 @@ class ExtractiveRewriter:
 
 def answer_edits(facts: Sequence[Fact]) -> list[tuple[Fact, str | None]]:
     """What the final answer must change, for each fact first judged FALSE (contradicted
-    and not supported): its corrected text when the correction held (final verdict TRUE
-    or UNVERIFIABLE); None (remove it) when it was refuted and not corrected. Facts whose
+    and not supported): its corrected text when the correction held (final verdict TRUE,
+    UNVERIFIABLE, or ERROR: a failed re-check is not a verdict); None (remove it) when it
+    was refuted and not corrected. Facts whose
     evidence conflicts (JUDGMENT_ERROR) are UNVERIFIABLE from the start and left as they
     are."""
     edits: list[tuple[Fact, str | None]] = []
     for fact in facts:
         if fact.initial_verdict is not FactVerdict.FALSE:
             continue
-        held = fact.final_verdict in (FactVerdict.TRUE, FactVerdict.UNVERIFIABLE)
+        # a corrected fact whose re-check failed (ERROR) keeps its correction: a failed
+        # judge call is not a verdict against it
+        held = fact.final_verdict in (FactVerdict.TRUE, FactVerdict.UNVERIFIABLE,
+                                      FactVerdict.ERROR)
         edits.append((fact, fact.final_text if fact.corrected and held else None))
     return edits
 
@@ -263,16 +267,23 @@ def locate(answer_text: str, fact: Fact) -> tuple[int, int] | None:
 def replace_facts(answer_text: str, facts: Sequence[Fact], texts: Mapping[str, str | None]) -> str:
     """``answer_text`` with the sentence of every fact in ``texts`` rebuilt: the fact's text
     becomes ``texts[fact.id]`` (None: left out) and other facts of the same sentence keep
-    their claim text. Facts that cannot be located are skipped."""
-    groups: dict[tuple[int, int], list[Fact]] = {}
-    for fact in facts:
-        where = locate(answer_text, fact)
-        if where is not None:
-            groups.setdefault(where, []).append(fact)
+    their claim text. Facts whose places overlap (one found verbatim inside the sentence
+    another was matched to) are rebuilt together. Facts that cannot be located are
+    skipped."""
+    located = sorted(((where, fact) for fact in facts
+                      if (where := locate(answer_text, fact)) is not None),
+                     key=lambda item: item[0])
+    regions: list[tuple[int, int, list[Fact]]] = []
+    for (start, stop), fact in located:
+        if regions and start < regions[-1][1]:
+            first, last, group = regions[-1]
+            regions[-1] = (first, max(last, stop), [*group, fact])
+        else:
+            regions.append((start, stop, [fact]))
     out, end = [], len(answer_text)
-    for (start, stop), group in sorted(groups.items(), reverse=True):
-        if stop > end or not any(f.id in texts for f in group):
-            continue  # overlaps a later replacement, or nothing changes here
+    for start, stop, group in reversed(regions):
+        if not any(f.id in texts for f in group):
+            continue  # nothing changes here
         pieces = [texts.get(f.id, f.claim.text) for f in group]
         out.append(answer_text[stop:end])
         out.append(" ".join(p for p in pieces if p))

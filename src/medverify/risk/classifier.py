@@ -133,8 +133,9 @@ def feature_matrix(rows: Sequence[FeatureRow], schema: FeatureSchema) -> np.ndar
     matrix = np.full((len(rows), len(schema.names)), np.nan, dtype=np.float64)
     for i, row in enumerate(rows):
         _check_row(row, schema, known)
+        missing = set(row.missing)  # their values are fill-ins (0.0), not measurements
         for j, name in enumerate(schema.names):
-            if name in row.values:
+            if name in row.values and name not in missing:
                 matrix[i, j] = row.values[name]
     return matrix
 
@@ -239,7 +240,8 @@ def build_model(*, seed: int = 0, n_estimators: int = 100, n_jobs: int = 1) -> A
         estimators=base, final_estimator=LogisticRegression(max_iter=2000),
         cv=StratifiedKFold(CV_FOLDS, shuffle=True, random_state=seed),
         stack_method="predict_proba")
-    return Pipeline([("impute", SimpleImputer(strategy="median")), ("stack", stack)])
+    impute = SimpleImputer(strategy="median", keep_empty_features=True)
+    return Pipeline([("impute", impute), ("stack", stack)])
 
 
 def _xgboost() -> Any:
@@ -376,7 +378,7 @@ def pca_summary(x: np.ndarray, y: np.ndarray, seed: int = 0) -> dict[str, Any]:
     from sklearn.impute import SimpleImputer
     from sklearn.preprocessing import StandardScaler
 
-    filled = SimpleImputer(strategy="median").fit_transform(x)
+    filled = SimpleImputer(strategy="median", keep_empty_features=True).fit_transform(x)
     scaled = StandardScaler().fit_transform(filled)
     components = min(2, scaled.shape[1], scaled.shape[0])
     pca = PCA(n_components=components, random_state=seed)

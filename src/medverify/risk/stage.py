@@ -62,10 +62,18 @@ class RiskStage:
             raise ConfigError("no log-probability scorer: pass --scorer SPEC (e.g. "
                               "hf:/path/to/model) or set [risk] scorers")
         made = [make_scorer(spec, config.risk) for spec in specs]
-        stage = cls(made, loaded, config.risk.rephrasings, rephraser)
+        rephrasings = _rephrasings(config, loaded)
+        if rephrasings and rephraser is None:
+            raise ConfigError("rephrased questions need a model to rephrase them: pass "
+                              "--model SPEC" + (" (this classifier was trained with "
+                                                "rephrasing features)" if loaded else ""))
+        stage = cls(made, loaded, rephrasings, rephraser)
         if loaded is not None and [s.id for s in made] != loaded.schema.scorers:
             raise ConfigError(f"the classifier was trained on scorers {loaded.schema.scorers}, "
                               f"not {[s.id for s in made]}")
+        if loaded is not None and stage.schema.names != loaded.schema.names:
+            raise ConfigError("these scorers and settings do not produce the features the "
+                              f"classifier was trained on (schema {loaded.schema.version})")
         return stage
 
     @property
@@ -82,7 +90,10 @@ class RiskStage:
 
         helper = ApiRiskScorer(self.rephraser, rephraser=self.rephraser,
                                rephrasings=self.rephrasings)
-        return [question, *await helper.rephrase(question)]
+        try:
+            return [question, *await helper.rephrase(question)]
+        except MedverifyError:  # the rephraser failed: this text gets no rephrasing
+            return [question]  # features (listed missing), the others go on
 
     async def traces(self, texts: Sequence[RiskText]) -> list[dict[str, list[TokenTrace]]]:
         """Per text: scorer id -> its traces (the original question first, then the
@@ -118,7 +129,7 @@ class RiskStage:
         for text, row in zip(texts, rows, strict=True):
             base = {"unit_id": text.id, "granularity": "answer", "text": text.text,
                     "classifier": self.classifier.id}
-            if _all_failed(row, len(self.scorers)):
+            if all_failed(row, len(self.scorers)):
                 out.append(RiskScore(**base, error="every scorer failed on this text"))
                 continue
             try:
@@ -130,7 +141,16 @@ class RiskStage:
         return out
 
 
-def _all_failed(row: FeatureRow, n_scorers: int) -> bool:
+def _rephrasings(config: Config, loaded: LoadedRisk | None) -> int:
+    """How many rephrasings to score under: what the classifier was trained with (its
+    schema has rephrasing features or not), else ``[risk] rephrasings``."""
+    if loaded is None:
+        return config.risk.rephrasings
+    trained_with = any(name.startswith("reph.") for name in loaded.schema.names)
+    return (config.risk.rephrasings or 5) if trained_with else 0
+
+
+def all_failed(row: FeatureRow, n_scorers: int) -> bool:
     """True when no scorer produced a token for the text."""
     counts = [row.values.get(f"m{i}.n_tokens", 0.0) for i in range(n_scorers)]
     return not any(counts)
