@@ -267,3 +267,23 @@ def test_broken_json_with_unquoted_keys_keeps_only_the_answer() -> None:
     assert parsed.status == ReplyStatus.FALLBACK
     assert parsed.answer == "Stage II is common. It hurts."
     assert [s.url for s in parsed.sources] == ["https://a.org/x"]
+
+
+def test_a_reply_cut_inside_an_emoji_is_kept_not_a_crash(fakes: list[str]) -> None:
+    from medverify.bench.layout import record_json
+
+    cut = ('{"answer": "Smile \\ud83d", '
+           '"sources": [{"url": "https://a.org/x", "title": "A \\udc00"}]}')
+    asker, _ = _asker(fakes, [cut])
+    reply = _ask(asker)
+    assert reply.status == ReplyStatus.OK and reply.answer == "Smile \ufffd"
+    assert reply.sources[0].title == "A \ufffd"
+    assert "\ufffd" in record_json(reply)
+
+
+def test_a_reply_with_thousands_of_urls_keeps_the_first_fifty() -> None:
+    from medverify.bench.ask import MAX_SOURCES, collect_sources
+
+    sources, duplicates, dropped = collect_sources(
+        [f"https://a.org/{n}" for n in range(2000)] + ["https://a.org/1"])
+    assert len(sources) == MAX_SOURCES == 50 and dropped == 1950 and duplicates == 1

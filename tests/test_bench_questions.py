@@ -489,3 +489,10 @@ def test_real_question_sets_import_plausibly() -> None:
         assert report.kept >= kept and len(questions) == report.kept, relative
         assert balanced(report) and report.unreadable == 0, relative
         assert all(q.text.strip() for q in questions)
+
+
+def test_a_line_nested_too_deeply_is_unreadable_not_a_crash(tmp_path: Path) -> None:
+    path = tmp_path / "deep.jsonl"
+    path.write_text("[" * 100_000 + '\n{"question": "ok?", "source": "s"}\n', "utf-8")
+    questions, report = read_questions(path)
+    assert [q.text for q in questions] == ["ok?"] and report.unreadable == 1

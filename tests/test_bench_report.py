@@ -309,3 +309,11 @@ def test_parquet_required_without_pyarrow(
         export_tables(records, summary, tmp_path, parquet=True)
     written = export_tables(records, summary, tmp_path)
     assert all(p.suffix == ".csv" for p in written)
+
+
+def test_csv_cells_defuse_formulas_but_keep_numbers() -> None:
+    from medverify.bench.export import csv_cell
+
+    assert csv_cell('=HYPERLINK("http://evil","click")').startswith("'=")
+    assert csv_cell("@SUM(A1)") == "'@SUM(A1)" and csv_cell("plain") == "plain"
+    assert csv_cell(-0.25) == "-0.25" and csv_cell(None) == "" and csv_cell(True) == "true"

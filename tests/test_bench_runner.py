@@ -339,6 +339,19 @@ def test_resuming_with_other_questions_or_models_is_refused(tmp_path: Path,
     assert len(replies) == 4 and len(_saved_replies(tmp_path)) == 4
 
 
+def test_resuming_with_another_judge_is_refused(tmp_path: Path, models: Models) -> None:
+    class OtherJudge(WordJudge):
+        name = "other-words"
+
+    good = models.add("good", good_model)
+    _ask(_runner(tmp_path, [good]))
+    runner = BenchRunner.from_config(
+        _config(), models=[good], run_dir=tmp_path / "run", judge=OtherJudge(),
+        embedder=HashEmbedder(), fetcher_factory=_fetcher_factory(DictFetcher(PAGES)))
+    with pytest.raises(ConfigError, match=r"judged by words, not other-words.*--fresh"):
+        _ask(runner)
+
+
 def test_bad_question_sets(tmp_path: Path, models: Models) -> None:
     runner = _runner(tmp_path, [models.add("good", good_model)])
     with pytest.raises(InputError, match="repeated: q1"):

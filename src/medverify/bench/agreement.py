@@ -125,10 +125,13 @@ class AgreementResult(_Record):
 # --- pairs -------------------------------------------------------------------------------
 
 
-def pair_id(answer_id: str, claim_id: str, source_id: str) -> str:
-    """An opaque, stable id of one claim-source pair (reveals neither model nor verdict)."""
-    digest = hashlib.sha256(f"medverify-pair\x00{answer_id}\x00{claim_id}\x00{source_id}"
-                            .encode("utf-8", "surrogatepass")).hexdigest()
+def pair_id(answer_id: str, claim_id: str, source_id: str, statement: str = "",
+            url: str = "") -> str:
+    """An opaque, stable id of one claim-source pair (reveals neither model nor verdict).
+    The statement and URL are part of it, so labels never attach to a different pair that
+    reuses the ids (a study run again with ``--fresh``)."""
+    key = f"medverify-pair\x00{answer_id}\x00{claim_id}\x00{source_id}\x00{statement}\x00{url}"
+    digest = hashlib.sha256(key.encode("utf-8", "surrogatepass")).hexdigest()
     return "p" + digest[:12]
 
 
@@ -148,7 +151,8 @@ def _scored_pairs(audit: AnswerAudit) -> Iterator[PairSample]:
             if pair.supported is None or source is None or not source.valid:
                 continue
             yield PairSample(
-                pair_id=pair_id(audit.answer.id, claim.claim.id, pair.source_id),
+                pair_id=pair_id(audit.answer.id, claim.claim.id, pair.source_id,
+                                claim.claim.text, source.url or ""),
                 answer_id=audit.answer.id, claim_id=claim.claim.id, source_id=pair.source_id,
                 model=model, question=audit.answer.question or "", statement=claim.claim.text,
                 source_url=source.url or "", source_excerpt=_excerpt(pair, source),

@@ -32,6 +32,7 @@ from itertools import islice
 from typing import Any
 
 from medverify.audit.inputs import extract_sources, normalize_url
+from medverify.bench.layout import clean_record
 from medverify.bench.records import Attempt, ModelReply, Question, ReplyStatus
 from medverify.config import BenchSettings
 from medverify.errors import ParseError, ProviderError
@@ -221,15 +222,22 @@ def _entries(value: Any) -> list[Any]:
     return [] if value is None else [value]
 
 
+MAX_SOURCES = 50
+"""Distinct URLs kept from one reply (a reply listing 10,000 would mean 10,000 fetches and
+up to ``max_claims`` x 10,000 judged pairs)."""
+
+
 def collect_sources(entries: Iterable[Any]) -> tuple[list[Source], int, int]:
     """Sources ``1``, ``2``... from source-list entries (URL strings or objects with a
-    URL and a title); returns them with the counts of duplicate and dropped entries."""
+    URL and a title); returns them with the counts of duplicate and dropped entries. At
+    most :data:`MAX_SOURCES` distinct URLs are kept (each is fetched and judged against
+    every statement); the rest are counted as dropped."""
     found: dict[str, Source] = {}
     duplicates = dropped = 0
     for entry in entries:
         raw_url, title = _entry(entry)
         url = http_url(raw_url) if raw_url else None
-        if url is None:
+        if url is None or (url not in found and len(found) >= MAX_SOURCES):
             dropped += 1
         elif url in found:
             duplicates += 1
@@ -426,7 +434,7 @@ class Asker:
             parses.append(parsed)
             if parsed.problem is None:
                 break
-        return self._reply(question, attempts, parses)
+        return clean_record(self._reply(question, attempts, parses))
 
     async def _complete(self, messages: list[Message], *, attempt: int) -> Completion:
         """One call. A retry carries ``seed=attempt``: a new request (the identical one would

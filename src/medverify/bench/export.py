@@ -27,6 +27,7 @@ from pydantic import BaseModel, ConfigDict
 from medverify.audit.metrics import answer_metrics
 from medverify.audit.records import AnswerAudit, AuditMetrics, ClaimAudit, PairJudgement
 from medverify.audit.urls import registered_domain, url_host
+from medverify.bench.agreement import defuse_cell
 from medverify.bench.records import BenchSummary, Comparison, ModelReply
 from medverify.bench.stats import ALPHA, METRICS, question_key
 from medverify.bench.summary import SOURCE_FIELD, RunRecords, audit_model
@@ -264,11 +265,15 @@ def table_rows(records: RunRecords, summary: BenchSummary) -> dict[str, Sequence
 
 
 def csv_cell(value: Any) -> str:
-    """A CSV cell: empty for missing, ``true``/``false`` for booleans, full precision."""
+    """A CSV cell: empty for missing, ``true``/``false`` for booleans, full precision;
+    text that a spreadsheet would run as a formula (model-written claims and URLs can start
+    with ``=``) gets a leading apostrophe. Numbers stay numbers; Parquet stays raw."""
     if value is None:
         return ""
     if isinstance(value, bool):
         return "true" if value else "false"
+    if isinstance(value, str):
+        return defuse_cell(value)
     return str(value)
 
 

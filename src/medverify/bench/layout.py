@@ -19,12 +19,14 @@ the file rewritten without it), so appending stays safe and a rerun resumes.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import IO, TypeVar
+from typing import IO, Any, TypeVar
 
 from pydantic import BaseModel
+from pydantic_core import PydanticSerializationError
 
 from medverify.report.render_json import atomic_write_text
 
@@ -124,12 +126,42 @@ def read_records(
     return records
 
 
+def record_json(record: BaseModel) -> str:
+    """``record`` as one line of JSON. Text from models or files may hold lone UTF-16
+    surrogates (a JSON ``\\ud83d`` cut in the middle of an emoji): they cannot be written
+    as UTF-8, so they become U+FFFD instead of stopping the run."""
+    try:
+        return record.model_dump_json()
+    except PydanticSerializationError:
+        return json.dumps(_scrub(record.model_dump(mode="json")), ensure_ascii=False)
+
+
+def clean_record(record: R) -> R:
+    """``record`` itself when it can be written as JSON, else a copy with lone surrogates
+    replaced by U+FFFD (see :func:`record_json`)."""
+    try:
+        record.model_dump_json()
+    except PydanticSerializationError:
+        return type(record).model_validate_json(record_json(record))
+    return record
+
+
+def _scrub(value: Any) -> Any:
+    if isinstance(value, str):
+        return value.encode("utf-16", "surrogatepass").decode("utf-16", "replace")
+    if isinstance(value, list):
+        return [_scrub(v) for v in value]
+    if isinstance(value, dict):
+        return {_scrub(k): _scrub(v) for k, v in value.items()}
+    return value
+
+
 def write_records(path: Path, records: list[R] | tuple[R, ...]) -> None:
     """Write ``records`` as JSONL, atomically."""
-    atomic_write_text(path, "".join(r.model_dump_json() + "\n" for r in records))
+    atomic_write_text(path, "".join(record_json(r) + "\n" for r in records))
 
 
 def append_record(handle: IO[str], record: BaseModel) -> None:
     """Append one record as a JSONL line and flush it to the OS at once."""
-    handle.write(record.model_dump_json() + "\n")
+    handle.write(record_json(record) + "\n")
     handle.flush()

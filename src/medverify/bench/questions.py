@@ -27,7 +27,7 @@ from typing import Any
 from pydantic import ValidationError
 
 from medverify.audit.inputs import normalize_url
-from medverify.bench.layout import write_records
+from medverify.bench.layout import clean_record, write_records
 from medverify.bench.records import ImportReport, Question
 from medverify.errors import InputError
 from medverify.records import Document, content_hash
@@ -214,6 +214,9 @@ def _json_objects(path: Path, decoded: Decoded, out: _Collector
             obj = json.loads(line)
         except json.JSONDecodeError as exc:
             out.unreadable(where, f"invalid JSON ({exc.msg} at column {exc.colno})")
+            continue
+        except RecursionError:
+            out.unreadable(where, "invalid JSON (nested too deeply)")
             continue
         if not isinstance(obj, dict):
             out.unreadable(where, f"expected a JSON object, got {type(obj).__name__}")
@@ -528,7 +531,7 @@ def _first_object_keys(text: str) -> set[str]:
     for line in text.split("\n")[:50]:
         try:
             obj = json.loads(line)
-        except json.JSONDecodeError:
+        except (json.JSONDecodeError, RecursionError):
             continue
         if isinstance(obj, dict):
             return set(obj)
@@ -587,7 +590,7 @@ def read_questions(path: Path, *, source: str | None = None, format: str = "auto
         used, encodings = {first}, {encoding}
     out.report.format = "+".join(sorted(used)) or format
     out.report.encoding = "+".join(sorted(encodings)) or "utf-8"
-    return out.questions, out.report
+    return [clean_record(q) for q in out.questions], out.report
 
 
 def _read_directory(root: Path, format: str, source: str | None, out: _Collector

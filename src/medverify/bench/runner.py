@@ -66,7 +66,9 @@ AskProgress = Callable[[str, int, int], None]
 """Called with (model label, questions done, questions total)."""
 
 NOT_AUDITED = (ReplyStatus.ERROR, ReplyStatus.EMPTY, ReplyStatus.REFUSAL)
-"""Replies whose answer is not decomposed into claims (they still count in every metric)."""
+"""Replies whose answer is not decomposed into claims: their URLs count in URL validity;
+having no statement, they are outside statement- and response-level support (the report
+says how many answers that leaves out per model)."""
 
 _FRESH_PATHS = ("run.json", "questions.jsonl", "replies.jsonl", "audit", "summary.json",
                 "report.html", "exports", "timing.json", "question_import.json")
@@ -338,6 +340,14 @@ class BenchRunner:
                 f"{root} is a study of the models {_names(manifest.models)}, not "
                 f"{_names(self.models)}; {hint}"
             )
+        if manifest.judge and manifest.judge != self.judge_id:
+            raise ConfigError(f"{root} was judged by {manifest.judge}, not {self.judge_id}: "
+                              f"one study, one judge; {hint}")
+        changed = {k for k, v in self.prompt_versions.items()
+                   if manifest.prompt_versions.get(k, v) != v}
+        if changed:
+            raise ConfigError(f"{root} used other prompt versions for "
+                              f"{', '.join(sorted(changed))}; {hint}")
 
     def _clear(self) -> None:
         for name in _FRESH_PATHS:
