@@ -241,6 +241,16 @@ def test_generate_to_file_resumes_and_retries_failures(tmp_path: Path) -> None:
     asyncio.run(third.generate_to_file(documents, source="mayo", out=out))
     assert provider3.requests == []
 
+    # another source, or a changed document, is asked again
+    fourth, provider4 = make()
+    renamed = asyncio.run(fourth.generate_to_file(documents[:1], source="nhs", out=out))
+    assert len(provider4.requests) == 1 and renamed[0].question is not None
+    assert renamed[0].question.source == "nhs"
+    fifth, provider5 = make()
+    edited = doc("ok2", "ASTHMA, revised")
+    asyncio.run(fifth.generate_to_file([edited], source="mayo", out=out))
+    assert len(provider5.requests) == 1
+
 
 def test_generate_to_file_survives_a_truncated_last_line(tmp_path: Path) -> None:
     out = tmp_path / "generated.jsonl"

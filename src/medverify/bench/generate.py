@@ -97,10 +97,13 @@ class QuestionGenerator:
                                out: Path) -> list[GeneratedQuestion]:
         """Like :meth:`generate`, appending each result to ``out`` (JSONL) as it comes.
 
-        Documents whose doc_id already has an ``ok`` result in ``out`` are not asked again
-        (their stored result is returned); ``invalid`` and ``error`` ones are retried.
+        Documents whose doc_id already has an ``ok`` result in ``out`` for the same source
+        and the same document text are not asked again (their stored result is returned);
+        ``invalid`` and ``error`` ones, and documents that changed, are asked (again).
         """
-        done = {g.doc_id: g for g in load_generated(out) if g.status == GenerationStatus.OK}
+        texts = {d.doc_id: d.text for d in documents}
+        done = {g.doc_id: g for g in load_generated(out)
+                if g.status == GenerationStatus.OK and _still_valid(g, texts, source)}
         pending = [d for d in documents if d.doc_id not in done]
         limit = asyncio.Semaphore(self.concurrency)
         out.parent.mkdir(parents=True, exist_ok=True)
@@ -196,3 +199,11 @@ def generated_questions(results: Sequence[GeneratedQuestion]) -> list[Question]:
     """The questions of the ``ok`` results, in order."""
     return [r.question for r in results
             if r.status == GenerationStatus.OK and r.question is not None]
+
+
+def _still_valid(result: GeneratedQuestion, texts: dict[str, str], source: str) -> bool:
+    """A stored question still answers this run: same source, same document text."""
+    question = result.question
+    if question is None or question.source != source or result.doc_id not in texts:
+        return False
+    return question.reference is None or question.reference.text == texts[result.doc_id]
