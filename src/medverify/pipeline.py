@@ -65,6 +65,24 @@ async def close_owned(owned: Sequence[object]) -> None:
             await resource.aclose()
 
 
+async def run_recorded(answers: Sequence[Answer], work: Callable[[int, Answer], Awaitable[T]],
+                       *, finish: Callable[[str, str | None], None],
+                       empty: Callable[[T], bool], what: str, concurrency: int = 4,
+                       progress: Progress | None = None) -> list[T]:
+    """:func:`run_each`, then ``finish(status, error)`` for the run record: ``interrupted``
+    (and re-raised) when it stops, ``error`` when some answer produced no ``what``, else
+    ``done``."""
+    try:
+        results = await run_each(answers, work, concurrency=concurrency, progress=progress)
+    except BaseException as exc:
+        finish("interrupted", f"{type(exc).__name__}: {exc}")
+        raise
+    failed = sum(1 for r in results if empty(r))
+    finish("error" if failed else "done",
+           f"{failed} of {len(results)} answers produced no {what}" if failed else None)
+    return results
+
+
 def open_kb(config: Config) -> KnowledgeBase:
     """The configured knowledge base, or a ConfigError that says how to get one."""
     if config.kb is None:
@@ -272,18 +290,10 @@ class Checker:
                                   notes=report.notes)
             return report
 
-        try:
-            reports = await run_each(answers, one, concurrency=concurrency, progress=progress)
-        except BaseException as exc:
-            self._finish(store, run_id, "interrupted", f"{type(exc).__name__}: {exc}")
-            raise
-        failed = sum(1 for r in reports if not r.results)
-        self._finish(
-            store,
-            run_id,
-            "done" if not failed else "error",
-            f"{failed} of {len(reports)} answers produced no result" if failed else None,
-        )
+        reports = await run_recorded(
+            answers, one, finish=lambda status, error: self._finish(store, run_id, status, error),
+            empty=lambda r: not r.results, what="result", concurrency=concurrency,
+            progress=progress)
         return [r.model_copy(update={"usage": self.ledger.as_dict()}) for r in reports]
 
     def _start(self, store: RunStore | None) -> str | None:

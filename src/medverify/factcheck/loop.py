@@ -59,7 +59,7 @@ from medverify.judge import Judge, JudgeItem, judge_options, make_judge
 from medverify.kb import KnowledgeBase
 from medverify.kb.embed import Embedder
 from medverify.llm.facade import Model, UsageLedger, get_model
-from medverify.pipeline import close_owned, open_kb, run_each, validate_answer
+from medverify.pipeline import close_owned, open_kb, run_recorded, validate_answer
 from medverify.records import Answer, Category, Claim, Passage, Source, Span, Usage, Verdict
 from medverify.retrieve import rrf
 from medverify.store.runs import RunStore
@@ -468,15 +468,9 @@ class FactChecker:
                 store.save_factcheck(run_id, position, answer.id, report)
             return report
 
-        try:
-            reports = await run_each(answers, one, concurrency=concurrency, progress=progress)
-        except BaseException as exc:
-            self._finish(store, run_id, "interrupted", f"{type(exc).__name__}: {exc}")
-            raise
-        failed = sum(1 for r in reports if not r.facts)
-        error = f"{failed} of {len(reports)} answers produced no fact" if failed else None
-        self._finish(store, run_id, "error" if failed else "done", error)
-        return list(reports)
+        return await run_recorded(
+            answers, one, finish=lambda status, error: self._finish(store, run_id, status, error),
+            empty=lambda r: not r.facts, what="fact", concurrency=concurrency, progress=progress)
 
     def _start(self, store: RunStore | None) -> str | None:
         if store is None:
