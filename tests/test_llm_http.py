@@ -68,7 +68,7 @@ def test_retry_after_is_capped_by_backoff_max() -> None:
     with FakeChatServer("ok", script=storm) as server:
         started = time.perf_counter()
         assert asyncio.run(ask(model_for(server))) == "ok"
-    assert time.perf_counter() - started < 2.0
+    assert time.perf_counter() - started < 10.0  # uncapped, it would wait 2 x 30 s
 
 
 def test_500_until_retries_run_out() -> None:

@@ -345,7 +345,7 @@ def test_slow_drip_is_cut_by_the_total_timeout() -> None:
     started = time.monotonic()
     _, source = one({"/drip": drip}, "/drip", settings=settings(total_timeout_s=0.5))
     assert source.failure is FetchFailure.TIMEOUT and "total time" in (source.reason or "")
-    assert time.monotonic() - started < 3
+    assert time.monotonic() - started < 15  # the drip alone would last 50 s
 
 
 def test_silent_server_hits_the_read_timeout() -> None:
