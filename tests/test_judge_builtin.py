@@ -234,3 +234,23 @@ def test_is_verbatim_needs_whole_sentences(claim: str, expected: bool) -> None:
     from medverify.judge.builtin import is_verbatim
 
     assert is_verbatim(claim, METFORMIN.text) is expected
+
+
+def test_each_passage_is_decided_on_its_own_before_the_claim() -> None:
+    # One passage passing both thresholds decides for the larger label (the calibrated rule);
+    # only two passages that disagree make a JUDGMENT_ERROR.
+    table = {
+        ("one", METFORMIN.text): [0.8, 0.5, 0.0],
+        ("one", ASPIRIN.text): [0.1, 0.1, 0.8],
+        ("two", METFORMIN.text): [0.8, 0.5, 0.0],
+        ("two", ASPIRIN.text): [0.1, 0.6, 0.3],
+    }
+    judge = BuiltinJudge(TableVerifier(table), support_threshold=0.4, contradict_threshold=0.4)
+    one, two = _judge(judge, [_item("c1", "one", METFORMIN, ASPIRIN),
+                              _item("c2", "two", METFORMIN, ASPIRIN)])
+    assert one.category == Category.FACT
+    assert one.counterfactual is not None and not one.counterfactual.holds
+    assert "supported the claim more strongly" in (one.counterfactual.reason or "")
+    assert two.category == Category.JUDGMENT_ERROR
+    assert two.counterfactual is not None and two.counterfactual.passage_id == "asp#0"
+    assert two.factual is not None and two.factual.passage_id == "met#0"

@@ -1,17 +1,19 @@
 """Built-in judge: the shipped cross-encoder verifier, offline, no model calls.
 
 Every (claim, passage) pair of a call is scored in one batched ``predict``; long passages
-are split into windows by the verifier and aggregated there. Per claim, the largest
-P(SUPPORTED) over its passages drives the factual analysis and the largest P(CONTRADICTED)
-the counterfactual one:
+are split into windows by the verifier and aggregated there. Each passage is first decided on
+its own with the rule the thresholds were calibrated for (``medverify.verifier.decide``): it
+supports the claim if P(SUPPORTED) >= the support threshold, contradicts it if
+P(CONTRADICTED) >= the contradict threshold, and when both pass, the larger of the two wins
+(one passage cannot do both). Then, per claim:
 
-- ``factual.holds``        = max_p P(SUPPORTED | claim, p)    >= support threshold
-- ``counterfactual.holds`` = max_p P(CONTRADICTED | claim, p) >= contradict threshold
+- ``factual.holds``        = some passage supports the claim
+- ``counterfactual.holds`` = some passage contradicts the claim
 
 so the four CHECK categories follow from ``records.categorize`` exactly as for the LLM
-judge. The thresholds are the ones calibrated with the verifier (recorded in its metadata)
-unless overridden. A failure of the verifier makes Verdicts with ``error`` set, never a
-category.
+judge: JUDGMENT_ERROR means two passages disagree. The thresholds are the ones calibrated
+with the verifier (recorded in its metadata) unless overridden. A failure of the verifier
+makes Verdicts with ``error`` set, never a category.
 """
 
 from __future__ import annotations
@@ -67,6 +69,16 @@ class ClaimScores:
             return 0.0, None
         row = int(np.argmax(self.probs[:, label]))
         return float(self.probs[row, label]), self.item.passages[row]
+
+    def deciding(self, label: int, thresholds: tuple[float, float]) -> int | None:
+        """The row of the passage that decides ``label`` for the claim, or None: among the
+        passages whose own decision (:func:`passage_label`) is ``label``, the one with the
+        highest probability of it."""
+        probs = self.probs
+        if probs is None:
+            return None
+        rows = [r for r, row in enumerate(probs) if passage_label(row, thresholds) == label]
+        return max(rows, key=lambda r: float(probs[r, label])) if rows else None
 
     def maxima(self) -> dict[str, float]:
         if self.probs is None or not len(self.probs):
@@ -172,15 +184,24 @@ class BuiltinJudge:
         )
 
     def _analysis(self, scores: ClaimScores, label: int, threshold: float) -> Analysis:
-        p, passage = scores.best(label)
+        thresholds = (self.support_threshold, self.contradict_threshold)
+        row = scores.deciding(label, thresholds)
+        holds = row is not None
+        if row is not None and scores.probs is not None:
+            p, passage = float(scores.probs[row, label]), scores.item.passages[row]
+        else:
+            p, passage = scores.best(label)
         assert passage is not None
-        holds = p >= threshold
         name = "supported" if label == SUPPORTED else "contradicted"
         digits = 2 if round(p, 2) != round(threshold, 2) else 3  # never "0.40 below 0.40"
         reason = (
             f"P({name})={p:.{digits}f} in passage {_describe(passage)} "
-            f"({'at or above' if holds else 'below'} the threshold {threshold:.{digits}f})"
+            f"({'at or above' if p >= threshold else 'below'} the threshold "
+            f"{threshold:.{digits}f})"
         )
+        if not holds and p >= threshold:
+            other = "supported" if label == CONTRADICTED else "contradicted"
+            reason += f", but that passage {other} the claim more strongly"
         if label == SUPPORTED and holds and is_verbatim(scores.item.claim.text, passage.text):
             reason = f"the claim is stated verbatim in passage {_describe(passage)}"
         wanted = holds and self.quotes
@@ -216,6 +237,19 @@ class BuiltinJudge:
         out["threshold_support"] = self.support_threshold
         out["threshold_contradict"] = self.contradict_threshold
         return out
+
+
+def passage_label(probs: Sequence[float], thresholds: tuple[float, float]) -> int | None:
+    """One passage's decision, as :func:`medverify.verifier.decide` makes it: SUPPORTED if only
+    P(S) passes its threshold, CONTRADICTED if only P(C) does, the larger if both (ties go to
+    SUPPORTED), None (not enough information) if neither."""
+    p_s, p_c = float(probs[SUPPORTED]), float(probs[CONTRADICTED])
+    support, contradict = p_s >= thresholds[SUPPORTED], p_c >= thresholds[CONTRADICTED]
+    if support and contradict:
+        return SUPPORTED if p_s >= p_c else CONTRADICTED
+    if support or contradict:
+        return SUPPORTED if support else CONTRADICTED
+    return None
 
 
 def _threshold(override: float | None, thresholds: dict[str, float], key: str) -> float:

@@ -129,18 +129,16 @@ def decide(probs: np.ndarray, thresholds: dict[str, float]) -> list[str]:
     """3-way labels with the built-in judge's rule for one passage.
 
     s = P(S) >= t_s, c = P(C) >= t_c: SUPPORTED if only s, CONTRADICTED if only c, the larger
-    of P(S) and P(C) if both (the judge's JUDGMENT_ERROR resolved as ``eval pairs`` does),
-    NOT_ENOUGH_INFO if neither.
+    of P(S) and P(C) if both (ties to SUPPORTED), NOT_ENOUGH_INFO if neither
+    (:func:`medverify.judge.builtin.passage_label`, which the judge applies per passage).
     """
+    from medverify.judge.builtin import passage_label
+
+    pair = (thresholds["support"], thresholds["contradict"])
     labels = []
-    for p_s, p_c, _ in np.asarray(probs, dtype=np.float64):
-        support, contradict = p_s >= thresholds["support"], p_c >= thresholds["contradict"]
-        if support and contradict:
-            labels.append(LABELS[0] if p_s >= p_c else LABELS[1])
-        elif support or contradict:
-            labels.append(LABELS[0] if support else LABELS[1])
-        else:
-            labels.append(LABELS[2])
+    for row in np.asarray(probs, dtype=np.float64):
+        label = passage_label(row, pair)
+        labels.append(LABELS[2] if label is None else LABELS[label])
     return labels
 
 
