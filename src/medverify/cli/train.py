@@ -39,7 +39,7 @@ def train() -> None:
     default=None,
     help="Output weights folder (default: the package's shipped weights folder).",
 )
-@click.option("--epochs", type=int, default=3, show_default=True)
+@click.option("--epochs", type=int, default=6, show_default=True)
 @click.option("--seed", type=int, default=13, show_default=True)
 @click.option("--threads", type=int, default=2, show_default=True)
 @click.option("--n-layers", type=int, default=4, show_default=True, help="Encoder layers kept.")
@@ -50,8 +50,8 @@ def train() -> None:
     show_default=True,
     help="Lower layers kept frozen (their outputs are cached once).",
 )
-@click.option("--lr-layers", type=float, default=1e-4, show_default=True)
-@click.option("--lr-head", type=float, default=1e-3, show_default=True)
+@click.option("--lr-layers", type=float, default=4e-4, show_default=True)
+@click.option("--lr-head", type=float, default=2e-3, show_default=True)
 @click.option("--batch-size", type=int, default=32, show_default=True)
 @click.option(
     "--nei-extra-windows",

@@ -51,10 +51,10 @@ class TrainConfig(BaseModel):
     n_layers: int = 4
     frozen_layers: int = 3
     max_tokens: int = 256
-    epochs: int = 3
+    epochs: int = 6
     batch_size: int = 32
-    lr_layers: float = 1e-4
-    lr_head: float = 1e-3
+    lr_layers: float = 4e-4
+    lr_head: float = 2e-3
     warmup: float = 0.1
     weight_decay: float = 0.01
     val_frac: float = 0.15
