@@ -13,7 +13,7 @@ from medverify.errors import ConfigError
 from medverify.judge import JudgeItem, judge_options, make_judge
 from medverify.judge.builtin import BuiltinJudge, best_sentence, truncate_words
 from medverify.records import Category, Claim, Passage
-from medverify.testing.verifier import FailingVerifier, LexicalVerifier
+from medverify.testing.verifier import FailingVerifier, LexicalVerifier, TableVerifier
 
 METFORMIN = Passage(
     id="met#0",
@@ -28,21 +28,6 @@ ASPIRIN = Passage(
     title="Aspirin",
     text="Low-dose aspirin reduces the risk of heart attack in some adults.",
 )
-
-
-class TableVerifier:
-    """Returns fixed probabilities per (claim, passage text) and counts predict calls."""
-
-    id = "table"
-
-    def __init__(self, table: dict[tuple[str, str], list[float]]) -> None:
-        self.thresholds = {"support": 0.5, "contradict": 0.6}
-        self.table = table
-        self.calls: list[int] = []
-
-    def predict(self, pairs: Sequence[tuple[str, str]], batch_size: int = 32) -> np.ndarray:
-        self.calls.append(len(pairs))
-        return np.asarray([self.table[p] for p in pairs], dtype=np.float32)
 
 
 def _item(cid: str, text: str, *passages: Passage) -> JudgeItem:

@@ -19,7 +19,7 @@ from medverify.report.terminal import summary_lines
 from medverify.store.runs import RunStore
 from medverify.testing import ScriptedProvider
 from medverify.testing.judge import keyword_rule, scripted_judge
-from medverify.testing.verifier import FailingVerifier, LexicalVerifier
+from medverify.testing.verifier import FailingVerifier, LexicalVerifier, TableVerifier
 
 DOSE = Passage(
     id="met#0",
@@ -58,6 +58,22 @@ def test_confident_claims_skip_the_llm_and_the_rest_go_to_it() -> None:
     assert verdicts[1].category == Category.FACT  # the scripted LLM says so
     assert verdicts[1].probabilities is not None  # built-in numbers kept for comparison
     assert verdicts[2].category == Category.COVERAGE_GAP
+    assert model.usage["judge"].calls == 1
+
+
+def test_a_passage_passing_both_thresholds_is_not_confident() -> None:
+    # P(S) 0.95 beats P(C) 0.7 in the same passage, so the built-in verdict is FACT, but a
+    # passage that also passes the contradiction threshold is not a confident FACT.
+    table = {
+        ("mixed", DOSE.text): [0.95, 0.7, 0.0],
+        ("clean", DOSE.text): [0.95, 0.1, 0.0],
+    }
+    model, _ = _model()
+    judge = CascadeJudge(model, verifier=TableVerifier(table), high=0.9, low=0.1)
+    items = [_item("c1", "mixed", DOSE), _item("c2", "clean", DOSE)]
+    mixed, clean = asyncio.run(judge.judge(items))
+    assert mixed.judge.startswith("llm:")
+    assert clean.judge == "builtin:table" and clean.category == Category.FACT
     assert model.usage["judge"].calls == 1
 
 

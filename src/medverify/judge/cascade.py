@@ -3,8 +3,10 @@ judge the rest.
 
 A claim is *settled* by the built-in judge when its verdict is
 
-- ``FACT`` with max P(SUPPORTED) >= ``high``, or
-- ``HALLUCINATION`` with max P(CONTRADICTED) >= ``high``, or
+- ``FACT`` with max P(SUPPORTED) >= ``high`` and no passage's P(CONTRADICTED) at or above
+  its threshold, or
+- ``HALLUCINATION`` with max P(CONTRADICTED) >= ``high`` and no passage's P(SUPPORTED) at or
+  above its threshold, or
 - ``COVERAGE_GAP`` with both maxima <= ``low`` (every passage is clearly off the point).
 
 Everything else (in-between probabilities, ``JUDGMENT_ERROR``, a verifier error) goes to the
@@ -77,10 +79,12 @@ class CascadeJudge:
         p_support, _ = scores.best(SUPPORTED)
         p_contradict, _ = scores.best(CONTRADICTED)
         category = verdict.category
+        # A passage that passes both thresholds is decided by the larger probability, but
+        # that is not confidence: such claims go to the LLM judge.
         if category == Category.FACT:
-            return p_support >= self.high
+            return p_support >= self.high and p_contradict < self.builtin.contradict_threshold
         if category == Category.HALLUCINATION:
-            return p_contradict >= self.high
+            return p_contradict >= self.high and p_support < self.builtin.support_threshold
         if category == Category.COVERAGE_GAP:
             return max(p_support, p_contradict) <= self.low
         return False

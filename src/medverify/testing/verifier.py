@@ -64,3 +64,24 @@ class FailingVerifier(LexicalVerifier):
 
     def predict(self, pairs: Sequence[tuple[str, str]], batch_size: int = 32) -> np.ndarray:
         raise RuntimeError("out of memory")
+
+
+class TableVerifier:
+    """Returns fixed probabilities per (claim, passage text) and counts predict calls."""
+
+    id = "table"
+
+    def __init__(
+        self,
+        table: dict[tuple[str, str], list[float]],
+        *,
+        support: float = 0.5,
+        contradict: float = 0.6,
+    ) -> None:
+        self.thresholds = {"support": support, "contradict": contradict}
+        self.table = table
+        self.calls: list[int] = []
+
+    def predict(self, pairs: Sequence[tuple[str, str]], batch_size: int = 32) -> np.ndarray:
+        self.calls.append(len(pairs))
+        return np.asarray([self.table[p] for p in pairs], dtype=np.float32).reshape(-1, 3)
