@@ -93,6 +93,28 @@ def open_kb(config: Config) -> KnowledgeBase:
     return KnowledgeBase.open(config.kb, retrieval=config.retrieval)
 
 
+def open_kb_and_model(
+    config: Config,
+    *,
+    kb: KnowledgeBase | None,
+    model: Model | None,
+    ledger: UsageLedger,
+) -> tuple[KnowledgeBase, Model | None, UsageLedger, list[object]]:
+    """The KB and model a run uses: the ones given, else opened from ``config`` (the model
+    only when one is configured). Returns them with the usage ledger (the given model's own,
+    else ``ledger``) and the list of what was opened here, for :func:`close_owned`."""
+    owned: list[object] = []
+    if kb is None:
+        kb = open_kb(config)
+        owned.append(kb)
+    if model is not None:
+        return kb, model, model.usage, owned
+    if config.model:
+        model = get_model(config.model, config.llm, cache_path=_cache_path(config), ledger=ledger)
+        owned.append(model)
+    return kb, model, ledger, owned
+
+
 def validate_answer(answer: Answer, max_chars: int) -> None:
     """Refuse input that cannot be checked, with a message the user can act on."""
     if not answer.text.strip():
@@ -123,16 +145,9 @@ class Checker:
     def from_config(
         cls, config: Config, *, kb: KnowledgeBase | None = None, model: Model | None = None
     ) -> Checker:
-        owned: list[object] = []
-        if kb is None:
-            kb = open_kb(config)
-            owned.append(kb)
-        ledger = model.usage if model is not None else UsageLedger()
-        if model is None and config.model:
-            model = get_model(
-                config.model, config.llm, cache_path=_cache_path(config), ledger=ledger
-            )
-            owned.append(model)
+        kb, model, ledger, owned = open_kb_and_model(
+            config, kb=kb, model=model, ledger=UsageLedger()
+        )
         judge_name = config.judge_name
         risk = None
         if config.risk.classifier is not None:

@@ -58,8 +58,8 @@ from medverify.factcheck.rewrite import (
 from medverify.judge import Judge, JudgeItem, judge_options, make_judge
 from medverify.kb import KnowledgeBase
 from medverify.kb.embed import Embedder
-from medverify.llm.facade import Model, UsageLedger, get_model
-from medverify.pipeline import close_owned, open_kb, run_recorded, validate_answer
+from medverify.llm.facade import Model, UsageLedger
+from medverify.pipeline import close_owned, open_kb_and_model, run_recorded, validate_answer
 from medverify.records import Answer, Category, Claim, Passage, Source, Span, Usage, Verdict
 from medverify.retrieve import rrf
 from medverify.store.runs import RunStore
@@ -245,15 +245,8 @@ class FactChecker:
                     embedder: Embedder | None = None) -> FactChecker:
         """Load the pieces: the LLM rewriter and final rewrite when a model is configured
         (or given), else the extractive ones; the judge named by ``config.judge_name``."""
-        owned: list[object] = []
-        if kb is None:
-            kb = open_kb(config)
-            owned.append(kb)
-        ledger = model.usage if model is not None else ScopedLedger()
-        if model is None and config.model:
-            cache = config.request_cache_path if config.llm.cache else None
-            model = get_model(config.model, config.llm, cache_path=cache, ledger=ledger)
-            owned.append(model)
+        kb, model, ledger, owned = open_kb_and_model(config, kb=kb, model=model,
+                                                     ledger=ScopedLedger())
         settings = config.factcheck
         if settings.trace == "llm" and model is None:
             raise ConfigError("tracing with trace = 'llm' needs a model: pass --model SPEC "
