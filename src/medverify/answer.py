@@ -23,6 +23,7 @@ from medverify.kb import KnowledgeBase
 from medverify.kb.store import Mode
 from medverify.llm.base import Completion, Message
 from medverify.llm.facade import Model, get_model
+from medverify.pipeline import open_kb
 from medverify.prompts import load_prompt
 from medverify.prompts.untrusted import defuse, fence_id, fenced
 from medverify.records import Passage, Usage
@@ -131,11 +132,7 @@ def _open_kb(kb: KnowledgeBase | str | Path | None,
     """The KB given (left open), or the one at the path given or configured (closed after)."""
     if isinstance(kb, KnowledgeBase):
         return contextlib.nullcontext(kb)
-    path = kb or config.kb
-    if path is None:
-        raise ConfigError("no knowledge base given: pass --kb DIR (build one with "
-                          "`medverify kb ingest PATH --kb DIR`)")
-    return KnowledgeBase.open(path, retrieval=config.retrieval)
+    return open_kb(config.model_copy(update={"kb": Path(kb)}) if kb is not None else config)
 
 
 async def aanswer_question(question: str, *, kb: KnowledgeBase | str | Path | None = None,

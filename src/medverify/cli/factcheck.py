@@ -29,6 +29,7 @@ from medverify.factcheck.report import print_factcheck, write_factcheck_html
 from medverify.inputs import read_answers
 from medverify.kb import KnowledgeBase
 from medverify.llm.facade import Model, get_model
+from medverify.pipeline import open_kb
 from medverify.records import Answer
 from medverify.report.render_json import atomic_write_text
 from medverify.store.runs import RunStore
@@ -136,13 +137,6 @@ def _read_input(input_file: str, question: str | None) -> list[Answer]:
     return parsed.answers
 
 
-def _open_kb(config: Config) -> KnowledgeBase:
-    if config.kb is None:
-        raise ConfigError("no knowledge base given: pass --kb DIR (build one with "
-                          "`medverify kb ingest PATH --kb DIR`)")
-    return KnowledgeBase.open(Path(config.kb), retrieval=config.retrieval)
-
-
 def _model(config: Config) -> Model | None:
     if not config.model:
         return None
@@ -155,7 +149,7 @@ def _model(config: Config) -> Model | None:
 
 async def _run(config: Config, answers: list[Answer], question: str | None, *,
                baseline: bool, record: bool) -> Outcome:
-    with _open_kb(config) as kb:
+    with open_kb(config) as kb:
         model = _model(config)
         try:
             return await _run_with(config, kb, model, answers, question, baseline=baseline,
