@@ -9,7 +9,7 @@ $(BIN)/.installed: pyproject.toml
 	$(BIN)/pip install -q -e '.[dev]'
 	touch $@
 
-.PHONY: setup demo test lint
+.PHONY: setup demo test lint test-faults
 setup: $(BIN)/.installed
 
 demo: setup
@@ -20,3 +20,7 @@ lint: setup
 
 test: setup lint
 	$(BIN)/pytest -q
+
+# The standing fault suite (kill -9 and resume, parser fuzzing, corrupted files, injection).
+test-faults: setup
+	$(BIN)/pytest -q -m faults
