@@ -84,18 +84,20 @@ def test_duplicate_results_are_an_error() -> None:
     assert parse_judge_output(raw, ["C1"], PASSAGES)["C1"] == "duplicate results for this claim"
 
 
-def test_invented_quote_is_flagged() -> None:
+def test_invented_quote_is_flagged_and_not_counted() -> None:
     entry = _entry("C1", True, False)
     entry["factual"]["quote"] = "metformin cures diabetes"
     factual, _ = parse_judge_output(json.dumps({"results": [entry]}), ["C1"], PASSAGES)["C1"]
     assert factual.quote_found is False
+    assert factual.verified is False and not factual.counts
+    assert factual.shown_quote is None
 
 
-def test_unknown_passage_label_is_dropped() -> None:
+def test_unknown_passage_label_is_an_error() -> None:
     entry = _entry("C1", True, False)
     entry["factual"]["passage"] = "P77"
-    factual, _ = parse_judge_output(json.dumps({"results": [entry]}), ["C1"], PASSAGES)["C1"]
-    assert factual.passage_id is None
+    parsed = parse_judge_output(json.dumps({"results": [entry]}), ["C1"], PASSAGES)["C1"]
+    assert isinstance(parsed, str) and "P77" in parsed and "not shown" in parsed
 
 
 def _item(cid: str, *pids: str) -> JudgeItem:

@@ -203,6 +203,25 @@ class Analysis(_Record):
     quote: str | None = None
     quote_found: bool | None = None
     reason: str | None = None
+    verified: bool | None = Field(
+        default=None,
+        description="For a judge that must quote its evidence (the LLM judge), whether a "
+        "holding analysis rests on a quote found in a passage shown to it; False means the "
+        "analysis is kept for the record but does not count. None: not checked.",
+    )
+
+    @property
+    def counts(self) -> bool:
+        """Whether this analysis counts towards the category: it holds, and its evidence
+        was not found to be invented (``verified`` is not False)."""
+        return self.holds and self.verified is not False
+
+    @property
+    def shown_quote(self) -> str | None:
+        """The quote, when it may be displayed as evidence (not one found to be invented)."""
+        if self.quote_found is False or self.verified is False:
+            return None
+        return self.quote
 
 
 class Verdict(_Record):
@@ -232,14 +251,14 @@ class Verdict(_Record):
         if not self.ok:
             return None
         assert self.factual is not None and self.counterfactual is not None
-        return evidence_label(self.factual.holds, self.counterfactual.holds)
+        return evidence_label(self.factual.counts, self.counterfactual.counts)
 
     @property
     def category(self) -> Category:
         if not self.ok:
             return Category.ERROR
         assert self.factual is not None and self.counterfactual is not None
-        return categorize(self.factual.holds, self.counterfactual.holds)
+        return categorize(self.factual.counts, self.counterfactual.counts)
 
 
 class ClaimResult(_Record):
@@ -254,6 +273,11 @@ class ClaimResult(_Record):
     evidence_quote: str | None = None
     error: str | None = None
     hallucination_risk: float | None = None  # the risk stage's probability, when it ran
+    warnings: list[str] = Field(
+        default_factory=list,
+        description="Why part of the judge's output was not counted (e.g. an analysis whose "
+        "quote is not in the passage it names).",
+    )
 
     @classmethod
     def from_verdict(cls, claim: Claim, passages: list[Passage], verdict: Verdict) -> ClaimResult:
@@ -266,13 +290,26 @@ class ClaimResult(_Record):
             category=category,
             score=CATEGORY_SCORE.get(category),
             evidence_passage_id=deciding.passage_id if deciding else None,
-            evidence_quote=deciding.quote if deciding else None,
+            evidence_quote=deciding.shown_quote if deciding else None,
             error=verdict.error,
+            warnings=verdict_warnings(verdict),
         )
 
     @classmethod
     def failed(cls, claim: Claim, error: str, passages: list[Passage] | None = None) -> ClaimResult:
         return cls(claim=claim, passages=passages or [], category=Category.ERROR, error=error)
+
+
+def verdict_warnings(verdict: Verdict) -> list[str]:
+    """One line per holding analysis that was not counted because its evidence is unverified."""
+    warnings = []
+    for analysis, key in ((verdict.factual, "supported"), (verdict.counterfactual, "contradicted")):
+        if analysis is None or not analysis.holds or analysis.verified is not False:
+            continue
+        where = f"passage {analysis.passage_id}" if analysis.passage_id else "no passage"
+        why = "quoted nothing from it" if not analysis.quote else "its quote is not in it"
+        warnings.append(f"judge said {key} citing {where}, but {why}: not counted")
+    return warnings
 
 
 def _deciding_analysis(verdict: Verdict, category: Category) -> Analysis | None:

@@ -211,9 +211,9 @@ class ExtractiveRewriter:
     def one(self, text: str, passages: Sequence[Passage], verdict: Verdict | None) -> Rewrite:
         analysis = verdict.counterfactual if verdict is not None else None
         passage = None
-        if analysis is not None and analysis.holds and analysis.passage_id:
+        if analysis is not None and analysis.counts and analysis.passage_id:
             passage = next((p for p in passages if p.id == analysis.passage_id), None)
-        quote = analysis.quote if analysis is not None and analysis.holds else None
+        quote = analysis.shown_quote if analysis is not None and analysis.counts else None
         sentence = quote or (best_sentence(text, passage.text) if passage else None)
         if not sentence:
             return Rewrite(before=text, mode="extractive",

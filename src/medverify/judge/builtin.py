@@ -32,6 +32,7 @@ import numpy as np
 
 from medverify.errors import ConfigError, MedverifyError
 from medverify.judge import JudgeItem
+from medverify.judge.evidence import quote_in_passage
 from medverify.records import Analysis, Passage, Verdict
 
 log = logging.getLogger(__name__)
@@ -309,10 +310,6 @@ def is_verbatim(claim: str, passage: str) -> bool:
     return False
 
 
-def _normalise(text: str) -> str:
-    return " ".join(text.split()).casefold()
-
-
 def _share_in(words: set[str], region: set[str]) -> float:
     """The share of ``words`` found in ``region`` (word sets survive a tokenizer's decode)."""
     return len(words & region) / len(words) if words else 0.0
@@ -349,9 +346,3 @@ def best_sentence(claim: str, text: str, *, within: str | None = None) -> str | 
     target = _words(claim)
     best = max(candidates, key=lambda s: (len(target & _words(s)), -len(s)))
     return truncate_words(best)
-
-
-def quote_in_passage(quote: str, passage: Passage) -> bool:
-    """Whether ``quote`` appears in the passage (whitespace and case normalised)."""
-    needle = _normalise(quote)
-    return bool(needle) and needle in _normalise(passage.text)

@@ -17,6 +17,7 @@ from typing import Any
 
 from medverify.errors import MedverifyError, ParseError
 from medverify.judge import JudgeItem
+from medverify.judge.evidence import UnknownPassage, resolve_passage, verify_analysis
 from medverify.llm.facade import Model
 from medverify.prompts import Prompt, load_prompt
 from medverify.prompts.untrusted import fence_id, fenced, load_json_reply
@@ -225,33 +226,26 @@ def _entry(entry: dict[str, Any], passages: dict[str, Passage]) -> _Parsed:
 
 
 def _analysis(block: Any, key: str, passages: dict[str, Passage]) -> Analysis:
+    """One analysis, its evidence checked (``judge.evidence``): a passage label the judge was
+    not shown raises (the claim becomes ERROR); a holding analysis whose quote is not in the
+    passage it names is kept with ``verified=False`` and does not count."""
     if not isinstance(block, dict):
         raise ValueError(f"missing analysis object for '{key}'")
     holds = block.get(key)
     if not isinstance(holds, bool):
         raise ValueError(f"'{key}' must be true or false, got {holds!r}")
-    label = block.get("passage")
-    passage = passages.get(label) if isinstance(label, str) else None
+    try:
+        passage = resolve_passage(block.get("passage"), passages)
+    except UnknownPassage as exc:
+        raise ValueError(f"'{key}' analysis {exc}") from None
     quote = block.get("quote") if isinstance(block.get("quote"), str) else None
     reason = block.get("reasoning") if isinstance(block.get("reasoning"), str) else None
     if key == "contradicted" and isinstance(block.get("negation"), str) and reason:
         reason = f"Negation: {block['negation']} — {reason}"
-    return Analysis(
+    analysis = Analysis(
         holds=holds,
         passage_id=passage.id if passage else None,
-        quote=quote or None,
-        quote_found=_quote_found(quote, passage, passages) if quote else None,
+        quote=quote.strip() or None if quote else None,
         reason=reason,
     )
-
-
-def _normalise(text: str) -> str:
-    return " ".join(text.split()).casefold().strip(" .\"'")
-
-
-def _quote_found(quote: str, passage: Passage | None, passages: dict[str, Passage]) -> bool:
-    needle = _normalise(quote)
-    if not needle:
-        return False
-    pool = [passage] if passage else list(passages.values())
-    return any(needle in _normalise(p.text) for p in pool)
+    return verify_analysis(analysis, passage)

@@ -271,8 +271,8 @@ class AnswerView:
 def _analysis_text(analysis: Analysis | None) -> str:
     if analysis is None:
         return ""
-    if analysis.quote:
-        return f"“{analysis.quote}”"
+    if analysis.shown_quote:
+        return f"“{analysis.shown_quote}”"
     return analysis.reason or ""
 
 
@@ -289,7 +289,7 @@ def pair_cell(pair: PairJudgement | None, source: Source, cited: bool) -> Cell:
         detail = verdict.error or "no verdict"
     elif style is SUPPORTED:
         detail = _analysis_text(verdict.factual)
-    elif verdict.counterfactual is not None and verdict.counterfactual.holds:
+    elif verdict.counterfactual is not None and verdict.counterfactual.counts:
         detail = "contradicted: " + _analysis_text(verdict.counterfactual)
     else:
         detail = _analysis_text(verdict.factual)

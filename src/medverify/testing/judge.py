@@ -52,18 +52,26 @@ def judge_reply(prompt: str, rule: Rule) -> str:
                     "reasoning": "scripted",
                     "supported": supported,
                     "passage": first if supported else None,
-                    "quote": None,
+                    "quote": _opening(passages, first) if supported else None,
                 },
                 "counterfactual": {
                     "negation": f"not: {text}",
                     "reasoning": "scripted",
                     "contradicted": contradicted,
                     "passage": first if contradicted else None,
-                    "quote": None,
+                    "quote": _opening(passages, first) if contradicted else None,
                 },
             }
         )
     return json.dumps({"results": results})
+
+
+def _opening(passages: dict[str, str], label: str | None, words: int = 12) -> str | None:
+    """A verbatim quote from the passage: its first ``words`` words (a real judge must quote
+    the passage it names, or its analysis does not count)."""
+    if label is None:
+        return None
+    return " ".join(passages[label].split()[:words]) or None
 
 
 def _user_text(request: ChatRequest | dict[str, Any]) -> str:
