@@ -150,3 +150,55 @@ def test_unusable_input_exits_2_with_message(
     result = CliRunner().invoke(main, ["check", "-", *args], input=stdin)
     assert result.exit_code == 2
     assert message in result.output.lower()
+
+
+def _free_port() -> int:
+    import socket
+
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def _run_check(kb_dir: Path, *args: str, stdin: str) -> tuple[int, str]:
+    result = CliRunner().invoke(main, ["check", "-", "--kb", str(kb_dir), *args], input=stdin)
+    return result.exit_code, " ".join(result.output.split())
+
+
+def test_terminal_names_the_cause_of_an_over_long_answer(kb_dir: Path) -> None:
+    code, out = _run_check(kb_dir, "--max-answer-chars", "10", stdin="Vaccines work every year.")
+    assert code == 1
+    assert "Run errors (1):" in out and "over the limit of 10" in out
+
+
+def test_terminal_names_the_cause_of_a_refused_connection(
+    kb_dir: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("MEDVERIFY_LLM__MAX_RETRIES", "0")
+    spec = f"openai-compatible:j@http://127.0.0.1:{_free_port()}/v1"
+    code, out = _run_check(kb_dir, "--model", spec, "--decomposer", "rules",
+                           stdin="Vaccination is recommended every year. It lasts for life.")
+    assert code == 1
+    assert "Claim errors (2):" in out and "2 × judge call failed" in out
+    assert out.count("judge call failed") == 3  # the table (2 rows, shortened) + once below
+    assert "connect" in out.lower()
+
+
+def test_terminal_names_the_cause_when_the_llm_decomposer_returns_garbage(
+    kb_dir: Path,
+) -> None:
+    with FakeChatServer(FakeResponse(text="<<garbage>> not json")) as bad:
+        code, out = _run_check(kb_dir, "--model", f"openai-compatible:j@{bad.base_url}",
+                               "--decomposer", "llm", stdin="Vaccination is recommended.")
+    assert code == 1
+    assert "No claims were checked" in out and "Run errors (1):" in out
+    assert "decompos" in out.lower() and "json" in out.lower()
+
+
+def test_a_batch_prints_each_cause_once(kb_dir: Path) -> None:
+    lines = "\n".join(json.dumps({"id": f"a{i}", "answer": "x" * 40}) for i in range(3))
+    code, out = _run_check(kb_dir, "--max-answer-chars", "10", "--no-record", stdin=lines)
+    assert code == 1
+    assert "Across 3 answers (3 with errors):" in out
+    assert "3 × decompose: the answer has 40 characters" in out
+    assert out.count("over the limit of 10") == 1

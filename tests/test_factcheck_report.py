@@ -26,7 +26,7 @@ from medverify.factcheck.report import (
     word_diff,
     write_factcheck_html,
 )
-from medverify.records import Category, Claim, Passage, Usage
+from medverify.records import Category, Claim, Passage, Usage, Verdict
 
 EVIL = '<script>alert("x")</script>'
 
@@ -152,5 +152,20 @@ def test_terminal_summary_prints_plain_text() -> None:
     assert "FALSE → ✓ TRUE" in text
     assert "[extractive]" in text and "[bold]x[/bold]" in text
     assert "1,000" in text and "2.50×" in text
-    assert "error: something failed" in text
+    assert "Run errors (1):" in text and "something failed" in text
+    assert "Fact errors (1):" in text and "no cause recorded" in text
     assert "offline: false facts replaced" in text
+
+
+def test_terminal_names_each_fact_error_cause_once() -> None:
+    report = make_report()
+    failing = FactStep(round=1, text="x", verdict=FactVerdict.ERROR, category=Category.ERROR,
+                       judge_verdict=Verdict(claim_id="f", error="judge call failed: refused"))
+    facts = [Fact(id=f"e{i}", claim=Claim(id=f"e{i}", text="x"), steps=[failing],
+                  final_text="x", final_verdict=FactVerdict.ERROR) for i in range(3)]
+    report = report.model_copy(update={"facts": facts, "errors": ["a", "a"]})
+    console = Console(record=True, width=200, color_system=None)
+    print_factcheck(report, console)
+    text = console.export_text()
+    assert "Fact errors (3):" in text and text.count("judge call failed: refused") == 1
+    assert "3 × judge call failed: refused" in text and "2 × a" in text

@@ -21,7 +21,7 @@ from medverify.config import Config
 from medverify.inputs import read_answers
 from medverify.pipeline import Checker
 from medverify.records import Answer, Category, Report
-from medverify.report.terminal import print_summary
+from medverify.report.terminal import print_causes, print_summary
 from medverify.store.runs import RunStore
 
 
@@ -89,7 +89,9 @@ def check(
         console.print(f"[yellow]warning:[/] {warning}")
     reports = asyncio.run(_run(config, parsed.answers, record=not no_record))
     for report in reports:
-        print_summary(report)
+        print_summary(report, causes=len(reports) == 1)
+    if len(reports) > 1:
+        print_causes(reports)
     write_outputs(reports, json_out, html_out)
     failed = any(r.errors or r.metrics.counts.get(Category.ERROR.value) for r in reports)
     sys.exit(1 if failed else 0)

@@ -14,6 +14,7 @@ from __future__ import annotations
 import difflib
 import os
 import re
+from collections import Counter
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from functools import lru_cache
@@ -366,5 +367,27 @@ def print_factcheck(report: FactCheckReport, console: Console | None = None) -> 
     console.print(Text(report.final_answer))
     for line in _token_lines(report):
         console.print(line)
-    for error in report.errors:
-        console.print(Text(f"error: {error}", style="magenta"))
+    for line in error_lines(report):
+        console.print(line)
+
+
+def _fact_error(fact: Fact) -> str:
+    for step in reversed(fact.steps):
+        if step.verdict == FactVerdict.ERROR:
+            verdict_error = step.judge_verdict.error if step.judge_verdict else None
+            return verdict_error or "no cause recorded"
+    return "no check was recorded for this fact"
+
+
+def error_lines(report: FactCheckReport) -> list[Text]:
+    """Each distinct cause of the run's errors and of facts that ended in ERROR, once,
+    with its count."""
+    facts = Counter(_fact_error(f) for f in report.facts if f.final_verdict == FactVerdict.ERROR)
+    lines: list[Text] = []
+    for title, causes in (("Run errors", Counter(report.errors)), ("Fact errors", facts)):
+        if not causes:
+            continue
+        lines.append(Text(f"{title} ({sum(causes.values())}):", style="bold magenta"))
+        lines.extend(Text(f"  {n} × " if n > 1 else "  ") + Text(shorten(cause, 300))
+                     for cause, n in causes.most_common())
+    return lines

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+from collections import Counter
+from collections.abc import Sequence
+
 from rich.console import Console
 from rich.table import Table
 from rich.text import Text
@@ -18,6 +21,7 @@ from medverify.report.view import (
 )
 
 CLAIM_WIDTH = 100
+CAUSE_WIDTH = 300
 EVIDENCE_WIDTH = 40
 
 
@@ -31,8 +35,12 @@ def _evidence_cell(result: ClaimResult) -> Text:
         return Text(shorten(result.error or "no cause recorded", EVIDENCE_WIDTH), style="magenta")
     passage = deciding_passage(result)
     if passage is not None:
-        return Text(shorten(f"{passage.doc_id} · {passage.title or passage.id}", EVIDENCE_WIDTH))
-    return Text(result.evidence_passage_id or "—", style="dim")
+        cell = Text(shorten(f"{passage.doc_id} · {passage.title or passage.id}", EVIDENCE_WIDTH))
+    else:
+        cell = Text(result.evidence_passage_id or "—", style="dim")
+    if result.warnings:
+        cell.append(" (judge evidence not counted)", style="yellow")
+    return cell
 
 
 def claims_table(report: Report) -> Table:
@@ -119,8 +127,10 @@ def _usage_lines(report: Report) -> list[Text]:
     return lines
 
 
-def print_summary(report: Report, console: Console | None = None) -> None:
-    """Print the claims table and the summary lines to ``console`` (stdout by default).
+def print_summary(report: Report, console: Console | None = None, *, causes: bool = True) -> None:
+    """Print the claims table and the summary lines to ``console`` (stdout by default),
+    then (with ``causes``) each distinct error cause once; a batch prints its causes once
+    at the end instead (:func:`print_causes`).
 
     All text from the report is printed as plain text, never parsed as rich markup.
     """
@@ -129,7 +139,59 @@ def print_summary(report: Report, console: Console | None = None) -> None:
         console.print(Text.assemble(("Question: ", "bold"), report.answer.question))
     if report.results:
         console.print(claims_table(report))
+    elif report.errors:
+        console.print(Text("No claims were checked: the run failed (causes below).",
+                           style="bold magenta"))
     else:
         console.print(Text("No claims were extracted from this answer.", style="dim"))
     for line in summary_lines(report):
         console.print(line)
+    if causes:
+        for line in cause_lines([report]):
+            console.print(line)
+
+
+def print_causes(reports: Sequence[Report], console: Console | None = None) -> None:
+    """Each distinct error cause of a batch of reports, once, with its count."""
+    lines = cause_lines(reports)
+    if not lines:
+        return
+    console = console or Console()
+    failed = sum(1 for r in reports if r.errors or r.metrics.n_errors)
+    console.print(Text(f"Across {len(reports)} answers ({failed} with errors):", style="bold"))
+    for line in lines:
+        console.print(line)
+
+
+def error_causes(reports: Sequence[Report]) -> tuple[list[tuple[str, int]], list[tuple[str, int]]]:
+    """Distinct causes of run errors and of ERROR claims, each with how often it occurred,
+    most frequent first (ties in first-seen order)."""
+    run = Counter(cause for report in reports for cause in report.errors)
+    claims = Counter(
+        result.error or (result.verdict.error if result.verdict else None) or "no cause recorded"
+        for report in reports
+        for result in report.results
+        if result.category == Category.ERROR
+    )
+    return run.most_common(), claims.most_common()
+
+
+def cause_lines(reports: Sequence[Report], *, width: int = CAUSE_WIDTH) -> list[Text]:
+    """One line per distinct error cause (run errors, then claim errors, then warnings about
+    judge evidence that was not counted), each printed once with its count."""
+    run, claims = error_causes(reports)
+    warnings = Counter(w for report in reports for r in report.results for w in r.warnings)
+    lines: list[Text] = []
+    for title, causes, style in (
+        ("Run errors", run, "bold magenta"),
+        ("Claim errors", claims, "bold magenta"),
+        ("Not counted", warnings.most_common(), "bold yellow"),
+    ):
+        if not causes:
+            continue
+        lines.append(Text(f"{title} ({sum(n for _, n in causes)}):", style=style))
+        lines.extend(
+            Text(f"  {n} × " if n > 1 else "  ") + Text(shorten(cause, width))
+            for cause, n in causes
+        )
+    return lines
