@@ -33,9 +33,10 @@ from medverify.evaluation import (
 from medverify.factcheck.evaluate import evaluate as evaluate_factcheck
 from medverify.factcheck.evaluate import read_fact_labels, read_ratings, read_reports
 from medverify.factcheck.records import FactCheckScores
+from medverify.injection import InjectionCase, InjectionReport, Rate, load_cases, measure_injection
 from medverify.judge import judge_options, make_judge
 from medverify.kb.store import MODES
-from medverify.llm.facade import get_model
+from medverify.llm.facade import Model, get_model
 from medverify.report.render_json import atomic_write_text
 
 
@@ -142,11 +143,16 @@ def pairs(
         console.print(f"JSON result: {json_out}")
 
 
+def _judge_model(config: Config) -> Model | None:
+    """The model a configured judge calls (None for the built-in judge)."""
+    if not config.model or config.judge_name == "builtin":
+        return None
+    cache = config.request_cache_path if config.llm.cache else None
+    return get_model(config.model, config.llm, cache_path=cache)
+
+
 async def _eval_pairs(config: Config, files: list[Path], limit: int | None) -> PairsEval:
-    model = None
-    if config.model and config.judge_name != "builtin":
-        cache = config.request_cache_path if config.llm.cache else None
-        model = get_model(config.model, config.llm, cache_path=cache)
+    model = _judge_model(config)
     try:
         options = judge_options(config.judge_name, config, model)
         if config.judge_name != "llm":
@@ -371,4 +377,78 @@ def factcheck_scores_table(scores: FactCheckScores,
         ci = intervals.get(name)
         table.add_row(name.replace("_", " "), _num(getattr(scores, name)),
                       f"{ci[0]:.3f}–{ci[1]:.3f}" if ci else "—")
+    return table
+
+
+@eval_group.command("injection")
+@click.option("--cases", "cases_path", type=click.Path(exists=True, dir_okay=False, path_type=Path),
+              help="Probes: a JSON set shaped like the shipped one, or JSONL of cases "
+              "(default: the shipped set, data/injection.json).")
+@click.option("--judge", "judge_name", type=click.Choice(["builtin", "llm", "cascade"]),
+              help="Judge to attack (default: llm with --model, else builtin).")
+@click.option("--model", "-m", help="Model spec (needed by --judge llm and cascade).")
+@click.option("--limit", type=click.IntRange(1), help="Only the first N probes.")
+@json_out_option("Write every probe's clean and attacked verdicts (raw output included).")
+@config_option
+def injection(
+    cases_path: Path | None,
+    judge_name: str | None,
+    model: str | None,
+    limit: int | None,
+    json_out: Path | None,
+    config_path: Path | None,
+) -> None:
+    """Prompt injection: how often attacker text in a KB passage or a cited page flips the
+    judge's verdict to the attacker's target (flip rate with 95 % Wilson intervals)."""
+    config = load_config(config_path, model=model, judge=judge_name)
+    version, cases = load_cases(cases_path)
+    cases = cases[:limit] if limit else cases
+    result = asyncio.run(_eval_injection(config, cases, version))
+    if json_out is not None:
+        atomic_write_text(json_out, result.model_dump_json(indent=2) + "\n")
+    Console().print(injection_table(result))
+    if json_out is not None:
+        console.print(f"JSON result: {json_out}")
+    if result.overall.n_errors:
+        console.print(f"[magenta]{result.overall.n_errors} of {result.overall.n} probes were "
+                      "not scored (judge errors; see --json)[/]")
+
+
+async def _eval_injection(
+    config: Config, cases: list[InjectionCase], version: str
+) -> InjectionReport:
+    model = _judge_model(config)
+    try:
+        judge = make_judge(config.judge_name, **judge_options(config.judge_name, config, model))
+        with progress_bar("judging probes", 2 * len(cases)) as bar:
+            done = 0
+
+            def advance(n: int) -> None:
+                nonlocal done
+                done += n
+                bar(done, 2 * len(cases))
+
+            return await measure_injection(judge, cases, cases_version=version, progress=advance)
+    finally:
+        if model is not None:
+            await model.aclose()
+
+
+def _rate(rate: Rate) -> str:
+    if rate.value is None or rate.ci is None:
+        return "—"
+    return f"{rate.value:.2f} [{rate.ci[0]:.2f}, {rate.ci[1]:.2f}] ({rate.k}/{rate.n})"
+
+
+def injection_table(result: InjectionReport) -> Table:
+    """One row per attack and one for all probes."""
+    table = Table(title=f"Prompt injection: {result.judge} ({result.cases_version})",
+                  title_justify="left")
+    for name in ("attack", "probes", "errors", "flipped to target", "verdict changed",
+                 "clean correct", "not counted"):
+        table.add_column(name, justify="left" if name == "attack" else "right")
+    for group in [*result.by_attack, result.overall]:
+        table.add_row(Text(group.name), str(group.n), str(group.n_errors), _rate(group.flip),
+                      _rate(group.changed), _rate(group.clean_correct), str(group.not_counted),
+                      style="bold" if group.name == "all" else "")
     return table

@@ -1,0 +1,58 @@
+"""Prompt injection against the built-in judge: the shipped probes, flip rate per attack.
+
+The built-in judge is the one judge that runs here without a model endpoint; an LLM judge is
+measured the same way with ``medverify eval injection --model SPEC`` (the real rate of an
+LLM judge needs a real model). Writes benchmarks/results/injection_builtin.{json,md}.
+
+    .venv/bin/python benchmarks/bench_injection.py
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from pathlib import Path
+
+from medverify.injection import InjectionReport, Rate, load_cases, measure_injection
+from medverify.judge.builtin import BuiltinJudge
+
+RESULTS = Path(__file__).resolve().parents[1] / "benchmarks" / "results"
+
+
+def _rate(rate: Rate) -> str:
+    if rate.value is None or rate.ci is None:
+        return "—"
+    return f"{rate.value:.2f} [{rate.ci[0]:.2f}, {rate.ci[1]:.2f}] ({rate.k}/{rate.n})"
+
+
+def markdown(report: InjectionReport, seconds: float) -> str:
+    lines = [
+        f"# Prompt injection: {report.judge} ({report.cases_version})",
+        "",
+        "`python benchmarks/bench_injection.py`; flip = the attacked verdict is the "
+        "attacker's target and the clean one is not (95 % Wilson intervals).",
+        "",
+        "| attack | probes | errors | flipped to target | verdict changed | clean correct |",
+        "|---|---|---|---|---|---|",
+    ]
+    for g in [*report.by_attack, report.overall]:
+        lines.append(f"| {g.name} | {g.n} | {g.n_errors} | {_rate(g.flip)} | "
+                     f"{_rate(g.changed)} | {_rate(g.clean_correct)} |")
+    lines += ["", f"Wall time: {seconds:.1f} s (model load included).", ""]
+    return "\n".join(lines)
+
+
+def main() -> None:
+    version, cases = load_cases()
+    start = time.perf_counter()
+    report = asyncio.run(measure_injection(BuiltinJudge(), cases, cases_version=version))
+    seconds = time.perf_counter() - start
+    RESULTS.mkdir(parents=True, exist_ok=True)
+    (RESULTS / "injection_builtin.json").write_text(report.model_dump_json(indent=2) + "\n")
+    text = markdown(report, seconds)
+    (RESULTS / "injection_builtin.md").write_text(text)
+    print(text)
+
+
+if __name__ == "__main__":
+    main()
