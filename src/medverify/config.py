@@ -202,7 +202,9 @@ class Config(_Section):
         try:
             return cls.model_validate(data)
         except ValidationError as exc:
-            raise ConfigError(f"invalid configuration: {exc}") from exc
+            problems = "; ".join(f"{'.'.join(map(str, e['loc'])) or 'config'}: {e['msg']}"
+                                 for e in exc.errors()[:3])
+            raise ConfigError(f"invalid configuration: {problems}") from exc
 
     def public(self) -> dict[str, Any]:
         """The config as recorded in the run store (no secrets are ever held here)."""

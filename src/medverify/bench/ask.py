@@ -135,7 +135,7 @@ def find_json_object(raw: str) -> dict[str, Any] | None:
     for match in islice(re.finditer(r"\{", raw), _MAX_JSON_TRIES):
         try:
             value, _ = decoder.raw_decode(raw, match.start())
-        except (json.JSONDecodeError, RecursionError):
+        except (ValueError, RecursionError):  # not JSON, too deep, an integer too long
             continue
         found = _known_object(value) if isinstance(value, dict) else None
         if found is not None:

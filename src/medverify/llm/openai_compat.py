@@ -12,6 +12,7 @@ import json
 import logging
 import math
 import os
+import re
 import time
 from dataclasses import dataclass
 from email.utils import parsedate_to_datetime
@@ -198,7 +199,7 @@ def _payload(request: ChatRequest, *, json_mode: bool) -> dict[str, Any]:
 def _json_body(response: httpx.Response, url: str) -> Any:
     try:
         return response.json()
-    except (json.JSONDecodeError, UnicodeDecodeError):
+    except (ValueError, RecursionError):  # not JSON, not UTF-8, too deep, an integer too long
         raise ProviderError(f"malformed reply from {url} (not JSON): "
                             f"{_snippet(response.text)}", status=response.status_code) from None
 
@@ -208,16 +209,19 @@ def _completion(data: Any, request: ChatRequest, url: str, latency_s: float) -> 
         choice = data["choices"][0]
         message = choice["message"]
         text = message.get("content") or ""
+        finish_reason = choice.get("finish_reason")
     except (KeyError, IndexError, TypeError, AttributeError):
         raise ProviderError(f"malformed reply from {url} (no choices[0].message): "
                             f"{_snippet(json.dumps(data))}") from None
     if not isinstance(text, str):
         raise ProviderError(f"malformed reply from {url} (content is not text): "
                             f"{_snippet(json.dumps(data))}")
+    text = _scrub(text)
     return Completion(
-        text=text, model=str(data.get("model") or request.model),
+        text=text, model=_scrub(str(data.get("model") or request.model)),
         usage=_usage(data.get("usage"), request.messages, text),
-        finish_reason=choice.get("finish_reason"), latency_s=latency_s,
+        finish_reason=_scrub(finish_reason) if isinstance(finish_reason, str) else None,
+        latency_s=latency_s,
         logprobs=_logprobs(choice, url) if request.top_logprobs is not None else None,
     )
 
@@ -232,16 +236,27 @@ def _logprobs(choice: dict[str, Any], url: str) -> list[TokenLogprobs] | None:
         return None
     try:
         return [_token_logprobs(item) for item in content]
-    except (AttributeError, KeyError, TypeError, ValueError) as exc:
+    except (AttributeError, KeyError, TypeError, ValueError, OverflowError) as exc:
         log.warning("%s: unreadable logprobs in the reply ignored (%s: %s): %s", url,
                     type(exc).__name__, exc, _snippet(json.dumps(raw)))
         return None
 
 
 def _token_logprobs(item: dict[str, Any]) -> TokenLogprobs:
-    top = [TopLogprob(token=str(alt["token"]), logprob=_finite(alt["logprob"]))
+    top = [TopLogprob(token=_scrub(str(alt["token"])), logprob=_finite(alt["logprob"]))
            for alt in item.get("top_logprobs") or ()]
-    return TokenLogprobs(token=str(item["token"]), logprob=_finite(item["logprob"]), top=top)
+    return TokenLogprobs(token=_scrub(str(item["token"])), logprob=_finite(item["logprob"]),
+                         top=top)
+
+
+_LONE_SURROGATE = re.compile(r"[\ud800-\udfff]")
+
+
+def _scrub(text: str) -> str:
+    """``text`` with lone surrogates (a JSON ``"\\ud800"`` escape decodes to one) replaced
+    by U+FFFD: they cannot be encoded as UTF-8, so the cache, the run store and every
+    JSONL writer would fail on them later."""
+    return _LONE_SURROGATE.sub("\ufffd", text)
 
 
 def _finite(value: Any) -> float:
@@ -254,8 +269,10 @@ def _finite(value: Any) -> float:
 
 def _usage(raw: Any, messages: tuple[Message, ...], text: str) -> TokenCount:
     if isinstance(raw, dict) and isinstance(raw.get("prompt_tokens"), int):
-        return TokenCount(prompt_tokens=raw["prompt_tokens"],
-                          completion_tokens=int(raw.get("completion_tokens") or 0))
+        completion_tokens = raw.get("completion_tokens") or 0
+        if isinstance(completion_tokens, int):
+            return TokenCount(prompt_tokens=raw["prompt_tokens"],
+                              completion_tokens=completion_tokens)
     return estimate_tokens(messages, text)
 
 

@@ -46,6 +46,9 @@ def load_json_reply(raw: str, what: str = "reply") -> Any:
     except json.JSONDecodeError as exc:
         raise ParseError(f"{what} is not valid JSON ({exc.msg} at char {exc.pos})",
                          raw=raw) from None
+    except (ValueError, RecursionError) as exc:  # an integer too long, nesting too deep
+        raise ParseError(f"{what} is not usable JSON ({type(exc).__name__}: "
+                         f"{str(exc)[:80]})", raw=raw) from None
 
 
 def validation_detail(exc: ValidationError, limit: int = 3) -> str:

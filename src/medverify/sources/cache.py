@@ -11,6 +11,7 @@ readers in other processes.
 from __future__ import annotations
 
 import json
+import logging
 import sqlite3
 import threading
 from datetime import datetime
@@ -21,6 +22,8 @@ from pydantic import BaseModel, Field
 
 from medverify.errors import ConfigError
 from medverify.records import FetchFailure
+
+log = logging.getLogger("medverify.sources.cache")
 
 SCHEMA_VERSION = 1
 _SCHEMA = """
@@ -95,14 +98,20 @@ class FetchCache:
 
     def get(self, url: str) -> FetchResult | None:
         """The stored outcome for ``url`` (with ``from_cache=True``), or None."""
-        with self._lock:
-            row = self._db.execute(
-                f"SELECT {', '.join(_COLUMNS)} FROM fetches WHERE url = ?", (url,)).fetchone()
-        if row is None:
+        try:
+            with self._lock:
+                row = self._db.execute(
+                    f"SELECT {', '.join(_COLUMNS)} FROM fetches WHERE url = ?",
+                    (url,)).fetchone()
+            if row is None:
+                return None
+            values = dict(zip(_COLUMNS, row, strict=True))
+            values["headers"] = json.loads(values["headers"])
+            return FetchResult.model_validate({**values, "from_cache": True})
+        except (sqlite3.DatabaseError, ValueError, TypeError) as exc:  # a damaged entry
+            log.warning("fetch cache %s: unreadable entry for %s ignored (%s: %s); fetching "
+                        "it again", self.path, url, type(exc).__name__, str(exc)[:120])
             return None
-        values = dict(zip(_COLUMNS, row, strict=True))
-        values["headers"] = json.loads(values["headers"])
-        return FetchResult.model_validate({**values, "from_cache": True})
 
     def put(self, result: FetchResult) -> None:
         """Store (or replace) the outcome for ``result.url``."""

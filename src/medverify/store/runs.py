@@ -254,14 +254,19 @@ class RunStore:
 
     # -- reading -----------------------------------------------------------------------
 
+    def _readable(self) -> _Readable:
+        return _Readable(self.path)
+
     def list_runs(self, limit: int = 50) -> list[RunInfo]:
-        return self._select_runs("", (), limit=limit)
+        with self._readable():
+            return self._select_runs("", (), limit=limit)
 
     def get_run(self, run_id: str) -> RunInfo:
         """The run whose id starts with ``run_id`` (a unique prefix is enough)."""
         prefix = run_id.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_")
         where = ("WHERE r.id LIKE ? ESCAPE '\\'", (prefix + "%",))
-        matches = self._select_runs(*where, limit=2)
+        with self._readable():
+            matches = self._select_runs(*where, limit=2)
         if len(matches) != 1:
             sql = f"SELECT COUNT(*) FROM runs r {where[0]}"
             count = self._db.execute(sql, where[1]).fetchone()[0]
@@ -286,7 +291,8 @@ class RunStore:
     def reports(self, run_id: str) -> list[Report]:
         """Rebuild every report of a run from stored records; metrics are recomputed."""
         info = self.get_run(run_id)
-        return list(self._reports(info))
+        with self._readable():
+            return list(self._reports(info))
 
     def _reports(self, info: RunInfo) -> Iterator[Report]:
         answers = self._db.execute(
@@ -318,7 +324,8 @@ class RunStore:
         rows = self._db.execute(
             "SELECT audit FROM audits WHERE run_id = ? ORDER BY position, answer_id", (info.id,)
         ).fetchall()
-        return [AnswerAudit.model_validate_json(row[0]) for row in rows]
+        with self._readable():
+            return [AnswerAudit.model_validate_json(row[0]) for row in rows]
 
     def bench_replies(self, run_id: str) -> list[ModelReply]:
         """The model replies of a benchmark run (a unique id prefix is enough), by model and
@@ -330,7 +337,8 @@ class RunStore:
             "SELECT reply FROM bench_replies WHERE run_id = ? ORDER BY model, question_id",
             (info.id,),
         ).fetchall()
-        return [ModelReply.model_validate_json(row[0]) for row in rows]
+        with self._readable():
+            return [ModelReply.model_validate_json(row[0]) for row in rows]
 
     def factchecks(self, run_id: str) -> list[FactCheckReport]:
         """The fact-check reports of a factcheck run, in input order (a unique id prefix is
@@ -341,7 +349,8 @@ class RunStore:
         rows = self._db.execute(
             "SELECT report FROM factchecks WHERE run_id = ? ORDER BY position", (info.id,)
         ).fetchall()
-        return [FactCheckReport.model_validate_json(row[0]) for row in rows]
+        with self._readable():
+            return [FactCheckReport.model_validate_json(row[0]) for row in rows]
 
     def _results(self, run_id: str, position: int) -> list[ClaimResult]:
         rows = self._db.execute(
@@ -394,6 +403,25 @@ class RunStore:
             n_answers=n_answers,
             n_claims=n_claims,
         )
+
+
+class _Readable:
+    """Turns a damaged record or database page met while reading into a MedverifyError."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+
+    def __enter__(self) -> None:
+        return None
+
+    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
+                 tb: object) -> None:
+        if exc is not None and isinstance(
+                exc, sqlite3.DatabaseError | ValueError | TypeError | AttributeError):
+            detail = " ".join(str(exc).split())[:160]
+            raise MedverifyError(f"run store {self.path} has a damaged record "
+                                 f"({type(exc).__name__}: {detail}); move it aside to start "
+                                 "a new one") from None
 
 
 class _Tx:

@@ -161,11 +161,20 @@ def read_metadata(path: str | Path) -> dict[str, Any]:
     file = Path(path) / METADATA_FILE
     if not file.is_file():
         raise ConfigError(f"no verifier weights at {path} (missing {METADATA_FILE})")
-    return json.loads(file.read_text())
+    try:
+        meta = json.loads(file.read_text("utf-8"))
+    except (OSError, ValueError, RecursionError) as exc:  # ValueError: bad JSON or UTF-8
+        raise ConfigError(f"{file} is unreadable ({type(exc).__name__}); reinstall "
+                          "medverify or retrain the verifier") from None
+    if not isinstance(meta, dict):
+        raise ConfigError(f"{file} is not a JSON object; reinstall medverify or retrain "
+                          "the verifier")
+    return meta
 
 
 def load_model(path: str | Path) -> tuple[CrossEncoder, dict[str, Any]]:
     """Rebuild the trained cross-encoder from a weights directory (float32, eval mode)."""
+    from safetensors import SafetensorError
     from safetensors.torch import load_file
 
     meta = read_metadata(path)
@@ -174,11 +183,23 @@ def load_model(path: str | Path) -> tuple[CrossEncoder, dict[str, Any]]:
             "the verifier weights were trained against a different base model "
             f"(expected sha256 {meta.get('base_sha256')}, installed {base_sha256()})"
         )
-    model = build_model(int(meta["n_layers"]))
-    tensors = load_file(str(Path(path) / WEIGHTS_FILE))
-    missing, unexpected = model.load_state_dict(
-        {k: v.to(torch.float32) for k, v in tensors.items()}, strict=False
-    )
+    n_layers = meta.get("n_layers")
+    if type(n_layers) is not int:
+        raise ConfigError(f"verifier.json at {path} has no valid n_layers ({n_layers!r})")
+    model = build_model(n_layers)
+    weights = Path(path) / WEIGHTS_FILE
+    expected = meta.get("weights_sha256")
+    if not weights.is_file() or (expected is not None and _file_sha256(weights) != expected):
+        raise ConfigError(f"verifier weights {weights} are missing or do not match the sha256 "
+                          "in verifier.json (corrupted?); reinstall medverify or retrain")
+    try:
+        tensors = load_file(str(weights))
+        missing, unexpected = model.load_state_dict(
+            {k: v.to(torch.float32) for k, v in tensors.items()}, strict=False
+        )
+    except (SafetensorError, RuntimeError) as exc:  # RuntimeError: a tensor of the wrong shape
+        raise ConfigError(f"verifier weights at {path} are unreadable or do not match the "
+                          f"architecture ({type(exc).__name__})") from None
     if unexpected or any(not key.startswith(FROZEN_PREFIX) for key in missing):
         raise ConfigError(f"verifier weights at {path} do not match the architecture")
     return model.eval(), meta
