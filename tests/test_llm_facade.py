@@ -218,3 +218,15 @@ def test_a_shared_failure_reaches_every_waiter(tmp_path: Path) -> None:
     cache.close()
     assert len(fake.requests) == 1
     assert all(isinstance(o, ProviderError) and "bad request" in str(o) for o in outcomes)
+
+
+def test_lone_surrogates_from_any_provider_are_scrubbed_before_the_cache(tmp_path: Path) -> None:
+    """A scripted (non-HTTP) provider replying with a lone surrogate must not break the
+    request cache or any later JSON write."""
+    cache = RequestCache(tmp_path / "c.db")
+    model = Model(ScriptedProvider(lambda _r: "ok \ud800 done"), FAST, cache=cache)
+    first = asyncio.run(model.complete(Q, stage="t"))
+    again = asyncio.run(model.complete(Q, stage="t"))
+    cache.close()
+    assert first.text == "ok \ufffd done" == again.text and again.cached
+    first.model_dump_json()

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import re
 from typing import Any, Literal, Protocol, runtime_checkable
 
 from pydantic import BaseModel, ConfigDict, Field
@@ -77,6 +78,16 @@ class TokenLogprobs(BaseModel):
     token: str
     logprob: float
     top: list[TopLogprob] = Field(default_factory=list)
+
+
+_LONE_SURROGATE = re.compile(r"[\ud800-\udfff]")
+
+
+def scrub_surrogates(text: str) -> str:
+    """``text`` with lone surrogates (a JSON ``"\\ud800"`` escape decodes to one) replaced by
+    U+FFFD: they cannot be encoded as UTF-8, so the request cache, the run store and every
+    JSONL writer would fail on them later."""
+    return _LONE_SURROGATE.sub("\ufffd", text)
 
 
 class Completion(BaseModel):

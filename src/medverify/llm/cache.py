@@ -111,7 +111,12 @@ class RequestCache:
         with self._lock:
             if self._conn is None:
                 return 0
-            return int(self._conn.execute("SELECT COUNT(*) FROM completions").fetchone()[0])
+            try:
+                return int(self._conn.execute("SELECT COUNT(*) FROM completions").fetchone()[0])
+            except sqlite3.DatabaseError as exc:
+                log.warning("request cache %s is unreadable (%s): counted as empty", self.path,
+                            exc)
+                return 0
 
     def close(self) -> None:
         with self._lock:

@@ -19,7 +19,7 @@ from types import TracebackType
 
 from medverify.config import ModelSettings
 from medverify.errors import ProviderError
-from medverify.llm.base import ChatRequest, Completion, Message, Provider
+from medverify.llm.base import ChatRequest, Completion, Message, Provider, scrub_surrogates
 from medverify.llm.cache import RequestCache
 from medverify.llm.spec import ModelSpec, parse_spec, providers
 from medverify.records import Usage
@@ -206,10 +206,10 @@ class Model:
                 completion = await asyncio.wait_for(self.provider.complete(request), timeout)
             except TimeoutError:
                 raise ProviderError(f"no reply within {timeout:g} s", retryable=True) from None
+        update: dict[str, object] = {"text": scrub_surrogates(completion.text)}
         if completion.latency_s is None:
-            completion = completion.model_copy(
-                update={"latency_s": time.perf_counter() - started})
-        return completion
+            update["latency_s"] = time.perf_counter() - started
+        return completion.model_copy(update=update)
 
     def backoff(self, attempt: int, retry_after: float | None = None) -> float:
         """Seconds to wait before retry number ``attempt`` (1-based): exponential with

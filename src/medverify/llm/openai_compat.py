@@ -12,7 +12,6 @@ import json
 import logging
 import math
 import os
-import re
 import time
 from dataclasses import dataclass
 from email.utils import parsedate_to_datetime
@@ -29,6 +28,7 @@ from medverify.llm.base import (
     TokenCount,
     TokenLogprobs,
     TopLogprob,
+    scrub_surrogates,
 )
 from medverify.llm.spec import ModelSpec, providers
 
@@ -216,11 +216,11 @@ def _completion(data: Any, request: ChatRequest, url: str, latency_s: float) -> 
     if not isinstance(text, str):
         raise ProviderError(f"malformed reply from {url} (content is not text): "
                             f"{_snippet(json.dumps(data))}")
-    text = _scrub(text)
+    text = scrub_surrogates(text)
     return Completion(
-        text=text, model=_scrub(str(data.get("model") or request.model)),
+        text=text, model=scrub_surrogates(str(data.get("model") or request.model)),
         usage=_usage(data.get("usage"), request.messages, text),
-        finish_reason=_scrub(finish_reason) if isinstance(finish_reason, str) else None,
+        finish_reason=scrub_surrogates(finish_reason) if isinstance(finish_reason, str) else None,
         latency_s=latency_s,
         logprobs=_logprobs(choice, url) if request.top_logprobs is not None else None,
     )
@@ -243,20 +243,11 @@ def _logprobs(choice: dict[str, Any], url: str) -> list[TokenLogprobs] | None:
 
 
 def _token_logprobs(item: dict[str, Any]) -> TokenLogprobs:
-    top = [TopLogprob(token=_scrub(str(alt["token"])), logprob=_finite(alt["logprob"]))
+    top = [TopLogprob(token=scrub_surrogates(str(alt["token"])),
+                      logprob=_finite(alt["logprob"]))
            for alt in item.get("top_logprobs") or ()]
-    return TokenLogprobs(token=_scrub(str(item["token"])), logprob=_finite(item["logprob"]),
-                         top=top)
-
-
-_LONE_SURROGATE = re.compile(r"[\ud800-\udfff]")
-
-
-def _scrub(text: str) -> str:
-    """``text`` with lone surrogates (a JSON ``"\\ud800"`` escape decodes to one) replaced
-    by U+FFFD: they cannot be encoded as UTF-8, so the cache, the run store and every
-    JSONL writer would fail on them later."""
-    return _LONE_SURROGATE.sub("\ufffd", text)
+    return TokenLogprobs(token=scrub_surrogates(str(item["token"])),
+                         logprob=_finite(item["logprob"]), top=top)
 
 
 def _finite(value: Any) -> float:

@@ -460,7 +460,7 @@ def read_card(directory: str | Path) -> tuple[ClassifierCard, dict[str, Any]]:
         if envelope.get("format") != CARD_FORMAT:
             raise InputError(f"{path}: format {envelope.get('format')!r} is not {CARD_FORMAT!r}")
         return ClassifierCard.model_validate(envelope["card"]), envelope
-    except (ValueError, KeyError, TypeError, AttributeError) as exc:
+    except (ValueError, KeyError, TypeError, AttributeError, RecursionError) as exc:
         raise InputError(f"{path} is not a valid classifier card: {exc}") from None
 
 
