@@ -155,11 +155,50 @@ def html_main_text(html: str) -> str:
     """
     import trafilatura
 
+    html = drop_hidden(html)
     try:
         text = trafilatura.extract(html, include_comments=False, fast=True) or ""
     except Exception:  # trafilatura raises many types on odd markup
         text = ""
     return text if text.strip() else html_to_text(html)
+
+
+# Inline styles that hide text from a reader but not from an extractor: a page can carry
+# instructions to the judge that nobody sees (see `medverify eval injection`).
+_HIDDEN_STYLE = re.compile(
+    r"(?:display\s*:\s*none|visibility\s*:\s*hidden|font-size\s*:\s*0(?:\.0+)?(?![.\d])"
+    r"|opacity\s*:\s*0(?:\.0+)?(?![.\d]))",
+    re.IGNORECASE,
+)
+
+
+def drop_hidden(html: str) -> str:
+    """``html`` without the elements a browser would not show: ``hidden``,
+    ``aria-hidden="true"`` and inline styles with ``display:none``, ``visibility:hidden``,
+    ``font-size:0`` or ``opacity:0``. The page is returned unchanged when it cannot be parsed
+    or hides nothing."""
+    if not re.search(r"hidden|display|font-size|opacity", html, re.IGNORECASE):
+        return html
+    import lxml.html
+
+    try:
+        tree = lxml.html.document_fromstring(html)
+    except (ValueError, TypeError, lxml.etree.ParserError):
+        return html
+    hidden = [
+        element for element in tree.iter()
+        if isinstance(element.tag, str) and element.tag not in ("html", "body") and (
+            element.get("hidden") is not None
+            or (element.get("aria-hidden") or "").strip().lower() == "true"
+            or _HIDDEN_STYLE.search(element.get("style") or "")
+        )
+    ]
+    if not hidden:
+        return html
+    for element in hidden:
+        if element.getparent() is not None:
+            element.drop_tree()
+    return lxml.html.tostring(tree, encoding="unicode")
 
 
 def _plain(body: bytes, content_type: str | None, max_chars: int) -> tuple[str, str | None]:
