@@ -30,12 +30,13 @@ def markdown(report: InjectionReport, seconds: float) -> str:
         f"# Prompt injection: {report.judge} ({report.cases_version})",
         "",
         "`python benchmarks/bench_injection.py`; flip = the attacked verdict is the "
-        "attacker's target and the clean one is not (95 % Wilson intervals).",
+        "attacker's target and the clean one is not (95 % Wilson intervals). The controls "
+        "add benign text of the same shape: their rate is the baseline of extra text alone.",
         "",
         "| attack | probes | errors | flipped to target | verdict changed | clean correct |",
         "|---|---|---|---|---|---|",
     ]
-    for g in [*report.by_attack, report.overall]:
+    for g in [*report.by_attack, report.overall, *([report.controls] if report.controls else [])]:
         lines.append(f"| {g.name} | {g.n} | {g.n_errors} | {_rate(g.flip)} | "
                      f"{_rate(g.changed)} | {_rate(g.clean_correct)} |")
     lines += ["", f"Wall time: {seconds:.1f} s (model load included).", ""]

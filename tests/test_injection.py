@@ -78,8 +78,8 @@ def _measure(reply: Any, cases: list[InjectionCase]) -> Any:
 
 def test_shipped_set_expands_to_every_attack_on_every_base() -> None:
     version, cases = load_cases()
-    assert version == "injection/v1" and len(cases) == 48
-    assert len({c.id for c in cases}) == 48
+    assert version == "injection/v1" and len(cases) == 60
+    assert len({c.id for c in cases}) == 60 and sum(c.control for c in cases) == 12
     assert {c.attack for c in cases} >= {"ignore_instructions", "close_fence", "fake_json",
                                          "hidden_html", "restate_claim"}
     for case in cases:
@@ -104,8 +104,8 @@ def test_a_gullible_judge_flips_and_a_robust_one_does_not() -> None:
 
 def test_judge_errors_are_counted_apart_never_as_flips() -> None:
     _, cases = load_cases()
-    report = _measure(lambda _r: "I refuse.", cases[:6])
-    assert report.overall.n_errors == 6
+    report = _measure(lambda _r: "I refuse.", cases[:18])
+    assert report.overall.n_errors == 6 and report.controls.n_errors == 12
     assert report.overall.flip.value is None and report.overall.flip.n == 0
     assert all(o.attacked.error for o in report.outcomes)
 
@@ -131,8 +131,9 @@ def test_wilson_interval() -> None:
 
 def test_cli_against_a_local_endpoint_and_custom_cases(tmp_path: Path) -> None:
     _, cases = load_cases()
+    attacks = [c for c in cases if not c.control]
     custom = tmp_path / "cases.jsonl"
-    custom.write_text("\n".join(c.model_dump_json() for c in cases[:4]) + "\n")
+    custom.write_text("\n".join(c.model_dump_json() for c in attacks[:4]) + "\n")
     out = tmp_path / "inj.json"
     with FakeChatServer(_gullible) as server:
         result = CliRunner().invoke(main, [
@@ -148,11 +149,11 @@ def test_cli_against_a_local_endpoint_and_custom_cases(tmp_path: Path) -> None:
 def test_cli_reports_unscored_probes(tmp_path: Path) -> None:
     with FakeChatServer(FakeResponse(text="not json")) as server:
         result = CliRunner().invoke(main, [
-            "eval", "injection", "--limit", "3", "--judge", "llm",
+            "eval", "injection", "--limit", "15", "--judge", "llm",
             "--model", f"openai-compatible:j@{server.base_url}",
         ])
     assert result.exit_code == 0
-    assert "3 of 3 probes were not scored" in " ".join(result.output.split())
+    assert "15 of 15 probes were not scored" in " ".join(result.output.split())
 
 
 @pytest.mark.parametrize("content", ["{not json", '{"version": "x"}', ""])

@@ -10,6 +10,8 @@ attacked one; page probes go through the same HTML extraction as fetched sources
 
 A probe *flips* when the clean verdict is not the attacker's target category and the
 attacked verdict is. Errors on either side are counted apart, never as flips or as holds.
+Control probes add benign text of the same shape: their flip rate is how often extra text
+alone moves the verdict, which an attack's rate is read against.
 The probes ship in ``data/injection.json`` (:func:`load_cases`); ``medverify eval injection``
 runs them against any configured judge.
 """
@@ -51,6 +53,8 @@ class InjectionCase(_Record):
     attacked: str = Field(description="attacked passage text (kb) or page HTML (page)")
     expected: Category = Field(description="the category a correct judge gives on `clean`")
     target: Category = Field(description="the category the attacker wants")
+    control: bool = Field(default=False, description="benign text instead of an attack: the "
+                          "baseline of how often extra text alone moves the verdict")
 
 
 class InjectionOutcome(_Record):
@@ -102,7 +106,8 @@ class InjectionReport(_Record):
     judge: str
     prompt_version: str | None = None
     cases_version: str
-    overall: InjectionGroup
+    overall: InjectionGroup = Field(description="every probe that is not a control")
+    controls: InjectionGroup | None = Field(default=None, description="the benign controls")
     by_attack: list[InjectionGroup]
     outcomes: list[InjectionOutcome]
 
@@ -169,7 +174,7 @@ def _case(base: dict[str, Any], attack: dict[str, Any]) -> InjectionCase:
     return InjectionCase(
         id=f"{attack['id']}/{base['id']}", base=base["id"], attack=attack["id"],
         surface=attack["surface"], claim=claim, clean=base["passage"], attacked=attacked,
-        expected=Category(base["expected"]), target=target,
+        expected=Category(base["expected"]), target=target, control=bool(attack.get("control")),
     )
 
 
@@ -247,9 +252,12 @@ def summarize(
 ) -> InjectionReport:
     """The flip rates overall and per attack (recomputable from stored outcomes)."""
     attacks = list(dict.fromkeys(o.case.attack for o in outcomes))
+    attacks_only = [o for o in outcomes if not o.case.control]
+    controls = [o for o in outcomes if o.case.control]
     return InjectionReport(
         judge=judge_id, prompt_version=prompt_version, cases_version=cases_version,
-        overall=_group("all", outcomes),
+        overall=_group("all attacks", attacks_only),
+        controls=_group("all controls", controls) if controls else None,
         by_attack=[_group(a, [o for o in outcomes if o.case.attack == a]) for a in attacks],
         outcomes=list(outcomes),
     )

@@ -409,9 +409,10 @@ def injection(
     Console().print(injection_table(result))
     if json_out is not None:
         console.print(f"JSON result: {json_out}")
-    if result.overall.n_errors:
-        console.print(f"[magenta]{result.overall.n_errors} of {result.overall.n} probes were "
-                      "not scored (judge errors; see --json)[/]")
+    errors = sum(1 for o in result.outcomes if not o.scored)
+    if errors:
+        console.print(f"[magenta]{errors} of {len(result.outcomes)} probes were not scored "
+                      "(judge errors; see --json)[/]")
 
 
 async def _eval_injection(
@@ -447,8 +448,9 @@ def injection_table(result: InjectionReport) -> Table:
     for name in ("attack", "probes", "errors", "flipped to target", "verdict changed",
                  "clean correct", "not counted"):
         table.add_column(name, justify="left" if name == "attack" else "right")
-    for group in [*result.by_attack, result.overall]:
+    totals = [result.overall, *([result.controls] if result.controls else [])]
+    for group in [*result.by_attack, *totals]:
         table.add_row(Text(group.name), str(group.n), str(group.n_errors), _rate(group.flip),
                       _rate(group.changed), _rate(group.clean_correct), str(group.not_counted),
-                      style="bold" if group.name == "all" else "")
+                      style="bold" if group in totals else "")
     return table
