@@ -435,7 +435,7 @@ async def _eval_injection(
             await model.aclose()
 
 
-def _rate(rate: Rate) -> str:
+def _share_ci(rate: Rate) -> str:
     if rate.value is None or rate.ci is None:
         return "—"
     return f"{rate.value:.2f} [{rate.ci[0]:.2f}, {rate.ci[1]:.2f}] ({rate.k}/{rate.n})"
@@ -450,7 +450,7 @@ def injection_table(result: InjectionReport) -> Table:
         table.add_column(name, justify="left" if name == "attack" else "right")
     totals = [result.overall, *([result.controls] if result.controls else [])]
     for group in [*result.by_attack, *totals]:
-        table.add_row(Text(group.name), str(group.n), str(group.n_errors), _rate(group.flip),
-                      _rate(group.changed), _rate(group.clean_correct), str(group.not_counted),
+        table.add_row(Text(group.name), str(group.n), str(group.n_errors), _share_ci(group.flip),
+                      _share_ci(group.changed), _share_ci(group.clean_correct), str(group.not_counted),
                       style="bold" if group in totals else "")
     return table
