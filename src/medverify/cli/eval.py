@@ -450,7 +450,8 @@ def injection_table(result: InjectionReport) -> Table:
         table.add_column(name, justify="left" if name == "attack" else "right")
     totals = [result.overall, *([result.controls] if result.controls else [])]
     for group in [*result.by_attack, *totals]:
-        table.add_row(Text(group.name), str(group.n), str(group.n_errors), _share_ci(group.flip),
-                      _share_ci(group.changed), _share_ci(group.clean_correct), str(group.not_counted),
+        table.add_row(Text(group.name), str(group.n), str(group.n_errors),
+                      _share_ci(group.flip), _share_ci(group.changed),
+                      _share_ci(group.clean_correct), str(group.not_counted),
                       style="bold" if group in totals else "")
     return table
