@@ -127,3 +127,66 @@ def test_out_defaults_to_a_folder_named_after_the_input(
     assert result.exit_code == 0, result.output  # type: ignore[attr-defined]
     assert (tmp_path / "audit-answers" / "summary.json").is_file()
     assert "audit-answers" in result.output  # type: ignore[attr-defined]
+
+
+# --- issue 13: an input with nothing to measure is never a measured 0 ------------------
+
+EXPERTQA_ROWS = [
+    {"id": f"e{n}", "question": "Exercise?", "field": "Medicine", "system": "gpt4",
+     "answer": "Exercise thins stress [1]. It improves sleep [2].",
+     "attribution": ["[1] https://example.org/stress", "[2] https://example.org/sleep"],
+     "claims": [
+         {"claim": "Exercise thins stress [1].", "support": "Complete",
+          "evidence": ["[1] https://example.org/stress\n\nExercise reduces stress."]},
+         {"claim": "It improves sleep [2].", "support": "Incomplete",
+          "evidence": ["[2] https://example.org/sleep"]},
+     ]}
+    for n in range(3)
+]
+
+
+def _write(path: Path, rows: list[dict[str, object]]) -> Path:
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows), "utf-8")
+    return path
+
+
+def test_expertqa_shaped_input_is_measured(setup: tuple[Path, Path], tmp_path: Path,
+                                           fake_model: ScriptedProvider) -> None:
+    _, config = setup
+    data = _write(tmp_path / "expertqa.jsonl", EXPERTQA_ROWS)
+    out = tmp_path / "out"
+    result = _audit(str(data), "--out", str(out), "--offline", "--judge", "llm",
+                    "--model", "fake:audit", "--config", str(config))
+    assert result.exit_code == 0, result.output  # type: ignore[attr-defined]
+    summary = AuditSummary.model_validate_json((out / "summary.json").read_text("utf-8"))
+    assert summary.overall.n_urls == 6 and summary.overall.invalid_reasons == {"offline": 3}
+    assert summary.overall.n_pairs == 6 and summary.measured
+    assert summary.overall.statement_support.value == pytest.approx(0.5)
+    assert summary.warnings == []
+
+
+def test_no_sources_anywhere_is_not_measured_and_exits_1(
+        setup: tuple[Path, Path], tmp_path: Path, fake_model: ScriptedProvider) -> None:
+    _, config = setup
+    rows = [{**row, "refs": row["attribution"]} for row in EXPERTQA_ROWS]
+    for row in rows:
+        del row["attribution"]
+        row["claims"] = [{"claim": c["claim"]} for c in row["claims"]]  # type: ignore[attr-defined]
+    data = _write(tmp_path / "unknown-shape.jsonl", rows)
+    out = tmp_path / "out"
+    result = _audit(str(data), "--out", str(out), "--offline", "--judge", "llm",
+                    "--model", "fake:audit", "--config", str(config))
+    text = result.output  # type: ignore[attr-defined]
+    assert result.exit_code == 1, text  # type: ignore[attr-defined]
+    assert "NOT MEASURED" in text and "0.0%" not in text and "nothing was measured" in text
+    assert "'refs' looks like it holds sources" in text
+    summary = AuditSummary.model_validate_json((out / "summary.json").read_text("utf-8"))
+    support = summary.overall.statement_support
+    assert support.value is None and support.ci is None
+    assert "no answer cites a source" in (support.reason or "")
+    assert summary.overall.response_support.value is None
+    assert any("NOT MEASURED" in w for w in summary.warnings)
+    assert any("3 answers have a field 'refs'" in w for w in summary.warnings)
+    html = (out / "report.html").read_text("utf-8")
+    assert "not measured" in html and 'id="run-warnings"' in html
+    assert "no answer cites a source" in html

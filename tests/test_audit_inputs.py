@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import pytest
 
@@ -192,3 +193,70 @@ def test_given_claims_strip_markers_and_find_spans() -> None:
     assert (claim.id, claim.text, claim.markers) == ("c1", "Aspirin thins blood.", ["1", "2"])
     assert claim.span is not None and answer.text[claim.span.start:claim.span.end].startswith(
         "Aspirin")
+
+
+# --- ExpertQA shape: attribution + claims with evidence (issue 13) ---------------------
+
+EXPERTQA_ROW = {
+    "id": "expertqa-0", "question": "What does exercise do?", "field": "Medicine",
+    "system": "gpt4",
+    "answer": "Exercise lowers blood pressure [1]. It improves sleep [3]. It is fun.",
+    "attribution": ["[1] https://example.org/bp", "[2] https://example.org/bp",
+                    "[3] https://example.org/sleep "],
+    "claims": [
+        {"claim": "Exercise lowers blood pressure [1].",
+         "evidence": ["[1] https://example.org/bp\n\nRegular exercise lowers blood pressure."],
+         "support": "Complete", "correctness": "Definitely correct"},
+        {"claim": "It improves sleep [3].", "evidence": ["[3] https://example.org/sleep"],
+         "support": "Incomplete"},
+        {"claim": "It is fun.", "evidence": [], "support": "Missing"},
+    ],
+}
+
+
+def test_expertqa_attribution_and_evidence_are_read() -> None:
+    inputs, warnings = read_audit(json.dumps(EXPERTQA_ROW).encode())
+    assert warnings == []
+    answer = inputs[0].answer
+    assert [(s.id, s.url) for s in answer.sources] == [
+        ("1", "https://example.org/bp"), ("3", "https://example.org/sleep")]
+    bp, sleep = answer.sources
+    assert bp.text == "Regular exercise lowers blood pressure." and bp.status == "given"
+    assert sleep.text is None and sleep.status == "not_fetched"  # no passage: fetched
+    assert answer.meta == {"field": "Medicine", "system": "gpt4"}
+    claims = inputs[0].claims or []
+    assert [c.label for c in claims] == [SupportLabel.SUPPORTED, SupportLabel.NOT_SUPPORTED,
+                                         None]
+
+
+def test_unread_source_like_fields_are_warned_about() -> None:
+    row = {"answer": "Statins lower LDL [1].",
+           "citations": [{"link": "https://example.org/statins"}],
+           "sources": {"1": "https://example.org/statins"}}
+    inputs, warnings = read_audit(json.dumps(row).encode())
+    assert inputs[0].answer.sources == []
+    assert any("'sources' is a dict" in w for w in warnings)
+    assert any("'citations' looks like it holds sources" in w for w in warnings)
+    assert any("'sources' looks like it holds sources" in w for w in warnings)
+    assert set(inputs[0].answer.meta) == {"citations", "sources"}
+
+
+def test_numbered_url_strings_in_sources_keep_their_marker() -> None:
+    inputs, warnings = read_audit(_line(answer="A [2].", sources=["[2] https://x.org/a"]))
+    assert warnings == [] and [(s.id, s.url) for s in inputs[0].answer.sources] == [
+        ("2", "https://x.org/a")]
+
+
+def test_source_object_without_url_or_text_is_a_warning() -> None:
+    _, warnings = read_audit(_line(answer="A.", sources=[{"link": "https://x.org"}]))
+    assert any("no 'url' and no 'text' (keys: link)" in w for w in warnings)
+
+
+def test_shared_expertqa_answers_file_has_its_sources(shared_data: Path) -> None:
+    path = shared_data / "answers" / "expertqa_val.jsonl"
+    if not path.is_file():
+        pytest.skip(f"{path} not found")
+    inputs, _ = read_audit(path.read_bytes())
+    sources = [s for i in inputs for s in i.answer.sources]
+    assert len(inputs) == 263 and all(i.answer.sources for i in inputs)
+    assert len(sources) == 1414 and sum(1 for s in sources if s.text) == 776

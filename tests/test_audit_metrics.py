@@ -237,8 +237,9 @@ def test_cis_are_deterministic_and_contain_the_value() -> None:
 def test_empty_audit_set() -> None:
     metrics = audit_metrics([])
     assert metrics.n_answers == 0
-    assert metrics.url_validity == Estimate()
-    assert metrics.statement_support == Estimate()
+    assert metrics.url_validity == Estimate(reason="no cited URL")
+    assert metrics.statement_support.value is None
+    assert metrics.statement_support.reason == "no statement to check (no answer)"
 
 
 def test_share_estimate_single_value_and_empty() -> None:
@@ -314,3 +315,49 @@ def test_breakdown_explicit_field_and_bool_values() -> None:
     assert list(result["reviewed"]) == [MISSING, "false", "true"]
     assert list(result["absent"]) == [MISSING]
     assert result["absent"][MISSING].n_answers == 3
+
+
+# --- nothing to measure is never a measured 0 (issue 13) -------------------------------
+
+
+def test_answers_without_any_source_are_not_measured_not_zero() -> None:
+    audits = [audit("a1", [], [claim("c1"), claim("c2")]), audit("a2", [], [claim("c1")])]
+    metrics = audit_metrics(audits, n_boot=50)
+    assert metrics.n_claims == 3
+    for estimate in (metrics.statement_support, metrics.response_support):
+        assert estimate.value is None and estimate.ci is None
+        assert estimate.reason is not None and "no answer cites a source" in estimate.reason
+    assert metrics.url_validity.reason == "no cited URL"
+    assert metrics.unused_sources.reason == "no valid source"
+
+
+def test_unchecked_urls_only_are_not_measured() -> None:
+    offline = invalid_source("s1", failure=FetchFailure.OFFLINE, http_status=None)
+    metrics = audit_metrics([audit("a1", [offline], [claim("c1")])], n_boot=50)
+    assert metrics.statement_support.value is None
+    assert "could be checked (offline 1)" in (metrics.statement_support.reason or "")
+    assert metrics.url_validity.value == 0.0  # the URL itself was counted, as invalid
+
+
+def test_valid_sources_no_pair_is_not_measured() -> None:
+    """pairing 'cited' with markers that name no source: nothing was judged."""
+    metrics = audit_metrics([audit("a1", [valid_source("s1")], [claim("c1")])], n_boot=50)
+    assert metrics.statement_support.value is None
+    assert "no statement could be paired" in (metrics.statement_support.reason or "")
+
+
+def test_dead_cited_urls_are_a_real_zero() -> None:
+    """URLs that were checked and are dead (404): the paper's unsupported, a measured 0."""
+    metrics = audit_metrics([audit("a1", [invalid_source("s1")], [claim("c1")])], n_boot=50)
+    assert metrics.statement_support.value == 0.0
+    assert metrics.statement_support.reason is None
+
+
+def test_breakdown_group_without_sources_is_not_measured() -> None:
+    audits = [audit("a1", [valid_source("s1")], [claim("c1", {"s1": True})], system="x"),
+              audit("a2", [], [claim("c1")], system="y")]
+    groups = breakdowns(audits, ["system"], n_boot=50)["system"]
+    assert groups["x"].statement_support.value == 1.0
+    assert groups["y"].statement_support.value is None
+    overall = audit_metrics(audits, n_boot=50)
+    assert overall.statement_support.value == 0.5  # measured overall: a2 counts unsupported

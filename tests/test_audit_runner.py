@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import asyncio
 import json
+from collections.abc import AsyncIterator, Sequence
+from contextlib import asynccontextmanager
 from pathlib import Path
 
 import pytest
@@ -11,11 +13,11 @@ import pytest
 from medverify.audit.inputs import read_audit
 from medverify.audit.metrics import audit_metrics
 from medverify.audit.records import AnswerAudit, AuditInput, AuditSummary
-from medverify.audit.runner import Auditor, load_done
+from medverify.audit.runner import Auditor, Fetcher, FetcherFactory, load_done
 from medverify.config import Config
 from medverify.errors import ConfigError
 from medverify.kb.embed import HashEmbedder
-from medverify.records import Answer, Claim
+from medverify.records import Answer, Claim, FetchFailure, Source, content_hash
 from medverify.store.runs import RunStore
 from medverify.testing.judge import WordJudge
 
@@ -150,3 +152,75 @@ def test_load_done_appends_a_missing_newline(tmp_path: Path) -> None:
     path.write_text(audit.model_dump_json(), "utf-8")
     assert list(load_done(path)) == ["z"]
     assert path.read_text("utf-8").endswith("\n")
+
+
+# --- issue 13: resumed audits report sources whose fetch outcome changed ---------------
+
+
+class PageFetcher:
+    """Fetches from a mutable dict of pages (content hash included); others are 404s."""
+
+    def __init__(self, pages: dict[str, str]) -> None:
+        self.pages = pages
+
+    async def fetch_all(self, sources: Sequence[Source]) -> list[Source]:
+        return [self._one(s) for s in sources]
+
+    def _one(self, source: Source) -> Source:
+        text = self.pages.get(source.url or "")
+        if text is None:
+            return source.model_copy(update={
+                "status": "invalid", "failure": FetchFailure.HTTP_STATUS, "http_status": 404})
+        return source.model_copy(update={"status": "fetched", "text": text,
+                                         "content_hash": content_hash(text)})
+
+
+def _factory(fetcher: PageFetcher) -> FetcherFactory:
+    @asynccontextmanager
+    async def make() -> AsyncIterator[Fetcher]:
+        yield fetcher
+
+    return make
+
+
+def _shared_url_inputs() -> list[AuditInput]:
+    rows = [{"id": f"q{n}", "answer": "Aspirin thins blood.",
+             "sources": ["https://a.org/aspirin", f"https://b.org/{n}"]} for n in range(3)]
+    inputs, _ = read_audit(b"".join(json.dumps(r).encode() + b"\n" for r in rows))
+    return inputs
+
+
+@pytest.mark.parametrize(("change", "kind"), [("gone", "validity"), ("edited", "content")])
+def test_resume_reports_changed_fetch_outcomes(tmp_path: Path, change: str, kind: str) -> None:
+    pages = {"https://a.org/aspirin": "aspirin thins blood",
+             **{f"https://b.org/{n}": "other page" for n in range(3)}}
+    fetcher = PageFetcher(pages)
+    inputs = _shared_url_inputs()
+    asyncio.run(_auditor(tmp_path, fetcher_factory=_factory(fetcher), limit=1,
+                         record=False).run(inputs))
+    if change == "gone":
+        del pages["https://a.org/aspirin"]
+    else:
+        pages["https://a.org/aspirin"] = "aspirin does not thin blood"
+    auditor = _auditor(tmp_path, fetcher_factory=_factory(fetcher), record=False)
+    _, summary = asyncio.run(auditor.run(inputs))
+    assert summary.notes["resumed"] == 1
+    assert [c.url for c in summary.fetch_changes] == ["https://a.org/aspirin"]
+    change_record = summary.fetch_changes[0]
+    assert change_record.kind == kind
+    assert sum(o.n_answers for o in change_record.outcomes) == 3
+    assert any("different fetch outcome" in w for w in summary.warnings)
+    saved = AuditSummary.model_validate_json((tmp_path / "out" / "summary.json").read_text())
+    assert saved.fetch_changes == summary.fetch_changes
+    html = (tmp_path / "out" / "report.html").read_text("utf-8")
+    assert 'id="fetch-changes"' in html and "https://a.org/aspirin" in html
+
+
+def test_unchanged_sources_on_resume_are_not_reported(tmp_path: Path) -> None:
+    fetcher = PageFetcher({"https://a.org/aspirin": "aspirin thins blood"})
+    inputs = _shared_url_inputs()
+    asyncio.run(_auditor(tmp_path, fetcher_factory=_factory(fetcher), limit=1,
+                         record=False).run(inputs))
+    _, summary = asyncio.run(_auditor(tmp_path, fetcher_factory=_factory(fetcher),
+                                      record=False).run(inputs))
+    assert summary.fetch_changes == [] and summary.notes["resumed"] == 1

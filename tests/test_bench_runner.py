@@ -471,3 +471,42 @@ def test_a_version_3_store_gains_the_bench_table(tmp_path: Path) -> None:
         store.save_bench_reply(run_id, reply)
         store.save_bench_reply(run_id, reply.model_copy(update={"answer": "Yes!"}))
         assert store.bench_replies(run_id[:15]) == [reply.model_copy(update={"answer": "Yes!"})]
+
+
+# --- issue 13: a resumed study whose sources changed says so --------------------------
+
+
+def shared_page_model(request: ChatRequest) -> str:
+    """Every answer cites the same page (as the offline example's models do)."""
+    _, topic = _topic(request)
+    return json.dumps({"answer": f"{topic.capitalize()} works well in most adults.",
+                       "sources": [{"url": "https://good.org/shared", "title": "shared"}]})
+
+
+def test_resumed_study_reports_sources_whose_fetch_outcome_changed(
+        tmp_path: Path, models: Models) -> None:
+    spec = models.add("shared", shared_page_model)
+    pages = {"https://good.org/shared": "aspirin statins insulin works well in most adults"}
+    fetcher = DictFetcher(pages)
+
+    def runner(limit: int | None) -> BenchRunner:
+        return BenchRunner.from_config(
+            _config(), models=[spec], run_dir=tmp_path / "run", judge=WordJudge(),
+            embedder=HashEmbedder(), fetcher_factory=_fetcher_factory(fetcher), limit=limit)
+
+    async def run(limit: int | None) -> BenchSummary:
+        async with runner(limit) as bench:
+            return await bench.run(QUESTIONS)
+
+    first = asyncio.run(run(1))
+    assert "fetch_changes" not in first.notes and "run_warnings" not in first.notes
+    pages.clear()  # the page is gone on resume (e.g. served on another port now)
+    summary = asyncio.run(run(None))
+    changes = summary.notes["fetch_changes"]
+    assert [c["url"] for c in changes] == ["https://good.org/shared"]
+    assert changes[0]["kind"] == "validity"
+    outcomes = {o["outcome"]: o["n_answers"] for o in changes[0]["outcomes"]}
+    assert outcomes == {"fetched": 1, "unknown": 2}
+    assert any("different fetch outcome" in w for w in summary.notes["run_warnings"])
+    html = (tmp_path / "run" / "report.html").read_text("utf-8")
+    assert 'id="run-warnings"' in html and "https://good.org/shared" in html

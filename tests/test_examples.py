@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import runpy
+import shutil
 from pathlib import Path
 
 import pytest
@@ -42,3 +43,40 @@ def test_medquad_questions_of_zero_is_empty() -> None:
     from medverify.testing.citers import medquad_questions
 
     assert medquad_questions(0) == [] and len(medquad_questions(3)) == 3
+
+
+def _interrupt(run: Path, replies_kept: int, audits_kept: int) -> None:
+    """What a kill leaves: the first replies and audits on disk, no summary yet."""
+    for path, keep in ((run / "replies.jsonl", replies_kept),
+                       (run / "audit" / "answers.jsonl", audits_kept)):
+        lines = path.read_text("utf-8").splitlines(keepends=True)
+        path.write_text("".join(lines[:keep]), "utf-8")
+    (run / "summary.json").unlink()
+
+
+def test_bench_example_resumed_gives_the_same_numbers(tmp_path: Path) -> None:
+    """Issue 13: killed and rerun, the example served its pages on a new port; the stored
+    replies cited the old one and support fell (0.975 -> 0.254) without a warning."""
+    main = _main("bench_offline/run_study.py")
+    out = tmp_path / "study"
+    args = ["--out", str(out), "--judge", "word", "--medquad", "0"]
+    assert main(args) == 0  # type: ignore[operator]
+    whole = json.loads((out / "summary.json").read_text("utf-8"))
+    _interrupt(out, replies_kept=40, audits_kept=20)
+    moved = tmp_path / "moved"
+    shutil.copytree(out, moved)
+    (moved / "page_server.json").unlink()  # the old behaviour: a new port on resume
+
+    assert main(args) == 0  # type: ignore[operator]
+    resumed = json.loads((out / "summary.json").read_text("utf-8"))
+    assert resumed["overall"] == whole["overall"]
+    assert "fetch_changes" not in resumed["notes"]
+    timing = json.loads((out / "timing.json").read_text("utf-8"))
+    assert timing["replies_resumed"] == 40
+
+    assert main(["--out", str(moved), "--judge", "word", "--medquad", "0"]) == 0  # type: ignore[operator]
+    broken = json.loads((moved / "summary.json").read_text("utf-8"))
+    careful = broken["overall"]["citer-careful"]["url_validity"]["value"]
+    assert careful < whole["overall"]["citer-careful"]["url_validity"]["value"]
+    assert broken["notes"]["fetch_changes"]  # ... and the run says so
+    assert any("different fetch outcome" in w for w in broken["notes"]["run_warnings"])

@@ -10,6 +10,11 @@ every source with the built-in verifier, and writes the study report.
     open bench-example/report.html
     medverify bench report bench-example        # recompute everything, no model called
 
+Interrupted (Ctrl-C, a crash)? Run the same command again: the study resumes. The page
+server listens on the port recorded in ``OUT/page_server.json`` by the first run, so the
+URLs stored in the replies still point at it and a resumed study gives the same numbers as
+an uninterrupted one.
+
 A real study is the same with real model specs and a question file:
 
     medverify bench run --models openai:gpt-4o-mini,ollama:llama3.1 \
@@ -20,6 +25,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import json
 import sys
 from pathlib import Path
 
@@ -28,6 +34,7 @@ from rich.console import Console
 from medverify.bench.runner import BenchRunner
 from medverify.cli.bench import print_bench_summary
 from medverify.config import Config
+from medverify.records import Document
 from medverify.testing import (
     PageServer,
     register_citing_models,
@@ -38,12 +45,42 @@ from medverify.testing.citers import medquad_questions, references_for
 from medverify.testing.judge import WordJudge
 
 HABITS = ("careful", "overreaching", "hallucinating", "freetext", "unreliable")
+SERVER_FILE = "page_server.json"
+
+
+def recorded_port(out: Path) -> int:
+    """The page server's port recorded by an earlier run of ``out`` (0: pick a free one).
+    Kept with ``--fresh`` too: the request cache in ``out`` replays replies citing it."""
+    path = out / SERVER_FILE
+    if not path.is_file():
+        return 0
+    try:
+        return int(json.loads(path.read_text("utf-8"))["port"])
+    except (ValueError, KeyError, TypeError) as exc:
+        raise SystemExit(f"{path} is unreadable ({exc}); delete it or use --fresh") from None
+
+
+def start_pages(documents: list[Document], out: Path) -> PageServer:
+    """The page server on the run directory's recorded port (recorded on first use), so
+    that a resumed study's stored URLs still reach it."""
+    port = recorded_port(out)
+    try:
+        pages = PageServer.from_documents(documents, port=port).start()
+    except OSError as exc:
+        raise SystemExit(
+            f"cannot serve the study's pages on port {port}, recorded in {out / SERVER_FILE} "
+            f"by the first run ({exc}): the stored replies cite that port. Free it and run "
+            "again (or delete the run directory to start over)") from None
+    out.mkdir(parents=True, exist_ok=True)
+    (out / SERVER_FILE).write_text(json.dumps({"port": pages.address[1]}) + "\n", "utf-8")
+    return pages
 
 
 async def study(out: Path, n_medquad: int, judge: str, fresh: bool) -> int:
     questions = study_questions() + medquad_questions(n_medquad)
     documents = study_documents() + [q.reference for q in questions[12:] if q.reference]
-    with PageServer.from_documents(documents) as pages:
+    pages = start_pages(documents, out)
+    try:
         specs = register_citing_models(HABITS, references_for(questions), pages.url_for)
         config = Config.load(
             fetch={"allow": [pages.host_port], "cache_path": out / "fetch-cache.db"},
@@ -58,6 +95,8 @@ async def study(out: Path, n_medquad: int, judge: str, fresh: bool) -> int:
             summary = await runner.run(questions)
         finally:
             await runner.aclose()
+    finally:
+        pages.close()
     print_bench_summary(summary, Console())
     print(f"\nreport: {out / 'report.html'}\nrecompute: medverify bench report {out}")
     return 0

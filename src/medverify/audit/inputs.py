@@ -7,8 +7,11 @@ One answer per line::
 
 Extra fields go to ``answer.meta`` (breakdowns group by them). A source's id is its
 ``marker`` (the ``[n]`` number the answer uses) when given, else its 1-based position.
-Without ``sources``, the cited URLs are extracted from the answer text
-(:func:`extract_sources`). A bad line is a warning with its line number, never a crash.
+Without ``sources``, an ``attribution`` list of ``"[n] URL"`` strings (ExpertQA) is read;
+without either, the cited URLs are extracted from the answer text (:func:`extract_sources`).
+Claim ``evidence`` entries ``"[n] URL\n\npassage"`` (ExpertQA) give the frozen text of
+source ``n``. A bad line is a warning with its line number, never a crash; a field that
+looks like it holds sources but is not read is a warning too (:func:`unread_source_fields`).
 """
 
 from __future__ import annotations
@@ -27,6 +30,11 @@ from medverify.records import Answer, Claim, Source, Span
 
 MAX_LINE_BYTES = 50_000_000
 _KNOWN_FIELDS = frozenset({"id", "question", "answer", "sources", "claims"})
+SOURCE_LIKE_FIELDS = frozenset({
+    "sources", "attribution", "attributions", "citations", "citation", "references",
+    "reference", "refs", "urls", "links", "bibliography", "cited", "cited_urls",
+})
+"""Top-level field names that may hold an answer's sources (warned about when not read)."""
 _LABELS = {
     "supported": SupportLabel.SUPPORTED,
     "support": SupportLabel.SUPPORTED,
@@ -37,7 +45,13 @@ _LABELS = {
     "unsupported": SupportLabel.NOT_SUPPORTED,
     "false": SupportLabel.NOT_SUPPORTED,
     "no": SupportLabel.NOT_SUPPORTED,
+    "incomplete": SupportLabel.NOT_SUPPORTED,
 }
+_UNLABELLED = frozenset({"partial", "missing", "n/a", "na", "none", ""})
+"""Gold values that mean "no binary label" (ExpertQA ``support``: Partial, Missing, N/A)."""
+_NUMBERED_URL = re.compile(r"^\s*\[\^?(?P<n>\d{1,4})\]:?\s*(?P<url>\S+)\s*$")
+_EVIDENCE = re.compile(r"^\s*\[(?P<n>\d{1,4})\]\s*(?P<url>\S+)[ \t]*(?:\n(?P<text>.*))?\Z",
+                       re.DOTALL)
 _URL_TRAILING = ".,;:!?'\"*_"
 _CLOSERS = {")": "(", "]": "[", "}": "{"}
 _PATH_SAFE = "/%:@!$&'()*+,;=-._~"
@@ -95,20 +109,124 @@ def _input(obj: dict[str, Any], number: int, notes: list[str]) -> AuditInput:
     if not isinstance(answer_text, str) or not answer_text.strip():
         raise LineError("no 'answer' text")
     question = obj.get("question")
-    raw_sources = obj.get("sources")
-    sources = read_sources(raw_sources, notes) if raw_sources else extract_sources(answer_text)
+    sources, used = _answer_sources(obj, answer_text, notes)
+    sources = with_evidence(sources, obj.get("claims"), notes)
+    meta = {k: v for k, v in obj.items() if k not in _KNOWN_FIELDS and k != used}
+    if obj.get("sources") and used != "sources":
+        meta["sources"] = obj["sources"]  # an unread shape: kept, and warned about below
+    for name in unread_source_fields(meta):
+        notes.append(f"field {name!r} looks like it holds sources but is not read "
+                     "(expected 'sources' or 'attribution', see docs/audit.md)")
     try:
         answer = Answer(
             text=answer_text,
             question=str(question) if question is not None else None,
             sources=sources,
             id=_text_id(obj.get("id")),
-            meta={k: v for k, v in obj.items() if k not in _KNOWN_FIELDS},
+            meta=meta,
         )
     except ValidationError as exc:
         raise LineError(f"invalid answer: {exc.errors()[0]['msg']}") from None
     claims = _claims(obj.get("claims"), notes) if obj.get("claims") is not None else None
     return AuditInput(answer=answer, claims=claims, line=number)
+
+
+def _answer_sources(
+    obj: dict[str, Any], answer_text: str, notes: list[str]
+) -> tuple[list[Source], str | None]:
+    """The answer's sources and the field they came from (None: the answer text).
+    ``sources`` (a list) wins, then ``attribution`` (``"[n] URL"`` strings), then the text."""
+    raw = obj.get("sources")
+    if isinstance(raw, list) and raw:
+        return read_sources(raw, notes), "sources"
+    if raw:
+        notes.append(f"'sources' is a {type(raw).__name__}, not a list; not read")
+    attribution = read_attribution(obj.get("attribution"))
+    if attribution:
+        return attribution, "attribution"
+    return extract_sources(answer_text), None
+
+
+def read_attribution(raw: Any) -> list[Source]:
+    """Sources from an ExpertQA-style ``attribution`` list: ``"[n] URL"`` strings, the
+    marker ``n`` becoming the source id so the answer's ``[n]`` markers resolve to it. A URL
+    listed under two markers is kept once (its first marker). Empty when ``raw`` is not
+    such a list."""
+    if not isinstance(raw, list):
+        return []
+    sources: list[Source] = []
+    seen: set[str] = set()
+    for entry in raw:
+        match = _NUMBERED_URL.match(entry) if isinstance(entry, str) else None
+        if match is None:
+            continue
+        url = _clean_url(match.group("url"))
+        marker = str(int(match.group("n")))
+        if url is None or url in seen or any(s.id == marker for s in sources):
+            continue
+        seen.add(url)
+        sources.append(Source(id=marker, url=url))
+    return sources
+
+
+def with_evidence(sources: list[Source], raw_claims: Any, notes: list[str]) -> list[Source]:
+    """Sources completed with the passages of claim ``evidence`` entries
+    (``"[n] URL\n\npassage"``, ExpertQA): a source without text gets the distinct
+    passages given for its marker or URL, joined by blank lines, as given text (never
+    fetched). An evidence URL that is no source yet becomes one."""
+    found = _evidence(raw_claims)
+    if not found:
+        return sources
+    out = list(sources)
+    for (marker, url), passages in found.items():
+        text = "\n\n".join(passages) or None
+        index = next((i for i, s in enumerate(out) if s.url == url or s.id == marker), None)
+        if index is None:
+            if marker in {s.id for s in out}:
+                continue
+            notes.append(f"evidence source [{marker}] {url} is not in the answer's sources; added")
+            out.append(Source(id=marker, url=url, text=text,
+                              status="given" if text else "not_fetched"))
+        elif text and not out[index].text:
+            out[index] = out[index].model_copy(update={"text": text, "status": "given"})
+    return out
+
+
+def _evidence(raw_claims: Any) -> dict[tuple[str, str], list[str]]:
+    """(marker, URL) -> distinct passages, in order, from every claim's ``evidence``."""
+    found: dict[tuple[str, str], list[str]] = {}
+    if not isinstance(raw_claims, list):
+        return found
+    for claim in raw_claims:
+        entries = claim.get("evidence") if isinstance(claim, dict) else None
+        for entry in entries if isinstance(entries, list) else []:
+            match = _EVIDENCE.match(entry) if isinstance(entry, str) else None
+            url = _clean_url(match.group("url")) if match else None
+            if match is None or url is None:
+                continue
+            passages = found.setdefault((str(int(match.group("n"))), url), [])
+            text = (match.group("text") or "").strip()
+            if text and text not in passages:
+                passages.append(text)
+    return found
+
+
+def unread_source_fields(meta: dict[str, Any]) -> list[str]:
+    """Fields of ``answer.meta`` (input fields that were not read) that look like they hold
+    sources: a source-like name (``citations``, ``references``, ``urls``...) with a value,
+    or a list or object with a URL in it."""
+    return sorted(k for k, v in meta.items()
+                  if v and (k.lower() in SOURCE_LIKE_FIELDS
+                            or (isinstance(v, list | dict) and _has_url(v))))
+
+
+def _has_url(value: Any, depth: int = 0) -> bool:
+    if isinstance(value, str):
+        return _LINE_URL.search(value) is not None
+    if depth > 3:
+        return False
+    items = value.values() if isinstance(value, dict) else value if isinstance(value, list) else []
+    return any(_has_url(v, depth + 1) for v in list(items)[:50])
 
 
 def _text_id(value: Any) -> str:
@@ -130,7 +248,8 @@ def _unique_id(item: AuditInput, seen: set[str], notes: list[str]) -> AuditInput
 
 
 def read_sources(raw: Any, notes: list[str]) -> list[Source]:
-    """Sources given with an answer: URL strings or objects ``{url, text?, marker?, title?}``."""
+    """Sources given with an answer: URL strings (``"[n] URL"`` too) or objects
+    ``{url, text?, marker?, title?}``."""
     if not isinstance(raw, list):
         raise LineError("'sources' must be a list")
     sources: list[Source] = []
@@ -140,6 +259,10 @@ def read_sources(raw: Any, notes: list[str]) -> list[Source]:
         if source is None:
             notes.append(f"source {index} is neither a URL string nor an object; skipped")
             continue
+        if source.url is None and source.text is None:
+            keys = ", ".join(sorted(map(str, entry))) if isinstance(entry, dict) else "none"
+            notes.append(f"source {index} has no 'url' and no 'text' (keys: {keys}); "
+                         "nothing to check against")
         if source.id in used:
             new_id = f"{source.id}.{index}"
             notes.append(f"duplicate source id {source.id!r}, renamed to {new_id!r}")
@@ -151,6 +274,9 @@ def read_sources(raw: Any, notes: list[str]) -> list[Source]:
 
 def _given_source(entry: Any, index: int) -> Source | None:
     if isinstance(entry, str):
+        numbered = _NUMBERED_URL.match(entry)
+        if numbered:
+            return Source(id=str(int(numbered.group("n"))), url=_clean_url(numbered.group("url")))
         return Source(id=str(index), url=_clean_url(entry))
     if not isinstance(entry, dict):
         return None
@@ -187,7 +313,7 @@ def _claims(raw: Any, notes: list[str]) -> list[GoldClaim]:
             notes.append(f"claim {index} has no text; skipped")
             continue
         gold = normalize_label(label)
-        if label is not None and gold is None:
+        if label is not None and gold is None and not _unlabelled(label):
             notes.append(f"claim {index}: unknown label {label!r}, treated as unlabelled")
         claims.append(GoldClaim(text=text, label=gold))
     return claims
@@ -198,8 +324,13 @@ def _claim_fields(entry: Any) -> tuple[str, Any]:
         return entry.strip(), None
     if isinstance(entry, dict):
         text = entry.get("text", entry.get("claim"))
-        return (text.strip() if isinstance(text, str) else ""), entry.get("label")
+        label = entry.get("label", entry.get("support"))
+        return (text.strip() if isinstance(text, str) else ""), label
     return "", None
+
+
+def _unlabelled(value: Any) -> bool:
+    return isinstance(value, str) and value.strip().lower() in _UNLABELLED
 
 
 def normalize_label(value: Any) -> SupportLabel | None:

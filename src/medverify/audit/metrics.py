@@ -36,7 +36,7 @@ from medverify.audit.records import (
     Estimate,
     PairJudgement,
 )
-from medverify.records import Source
+from medverify.records import FetchFailure, Source
 from medverify.report.metrics import bootstrap_ci
 
 MISSING = "(missing)"
@@ -168,16 +168,63 @@ def _statement_estimate(
     return share_estimate([f for flags in per_answer for f in flags], n_boot=n_boot, seed=seed)
 
 
+UNCHECKED_REASONS = frozenset({FetchFailure.OFFLINE.value, "not_fetched", "unknown"})
+"""Invalid-URL reasons that say the URL was never checked (not that it is dead)."""
+
+
+def not_measured_reason(audits: Sequence[AnswerAudit]) -> str | None:
+    """Why statement- and response-level support cannot be measured over ``audits``, or
+    None when they can.
+
+    They can when some statement was judged against some source, or when cited URLs were
+    checked and found invalid (404, DNS...: the paper counts those statements as
+    unsupported, a real 0). They cannot when there is no statement, no answer cites a
+    source, every cited URL went unchecked (offline, not in the cache), or no statement
+    could be paired with a valid source: a 0 % there would stand for "nothing to measure".
+    """
+    n_claims = sum(len(a.claims) for a in audits)
+    if not audits or not n_claims:
+        return "no statement to check" + ("" if audits else " (no answer)")
+    if any(c.pairs for a in audits for c in a.claims):
+        return None
+    sources = [s for a in audits for s in a.answer.sources]
+    urls = [s for s in sources if s.url]
+    if not any(s.url or s.text for s in sources):
+        return (f"no answer cites a source ({len(audits):,} answers, {n_claims:,} "
+                "statements): nothing to check the statements against")
+    if any(s.valid for s in sources):
+        return (f"no statement could be paired with a valid source ({n_claims:,} "
+                "statements; with pairing 'cited', no statement cites one)")
+    reasons = Counter(invalid_reason(s) for s in urls)
+    if urls and set(reasons) <= UNCHECKED_REASONS:
+        listed = ", ".join(f"{k} {v:,}" for k, v in reasons.most_common())
+        return (f"none of the {len(urls):,} cited URLs could be checked ({listed}): "
+                "no statement was judged")
+    return None
+
+
+def _why_not(estimate: Estimate, reason: str) -> Estimate:
+    if estimate.value is not None or estimate.reason is not None:
+        return estimate
+    return estimate.model_copy(update={"reason": reason})
+
+
 def audit_metrics(
     audits: Sequence[AnswerAudit], *, n_boot: int = 2000, seed: int = 0, cluster: bool = True
 ) -> AuditMetrics:
     """The paper's metrics pooled over answers, each with a 95 % bootstrap CI (see the
-    module docstring for the unit each interval resamples)."""
+    module docstring for the unit each interval resamples). A share with nothing to
+    measure has no value and says why (:func:`not_measured_reason`), never 0."""
     urls = [s.valid for a in audits for s in _url_sources(a)]
     responses = [answer_metrics(a).response_support for a in audits]
     unused = [not used for a in audits for used in source_use(a) if used is not None]
     pairs = [p for a in audits for c in a.claims for p in c.pairs]
     options: dict[str, Any] = {"n_boot": n_boot, "seed": seed}
+    not_measured = not_measured_reason(audits)
+    statement = _statement_estimate(audits, cluster=cluster, **options)
+    response = share_estimate([r for r in responses if r is not None], **options)
+    if not_measured is not None:
+        statement = response = Estimate(reason=not_measured)
     return AuditMetrics(
         n_answers=len(audits),
         n_urls=len(urls),
@@ -185,10 +232,11 @@ def audit_metrics(
         n_scored_claims=sum(1 for a in audits for c in a.claims if c.supported is not None),
         n_pairs=len(pairs),
         n_pair_errors=sum(1 for p in pairs if p.supported is None),
-        url_validity=share_estimate(urls, **options),
-        statement_support=_statement_estimate(audits, cluster=cluster, **options),
-        response_support=share_estimate([r for r in responses if r is not None], **options),
-        unused_sources=share_estimate(unused, **options),
+        url_validity=_why_not(share_estimate(urls, **options), "no cited URL"),
+        statement_support=_why_not(statement, "no statement could be scored (every "
+                                   "judgement failed)"),
+        response_support=_why_not(response, "no answer with a known support"),
+        unused_sources=_why_not(share_estimate(unused, **options), "no valid source"),
         invalid_reasons=invalid_reasons(audits),
     )
 

@@ -130,11 +130,38 @@ class AnswerAudit(_Record):
 
 class Estimate(_Record):
     """A share with its 95 % percentile-bootstrap interval; ``n`` is the number of units
-    it is computed over (URLs, claims, answers or sources)."""
+    it is computed over (URLs, claims, answers or sources). Without a value, ``reason``
+    says why it was not measured (never a 0 standing for "nothing to measure")."""
 
     value: float | None = None
     ci: tuple[float, float] | None = None
     n: int = 0
+    reason: str | None = None
+
+    @property
+    def measured(self) -> bool:
+        return self.value is not None
+
+
+class FetchOutcome(_Record):
+    """One outcome the fetcher gave for a URL: ``fetched`` (with the page's content hash)
+    or the failure kind, and the answers whose copy of the source has it."""
+
+    outcome: str
+    content_hash: str | None = None
+    n_answers: int = 0
+    answer_ids: list[str] = Field(default_factory=list)
+    first_at: datetime | None = None
+
+
+class FetchChange(_Record):
+    """A URL whose fetch outcome differed between attempts in one run (typically a resumed
+    run: fetched in the first attempt and failing now, or with other content)."""
+
+    url: str  # the URL, or the host (scheme://host:port) for kind "host"
+    kind: str  # "validity" (valid, then invalid or back), "content" (other hash),
+    # "failure" (invalid both times, for different reasons) or "host" (see urls.host_changes)
+    outcomes: list[FetchOutcome] = Field(default_factory=list)
 
 
 class AuditMetrics(_Record):
@@ -174,6 +201,13 @@ class AuditSummary(_Record):
     notes: dict[str, Any] = Field(default_factory=dict)
     skipped: list[str] = Field(default_factory=list)
     errors: list[str] = Field(default_factory=list)
+    fetch_changes: list[FetchChange] = Field(default_factory=list)
+    warnings: list[str] = Field(default_factory=list)
+
+    @property
+    def measured(self) -> bool:
+        """Whether the run measured statement-level support at all."""
+        return self.overall.statement_support.measured
 
 
 AuditInput.model_rebuild()

@@ -18,6 +18,7 @@ import asyncio
 import logging
 import time
 import uuid
+from collections import Counter
 from collections.abc import Callable, Sequence
 from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass, field
@@ -25,11 +26,24 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import IO, TYPE_CHECKING, Any, Protocol
 
-from medverify.audit.inputs import given_claims
+from medverify.audit.inputs import given_claims, unread_source_fields
 from medverify.audit.metrics import answer_metrics, audit_metrics, breakdowns
-from medverify.audit.records import AnswerAudit, AuditInput, AuditSummary, SupportLabel
+from medverify.audit.records import (
+    AnswerAudit,
+    AuditInput,
+    AuditMetrics,
+    AuditSummary,
+    FetchChange,
+    SupportLabel,
+)
 from medverify.audit.select import PassageSelector
-from medverify.audit.urls import analyze_urls, archive_candidates, check_archived
+from medverify.audit.urls import (
+    analyze_urls,
+    archive_candidates,
+    check_archived,
+    fetch_change_lines,
+    fetch_changes,
+)
 from medverify.audit.verify import PairVerifier
 from medverify.config import Config
 from medverify.decompose import Decomposer, make_decomposer
@@ -308,6 +322,8 @@ class Auditor:
         archived, skipped, errors = await self._archived(audits)
         if self.cleanup is None:
             skipped.append("cleanup: not requested (--cleanup with --model)")
+        overall = audit_metrics(audits, **options)
+        changes = fetch_changes(audits)
         return AuditSummary(
             run_id=run_id,
             input_path=self.input_path,
@@ -317,7 +333,7 @@ class Auditor:
             prompt_versions=self.prompt_versions,
             offline=self.config.fetch.offline,
             pairing=settings.pairing,
-            overall=audit_metrics(audits, **options),
+            overall=overall,
             breakdowns=breakdowns(audits, settings.breakdowns or None, **options),
             url_analysis=analyze_urls(
                 audits, group_by=_group_by(audits), paywalled=settings.paywalled_domains,
@@ -328,6 +344,8 @@ class Auditor:
             notes={**(notes or {}), **self._notes(audits, wall_s)},
             skipped=skipped,
             errors=errors + [f"{a.answer.id}: {e}" for a in audits for e in a.errors],
+            fetch_changes=changes,
+            warnings=run_warnings(audits, overall, changes),
         )
 
     async def _archived(
@@ -431,6 +449,34 @@ def _make_cleanup(
     from medverify.audit.cleanup import SourceCleanup
 
     return SourceCleanup(model, judge, selector=selector)
+
+
+def source_field_counts(audits: Sequence[AnswerAudit]) -> dict[str, int]:
+    """Input fields that look like sources but were not read -> answers that have one."""
+    counts: Counter[str] = Counter()
+    for audit in audits:
+        counts.update(unread_source_fields(audit.answer.meta))
+    return dict(sorted(counts.items()))
+
+
+def run_warnings(
+    audits: Sequence[AnswerAudit], overall: AuditMetrics, changes: Sequence[FetchChange]
+) -> list[str]:
+    """What a reader must know before trusting the run's numbers: support not measured,
+    source-like input fields that were not read, sources whose fetch outcome changed."""
+    warnings = []
+    if not overall.statement_support.measured:
+        warnings.append("statement- and response-level support NOT MEASURED: "
+                        f"{overall.statement_support.reason}")
+    no_source = sum(1 for a in audits if not any(s.url or s.text for s in a.answer.sources))
+    if no_source and overall.statement_support.measured:
+        warnings.append(f"{no_source:,} of {len(audits):,} answers cite no source (their "
+                        "statements count as unsupported)")
+    for name, count in source_field_counts(audits).items():
+        warnings.append(f"{count:,} answers have a field {name!r} that looks like it holds "
+                        "sources but was not read (see docs/audit.md, Input)")
+    warnings.extend(fetch_change_lines(changes)[:1])
+    return warnings
 
 
 def _group_by(audits: Sequence[AnswerAudit]) -> str | None:

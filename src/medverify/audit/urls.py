@@ -35,7 +35,7 @@ import httpx
 from pydantic import BaseModel, ConfigDict, Field
 
 from medverify.audit.metrics import group_audits, invalid_reason
-from medverify.audit.records import AnswerAudit
+from medverify.audit.records import AnswerAudit, FetchChange, FetchOutcome
 from medverify.records import FetchFailure, Source
 
 WAYBACK_API = "https://archive.org/wayback/available"
@@ -373,3 +373,113 @@ async def check_archived(
     distinct = list(dict.fromkeys(urls))
     answers = await asyncio.gather(*(ask(url) for url in distinct))
     return dict(zip(distinct, answers, strict=True))
+
+
+# -- fetch outcomes that changed between attempts ------------------------------------------
+
+FETCHED = "fetched"
+
+
+def fetch_outcome(source: Source) -> tuple[str, str | None] | None:
+    """(outcome, content hash) of a source the fetcher handled: ``fetched`` with the page's
+    hash, or the failure kind (``http_status 404``...). None for a given text or a source
+    never fetched: those are not fetch outcomes."""
+    if source.status == "fetched":
+        return FETCHED, source.content_hash
+    if source.status != "invalid":
+        return None
+    outcome = invalid_reason(source)
+    if source.failure == FetchFailure.HTTP_STATUS and source.http_status is not None:
+        outcome = f"{outcome} {source.http_status}"
+    return outcome, None
+
+
+def fetch_changes(audits: Sequence[AnswerAudit], max_ids: int = 3) -> list[FetchChange]:
+    """URLs whose fetch outcome differs between the answers that cite them: in one run
+    every answer citing a URL gets the same (cached) outcome, so a difference means the
+    source changed between attempts, typically across a resume (fetched OK before, failing
+    or with other content now). ``kind`` is ``validity`` when the URL was valid in one
+    attempt and invalid in another, else ``content``. Ordered by URL."""
+    seen: dict[str, dict[tuple[str, str | None], FetchOutcome]] = {}
+    for audit in audits:
+        for source in audit.answer.sources:
+            outcome = fetch_outcome(source) if source.url else None
+            if outcome is None or source.url is None:
+                continue
+            entry = seen.setdefault(source.url, {}).setdefault(
+                outcome, FetchOutcome(outcome=outcome[0], content_hash=outcome[1]))
+            entry.n_answers += 1
+            if len(entry.answer_ids) < max_ids:
+                entry.answer_ids.append(audit.answer.id)
+            if source.fetched_at and (entry.first_at is None or source.fetched_at < entry.first_at):
+                entry.first_at = source.fetched_at
+    changed = [_change(url, list(found.values())) for url, found in sorted(seen.items())
+               if len(found) > 1]
+    return changed + host_changes(seen)
+
+
+HOST_FAILURES = frozenset({FetchFailure.BLOCKED.value, FetchFailure.DNS.value,
+                           FetchFailure.CONNECT.value, FetchFailure.TLS.value})
+"""Failures that concern the whole host, not one page: a host that served pages in one
+attempt and fails this way in another moved or went away between attempts."""
+
+
+def _origin(url: str) -> str | None:
+    try:
+        parts = urlsplit(url)
+        port = f":{parts.port}" if parts.port else ""
+    except ValueError:
+        return None
+    return f"{parts.scheme}://{parts.hostname}{port}" if parts.hostname else None
+
+
+def host_changes(
+    seen: Mapping[str, Mapping[tuple[str, str | None], FetchOutcome]],
+) -> list[FetchChange]:
+    """Hosts (scheme://host:port) that served some cited page in one attempt while other
+    pages of theirs failed at the host level (blocked, DNS, connection, TLS) in another:
+    e.g. a local server that came back on another port, the stored URLs pointing at the
+    old one. ``kind`` is ``host``; outcomes are summed over the host's URLs."""
+    hosts: dict[str, dict[str, FetchOutcome]] = {}
+    for url, found in seen.items():
+        origin = _origin(url)
+        for outcome in found.values() if origin else ():
+            total = hosts.setdefault(origin or "", {}).setdefault(
+                outcome.outcome, FetchOutcome(outcome=outcome.outcome))
+            total.n_answers += outcome.n_answers
+            total.answer_ids = (total.answer_ids + outcome.answer_ids)[:3]
+            if outcome.first_at and (total.first_at is None or outcome.first_at < total.first_at):
+                total.first_at = outcome.first_at
+    return [FetchChange(url=origin, kind="host", outcomes=_ordered_outcomes(list(found.values())))
+            for origin, found in sorted(hosts.items())
+            if FETCHED in found and HOST_FAILURES & set(found)]
+
+
+def _ordered_outcomes(outcomes: list[FetchOutcome]) -> list[FetchOutcome]:
+    return sorted(outcomes, key=lambda o: (o.first_at is None, o.first_at or 0, o.outcome))
+
+
+def _change(url: str, outcomes: list[FetchOutcome]) -> FetchChange:
+    valid = {o.outcome == FETCHED for o in outcomes}
+    kind = "validity" if len(valid) > 1 else "content" if valid == {True} else "failure"
+    return FetchChange(url=url, kind=kind, outcomes=_ordered_outcomes(outcomes))
+
+
+def fetch_change_lines(changes: Sequence[FetchChange], limit: int = 5) -> list[str]:
+    """A warning headline and one line per changed URL (at most ``limit``)."""
+    if not changes:
+        return []
+    kinds = Counter(c.kind for c in changes)
+    lines = [f"{len(changes):,} cited URL(s) or host(s) got a different fetch outcome in "
+             f"different attempts ({kinds['validity']:,} URLs valid in one and invalid in "
+             f"another, {kinds['content']:,} URLs with changed content, {kinds['failure']:,} "
+             f"failing differently, {kinds['host']:,} "
+             "hosts that served pages in one and were unreachable in another): the metrics "
+             "mix them; restore the sources or rerun with --fresh for consistent numbers"]
+    for change in changes[:limit]:
+        parts = [f"{o.outcome}{f' ({o.content_hash[:12]})' if o.content_hash else ''} in "
+                 f"{o.n_answers:,} answer(s)" for o in change.outcomes]
+        lines.append(f"  {change.url}: " + "; ".join(parts))
+    if len(changes) > limit:
+        lines.append(f"  ... and {len(changes) - limit:,} more (summary.json fetch_changes)")
+    return lines

@@ -21,12 +21,12 @@ import jinja2
 from markupsafe import Markup
 
 from medverify.audit.metrics import answer_metrics
-from medverify.audit.records import AnswerAudit, AuditMetrics, Estimate
-from medverify.audit.urls import DomainCount
+from medverify.audit.records import AnswerAudit, AuditMetrics, Estimate, FetchChange
+from medverify.audit.urls import DomainCount, fetch_change_lines
 from medverify.bench.plots import metric_chart, source_chart
 from medverify.bench.records import BenchSummary, Comparison, ModelCost, ReplyStats
 from medverify.bench.stats import ALPHA, significant
-from medverify.bench.summary import MISSING_STATUS, RunRecords
+from medverify.bench.summary import FETCH_CHANGES, MISSING_STATUS, RUN_WARNINGS, RunRecords
 from medverify.report.audit_html import METRICS, ci_text, estimate_text, scalar_text, to_node
 from medverify.report.render_json import atomic_write_text
 from medverify.report.view import percent, shorten, total_usage
@@ -435,6 +435,14 @@ def _charts(summary: BenchSummary, models: list[str], source_metric: str) -> dic
     return {"overall": Markup(overall), "by_source": Markup(by_source)}
 
 
+def study_warnings(summary: BenchSummary) -> list[str]:
+    """The study's warnings (``notes["run_warnings"]``: support not measured, fetch
+    outcomes that changed between attempts) and one line per changed URL."""
+    warnings = [str(w) for w in summary.notes.get(RUN_WARNINGS, [])]
+    changes = [FetchChange.model_validate(c) for c in summary.notes.get(FETCH_CHANGES, [])]
+    return warnings + [line.strip() for line in fetch_change_lines(changes)[1:]]
+
+
 def render_bench_html(
     summary: BenchSummary, records: RunRecords, *, source_metric: str = SOURCE_METRIC
 ) -> str:
@@ -460,6 +468,7 @@ def render_bench_html(
         audit_link=_audit_link(records),
         config=to_node(summary.config) if summary.config else None,
         notes=to_node(summary.notes) if summary.notes else None,
+        warnings=study_warnings(summary),
         errors=summary.errors[:MAX_ERRORS],
         more_errors=max(len(summary.errors) - MAX_ERRORS, 0),
         alpha=ALPHA,

@@ -21,9 +21,9 @@ from typing import Any
 from pydantic import ValidationError
 
 from medverify.audit.evaluate import AgreementScores
-from medverify.audit.metrics import audit_metrics, group_audits
-from medverify.audit.records import AnswerAudit, AuditMetrics
-from medverify.audit.urls import DomainCount, group_stats
+from medverify.audit.metrics import audit_metrics, group_audits, not_measured_reason
+from medverify.audit.records import AnswerAudit, AuditMetrics, FetchChange
+from medverify.audit.urls import DomainCount, fetch_change_lines, fetch_changes, group_stats
 from medverify.bench.layout import RunLayout, read_records
 from medverify.bench.records import (
     Attempt,
@@ -47,6 +47,10 @@ MODEL_FIELD = "model"
 AUDIT_SUMMARY_FILE = "summary.json"
 ANSWERED = frozenset({ReplyStatus.OK, ReplyStatus.FALLBACK, ReplyStatus.NO_SOURCES})
 MISSING_STATUS = "missing"
+RUN_WARNINGS = "run_warnings"
+"""``notes`` key: what a reader must know before trusting the study's numbers."""
+FETCH_CHANGES = "fetch_changes"
+"""``notes`` key: cited URLs whose fetch outcome changed between attempts (FetchChange)."""
 
 
 @dataclass
@@ -293,7 +297,26 @@ def notes(records: RunRecords, config: Config) -> dict[str, Any]:
         found["question_import"] = imported
     if records.warnings:
         found["warnings"] = list(records.warnings)
+    changes = fetch_changes(records.audits)
+    if changes:
+        found[FETCH_CHANGES] = [c.model_dump(mode="json") for c in changes]
+    warnings = study_warnings(records, changes)
+    if warnings:
+        found[RUN_WARNINGS] = warnings
     return found
+
+
+def study_warnings(records: RunRecords, changes: Sequence[FetchChange]) -> list[str]:
+    """Models whose statement support could not be measured (with why), and the headline
+    of the fetch outcomes that changed between attempts (a resumed run whose sources
+    moved): never absorbed silently into the numbers."""
+    warnings = []
+    for label, audits in records.audits_by_model().items():
+        reason = not_measured_reason(audits) if audits else None
+        if reason is not None:
+            warnings.append(f"{label}: statement- and response-level support NOT MEASURED: "
+                            f"{reason}")
+    return warnings + fetch_change_lines(changes)[:1]
 
 
 # -- the summary ------------------------------------------------------------------------------

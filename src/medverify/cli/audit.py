@@ -14,6 +14,7 @@ from rich.text import Text
 from medverify.audit.inputs import read_audit
 from medverify.audit.records import AnswerAudit, AuditInput, AuditSummary, Estimate
 from medverify.audit.runner import ANSWERS_FILE, REPORT_FILE, SUMMARY_FILE, Auditor
+from medverify.audit.urls import fetch_change_lines
 from medverify.cli import main
 from medverify.cli._common import config_option, console, load_config, progress_bar, store_option
 from medverify.config import Config
@@ -65,7 +66,9 @@ def audit(
     "sources": [{"url", "text"?}], "claims"?: [{"text", "label"?}]} (see docs/audit.md).
 
     Exit status: 0 when the audit ran (per-answer problems are recorded in the outputs),
-    2 when it could not run (bad input or config)."""
+    1 when it ran but measured nothing (no answer has a source that statements could be
+    checked against: support is "not measured", never 0 %), 2 when it could not run (bad
+    input or config)."""
     fetch: dict[str, Any] = {"offline": True} if offline else {}
     config = load_config(
         config_path, model=model, judge=judge, store=store,
@@ -84,6 +87,13 @@ def audit(
     console.print(
         f"outputs: {out_dir / ANSWERS_FILE}, {out_dir / SUMMARY_FILE}, {out_dir / REPORT_FILE}"
     )
+    if not summary.measured:
+        console.print(Text(
+            f"error: nothing was measured: {summary.overall.statement_support.reason}. "
+            "Check that the input gives each answer its sources ('sources' or "
+            "'attribution', see docs/audit.md) and that they can be read (online, or "
+            "given texts / the fetch cache with --offline).", style="bold red"))
+        raise SystemExit(EXIT_NOT_MEASURED)
 
 
 def default_out_dir(input_file: Path) -> Path:
@@ -126,8 +136,13 @@ async def _run(
         await auditor.aclose()
 
 
-def _estimate(estimate: Estimate) -> str:
+EXIT_NOT_MEASURED = 1
+
+
+def _estimate(estimate: Estimate) -> str | Text:
     if estimate.value is None:
+        if estimate.reason:
+            return Text(f"NOT MEASURED: {estimate.reason}", style="bold red")
         return f"n/a (n={estimate.n})"
     ci = f" [{percent(estimate.ci[0])}, {percent(estimate.ci[1])}]" if estimate.ci else ""
     return f"{percent(estimate.value)}{ci}  (n={estimate.n:,})"
@@ -153,6 +168,15 @@ def print_audit_summary(
     out.print(table)
     for line in _summary_lines(summary, audits):
         out.print(Text(line))
+    for line in _warning_lines(summary):
+        out.print(Text(line, style="bold yellow"))
+
+
+def _warning_lines(summary: AuditSummary) -> list[str]:
+    """The summary's warnings, and each changed fetch outcome (see ``fetch_changes``)."""
+    lines = [f"WARNING: {w}" for w in summary.warnings]
+    changes = fetch_change_lines(summary.fetch_changes)
+    return lines + changes[1:]
 
 
 def _summary_lines(summary: AuditSummary, audits: list[AnswerAudit]) -> list[str]:
@@ -161,7 +185,8 @@ def _summary_lines(summary: AuditSummary, audits: list[AnswerAudit]) -> list[str
     lines = [
         f"invalid URL reasons: {reasons}",
         f"pairs judged: {overall.n_pairs:,} ({overall.n_pair_errors:,} failed); "
-        f"claims scored: {overall.n_scored_claims:,} of {overall.n_claims:,}",
+        + (f"claims scored: {overall.n_scored_claims:,} of {overall.n_claims:,}"
+           if summary.measured else f"claims scored: none of {overall.n_claims:,}"),
     ]
     if notes.get("token_ratio") is not None:
         lines.append(

@@ -207,7 +207,8 @@ def run_bench(models: tuple[str, ...], questions_path: Path, run_dir: Path, judg
     audit the citations and report the metrics per model and per question source.
 
     Resumable: rerun the same command after a crash or Ctrl-C; finished replies and audits
-    are kept and no paid call is repeated. Exit status 2 when it cannot start."""
+    are kept and no paid call is repeated. Exit status 1 when no model's statement support
+    could be measured (e.g. no reply cites a source), 2 when it cannot start."""
     from medverify.bench.questions import read_questions
 
     config = _bench_config(config_path, judge, judge_model, offline, allow, store)
@@ -221,6 +222,16 @@ def run_bench(models: tuple[str, ...], questions_path: Path, run_dir: Path, judg
                                fresh, not no_record))
     print_bench_summary(summary, Console())
     console.print(f"report: {RunLayout(run_dir).report}")
+    _exit_if_nothing_measured(summary)
+
+
+def _exit_if_nothing_measured(summary: BenchSummary) -> None:
+    """Exit 1 when no model's statement support could be measured (never a 0 % study)."""
+    if any(m.statement_support.measured for m in summary.overall.values()):
+        return
+    console.print(Text("error: no model's statement-level support could be measured (see "
+                       "the warnings above): nothing was checked", style="bold red"))
+    raise SystemExit(1)
 
 
 def _bench_config(config_path: Path | None, judge: str | None, judge_model: str | None,
@@ -289,6 +300,7 @@ def report_bench(run_dir: Path, config_path: Path | None) -> None:
     print_bench_summary(summary, Console())
     console.print(f"report: {layout.report}; summary: {layout.summary}; "
                   f"tables: {layout.exports}")
+    _exit_if_nothing_measured(summary)
 
 
 # -- labels ---------------------------------------------------------------------------
@@ -378,10 +390,10 @@ def _audits(layout: RunLayout) -> list[Any]:
 # -- printing -------------------------------------------------------------------------
 
 
-def _estimate(estimate: Estimate) -> str:
+def _estimate(estimate: Estimate) -> str | Text:
     """``97.5%`` and its 95 % CI below it, so the table fits 80 columns."""
     if estimate.value is None:
-        return "n/a"
+        return Text("NOT\nMEASURED", style="bold red") if estimate.reason else "n/a"
     ci = f"\n[{percent(estimate.ci[0])}-{percent(estimate.ci[1])}]" if estimate.ci else ""
     return f"{percent(estimate.value)}{ci}"
 
@@ -412,6 +424,10 @@ def print_bench_summary(summary: BenchSummary, out: Console) -> None:
               f"{len(summary.comparisons) - len(testable)} without a value for both)")
     if summary.agreement is not None:
         print_agreement(summary.agreement, summary.agreement_by_model, out)
+    from medverify.bench.report import study_warnings
+
+    for line in study_warnings(summary):
+        out.print(Text(f"WARNING: {line}", style="bold yellow"))
     for error in summary.errors[:5]:
         out.print(Text(f"error: {error}", style="red"))
     if len(summary.errors) > 5:

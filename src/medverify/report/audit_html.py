@@ -356,7 +356,10 @@ def ci_text(estimate: Estimate) -> str:
 
 
 def estimate_text(estimate: Estimate) -> str:
-    """``'83.3% [80.1–86.2]'``: value and interval in one short cell."""
+    """``'83.3% [80.1–86.2]'``: value and interval in one short cell; ``'not measured'``
+    for a share with nothing to measure (its ``reason`` says why)."""
+    if estimate.value is None and estimate.reason:
+        return "not measured"
     value = percent(estimate.value)
     if estimate.ci is None:
         return value

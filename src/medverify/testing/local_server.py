@@ -44,6 +44,8 @@ class LocalServer:
 
     _httpd: OwnedServer | None = None
     _thread: threading.Thread | None = None
+    port: int = 0
+    """The port to listen on; 0 (default) picks a free one."""
 
     @property
     def address(self) -> tuple[str, int]:
@@ -55,7 +57,7 @@ class LocalServer:
         return str(host), int(port)
 
     def start(self) -> Self:
-        httpd = OwnedServer(("127.0.0.1", 0), self.handler)
+        httpd = OwnedServer(("127.0.0.1", self.port), self.handler)
         httpd.owner = self
         self._httpd = httpd
         self._thread = threading.Thread(target=httpd.serve_forever, name=self.thread_name,

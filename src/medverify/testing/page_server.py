@@ -6,8 +6,9 @@
 >>> with PageServer.from_documents(docs) as server:    # one HTML page per document
 ...     server.url_for(docs[0].doc_id)     # http://127.0.0.1:PORT/pages/<slug>
 
-It listens on 127.0.0.1 on an ephemeral port and serves every connection in its own
-thread. ``hits`` counts the requests per path (404s included).
+It listens on 127.0.0.1 on an ephemeral port (or ``port``, e.g. the one a resumed study
+recorded, so that the URLs stored in its replies still resolve) and serves every connection
+in its own thread. ``hits`` counts the requests per path (404s included).
 """
 
 from __future__ import annotations
@@ -64,7 +65,8 @@ class PageServer(LocalServer):
 
     thread_name = "page-server"
 
-    def __init__(self, pages: Mapping[str, Page | str] | None = None) -> None:
+    def __init__(self, pages: Mapping[str, Page | str] | None = None, *, port: int = 0) -> None:
+        self.port = port
         self.pages: dict[str, Page] = {}
         self.doc_paths: dict[str, str] = {}
         self.hits: Counter[str] = Counter()
@@ -73,9 +75,9 @@ class PageServer(LocalServer):
             self.add(path, page)
 
     @classmethod
-    def from_documents(cls, docs: Sequence[Document]) -> PageServer:
+    def from_documents(cls, docs: Sequence[Document], *, port: int = 0) -> PageServer:
         """A server with one HTML page per document at ``/pages/<slug of doc_id>``."""
-        server = cls()
+        server = cls(port=port)
         for doc in docs:
             server.add_document(doc)
         return server
