@@ -190,3 +190,18 @@ def test_no_sources_anywhere_is_not_measured_and_exits_1(
     html = (out / "report.html").read_text("utf-8")
     assert "not measured" in html and 'id="run-warnings"' in html
     assert "no answer cites a source" in html
+
+
+def test_terminal_names_each_judge_error_cause_once(setup: tuple[Path, Path],
+                                                    tmp_path: Path) -> None:
+    data, config = setup
+    register_fake("broken", ScriptedProvider(lambda _r: "I cannot answer in JSON."))
+    try:
+        result = _audit(str(data), "--out", str(tmp_path / "out"), "--offline", "--judge",
+                        "llm", "--model", "fake:broken", "--config", str(config))
+    finally:
+        unregister_fake("broken")
+    text = " ".join(result.output.split())  # type: ignore[attr-defined]
+    assert result.exit_code == 1  # type: ignore[attr-defined]
+    assert "pairs not judged (4):" in text
+    assert text.count("unparseable judge output") == 1 and "4 × unparseable judge output" in text

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+from collections import Counter
 from pathlib import Path
 from typing import Any
 
@@ -19,7 +20,7 @@ from medverify.cli import main
 from medverify.cli._common import config_option, console, load_config, progress_bar, store_option
 from medverify.config import Config
 from medverify.errors import InputError
-from medverify.report.view import percent
+from medverify.report.view import percent, shorten
 
 
 @main.command()
@@ -195,9 +196,27 @@ def _summary_lines(summary: AuditSummary, audits: list[AnswerAudit]) -> list[str
         )
     if summary.cleanup:
         lines.append("cleanup: " + ", ".join(f"{k} {v}" for k, v in summary.cleanup.items()))
-    failed = sum(1 for a in audits if a.errors)
-    if failed:
-        lines.append(f"answers with errors: {failed} (see answers.jsonl / report.html)")
+    lines.extend(error_cause_lines(audits))
     lines.append(f"time: {notes.get('wall_s', 0):.1f} s (resumed: {notes.get('resumed', 0)})")
     lines.extend(f"skipped: {item}" for item in summary.skipped)
     return lines
+
+
+def error_cause_lines(audits: list[AnswerAudit]) -> list[str]:
+    """Each distinct cause of answer errors and of claim-source pairs the judge failed on,
+    once, with its count (also in answers.jsonl, but a user reads the terminal first)."""
+    answers = Counter(cause for audit in audits for cause in audit.errors)
+    pairs = Counter(
+        " ".join(pair.verdict.error.split())
+        for audit in audits for claim in audit.claims for pair in claim.pairs
+        if pair.verdict.error
+    )
+    lines: list[str] = []
+    for title, causes in (("answer errors", answers), ("pairs not judged", pairs)):
+        if not causes:
+            continue
+        lines.append(f"{title} ({sum(causes.values()):,}):")
+        lines.extend(f"  {n:,} × {shorten(cause, 300)}" if n > 1 else f"  {shorten(cause, 300)}"
+                     for cause, n in causes.most_common())
+    return lines
+
