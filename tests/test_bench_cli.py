@@ -423,3 +423,16 @@ def test_any_annotation_file_is_matched_to_the_run_pairs(study: Study, tmp_path:
     assert imported.exit_code == 0, imported.output
     assert '"imported": 3' in imported.stderr and '"unknown_pairs": 1' in imported.stderr
     assert _table_row(imported.stdout, "all")[1] == "3"
+
+
+def test_error_causes_are_grouped_once_each() -> None:
+    from medverify.cli.bench import error_cause_lines
+
+    errors = [f"m1 / q{i}: provider call failed: 429 after 5 attempts" for i in range(7)]
+    errors += ["a-1: fetch cache unreadable", "plain cause without a place"]
+    lines = error_cause_lines(errors)
+    assert lines[0] == "errors (9; all in summary.json):"
+    assert lines[1] == "  7 × provider call failed: 429 after 5 attempts (first: m1 / q0)"
+    assert "  fetch cache unreadable (first: a-1)" in lines
+    assert "  plain cause without a place" in lines
+    assert error_cause_lines([]) == []

@@ -11,6 +11,7 @@
 from __future__ import annotations
 
 import asyncio
+from collections import Counter
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
@@ -28,7 +29,7 @@ from medverify.cli import main
 from medverify.cli._common import config_option, console, load_config, store_option
 from medverify.config import Config
 from medverify.errors import InputError
-from medverify.report.view import percent
+from medverify.report.view import percent, shorten
 
 if TYPE_CHECKING:
     from medverify.audit.evaluate import AgreementScores
@@ -428,11 +429,28 @@ def print_bench_summary(summary: BenchSummary, out: Console) -> None:
 
     for line in study_warnings(summary):
         out.print(Text(f"WARNING: {line}", style="bold yellow"))
-    for error in summary.errors[:5]:
-        out.print(Text(f"error: {error}", style="red"))
-    if len(summary.errors) > 5:
-        out.print(Text(f"... and {len(summary.errors) - 5} more errors (summary.json)",
-                       style="red"))
+    for line in error_cause_lines(summary.errors):
+        out.print(Text(line, style="red"))
+
+
+def error_cause_lines(errors: list[str]) -> list[str]:
+    """Each distinct cause of the study's errors once ("WHERE: cause" strings grouped by
+    cause), with its count and the first place it happened."""
+    first: dict[str, str] = {}
+    causes: Counter[str] = Counter()
+    for error in errors:
+        where, _, cause = error.partition(": ")
+        cause = " ".join((cause or where).split())
+        causes[cause] += 1
+        first.setdefault(cause, where if cause != where else "")
+    if not causes:
+        return []
+    lines = [f"errors ({len(errors):,}; all in summary.json):"]
+    for cause, n in causes.most_common():
+        count = f"{n:,} × " if n > 1 else ""
+        where = f" (first: {first[cause]})" if first[cause] else ""
+        lines.append(f"  {count}{shorten(cause, 300)}{where}")
+    return lines
 
 
 def _print_replies(summary: BenchSummary, out: Console) -> None:
