@@ -112,3 +112,35 @@ def test_the_check_pipeline_adds_each_claims_risk(models: list[str], tmp_path: P
     assert errors == [] and len(results) == 2
     assert all(r.hallucination_risk is not None and 0 <= r.hallucination_risk <= 1
                for r in results)
+
+
+def test_features_resume_from_an_interrupted_run(models: list[str], tmp_path: Path) -> None:
+    """A kill leaves finished blocks in OUT.partial (the last line possibly cut short): the
+    rerun keeps them, redoes the rest, and writes the same file as a clean run."""
+    examples = _examples(tmp_path / "examples.jsonl")
+    clean, resumed = tmp_path / "clean.jsonl", tmp_path / "resumed.jsonl"
+    _run("risk", "features", str(examples), "--scorer", models[0], "--out", str(clean))
+    assert not (tmp_path / "clean.jsonl.partial").exists()
+    _run("risk", "features", str(examples), "--scorer", models[0], "--out", str(resumed))
+    finished = resumed.read_text("utf-8").splitlines()
+    resumed.unlink()
+    partial = tmp_path / "resumed.jsonl.partial"
+    # what a kill after the first block (32 lines) and half a line would leave
+    first_line = _first_partial_line(models[0], examples, tmp_path)
+    partial.write_text(first_line + "\n" + "\n".join(finished[:32]) + "\n" + finished[32][:40],
+                       "utf-8")
+    result = _run("risk", "features", str(examples), "--scorer", models[0],
+                  "--out", str(resumed))
+    assert "32 resumed" in " ".join(result.output.split())  # type: ignore[attr-defined]
+    assert resumed.read_text("utf-8") == clean.read_text("utf-8")
+    assert not partial.exists()
+
+
+def _first_partial_line(model: str, examples: Path, tmp_path: Path) -> str:
+    """The header line a run of these scorers on this input writes (its resume key)."""
+    from medverify.cli.risk import _resume_key
+    from medverify.config import Config
+    from medverify.risk.stage import RiskStage, _PartialHeader
+
+    stage = RiskStage.from_config(Config(), scorers=[model])
+    return _PartialHeader(partial=_resume_key(stage, examples, None)).model_dump_json()

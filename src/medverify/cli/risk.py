@@ -23,7 +23,13 @@ from rich.console import Console
 from rich.table import Table
 
 from medverify.cli import main
-from medverify.cli._common import config_option, console, load_config, store_option
+from medverify.cli._common import (
+    config_option,
+    console,
+    load_config,
+    progress_bar,
+    store_option,
+)
 from medverify.config import Config
 from medverify.errors import InputError
 from medverify.risk.records import FeatureExample, FeatureSchema, RiskLabel
@@ -117,6 +123,7 @@ def features_cmd(input_file: Path, scorers: tuple[str, ...], out: Path, rephrasi
     from medverify.bench.layout import write_records
     from medverify.report.render_json import atomic_write_text
     from medverify.risk.data import read_examples
+    from medverify.risk.stage import partial_path
 
     if rephrasings and not rephraser:
         raise click.UsageError("--rephrasings needs --model SPEC to rephrase the questions")
@@ -124,32 +131,54 @@ def features_cmd(input_file: Path, scorers: tuple[str, ...], out: Path, rephrasi
     examples = read_examples(input_file)
     if not examples:
         raise InputError(f"no example in {input_file}")
-    rows, schema = asyncio.run(_features(config, list(scorers), examples, rephraser))
-    lines = [FeatureExample(id=e.id, row=r, label=e.label, provenance=e.provenance)
-             for e, r in zip(examples, rows, strict=True)]
+    lines, schema, resumed = asyncio.run(
+        _features(config, list(scorers), examples, rephraser, input_file, out))
     write_records(out, lines)
     atomic_write_text(schema_path(out), schema.model_dump_json(indent=2) + "\n")
+    partial_path(out).unlink(missing_ok=True)
     from medverify.risk.stage import all_failed
 
-    failed = sum(1 for r in rows if all_failed(r, len(schema.scorers)))
+    failed = sum(1 for line in lines if all_failed(line.row, len(schema.scorers)))
     console.print(f"wrote features of {len(lines)} examples ({len(schema.names)} features, "
-                  f"{failed} with no usable trace) to {out}")
+                  f"{failed} with no usable trace) to {out}"
+                  + (f"; {resumed} resumed from an interrupted run" if resumed else ""))
 
 
 async def _features(config: Config, scorers: list[str], examples: list[Any],
-                    rephraser_spec: str | None) -> tuple[list[Any], FeatureSchema]:
+                    rephraser_spec: str | None, input_file: Path,
+                    out: Path) -> tuple[list[FeatureExample], FeatureSchema, int]:
     from medverify.llm.facade import get_model
-    from medverify.risk.stage import RiskStage, RiskText
+    from medverify.risk.stage import RiskStage, feature_blocks
 
     rephraser = get_model(rephraser_spec, config.llm) if rephraser_spec else None
     try:
         stage = RiskStage.from_config(config, scorers=scorers, rephraser=rephraser)
-        texts = [RiskText(id=e.id, text=e.text, question=e.question, context=e.context)
-                 for e in examples]
-        return await stage.features(texts), stage.schema
+        key = _resume_key(stage, input_file, rephraser_spec)
+        with progress_bar("risk features", len(examples)) as bar:
+            done = 0
+
+            def advance(n: int) -> None:
+                nonlocal done
+                done += n
+                bar(done, len(examples))
+
+            lines, resumed = await feature_blocks(stage, examples, out, key=key,
+                                                  progress=advance)
+        return lines, stage.schema, resumed
     finally:
         if rephraser is not None:
             await rephraser.aclose()
+
+
+def _resume_key(stage: Any, input_file: Path, rephraser: str | None) -> str:
+    """What a feature file's rows depend on: the input, the scorers, the schema and the
+    rephrasing settings (a partial file for anything else is not resumed)."""
+    from medverify.risk.stage import FEATURE_BLOCK
+
+    parts = [hashlib.sha256(input_file.read_bytes()).hexdigest(),
+             *[s.id for s in stage.scorers], stage.schema.version, str(stage.rephrasings),
+             rephraser or "", str(FEATURE_BLOCK)]
+    return hashlib.sha256("\x00".join(parts).encode("utf-8")).hexdigest()
 
 
 def read_features(path: Path) -> tuple[list[FeatureExample], FeatureSchema, str]:

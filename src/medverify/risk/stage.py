@@ -13,19 +13,31 @@ Used by ``medverify risk features|score`` and by the ``check`` pipeline when
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import logging
+import os
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from pydantic import BaseModel, ConfigDict
+from pydantic import BaseModel, ConfigDict, ValidationError
 
+from medverify.bench.layout import append_record
 from medverify.config import Config
 from medverify.errors import ConfigError, MedverifyError
 from medverify.llm.facade import Model
 from medverify.risk.classifier import LoadedRisk, load_classifier, predict_proba
 from medverify.risk.features import build_schema, extract_features
-from medverify.risk.records import FeatureRow, FeatureSchema, RiskScore, TokenTrace
+from medverify.risk.records import (
+    FeatureExample,
+    FeatureRow,
+    FeatureSchema,
+    LabeledExample,
+    RiskScore,
+    TokenTrace,
+)
 from medverify.risk.scorers import ScoreItem, Scorer, make_scorer
+
+log = logging.getLogger(__name__)
 
 
 class RiskText(BaseModel):
@@ -171,3 +183,88 @@ async def units(answer: str, question: str | None, granularity: str) -> list[Ris
 
     claims = await make_decomposer("rules").decompose(Answer(text=answer, question=question))
     return [RiskText(id=c.id, text=c.text, question=question) for c in claims]
+
+
+# -------------------------------------------------------------------------- feature files
+
+FEATURE_BLOCK = 32
+"""Texts scored together: a feature file is always computed block by block (a clean run
+too), so a run resumed after a kill scores exactly the same batches and writes the same
+numbers."""
+
+
+class _PartialHeader(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    partial: str  # the resume key: what the rows were computed from
+
+
+def partial_path(out: Path) -> Path:
+    """Where finished blocks of ``out`` are appended until the whole file is written."""
+    return out.with_name(out.name + ".partial")
+
+
+async def feature_blocks(
+    stage: RiskStage,
+    examples: Sequence[LabeledExample],
+    out: Path,
+    *,
+    key: str,
+    block: int = FEATURE_BLOCK,
+    progress: Callable[[int], None] | None = None,
+) -> tuple[list[FeatureExample], int]:
+    """Feature lines of ``examples`` in order, resuming from ``out``'s partial file when it
+    was written for the same ``key`` (scorers, settings, input); each finished block is
+    appended and flushed there at once. Returns (lines, examples resumed)."""
+    path = partial_path(out)
+    done = _read_partial(path, key)
+    by_id = {line.id: line for line in done}
+    resumed = 0
+    mode = "a" if done else "w"
+    with path.open(mode, encoding="utf-8") as handle:
+        if not done:
+            append_record(handle, _PartialHeader(partial=key))
+        for start in range(0, len(examples), block):
+            part = examples[start : start + block]
+            if all(e.id in by_id for e in part):
+                resumed += len(part)
+            else:
+                for line in await _block_lines(stage, part):
+                    append_record(handle, line)
+                    by_id[line.id] = line
+                os.fsync(handle.fileno())
+            if progress is not None:
+                progress(len(part))
+    return [by_id[e.id] for e in examples], resumed
+
+
+async def _block_lines(stage: RiskStage, part: Sequence[LabeledExample]) -> list[FeatureExample]:
+    texts = [RiskText(id=e.id, text=e.text, question=e.question, context=e.context)
+             for e in part]
+    rows = await stage.features(texts)
+    return [FeatureExample(id=e.id, row=r, label=e.label, provenance=e.provenance)
+            for e, r in zip(part, rows, strict=True)]
+
+
+def _read_partial(path: Path, key: str) -> list[FeatureExample]:
+    """The lines of a partial file written for ``key``; [] when there is none, it was
+    written for other work, or it is unreadable (it is then started again)."""
+    if not path.is_file():
+        return []
+    lines = path.read_text("utf-8", errors="replace").splitlines()
+    try:
+        if not lines or _PartialHeader.model_validate_json(lines[0]).partial != key:
+            log.warning("%s was written for other scorers, settings or input: started again",
+                        path)
+            return []
+    except ValidationError:
+        log.warning("%s is unreadable: started again", path)
+        return []
+    done = []
+    for line in lines[1:]:
+        try:
+            done.append(FeatureExample.model_validate_json(line))
+        except ValidationError:  # the line a kill cut short: that block is redone
+            break
+    return done
+
