@@ -590,6 +590,9 @@ RISK_TEXTS = [
 ]
 
 
+RISK_ROUNDS = 24  # 144 examples: 5 blocks of risk.stage.FEATURE_BLOCK
+
+
 def test_risk_features_survive_kills(spaces: tuple[Workspace, Workspace],
                                      tmp_path: Path) -> None:
     from medverify.risk.data import write_examples
@@ -604,7 +607,7 @@ def test_risk_features_survive_kills(spaces: tuple[Workspace, Workspace],
     write_examples(examples, [
         LabeledExample(id=f"e{n}-{i}", question=f"Question {n}?", text=f"{t} (case {n})",
                        label=labels[i % 2], provenance={"source": "faults"})
-        for n in range(8) for i, t in enumerate(RISK_TEXTS)])
+        for n in range(RISK_ROUNDS) for i, t in enumerate(RISK_TEXTS)])
 
     def args(ws: Workspace) -> list[str]:
         return ["risk", "features", str(examples), *(a for s in scorers for a in ("--scorer", s)),
@@ -612,17 +615,25 @@ def test_risk_features_survive_kills(spaces: tuple[Workspace, Workspace],
 
     first = run_cli(args(clean), env=clean.env, cwd=clean.root)
     assert first.returncode == 0, first.describe()
-    # nothing is written before the end, so the kill points are times within a clean run;
-    # later runs start faster (warm file cache), hence the first half of it
-    points = kill_points(SEED, N_KILLS, 0.1 * first.seconds, 0.5 * first.seconds,
-                         integer=False)
-    chain = run_killed(args(killed), env=killed.env, cwd=killed.root, points=points)
+    total = RISK_ROUNDS * len(RISK_TEXTS)
+    partial = killed.root / "features.jsonl.partial"
+
+    def rows_done() -> float:  # finished blocks appended to the partial file
+        try:
+            return max(partial.read_bytes().count(b"\n") - 1, 0)
+        except OSError:
+            return 0
+
+    points = kill_points(SEED, N_KILLS, 0.1 * total, 0.9 * total)
+    chain = run_killed(args(killed), env=killed.env, cwd=killed.root, points=points,
+                       progress=rows_done)
     _assert_killed(chain)
+    assert chain.final is not None and "128 resumed" in " ".join(chain.final.stderr.split())
     features = compare_records(read_jsonl(clean.root / "features.jsonl"),
                                read_jsonl(killed.root / "features.jsonl"), lambda r: r["id"],
                                replace_clean=clean.replace, replace_resumed=killed.replace)
     _assert_same(features, "risk features.jsonl")
-    assert features.compared == 8 * len(RISK_TEXTS)
+    assert features.compared == total
     schema = "features.jsonl.schema.json"
     _assert_equal(json.loads((clean.root / schema).read_text("utf-8")),
                   json.loads((killed.root / schema).read_text("utf-8")), "feature schema",
