@@ -113,6 +113,24 @@ def _server_calls(*servers: FakeChatServer) -> Callable[[], float]:
     return lambda: float(sum(len(s.calls) for s in servers))
 
 
+def _kill_on_calls(args: Callable[[Workspace], list[str]], spaces: tuple[Workspace, Workspace],
+                   *servers: FakeChatServer) -> tuple[list[float], KillChain, int]:
+    """A clean run in the first workspace, then the killed chain in the second, killed when
+    the servers have received seeded shares (10-90 %) of the clean run's requests.
+    Returns the kill points, the chain and the clean run's request count."""
+    clean, killed = spaces
+    first = run_cli(args(clean), env=clean.env, cwd=clean.root)
+    assert first.returncode == 0, first.describe()
+    n_calls = sum(len(server.calls) for server in servers)
+    for server in servers:
+        server.calls.clear()
+    points = kill_points(SEED, N_KILLS, 0.1 * n_calls, 0.9 * n_calls)
+    chain = run_killed(args(killed), env=killed.env, cwd=killed.root, points=points,
+                       progress=_server_calls(*servers))
+    _assert_killed(chain)
+    return points, chain, n_calls
+
+
 def _redone(chain: KillChain, *servers: FakeChatServer) -> int:
     """Requests the chain sent more than once. Only a request in flight when the process
     was killed has no cached reply (the cache commits each reply as it comes), and a model
@@ -289,14 +307,7 @@ def test_check_batch_survives_kills(spaces: tuple[Workspace, Workspace], tmp_pat
                 f"openai-compatible:judge@{judge_server.base_url}", "--decomposer", "rules",
                 "--json", str(ws.root / "reports.json")]
 
-    first = run_cli(args(clean), env=clean.env, cwd=clean.root)
-    assert first.returncode == 0, first.describe()
-    n_calls = len(judge_server.calls)
-    judge_server.calls.clear()
-    points = kill_points(SEED, N_KILLS, 0.1 * n_calls, 0.9 * n_calls)
-    chain = run_killed(args(killed), env=killed.env, cwd=killed.root, points=points,
-                       progress=_server_calls(judge_server))
-    _assert_killed(chain)
+    points, chain, n_calls = _kill_on_calls(args, spaces, judge_server)
 
     def key(report: dict[str, Any]) -> str:
         return str(report["answer"]["id"])
@@ -370,14 +381,7 @@ def test_factcheck_batch_survives_kills(spaces: tuple[Workspace, Workspace], tmp
                 f"openai-compatible:flow@{flow_server.base_url}", "--json",
                 str(ws.root / "factcheck.json")]
 
-    first = run_cli(args(clean), env=clean.env, cwd=clean.root)
-    assert first.returncode == 0, first.describe()
-    n_calls = len(flow_server.calls)
-    flow_server.calls.clear()
-    points = kill_points(SEED, N_KILLS, 0.1 * n_calls, 0.9 * n_calls)
-    chain = run_killed(args(killed), env=killed.env, cwd=killed.root, points=points,
-                       progress=_server_calls(flow_server))
-    _assert_killed(chain)
+    points, chain, n_calls = _kill_on_calls(args, spaces, flow_server)
     # token counts hold only the calls this invocation paid for (cache hits are free)
     drop = VOLATILE | {"tokens"}
     want = json.loads((clean.root / "factcheck.json").read_text("utf-8"))
@@ -428,15 +432,8 @@ def test_audit_survives_kills(spaces: tuple[Workspace, Workspace], tmp_path: Pat
                     "--judge", "llm", "--model", f"openai-compatible:j@{server.base_url}",
                     "--config", str(config)]
 
-        first = run_cli(args(clean), env=clean.env, cwd=clean.root)
-        assert first.returncode == 0, first.describe()
-        n_calls = len(server.calls)
-        server.calls.clear()
-        points = kill_points(SEED, N_KILLS, 0.1 * n_calls, 0.9 * n_calls)
-        chain = run_killed(args(killed), env=killed.env, cwd=killed.root, points=points,
-                           progress=_server_calls(server))
+        points, chain, n_calls = _kill_on_calls(args, spaces, server)
         redone = _redone(chain, server)
-    _assert_killed(chain)
 
     def key(audit: dict[str, Any]) -> str:
         return str(audit["answer"]["id"])
@@ -519,19 +516,11 @@ def test_bench_run_survives_kills(spaces: tuple[Workspace, Workspace], tmp_path:
                         "--judge", "llm", "--judge-model",
                         f"openai-compatible:judge@{judge.base_url}", "--config", str(config)]
 
-            first = run_cli(args(clean), env=clean.env, cwd=clean.root)
-            assert first.returncode == 0, first.describe()
-            n_calls = sum(len(s.calls) for s in servers)
-            for server in servers:
-                server.calls.clear()
-            points = kill_points(SEED, N_KILLS, 0.1 * n_calls, 0.9 * n_calls)
-            chain = run_killed(args(killed), env=killed.env, cwd=killed.root, points=points,
-                               progress=_server_calls(*servers))
+            points, chain, n_calls = _kill_on_calls(args, spaces, *servers)
             redone = _redone(chain, *servers)
         finally:
             for server in servers:
                 server.close()
-    _assert_killed(chain)
 
     def reply_key(reply: dict[str, Any]) -> tuple[str, str]:
         return str(reply["model"]), str(reply["question_id"])
