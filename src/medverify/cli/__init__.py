@@ -26,6 +26,17 @@ class _Main(click.Group):
         except MedverifyError as exc:
             click.echo(f"error: {exc}", err=True)
             sys.exit(2)
+        except BaseExceptionGroup as group:  # raised inside an asyncio.TaskGroup
+            user_errors, other = group.split(MedverifyError)
+            if user_errors is None or other is not None:
+                raise
+            click.echo(f"error: {_first_leaf(user_errors)}", err=True)
+            sys.exit(2)
+
+
+def _first_leaf(group: BaseExceptionGroup) -> BaseException:
+    first = group.exceptions[0]
+    return _first_leaf(first) if isinstance(first, BaseExceptionGroup) else first
 
 
 @click.group(cls=_Main)

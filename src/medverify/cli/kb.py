@@ -11,7 +11,8 @@ from rich.progress import Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
 from medverify.cli import main
 from medverify.cli._common import console
 from medverify.config import KBSettings
-from medverify.kb import KnowledgeBase, LoadReport, iter_documents
+from medverify.kb import KnowledgeBase, LoadReport
+from medverify.kb.loaders import iter_sources
 from medverify.kb.store import MODES, IngestStats
 from medverify.records import Passage
 
@@ -47,7 +48,7 @@ def ingest(
     settings = KBSettings(**given) if given else None  # an existing KB keeps its own
     report = LoadReport()
     with KnowledgeBase.open_or_create(kb_dir, settings, embedder) as kb:
-        stats = _ingest_with_progress(kb, iter_documents(paths, report, limit))
+        stats = _ingest_with_progress(kb, iter_sources(paths, report, limit))
         summary = kb.stats()
     for skipped in report.skipped[:20]:
         console.print(f"[yellow]skipped[/] {skipped.path}: {skipped.reason}")
@@ -58,9 +59,10 @@ def ingest(
             f"{report.replaced_chars} undecodable bytes replaced in "
             f"{report.files_with_replacements} files"
         )
+    resumed = f"resumed {stats.documents_resumed}, " if stats.documents_resumed else ""
     click.echo(
         f"added {stats.documents_added} documents ({stats.chunks_added} chunks), "
-        f"updated {stats.documents_updated}, unchanged {stats.documents_unchanged}, "
+        f"updated {stats.documents_updated}, unchanged {stats.documents_unchanged}, {resumed}"
         f"skipped {len(report.skipped)} in {stats.seconds:.1f}s; KB now has "
         f"{summary.documents} documents, {summary.chunks} chunks "
         f"[{summary.snapshot_id}]"

@@ -6,10 +6,15 @@ fallback), PDF (pypdf), MedQuAD XML (.xml) and JSONL corpora (.jsonl, one
 sorted order. Problems (binary files, corrupt or encrypted PDFs, empty documents, bad
 JSONL lines) are recorded in a :class:`LoadReport` and skipped; nothing here raises for
 one bad file. Loaders are generators: a corpus is never held in memory.
+
+Text and Markdown files larger than :data:`STREAM_BYTES` are not read into one string:
+:func:`iter_sources` yields them as :class:`TextFile` (the file, its title and how it
+decodes), which the knowledge base reads, hashes and chunks piece by piece.
 """
 
 from __future__ import annotations
 
+import codecs
 import json
 import logging
 import re
@@ -17,7 +22,7 @@ import xml.etree.ElementTree as ET
 from collections.abc import Callable, Iterable, Iterator
 from html.parser import HTMLParser
 from pathlib import Path
-from typing import ClassVar
+from typing import ClassVar, Literal
 
 from pydantic import BaseModel, Field
 
@@ -29,6 +34,8 @@ TEXT_SUFFIXES = {".txt", ".text"}
 MARKDOWN_SUFFIXES = {".md", ".markdown"}
 HTML_SUFFIXES = {".html", ".htm", ".xhtml"}
 SNIFF_BYTES = 8192
+STREAM_BYTES = 8 * 1024 * 1024  # text and Markdown files above this are streamed
+READ_BYTES = 1024 * 1024  # bytes read at once from a streamed file
 
 
 class SkippedFile(BaseModel):
@@ -50,9 +57,39 @@ class LoadReport(BaseModel):
         log.info("skipped %s: %s", path, reason)
 
 
+class TextFile(BaseModel):
+    """A text or Markdown file too large to hold as one string: it stands for the
+    :class:`Document` ``load()`` returns, and is read piece by piece."""
+
+    doc_id: str
+    path: Path
+    title: str | None = None
+    url: str | None = None
+    source: str | None = None
+    meta: dict[str, object] = Field(default_factory=dict)
+    errors: Literal["strict", "replace"] = "strict"  # as read_text decodes it
+
+    def pieces(self) -> Iterator[str]:
+        """The text, in consecutive pieces of about READ_BYTES characters."""
+        return _decoded(self.path, self.errors)[0]
+
+    def load(self) -> Document:
+        """The whole document in memory."""
+        return Document(doc_id=self.doc_id, text="".join(self.pieces()), title=self.title,
+                        url=self.url, source=self.source, meta=self.meta)
+
+
 def iter_documents(paths: Iterable[str | Path], report: LoadReport | None = None,
                    limit: int | None = None) -> Iterator[Document]:
     """Yield documents from files and directories (walked recursively, sorted)."""
+    for item in iter_sources(paths, report, limit):
+        yield item.load() if isinstance(item, TextFile) else item
+
+
+def iter_sources(paths: Iterable[str | Path], report: LoadReport | None = None,
+                 limit: int | None = None) -> Iterator[Document | TextFile]:
+    """Like :func:`iter_documents`, but text and Markdown files over STREAM_BYTES come as
+    :class:`TextFile`, never read whole (``KnowledgeBase.ingest`` takes both)."""
     report = report if report is not None else LoadReport()
     count = 0
     for root in paths:
@@ -76,7 +113,7 @@ def _walk(root: Path, report: LoadReport) -> Iterator[tuple[Path, str]]:
         report.skip(root, "no such file or directory")
 
 
-def _load_file(path: Path, doc_id: str, report: LoadReport) -> Iterator[Document]:
+def _load_file(path: Path, doc_id: str, report: LoadReport) -> Iterator[Document | TextFile]:
     report.files += 1
     suffix = path.suffix.lower()
     loader = _LOADERS.get(suffix)
@@ -115,17 +152,87 @@ def _document(path: Path, doc_id: str, text: str, title: str | None,
     yield Document(doc_id=doc_id, text=text, title=title or path.stem, **extra)
 
 
-def _load_text(path: Path, doc_id: str, report: LoadReport) -> Iterator[Document]:
+def _load_text(path: Path, doc_id: str,
+               report: LoadReport) -> Iterator[Document | TextFile]:
+    if path.stat().st_size > STREAM_BYTES:
+        yield from _text_file(path, doc_id, report, markdown=False)
+        return
     yield from _document(path, doc_id, read_text(path, report), path.stem, report)
 
 
 _MD_HEADING = re.compile(r"^\s{0,3}#{1,6}\s+(.+?)\s*#*\s*$", re.MULTILINE)
 
 
-def _load_markdown(path: Path, doc_id: str, report: LoadReport) -> Iterator[Document]:
+def _load_markdown(path: Path, doc_id: str,
+                   report: LoadReport) -> Iterator[Document | TextFile]:
+    if path.stat().st_size > STREAM_BYTES:
+        yield from _text_file(path, doc_id, report, markdown=True)
+        return
     text = read_text(path, report)
     heading = _MD_HEADING.search(text)
     yield from _document(path, doc_id, text, heading.group(1) if heading else None, report)
+
+
+def _text_file(path: Path, doc_id: str, report: LoadReport,
+               markdown: bool) -> Iterator[TextFile]:
+    """One pass over a large file: how it decodes, whether it has text, its title."""
+    errors: Literal["strict", "replace"] = "strict"
+    try:
+        scan = _scan(_decoded(path, "strict")[0], markdown)
+    except UnicodeDecodeError:
+        errors = "replace"
+        pieces, replaced = _decoded(path, "replace")
+        scan = _scan(pieces, markdown)
+        report.files_with_replacements += 1
+        report.replaced_chars += replaced()
+        log.warning("%s: %d undecodable bytes replaced", path, replaced())
+    has_text, heading = scan
+    if not has_text:
+        report.skip(path, "no text")
+        return
+    yield TextFile(doc_id=doc_id, path=path, title=heading or path.stem, errors=errors)
+
+
+def _scan(pieces: Iterator[str], markdown: bool) -> tuple[bool, str | None]:
+    """Whether the text has a non-space character, and (Markdown) its first heading,
+    searched line by line."""
+    has_text, heading, carry = False, None, ""
+    for piece in pieces:
+        has_text = has_text or (bool(piece) and not piece.isspace())
+        if markdown and heading is None:
+            lines, _, carry = (carry + piece).rpartition("\n")
+            found = _MD_HEADING.search(lines)
+            heading = found.group(1) if found else None
+    if markdown and heading is None and carry:
+        found = _MD_HEADING.search(carry)
+        heading = found.group(1) if found else None
+    return has_text, heading
+
+
+def _decoded(path: Path, errors: Literal["strict", "replace"]
+             ) -> tuple[Iterator[str], Callable[[], int]]:
+    """The file's text in pieces, decoded as :func:`read_text` does (UTF-8 with BOM
+    stripped when it decodes cleanly; UTF-8 with U+FFFD for bad bytes otherwise), and a
+    count of the replacements made so far."""
+    replaced = [0]
+
+    def pieces() -> Iterator[str]:
+        decoder = codecs.getincrementaldecoder("utf-8-sig" if errors == "strict"
+                                               else "utf-8")(errors)
+        ignoring = codecs.getincrementaldecoder("utf-8")("ignore")
+        with path.open("rb") as handle:
+            while raw := handle.read(READ_BYTES):
+                text = decoder.decode(raw)
+                if errors == "replace":
+                    replaced[0] += text.count("\ufffd") - ignoring.decode(raw).count("\ufffd")
+                yield text
+            tail = decoder.decode(b"", final=True)
+            if errors == "replace":
+                replaced[0] += tail.count("\ufffd") - ignoring.decode(b"", True).count("\ufffd")
+            if tail:
+                yield tail
+
+    return pieces(), lambda: replaced[0]
 
 
 def _load_html(path: Path, doc_id: str, report: LoadReport) -> Iterator[Document]:
@@ -284,7 +391,7 @@ def _jsonl_document(line: str, where: str, report: LoadReport) -> Document | Non
                     url=obj.get("url"), source=obj.get("source"), meta=meta)
 
 
-_LOADERS: dict[str, Callable[[Path, str, LoadReport], Iterator[Document]]] = {
+_LOADERS: dict[str, Callable[[Path, str, LoadReport], Iterator[Document | TextFile]]] = {
     **dict.fromkeys(TEXT_SUFFIXES, _load_text),
     **dict.fromkeys(MARKDOWN_SUFFIXES, _load_markdown),
     **dict.fromkeys(HTML_SUFFIXES, _load_html),

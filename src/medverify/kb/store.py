@@ -8,12 +8,20 @@ Layout of a KB directory::
     vectors.json   the SQLite generation the faiss file was written at.
 
 Every committed ingest batch bumps ``generation`` in SQLite. The faiss file is trusted only
-when its recorded generation and size match SQLite; otherwise it is rebuilt from the stored
-vectors, so an interrupted ingest never leaves the two out of step.
+when its recorded generation and size match SQLite and it reads back as an index of the
+right dimension and size; otherwise it is rebuilt from the stored vectors, so an
+interrupted ingest or a damaged file never leaves the two out of step.
+
+Ingest streams: documents are chunked while they are read (a large text file is never one
+string), and chunks are embedded and committed in batches of ``flush_chunks``. A document
+whose chunks span several batches is stored with ``content_hash = "partial:<hash>"`` until
+its last chunk is committed; re-ingesting it resumes after the chunks already stored.
 """
 
 from __future__ import annotations
 
+import ctypes
+import functools
 import hashlib
 import json
 import logging
@@ -23,7 +31,7 @@ import sqlite3
 import threading
 import time
 from collections.abc import Callable, Iterable, Iterator, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
@@ -32,9 +40,10 @@ from pydantic import BaseModel
 
 from medverify.config import KBSettings, RetrievalSettings
 from medverify.errors import ConfigError, KBError
-from medverify.kb.chunking import Chunk, chunk_text
+from medverify.kb.chunking import WINDOW_CHARS, Chunk, iter_chunks
 from medverify.kb.embed import Embedder, get_embedder
-from medverify.records import Document, Passage, Span, content_hash
+from medverify.kb.loaders import TextFile
+from medverify.records import Document, Passage, Span
 from medverify.retrieve import rrf
 
 log = logging.getLogger(__name__)
@@ -49,6 +58,8 @@ MAX_QUERY_TERMS = 32
 SMALL_BATCH = 8  # query batches below this size search the vector index on one thread
 LEXICAL_BUDGET = 5000  # postings a lexical query may touch before common terms are dropped
 _BUILD_HINT = "build one with `medverify kb ingest PATH... --kb {path}`"
+PARTIAL = "partial:"  # content_hash prefix of a document whose chunks are not all stored
+Source = Document | TextFile
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
@@ -75,6 +86,7 @@ this those to was were what when where which while who whom why will with would 
 """
 STOPWORDS = frozenset(_STOPWORD_TEXT.split())
 _WORD = re.compile(r"\w+", re.UNICODE)
+_FAISS_WHERE = re.compile(r"^Error in .*? at \S+:\d+: (?:Error: )?")  # faiss's C++ location
 
 
 class IngestStats(BaseModel):
@@ -85,6 +97,7 @@ class IngestStats(BaseModel):
     documents_updated: int = 0
     documents_unchanged: int = 0
     documents_empty: int = 0
+    documents_resumed: int = 0
     chunks_added: int = 0
     seconds: float = 0.0
 
@@ -107,15 +120,49 @@ class KBStats(BaseModel):
 
 @dataclass
 class _Pending:
-    doc: Document
+    """A document being stored: its row once inserted, chunks stored so far."""
+
+    doc: Source
     digest: str
-    chunks: list[Chunk]
-    replace: bool
+    replace: bool  # an older version (or an unmatched partial one) is deleted first
+    row: int | None = None
+    stored: int = 0
+    done: bool = False
+    resumed: bool = False
 
 
-def document_hash(doc: Document) -> str:
-    """Content hash of what the KB stores for a document."""
-    return content_hash("\x00".join([doc.title or "", doc.url or "", doc.source or "", doc.text]))
+@dataclass
+class _Batch:
+    """Chunks waiting to be embedded and committed together, and their documents."""
+
+    docs: list[_Pending] = field(default_factory=list)
+    chunks: list[tuple[_Pending, int, Chunk]] = field(default_factory=list)
+
+    def touch(self, pending: _Pending) -> None:
+        if not self.docs or self.docs[-1] is not pending:
+            self.docs.append(pending)
+
+    def add(self, pending: _Pending, order: int, chunk: Chunk) -> None:
+        self.touch(pending)
+        self.chunks.append((pending, order, chunk))
+
+
+def document_hash(doc: Source) -> str:
+    """Content hash of what the KB stores for a document: ``content_hash`` of title, url,
+    source and text joined by NULs, computed piece by piece (a :class:`TextFile` hashes to
+    the hash of the Document it stands for)."""
+    digest = hashlib.sha256("\x00".join([doc.title or "", doc.url or "", doc.source or "",
+                                         ""]).encode("utf-8", "surrogatepass"))
+    for piece in _pieces(doc):
+        digest.update(piece.encode("utf-8", "surrogatepass"))
+    return digest.hexdigest()[:16]
+
+
+def _pieces(doc: Source, size: int = 1 << 20) -> Iterator[str]:
+    """The document's text in consecutive pieces (slices of a Document's text)."""
+    if isinstance(doc, TextFile):
+        return doc.pieces()
+    return (doc.text[i:i + size] for i in range(0, len(doc.text), size))
 
 
 def query_terms(text: str) -> list[str]:
@@ -176,6 +223,7 @@ class KnowledgeBase:
         self._snapshot: tuple[int, str] | None = None
         self._lock = threading.RLock()
         self.flush_chunks = KBSettings().batch_size * 4  # chunks per committed batch
+        self.window_chars = WINDOW_CHARS  # characters of a document tokenized at once
         self.lexical_budget = LEXICAL_BUDGET
         if embedder is not None:
             self._check_embedder(embedder)
@@ -317,27 +365,26 @@ class KnowledgeBase:
 
     # ---- ingest -------------------------------------------------------------------
 
-    def ingest(self, documents: Iterable[Document],
+    def ingest(self, documents: Iterable[Source],
                progress: Callable[[IngestStats], None] | None = None) -> IngestStats:
         """Add documents; unchanged ones (same doc_id and content hash) are skipped.
 
-        Work is committed in batches: a document counts as stored only once its chunks
-        and vectors are committed, so an interrupted ingest resumes where it stopped.
+        Chunks are embedded and committed in batches of ``flush_chunks`` while documents
+        are read, so memory does not grow with document size. A document counts as stored
+        once its last chunk is committed; an interrupted ingest resumes where it stopped,
+        inside a large document too.
         """
         with self._lock:
             return self._ingest(documents, progress)
 
-    def _ingest(self, documents: Iterable[Document],
+    def _ingest(self, documents: Iterable[Source],
                 progress: Callable[[IngestStats], None] | None) -> IngestStats:
         stats, started = IngestStats(), time.perf_counter()
         self._ensure_index()
-        batch: list[_Pending] = []
+        batch = _Batch()
         try:
             for doc in documents:
-                self._admit(doc, batch, stats)
-                if sum(len(p.chunks) for p in batch) >= self.flush_chunks:
-                    self._flush(batch, stats)
-                    batch = []
+                self._ingest_one(doc, batch, stats, progress)
                 if progress is not None:
                     progress(stats)
             self._flush(batch, stats)
@@ -346,52 +393,102 @@ class KnowledgeBase:
             self._save_index()
         return stats
 
-    def _admit(self, doc: Document, batch: list[_Pending], stats: IngestStats) -> None:
+    def _ingest_one(self, doc: Source, batch: _Batch, stats: IngestStats,
+                    progress: Callable[[IngestStats], None] | None) -> None:
         stats.documents_seen += 1
-        digest = document_hash(doc)
-        row = self._conn.execute("SELECT content_hash FROM documents WHERE doc_id=?",
-                                 (doc.doc_id,)).fetchone()
-        pending = {p.doc.doc_id: p for p in batch}
-        if (row is not None and row[0] == digest) or (
-                doc.doc_id in pending and pending[doc.doc_id].digest == digest):
-            stats.documents_unchanged += 1
+        if any(p.doc.doc_id == doc.doc_id for p in batch.docs):
+            self._flush(batch, stats)  # an earlier copy in this run is settled first
+        pending = self._admit(doc, stats)
+        if pending is None:
             return
-        chunks = chunk_text(doc.text, self.embedder.tokenizer,
-                            int(self._meta["chunk_tokens"]), int(self._meta["chunk_overlap"]))
-        if not chunks:
+        found = False
+        for order, chunk in self._new_chunks(pending):
+            found = True
+            if len(batch.chunks) >= self.flush_chunks:  # flushed only once more is coming,
+                self._flush(batch, stats)  # so a document's last batch also completes it
+                if progress is not None:
+                    progress(stats)
+            batch.add(pending, order, chunk)
+        if not found and not pending.stored:
             stats.documents_empty += 1
             return
-        if doc.doc_id in pending:
-            batch.remove(pending[doc.doc_id])
-        batch.append(_Pending(doc, digest, chunks, replace=row is not None))
+        pending.done = True
+        batch.touch(pending)
+        if len(batch.chunks) >= self.flush_chunks:
+            self._flush(batch, stats)
 
-    def _flush(self, batch: list[_Pending], stats: IngestStats) -> None:
-        if not batch:
+    def _admit(self, doc: Source, stats: IngestStats) -> _Pending | None:
+        """The document to store, or None when the KB already holds this version."""
+        digest = document_hash(doc)
+        row = self._conn.execute("SELECT id, content_hash, n_chunks FROM documents "
+                                 "WHERE doc_id=?", (doc.doc_id,)).fetchone()
+        if row is not None and row[1] == digest:
+            stats.documents_unchanged += 1
+            return None
+        pending = _Pending(doc, digest, replace=row is not None)
+        if row is not None and row[1] == PARTIAL + digest:
+            pending.row, pending.stored, pending.resumed = int(row[0]), int(row[2]), True
+        return pending
+
+    def _new_chunks(self, pending: _Pending) -> Iterator[tuple[int, Chunk]]:
+        """(order, chunk) of the chunks not stored yet. A resumed document is re-chunked
+        and its stored chunks skipped; if the last stored one does not match, the partial
+        copy is replaced instead."""
+        chunks = enumerate(self._chunk(pending.doc))
+        if pending.stored:
+            last = next((c for o, c in chunks if o == pending.stored - 1), None)
+            if last is None or self._stored_span(pending) != (last.span.start, last.span.end):
+                log.warning("%s: the stored part does not match its chunks; storing it again",
+                            pending.doc.doc_id)
+                pending.row, pending.stored, pending.resumed = None, 0, False
+                chunks = enumerate(self._chunk(pending.doc))
+        yield from chunks
+
+    def _chunk(self, doc: Source) -> Iterator[Chunk]:
+        return iter_chunks(_pieces(doc), self.embedder.tokenizer,
+                           int(self._meta["chunk_tokens"]), int(self._meta["chunk_overlap"]),
+                           self.window_chars)
+
+    def _stored_span(self, pending: _Pending) -> tuple[int, int] | None:
+        row = self._conn.execute('SELECT start, "end" FROM chunks WHERE doc=? AND ord=?',
+                                 (pending.row, pending.stored - 1)).fetchone()
+        return (int(row[0]), int(row[1])) if row else None
+
+    def _flush(self, batch: _Batch, stats: IngestStats) -> None:
+        if not batch.docs:
             return
-        texts = [_embed_text(p.doc, c) for p in batch for c in p.chunks]
-        vectors = self.embedder.embed(texts)
-        replaced = any(p.replace for p in batch)
+        texts = [_embed_text(p.doc.title, c) for p, _, c in batch.chunks]
+        vectors = (self.embedder.embed(texts) if texts
+                   else np.zeros((0, self.dim), dtype=np.float32))
+        replaced = any(p.replace and p.row is None for p in batch.docs)
         with self._conn:
             ids = self._store_batch(batch, vectors)
             self._conn.execute("UPDATE meta SET value = CAST(value AS INTEGER) + 1 "
                                "WHERE key='generation'")
         stats.chunks_added += len(ids)
-        stats.documents_updated += sum(p.replace for p in batch)
-        stats.documents_added += sum(not p.replace for p in batch)
+        for pending in (p for p in batch.docs if p.done):
+            stats.documents_resumed += pending.resumed
+            stats.documents_updated += pending.replace and not pending.resumed
+            stats.documents_added += not pending.replace or pending.resumed
         self._index_add(ids, vectors, rebuild=replaced)
+        batch.docs, batch.chunks = [], []
+        _release_free_memory()
 
-    def _store_batch(self, batch: list[_Pending], vectors: np.ndarray) -> list[int]:
-        ids: list[int] = []
-        row = 0
-        for pending in batch:
-            if pending.replace:
-                self._delete_document(pending.doc.doc_id)
-            doc_row = self._insert_document(pending)
-            self._count_terms(pending.doc.title, [c.text for c in pending.chunks], +1)
-            for order, chunk in enumerate(pending.chunks):
-                ids.append(self._insert_chunk(doc_row, order, chunk, pending.doc,
-                                              vectors[row]))
-                row += 1
+    def _store_batch(self, batch: _Batch, vectors: np.ndarray) -> list[int]:
+        for pending in batch.docs:
+            if pending.row is None:
+                if pending.replace:
+                    self._delete_document(pending.doc.doc_id)
+                pending.row = self._insert_document(pending)
+        ids = [self._insert_chunk(p, order, chunk, vector)
+               for (p, order, chunk), vector in zip(batch.chunks, vectors, strict=True)]
+        for pending in batch.docs:
+            texts = [c.text for p, _, c in batch.chunks if p is pending]
+            self._count_terms(pending.doc.title, texts, +1)
+            pending.stored += len(texts)
+            state = pending.digest if pending.done else PARTIAL + pending.digest
+            self._conn.execute("UPDATE documents SET content_hash=?, n_chunks=? WHERE id=?",
+                               (state, pending.stored, pending.row))
         return ids
 
     def _insert_document(self, pending: _Pending) -> int:
@@ -399,20 +496,20 @@ class KnowledgeBase:
         cursor = self._conn.execute(
             "INSERT INTO documents (doc_id, content_hash, title, url, source, meta, n_chunks,"
             " added_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
-            (doc.doc_id, pending.digest, doc.title, doc.url, doc.source,
-             json.dumps(doc.meta, default=str), len(pending.chunks), time.time()))
+            (doc.doc_id, PARTIAL + pending.digest, doc.title, doc.url, doc.source,
+             json.dumps(doc.meta, default=str), 0, time.time()))
         return int(cursor.lastrowid or 0)
 
-    def _insert_chunk(self, doc_row: int, order: int, chunk: Chunk, doc: Document,
+    def _insert_chunk(self, pending: _Pending, order: int, chunk: Chunk,
                       vector: np.ndarray) -> int:
         cursor = self._conn.execute(
             'INSERT INTO chunks (doc, ord, text, start, "end", n_tokens, vector) '
             "VALUES (?, ?, ?, ?, ?, ?, ?)",
-            (doc_row, order, chunk.text, chunk.span.start, chunk.span.end, chunk.n_tokens,
+            (pending.row, order, chunk.text, chunk.span.start, chunk.span.end, chunk.n_tokens,
              np.ascontiguousarray(vector, dtype=np.float32).tobytes()))
         chunk_id = int(cursor.lastrowid or 0)
         self._conn.execute("INSERT INTO chunks_fts (rowid, title, body) VALUES (?, ?, ?)",
-                           (chunk_id, doc.title or "", chunk.text))
+                           (chunk_id, pending.doc.title or "", chunk.text))
         return chunk_id
 
     def _count_terms(self, title: str | None, texts: list[str], sign: int) -> None:
@@ -432,8 +529,9 @@ class KnowledgeBase:
     def _delete_document(self, doc_id: str) -> None:
         row = self._conn.execute("SELECT id, title FROM documents WHERE doc_id=?",
                                  (doc_id,)).fetchone()
-        texts = [r[0] for r in self._conn.execute("SELECT text FROM chunks WHERE doc=?", (row[0],))]
-        self._count_terms(row[1], texts, -1)
+        cursor = self._conn.execute("SELECT text FROM chunks WHERE doc=?", (row[0],))
+        while rows := cursor.fetchmany(1024):
+            self._count_terms(row[1], [r[0] for r in rows], -1)
         self._conn.execute("DELETE FROM chunks_fts WHERE rowid IN "
                            "(SELECT id FROM chunks WHERE doc=?)", (row[0],))
         self._conn.execute("DELETE FROM chunks WHERE doc=?", (row[0],))
@@ -455,27 +553,70 @@ class KnowledgeBase:
 
     def _ensure_index(self) -> Any:
         if self._index is None:
-            import faiss
-
-            if self._index_state() == "fresh":
-                self._index = faiss.read_index(str(self.path / INDEX_NAME))
+            index = self._read_index() if self._index_state() == "fresh" else None
+            if index is not None:
+                self._index = index
             else:
-                self.rebuild_index()
+                self._index = self._build_index()
+                self._try_save_index()
         return self._index
 
+    def _read_index(self) -> Any | None:
+        """The saved faiss index, or None (with a warning) when it cannot be used: a
+        truncated, empty or foreign file, or one whose dimension or size is not the KB's."""
+        import faiss
+
+        path = self.path / INDEX_NAME
+        try:
+            index = faiss.read_index(str(path))
+        except RuntimeError as exc:
+            problem = f"cannot be read ({_first_line(exc)})"
+        else:
+            chunks = self._counts()[1]
+            if (isinstance(index, faiss.IndexIDMap2) and index.d == self.dim
+                    and index.ntotal == chunks):
+                return index
+            problem = (f"holds {index.ntotal} vectors of dimension {index.d} "
+                       f"({type(index).__name__}), not {chunks} of dimension {self.dim}")
+        log.warning("the vector index %s %s: rebuilding it from %s", path, problem, DB_NAME)
+        return None
+
     def rebuild_index(self) -> None:
-        """Rebuild the faiss index from the vectors stored in SQLite, and save it."""
+        """Rebuild the faiss index from the vectors stored in SQLite, and save it.
+
+        KBError when the stored vectors cannot be read (the KB must then be rebuilt)."""
+        self._index = self._build_index()
+        self._save_index()
+
+    def _build_index(self) -> Any:
         import faiss
 
         index = faiss.IndexIDMap2(faiss.IndexFlatIP(self.dim))
-        for ids, vectors in self._stored_vectors():
-            index.add_with_ids(vectors, ids)
-        self._index = index
-        self._save_index()
+        try:
+            for ids, vectors in self._stored_vectors():
+                index.add_with_ids(vectors, ids)
+        except (sqlite3.DatabaseError, ValueError) as exc:
+            raise KBError(f"the vector index of {self.path} cannot be rebuilt from {DB_NAME} "
+                          f"({_first_line(exc)}): delete {self.path} and "
+                          + _BUILD_HINT.format(path=self.path)) from exc
+        return index
+
+    def _try_save_index(self) -> None:
+        """Save a rebuilt index; if the directory is not writable, keep it in memory."""
+        try:
+            self._save_index()
+        except (OSError, RuntimeError) as exc:
+            log.warning("could not save the rebuilt vector index in %s (%s); using it from "
+                        "memory", self.path, _first_line(exc))
 
     def _stored_vectors(self, block: int = 8192) -> Iterator[tuple[np.ndarray, np.ndarray]]:
         cursor = self._conn.execute("SELECT id, vector FROM chunks ORDER BY id")
+        size = self.dim * 4
         while rows := cursor.fetchmany(block):
+            bad = next((r for r in rows if len(r[1]) != size), None)
+            if bad is not None:
+                raise ValueError(f"chunk {bad[0]} has a vector of {len(bad[1])} bytes, "
+                                 f"not {size}")
             ids = np.fromiter((r[0] for r in rows), dtype=np.int64, count=len(rows))
             vectors = np.frombuffer(b"".join(r[1] for r in rows), dtype=np.float32)
             yield ids, vectors.reshape(len(rows), self.dim)
@@ -593,6 +734,29 @@ def _faiss_search(index: Any, vectors: np.ndarray, depth: int) -> tuple[np.ndarr
         faiss.omp_set_num_threads(threads)
 
 
+@functools.cache
+def _malloc_trim() -> Callable[[int], int] | None:
+    try:
+        return ctypes.CDLL("libc.so.6").malloc_trim  # type: ignore[no-any-return]
+    except (OSError, AttributeError):  # not glibc
+        return None
+
+
+def _release_free_memory() -> None:
+    """Hand freed heap pages back to the OS after a batch (glibc only). Embedding batches
+    of varying shapes leaves the heap fragmented: without this, RSS crept up by ~0.5 GB
+    over a few thousand MiniLM chunks while nothing was retained (docs/kb.md)."""
+    trim = _malloc_trim()
+    if trim is not None:
+        trim(0)
+
+
+def _first_line(exc: BaseException) -> str:
+    """An exception's message on one line (faiss errors carry a multi-line C++ trace)."""
+    line = next((x.strip() for x in str(exc).splitlines() if x.strip()), type(exc).__name__)
+    return _FAISS_WHERE.sub("", line)
+
+
 def _passage(row: tuple[Any, ...], scores: dict[str, float]) -> Passage:
     _, order, text, start, end, doc_id, title, url, source = row
     return Passage(id=f"{doc_id}#{order}", doc_id=doc_id, text=text, title=title, url=url,
@@ -600,9 +764,9 @@ def _passage(row: tuple[Any, ...], scores: dict[str, float]) -> Passage:
                    scores=scores)
 
 
-def _embed_text(doc: Document, chunk: Chunk) -> str:
+def _embed_text(title: str | None, chunk: Chunk) -> str:
     """What is embedded for a chunk: the document title (context), then the chunk."""
-    return f"{doc.title}\n{chunk.text}" if doc.title else chunk.text
+    return f"{title}\n{chunk.text}" if title else chunk.text
 
 
 def _connect(path: Path) -> sqlite3.Connection:
