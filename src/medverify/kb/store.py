@@ -243,11 +243,8 @@ class KnowledgeBase:
             raise ConfigError("chunk overlap must be smaller than the chunk size")
         emb = get_embedder(embedder if embedder is not None else settings.embedder)
         path.mkdir(parents=True, exist_ok=True)
-        conn = _connect(path / DB_NAME)
-        conn.executescript(_SCHEMA)
-        _write_meta(conn, _initial_meta(settings, emb, embedder))
-        conn.commit()
-        return cls(path, conn, emb, retrieval)
+        _create_database(path / DB_NAME, _initial_meta(settings, emb, embedder))
+        return cls(path, _connect(path / DB_NAME), emb, retrieval)
 
     @classmethod
     def open(cls, path: str | Path, embedder: Embedder | str | None = None,
@@ -264,6 +261,10 @@ class KnowledgeBase:
     def open_or_create(cls, path: str | Path, settings: KBSettings | None = None,
                        embedder: Embedder | str | None = None,
                        retrieval: RetrievalSettings | None = None) -> KnowledgeBase:
+        if (Path(path) / DB_NAME).is_file() and _unfinished_creation(Path(path) / DB_NAME):
+            log.warning("%s was left half-created (no settings, no documents): creating "
+                        "it again", Path(path) / DB_NAME)
+            _remove_database(Path(path) / DB_NAME)
         if (Path(path) / DB_NAME).is_file():
             kb = cls.open(path, embedder, retrieval)
             if settings is not None:
@@ -767,6 +768,47 @@ def _passage(row: tuple[Any, ...], scores: dict[str, float]) -> Passage:
 def _embed_text(title: str | None, chunk: Chunk) -> str:
     """What is embedded for a chunk: the document title (context), then the chunk."""
     return f"{title}\n{chunk.text}" if title else chunk.text
+
+
+def _create_database(db: Path, meta: dict[str, str]) -> None:
+    """Tables and settings written under a temporary name, then renamed into place: a KB
+    database exists only complete (a kill while creating leaves the temporary file, which
+    the next creation removes)."""
+    tmp = db.with_name(db.name + ".creating")
+    _remove_database(tmp)
+    conn = _connect(tmp)
+    try:
+        conn.executescript(_SCHEMA)
+        _write_meta(conn, meta)
+        conn.commit()
+        conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+    finally:
+        conn.close()
+    _remove_database(db, keep_main=True)  # stale -wal/-shm of an older file, if any
+    os.replace(tmp, db)
+
+
+def _remove_database(db: Path, *, keep_main: bool = False) -> None:
+    for suffix in ("-wal", "-shm") if keep_main else ("", "-wal", "-shm"):
+        db.with_name(db.name + suffix).unlink(missing_ok=True)
+
+
+def _unfinished_creation(db: Path) -> bool:
+    """Whether ``db`` is what an older medverify's creation left when killed: no settings
+    and no document (so nothing can be lost by creating it again)."""
+    try:
+        conn = sqlite3.connect(f"file:{db}?mode=ro", uri=True)
+        try:
+            tables = {row[0] for row in conn.execute(
+                "SELECT name FROM sqlite_master WHERE type = 'table'")}
+            if "meta" in tables and conn.execute("SELECT COUNT(*) FROM meta").fetchone()[0]:
+                return False
+            return "documents" not in tables or not conn.execute(
+                "SELECT COUNT(*) FROM documents").fetchone()[0]
+        finally:
+            conn.close()
+    except sqlite3.DatabaseError:
+        return False  # unreadable: the open path reports it
 
 
 def _connect(path: Path) -> sqlite3.Connection:
