@@ -235,3 +235,44 @@ def test_kill_9_during_a_large_file_ingest_resumes(tmp_path: Path) -> None:
         assert (resumed._conn.execute(spans).fetchall()
                 == reference._conn.execute(spans).fetchall())
         assert resumed.stats().vector_index == "fresh"
+
+
+# -- a damaged kb.sqlite ----------------------------------------------------------------------
+
+def _sqlite_variants() -> list[tuple[str, Callable[[bytes], bytes]]]:
+    def flip(frac: float) -> Callable[[bytes], bytes]:
+        def make(data: bytes) -> bytes:
+            at = min(int(len(data) * frac), len(data) - 1)
+            return data[:at] + bytes(x ^ 0x5A for x in data[at:at + 512]) + data[at + 512:]
+        return make
+
+    out: list[tuple[str, Callable[[bytes], bytes]]] = [("empty", lambda b: b"")]
+    out += [(f"cut{int(f * 100)}", lambda b, f=f: b[: max(1, int(len(b) * f))])
+            for f in (0.1, 0.5, 0.9)]
+    out += [(f"flip{int(f * 100)}", flip(f)) for f in (0.0, 0.3, 0.6, 0.95)]
+    out.append(("garbage", lambda b: os.urandom(len(b))))
+    return out
+
+
+@pytest.mark.parametrize("name", [v[0] for v in _sqlite_variants()])
+def test_damaged_kb_sqlite_is_one_clear_error_or_still_works(kb_dir: Path, name: str,
+                                                             tmp_path: Path) -> None:
+    """kb.sqlite truncated, byte-flipped (header, tables, FTS pages) or replaced: `kb search`
+    and `kb ingest` end in one `error:` line with exit 2, or work; never a traceback."""
+    db = kb_dir / "kb.sqlite"
+    for suffix in ("-wal", "-shm"):
+        (kb_dir / f"kb.sqlite{suffix}").unlink(missing_ok=True)
+    db.write_bytes(dict(_sqlite_variants())[name](db.read_bytes()))
+    runner = CliRunner()
+    (tmp_path / "docs").mkdir()
+    (tmp_path / "docs" / "new.txt").write_text("Statins lower LDL cholesterol.", "utf-8")
+    for args in (["kb", "search", "--kb", str(kb_dir), "warfarin vitamin K"],
+                 ["kb", "stats", "--kb", str(kb_dir)],
+                 ["kb", "ingest", str(tmp_path / "docs"), "--kb", str(kb_dir)]):
+        result = runner.invoke(main, args)
+        assert result.exception is None or isinstance(result.exception, SystemExit), (
+            name, args, result.output)
+        if result.exit_code != 0:
+            lines = [line for line in result.output.splitlines() if line.strip()]
+            assert result.exit_code == 2 and "Traceback" not in result.output
+            assert lines[-1].startswith("error: ") and "kb" in lines[-1].lower(), result.output

@@ -31,6 +31,7 @@ import sqlite3
 import threading
 import time
 from collections.abc import Callable, Iterable, Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
@@ -350,14 +351,15 @@ class KnowledgeBase:
         return "kb-" + digest.hexdigest()[:16]
 
     def stats(self) -> KBStats:
-        docs, chunks = self._counts()
-        size = sum(f.stat().st_size for f in self.path.iterdir() if f.is_file())
-        return KBStats(path=str(self.path), schema_version=SCHEMA_VERSION, documents=docs,
-                       chunks=chunks, embedder_id=self.embedder_id, dim=self.dim,
-                       chunk_tokens=int(self._meta["chunk_tokens"]),
-                       chunk_overlap=int(self._meta["chunk_overlap"]),
-                       snapshot_id=self.snapshot_id, vector_index=self._index_state(),
-                       size_bytes=size)
+        with self._damage_is_an_error():
+            docs, chunks = self._counts()
+            size = sum(f.stat().st_size for f in self.path.iterdir() if f.is_file())
+            return KBStats(path=str(self.path), schema_version=SCHEMA_VERSION, documents=docs,
+                           chunks=chunks, embedder_id=self.embedder_id, dim=self.dim,
+                           chunk_tokens=int(self._meta["chunk_tokens"]),
+                           chunk_overlap=int(self._meta["chunk_overlap"]),
+                           snapshot_id=self.snapshot_id, vector_index=self._index_state(),
+                           size_bytes=size)
 
     def _counts(self) -> tuple[int, int]:
         docs = self._conn.execute("SELECT count(*) FROM documents").fetchone()[0]
@@ -375,7 +377,7 @@ class KnowledgeBase:
         once its last chunk is committed; an interrupted ingest resumes where it stopped,
         inside a large document too.
         """
-        with self._lock:
+        with self._lock, self._damage_is_an_error():
             return self._ingest(documents, progress)
 
     def _ingest(self, documents: Iterable[Source],
@@ -653,8 +655,18 @@ class KnowledgeBase:
         """Top ``k`` passages per query; queries are embedded in one batch."""
         if mode not in MODES:
             raise ConfigError(f"unknown search mode {mode!r}: use one of {', '.join(MODES)}")
-        with self._lock:
+        with self._lock, self._damage_is_an_error():
             return self._search_many(queries, k, mode)
+
+    @contextmanager
+    def _damage_is_an_error(self) -> Iterator[None]:
+        """A damaged database page met while reading is one clear KBError, not a raw
+        sqlite3 error (the database cannot repair itself: it must be rebuilt)."""
+        try:
+            yield
+        except sqlite3.DatabaseError as exc:
+            raise KBError(f"{self.path / DB_NAME} is damaged ({exc}): delete {self.path} "
+                          "and " + _BUILD_HINT.format(path=self.path)) from None
 
     def _search_many(self, queries: Sequence[str], k: int, mode: Mode) -> list[list[Passage]]:
         depth = k if mode != "hybrid" else max(k, self.retrieval.candidates)
