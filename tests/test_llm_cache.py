@@ -44,7 +44,8 @@ def test_unreadable_entry_is_a_miss(tmp_path: Path, caplog: pytest.LogCaptureFix
     path = tmp_path / "cache.db"
     RequestCache(path).close()
     with sqlite3.connect(path) as conn:
-        conn.execute("INSERT INTO completions VALUES ('k', 'p', '{broken', 'now')")
+        conn.execute("INSERT INTO completions (key, provider, completion, created_at) "
+                     "VALUES ('k', 'p', '{broken', 'now')")
     conn.close()
     cache = RequestCache(path)
     with caplog.at_level(logging.WARNING):

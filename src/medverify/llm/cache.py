@@ -8,6 +8,7 @@ continues without a cache.
 
 from __future__ import annotations
 
+import hashlib
 import logging
 import sqlite3
 import threading
@@ -25,9 +26,16 @@ CREATE TABLE IF NOT EXISTS completions (
     key TEXT PRIMARY KEY,
     provider TEXT NOT NULL,
     completion TEXT NOT NULL,
-    created_at TEXT NOT NULL
+    created_at TEXT NOT NULL,
+    sha256 TEXT
 )
 """
+
+
+def _digest(payload: str) -> str:
+    """The checksum stored beside a completion: SQLite keeps none of cell contents, so a
+    byte flipped inside a stored reply would otherwise read back as a valid, wrong reply."""
+    return hashlib.sha256(payload.encode("utf-8")).hexdigest()
 
 
 class RequestCache:
@@ -49,6 +57,9 @@ class RequestCache:
             conn.execute("PRAGMA journal_mode=WAL")
             conn.execute("PRAGMA synchronous=NORMAL")
             conn.execute(_SCHEMA)
+            columns = {row[1] for row in conn.execute("PRAGMA table_info(completions)")}
+            if "sha256" not in columns:  # a cache written before checksums: rows without
+                conn.execute("ALTER TABLE completions ADD COLUMN sha256 TEXT")  # one pass
             conn.execute("SELECT key FROM completions LIMIT 1").fetchall()
             conn.commit()
         except sqlite3.Error:
@@ -72,24 +83,29 @@ class RequestCache:
         row = self._fetch(key)
         if row is None:
             return None
+        payload, digest = row
         try:
-            completion = Completion.model_validate_json(row)
-        except ValidationError:
-            log.warning("request cache %s: unreadable entry %s ignored", self.path, key[:12])
+            if not isinstance(payload, str) or (digest is not None and _digest(payload) != digest):
+                raise ValueError("the stored reply does not match its checksum")
+            completion = Completion.model_validate_json(payload)
+        except (ValidationError, ValueError):
+            log.warning("request cache %s: unreadable entry %s ignored (damaged, or not a "
+                        "stored reply)", self.path, key[:12])
             return None
         return completion.model_copy(update={"cached": True})
 
-    def _fetch(self, key: str) -> str | None:
+    def _fetch(self, key: str) -> tuple[object, str | None] | None:
         with self._lock:
             if self._conn is None:
                 return None
             try:
                 row = self._conn.execute(
-                    "SELECT completion FROM completions WHERE key = ?", (key,)).fetchone()
+                    "SELECT completion, sha256 FROM completions WHERE key = ?",
+                    (key,)).fetchone()
             except sqlite3.Error as exc:
                 self._disable(exc)
                 return None
-        return row[0] if row else None
+        return (row[0], row[1]) if row else None
 
     def put(self, key: str, provider_id: str, completion: Completion) -> None:
         """Store a successful completion (stored with ``cached=False``)."""
@@ -101,8 +117,9 @@ class RequestCache:
             try:
                 with self._conn:
                     self._conn.execute(
-                        "INSERT OR REPLACE INTO completions VALUES (?, ?, ?, ?)",
-                        (key, provider_id, payload, now))
+                        "INSERT OR REPLACE INTO completions (key, provider, completion, "
+                        "created_at, sha256) VALUES (?, ?, ?, ?, ?)",
+                        (key, provider_id, payload, now, _digest(payload)))
             except sqlite3.Error as exc:
                 self._disable(exc)
 

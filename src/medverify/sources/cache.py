@@ -21,7 +21,7 @@ from types import TracebackType
 from pydantic import BaseModel, Field
 
 from medverify.errors import ConfigError
-from medverify.records import FetchFailure
+from medverify.records import FetchFailure, content_hash
 
 log = logging.getLogger("medverify.sources.cache")
 
@@ -107,7 +107,11 @@ class FetchCache:
                 return None
             values = dict(zip(_COLUMNS, row, strict=True))
             values["headers"] = json.loads(values["headers"])
-            return FetchResult.model_validate({**values, "from_cache": True})
+            result = FetchResult.model_validate({**values, "from_cache": True})
+            if result.text is not None and result.content_hash is not None \
+                    and content_hash(result.text) != result.content_hash:
+                raise ValueError("the stored text does not match its content hash")
+            return result
         except (sqlite3.DatabaseError, ValueError, TypeError) as exc:  # a damaged entry
             log.warning("fetch cache %s: unreadable entry for %s ignored (%s: %s); fetching "
                         "it again", self.path, url, type(exc).__name__, str(exc)[:120])
