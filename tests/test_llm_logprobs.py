@@ -116,7 +116,8 @@ def test_old_cache_rows_without_logprobs_still_load(tmp_path: Path) -> None:
                           "finish_reason": "stop", "cached": False, "latency_s": 0.1})
     assert cache._conn is not None
     with cache._conn:
-        cache._conn.execute("INSERT INTO completions VALUES (?, ?, ?, ?)",
+        cache._conn.execute("INSERT INTO completions (key, provider, completion, created_at) "
+                            "VALUES (?, ?, ?, ?)",
                             ("k", "p", old_row, "2024-01-01T00:00:00+00:00"))
     loaded = cache.get("k")
     cache.close()
