@@ -13,16 +13,10 @@ import asyncio
 import time
 from pathlib import Path
 
-from medverify.injection import InjectionReport, Rate, load_cases, measure_injection
+from medverify.injection import InjectionReport, load_cases, measure_injection, rate_text
 from medverify.judge.builtin import BuiltinJudge
 
 RESULTS = Path(__file__).resolve().parents[1] / "benchmarks" / "results"
-
-
-def _rate(rate: Rate) -> str:
-    if rate.value is None or rate.ci is None:
-        return "—"
-    return f"{rate.value:.2f} [{rate.ci[0]:.2f}, {rate.ci[1]:.2f}] ({rate.k}/{rate.n})"
 
 
 def markdown(report: InjectionReport, seconds: float) -> str:
@@ -37,8 +31,8 @@ def markdown(report: InjectionReport, seconds: float) -> str:
         "|---|---|---|---|---|---|",
     ]
     for g in [*report.by_attack, report.overall, *([report.controls] if report.controls else [])]:
-        lines.append(f"| {g.name} | {g.n} | {g.n_errors} | {_rate(g.flip)} | "
-                     f"{_rate(g.changed)} | {_rate(g.clean_correct)} |")
+        lines.append(f"| {g.name} | {g.n} | {g.n_errors} | {rate_text(g.flip)} | "
+                     f"{rate_text(g.changed)} | {rate_text(g.clean_correct)} |")
     lines += ["", f"Wall time: {seconds:.1f} s (model load included).", ""]
     return "\n".join(lines)
 

@@ -92,6 +92,13 @@ class Rate(_Record):
     ci: tuple[float, float] | None = None
 
 
+def rate_text(rate: Rate) -> str:
+    """``0.17 [0.09, 0.32] (7/40)``, or a dash when nothing was measured."""
+    if rate.value is None or rate.ci is None:
+        return "—"
+    return f"{rate.value:.2f} [{rate.ci[0]:.2f}, {rate.ci[1]:.2f}] ({rate.k}/{rate.n})"
+
+
 class InjectionGroup(_Record):
     name: str
     n: int

@@ -221,9 +221,10 @@ def audit_metrics(
     pairs = [p for a in audits for c in a.claims for p in c.pairs]
     options: dict[str, Any] = {"n_boot": n_boot, "seed": seed}
     not_measured = not_measured_reason(audits)
-    statement = _statement_estimate(audits, cluster=cluster, **options)
-    response = share_estimate([r for r in responses if r is not None], **options)
-    if not_measured is not None:
+    if not_measured is None:
+        statement = _statement_estimate(audits, cluster=cluster, **options)
+        response = share_estimate([r for r in responses if r is not None], **options)
+    else:
         statement = response = Estimate(reason=not_measured)
     return AuditMetrics(
         n_answers=len(audits),

@@ -435,7 +435,7 @@ def _charts(summary: BenchSummary, models: list[str], source_metric: str) -> dic
     return {"overall": Markup(overall), "by_source": Markup(by_source)}
 
 
-def study_warnings(summary: BenchSummary) -> list[str]:
+def warning_lines(summary: BenchSummary) -> list[str]:
     """The study's warnings (``notes["run_warnings"]``: support not measured, fetch
     outcomes that changed between attempts) and one line per changed URL."""
     warnings = [str(w) for w in summary.notes.get(RUN_WARNINGS, [])]
@@ -468,7 +468,7 @@ def render_bench_html(
         audit_link=_audit_link(records),
         config=to_node(summary.config) if summary.config else None,
         notes=to_node(summary.notes) if summary.notes else None,
-        warnings=study_warnings(summary),
+        warnings=warning_lines(summary),
         errors=summary.errors[:MAX_ERRORS],
         more_errors=max(len(summary.errors) - MAX_ERRORS, 0),
         alpha=ALPHA,

@@ -20,7 +20,7 @@ from medverify.cli import main
 from medverify.cli._common import config_option, console, load_config, progress_bar, store_option
 from medverify.config import Config
 from medverify.errors import InputError
-from medverify.report.view import percent, shorten
+from medverify.report.view import counted_lines, percent
 
 
 @main.command()
@@ -211,12 +211,5 @@ def error_cause_lines(audits: list[AnswerAudit]) -> list[str]:
         for audit in audits for claim in audit.claims for pair in claim.pairs
         if pair.verdict.error
     )
-    lines: list[str] = []
-    for title, causes in (("answer errors", answers), ("pairs not judged", pairs)):
-        if not causes:
-            continue
-        lines.append(f"{title} ({sum(causes.values()):,}):")
-        lines.extend(f"  {n:,} × {shorten(cause, 300)}" if n > 1 else f"  {shorten(cause, 300)}"
-                     for cause, n in causes.most_common())
-    return lines
+    return counted_lines("answer errors", answers) + counted_lines("pairs not judged", pairs)
 

@@ -425,9 +425,9 @@ def print_bench_summary(summary: BenchSummary, out: Console) -> None:
               f"{len(summary.comparisons) - len(testable)} without a value for both)")
     if summary.agreement is not None:
         print_agreement(summary.agreement, summary.agreement_by_model, out)
-    from medverify.bench.report import study_warnings
+    from medverify.bench.report import warning_lines
 
-    for line in study_warnings(summary):
+    for line in warning_lines(summary):
         out.print(Text(f"WARNING: {line}", style="bold yellow"))
     for line in error_cause_lines(summary.errors):
         out.print(Text(line, style="red"))

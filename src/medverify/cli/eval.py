@@ -33,7 +33,13 @@ from medverify.evaluation import (
 from medverify.factcheck.evaluate import evaluate as evaluate_factcheck
 from medverify.factcheck.evaluate import read_fact_labels, read_ratings, read_reports
 from medverify.factcheck.records import FactCheckScores
-from medverify.injection import InjectionCase, InjectionReport, Rate, load_cases, measure_injection
+from medverify.injection import (
+    InjectionCase,
+    InjectionReport,
+    load_cases,
+    measure_injection,
+    rate_text,
+)
 from medverify.judge import judge_options, make_judge
 from medverify.kb.store import MODES
 from medverify.llm.facade import Model, get_model
@@ -435,12 +441,6 @@ async def _eval_injection(
             await model.aclose()
 
 
-def _share_ci(rate: Rate) -> str:
-    if rate.value is None or rate.ci is None:
-        return "—"
-    return f"{rate.value:.2f} [{rate.ci[0]:.2f}, {rate.ci[1]:.2f}] ({rate.k}/{rate.n})"
-
-
 def injection_table(result: InjectionReport) -> Table:
     """One row per attack and one for all probes."""
     table = Table(title=f"Prompt injection: {result.judge} ({result.cases_version})",
@@ -451,7 +451,7 @@ def injection_table(result: InjectionReport) -> Table:
     totals = [result.overall, *([result.controls] if result.controls else [])]
     for group in [*result.by_attack, *totals]:
         table.add_row(Text(group.name), str(group.n), str(group.n_errors),
-                      _share_ci(group.flip), _share_ci(group.changed),
-                      _share_ci(group.clean_correct), str(group.not_counted),
+                      rate_text(group.flip), rate_text(group.changed),
+                      rate_text(group.clean_correct), str(group.not_counted),
                       style="bold" if group in totals else "")
     return table

@@ -40,7 +40,7 @@ from medverify.factcheck.records import (
 from medverify.records import Passage
 from medverify.report.audit_html import scalar_text, to_node
 from medverify.report.render_json import atomic_write_text
-from medverify.report.view import percent, safe_url, shorten, total_usage
+from medverify.report.view import counted_lines, percent, safe_url, shorten, total_usage
 
 
 @dataclass(frozen=True)
@@ -383,11 +383,6 @@ def error_lines(report: FactCheckReport) -> list[Text]:
     """Each distinct cause of the run's errors and of facts that ended in ERROR, once,
     with its count."""
     facts = Counter(_fact_error(f) for f in report.facts if f.final_verdict == FactVerdict.ERROR)
-    lines: list[Text] = []
-    for title, causes in (("Run errors", Counter(report.errors)), ("Fact errors", facts)):
-        if not causes:
-            continue
-        lines.append(Text(f"{title} ({sum(causes.values())}):", style="bold magenta"))
-        lines.extend(Text(f"  {n} × " if n > 1 else "  ") + Text(shorten(cause, 300))
-                     for cause, n in causes.most_common())
-    return lines
+    return [Text(line, style="bold magenta" if n == 0 else "")
+            for title, causes in (("Run errors", Counter(report.errors)), ("Fact errors", facts))
+            for n, line in enumerate(counted_lines(title, causes))]

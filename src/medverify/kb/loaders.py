@@ -79,6 +79,10 @@ class TextFile(BaseModel):
                         url=self.url, source=self.source, meta=self.meta)
 
 
+KBInput = Document | TextFile
+"""What ``KnowledgeBase.ingest`` takes: a document in memory, or a large file read in pieces."""
+
+
 def iter_documents(paths: Iterable[str | Path], report: LoadReport | None = None,
                    limit: int | None = None) -> Iterator[Document]:
     """Yield documents from files and directories (walked recursively, sorted)."""
@@ -87,7 +91,7 @@ def iter_documents(paths: Iterable[str | Path], report: LoadReport | None = None
 
 
 def iter_sources(paths: Iterable[str | Path], report: LoadReport | None = None,
-                 limit: int | None = None) -> Iterator[Document | TextFile]:
+                 limit: int | None = None) -> Iterator[KBInput]:
     """Like :func:`iter_documents`, but text and Markdown files over STREAM_BYTES come as
     :class:`TextFile`, never read whole (``KnowledgeBase.ingest`` takes both)."""
     report = report if report is not None else LoadReport()
@@ -113,7 +117,7 @@ def _walk(root: Path, report: LoadReport) -> Iterator[tuple[Path, str]]:
         report.skip(root, "no such file or directory")
 
 
-def _load_file(path: Path, doc_id: str, report: LoadReport) -> Iterator[Document | TextFile]:
+def _load_file(path: Path, doc_id: str, report: LoadReport) -> Iterator[KBInput]:
     report.files += 1
     suffix = path.suffix.lower()
     loader = _LOADERS.get(suffix)
@@ -153,7 +157,7 @@ def _document(path: Path, doc_id: str, text: str, title: str | None,
 
 
 def _load_text(path: Path, doc_id: str,
-               report: LoadReport) -> Iterator[Document | TextFile]:
+               report: LoadReport) -> Iterator[KBInput]:
     if path.stat().st_size > STREAM_BYTES:
         yield from _text_file(path, doc_id, report, markdown=False)
         return
@@ -164,7 +168,7 @@ _MD_HEADING = re.compile(r"^\s{0,3}#{1,6}\s+(.+?)\s*#*\s*$", re.MULTILINE)
 
 
 def _load_markdown(path: Path, doc_id: str,
-                   report: LoadReport) -> Iterator[Document | TextFile]:
+                   report: LoadReport) -> Iterator[KBInput]:
     if path.stat().st_size > STREAM_BYTES:
         yield from _text_file(path, doc_id, report, markdown=True)
         return
@@ -391,7 +395,7 @@ def _jsonl_document(line: str, where: str, report: LoadReport) -> Document | Non
                     url=obj.get("url"), source=obj.get("source"), meta=meta)
 
 
-_LOADERS: dict[str, Callable[[Path, str, LoadReport], Iterator[Document | TextFile]]] = {
+_LOADERS: dict[str, Callable[[Path, str, LoadReport], Iterator[KBInput]]] = {
     **dict.fromkeys(TEXT_SUFFIXES, _load_text),
     **dict.fromkeys(MARKDOWN_SUFFIXES, _load_markdown),
     **dict.fromkeys(HTML_SUFFIXES, _load_html),

@@ -43,8 +43,8 @@ from medverify.config import KBSettings, RetrievalSettings
 from medverify.errors import ConfigError, KBError
 from medverify.kb.chunking import WINDOW_CHARS, Chunk, iter_chunks
 from medverify.kb.embed import Embedder, get_embedder
-from medverify.kb.loaders import TextFile
-from medverify.records import Document, Passage, Span
+from medverify.kb.loaders import KBInput, TextFile
+from medverify.records import Passage, Span
 from medverify.retrieve import rrf
 
 log = logging.getLogger(__name__)
@@ -60,7 +60,6 @@ SMALL_BATCH = 8  # query batches below this size search the vector index on one 
 LEXICAL_BUDGET = 5000  # postings a lexical query may touch before common terms are dropped
 _BUILD_HINT = "build one with `medverify kb ingest PATH... --kb {path}`"
 PARTIAL = "partial:"  # content_hash prefix of a document whose chunks are not all stored
-Source = Document | TextFile
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
@@ -123,7 +122,7 @@ class KBStats(BaseModel):
 class _Pending:
     """A document being stored: its row once inserted, chunks stored so far."""
 
-    doc: Source
+    doc: KBInput
     digest: str
     replace: bool  # an older version (or an unmatched partial one) is deleted first
     row: int | None = None
@@ -148,7 +147,7 @@ class _Batch:
         self.chunks.append((pending, order, chunk))
 
 
-def document_hash(doc: Source) -> str:
+def document_hash(doc: KBInput) -> str:
     """Content hash of what the KB stores for a document: ``content_hash`` of title, url,
     source and text joined by NULs, computed piece by piece (a :class:`TextFile` hashes to
     the hash of the Document it stands for)."""
@@ -159,7 +158,7 @@ def document_hash(doc: Source) -> str:
     return digest.hexdigest()[:16]
 
 
-def _pieces(doc: Source, size: int = 1 << 20) -> Iterator[str]:
+def _pieces(doc: KBInput, size: int = 1 << 20) -> Iterator[str]:
     """The document's text in consecutive pieces (slices of a Document's text)."""
     if isinstance(doc, TextFile):
         return doc.pieces()
@@ -368,7 +367,7 @@ class KnowledgeBase:
 
     # ---- ingest -------------------------------------------------------------------
 
-    def ingest(self, documents: Iterable[Source],
+    def ingest(self, documents: Iterable[KBInput],
                progress: Callable[[IngestStats], None] | None = None) -> IngestStats:
         """Add documents; unchanged ones (same doc_id and content hash) are skipped.
 
@@ -380,7 +379,7 @@ class KnowledgeBase:
         with self._lock, self._damage_is_an_error():
             return self._ingest(documents, progress)
 
-    def _ingest(self, documents: Iterable[Source],
+    def _ingest(self, documents: Iterable[KBInput],
                 progress: Callable[[IngestStats], None] | None) -> IngestStats:
         stats, started = IngestStats(), time.perf_counter()
         self._ensure_index()
@@ -396,7 +395,7 @@ class KnowledgeBase:
             self._save_index()
         return stats
 
-    def _ingest_one(self, doc: Source, batch: _Batch, stats: IngestStats,
+    def _ingest_one(self, doc: KBInput, batch: _Batch, stats: IngestStats,
                     progress: Callable[[IngestStats], None] | None) -> None:
         stats.documents_seen += 1
         if any(p.doc.doc_id == doc.doc_id for p in batch.docs):
@@ -420,7 +419,7 @@ class KnowledgeBase:
         if len(batch.chunks) >= self.flush_chunks:
             self._flush(batch, stats)
 
-    def _admit(self, doc: Source, stats: IngestStats) -> _Pending | None:
+    def _admit(self, doc: KBInput, stats: IngestStats) -> _Pending | None:
         """The document to store, or None when the KB already holds this version."""
         digest = document_hash(doc)
         row = self._conn.execute("SELECT id, content_hash, n_chunks FROM documents "
@@ -447,7 +446,7 @@ class KnowledgeBase:
                 chunks = enumerate(self._chunk(pending.doc))
         yield from chunks
 
-    def _chunk(self, doc: Source) -> Iterator[Chunk]:
+    def _chunk(self, doc: KBInput) -> Iterator[Chunk]:
         return iter_chunks(_pieces(doc), self.embedder.tokenizer,
                            int(self._meta["chunk_tokens"]), int(self._meta["chunk_overlap"]),
                            self.window_chars)

@@ -12,6 +12,7 @@ from rich.text import Text
 from medverify.records import Category, ClaimResult, Report
 from medverify.report.view import (
     CATEGORY_STYLES,
+    counted_lines,
     deciding_passage,
     percent,
     score_text,
@@ -21,7 +22,6 @@ from medverify.report.view import (
 )
 
 CLAIM_WIDTH = 100
-CAUSE_WIDTH = 300
 EVIDENCE_WIDTH = 40
 
 
@@ -163,9 +163,8 @@ def print_causes(reports: Sequence[Report], console: Console | None = None) -> N
         console.print(line)
 
 
-def error_causes(reports: Sequence[Report]) -> tuple[list[tuple[str, int]], list[tuple[str, int]]]:
-    """Distinct causes of run errors and of ERROR claims, each with how often it occurred,
-    most frequent first (ties in first-seen order)."""
+def error_causes(reports: Sequence[Report]) -> tuple[Counter[str], Counter[str]]:
+    """How often each distinct cause of a run error and of an ERROR claim occurred."""
     run = Counter(cause for report in reports for cause in report.errors)
     claims = Counter(
         result.error or (result.verdict.error if result.verdict else None) or "no cause recorded"
@@ -173,10 +172,10 @@ def error_causes(reports: Sequence[Report]) -> tuple[list[tuple[str, int]], list
         for result in report.results
         if result.category == Category.ERROR
     )
-    return run.most_common(), claims.most_common()
+    return run, claims
 
 
-def cause_lines(reports: Sequence[Report], *, width: int = CAUSE_WIDTH) -> list[Text]:
+def cause_lines(reports: Sequence[Report]) -> list[Text]:
     """One line per distinct error cause (run errors, then claim errors, then warnings about
     judge evidence that was not counted), each printed once with its count."""
     run, claims = error_causes(reports)
@@ -185,13 +184,8 @@ def cause_lines(reports: Sequence[Report], *, width: int = CAUSE_WIDTH) -> list[
     for title, causes, style in (
         ("Run errors", run, "bold magenta"),
         ("Claim errors", claims, "bold magenta"),
-        ("Not counted", warnings.most_common(), "bold yellow"),
+        ("Not counted", warnings, "bold yellow"),
     ):
-        if not causes:
-            continue
-        lines.append(Text(f"{title} ({sum(n for _, n in causes)}):", style=style))
-        lines.extend(
-            Text(f"  {n} × " if n > 1 else "  ") + Text(shorten(cause, width))
-            for cause, n in causes
-        )
+        found = counted_lines(title, causes)
+        lines += [Text(line, style=style if n == 0 else "") for n, line in enumerate(found)]
     return lines

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Mapping
 from dataclasses import dataclass
 from urllib.parse import urlsplit
@@ -124,6 +125,20 @@ def total_usage(usage: Mapping[str, Usage]) -> Usage:
     for stage_usage in usage.values():
         total = total.add(stage_usage)
     return total
+
+
+CAUSE_WIDTH = 300
+
+
+def counted_lines(title: str, causes: Counter[str], width: int = CAUSE_WIDTH) -> list[str]:
+    """A heading with the total, then each distinct cause once with its count, most
+    frequent first: how every terminal summary names its errors. Empty without causes."""
+    if not causes:
+        return []
+    lines = [f"{title} ({sum(causes.values()):,}):"]
+    lines += [f"  {n:,} × {shorten(cause, width)}" if n > 1 else f"  {shorten(cause, width)}"
+              for cause, n in causes.most_common()]
+    return lines
 
 
 def shorten(text: str, width: int) -> str:
