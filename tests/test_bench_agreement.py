@@ -31,10 +31,11 @@ from medverify.bench.agreement import (
     sample_pairs,
     scored_pairs,
 )
-from medverify.bench.layout import RunLayout, read_records
+from medverify.bench.layout import RunLayout
 from medverify.bench.records import Question
 from medverify.config import Config
 from medverify.errors import InputError
+from medverify.files import read_records
 from medverify.kb.embed import HashEmbedder
 from medverify.llm.base import ChatRequest, Message
 from medverify.records import Analysis, Answer, Claim, Passage, Source, Verdict

@@ -270,7 +270,7 @@ def test_broken_json_with_unquoted_keys_keeps_only_the_answer() -> None:
 
 
 def test_a_reply_cut_inside_an_emoji_is_kept_not_a_crash(fakes: list[str]) -> None:
-    from medverify.bench.layout import record_json
+    from medverify.files import record_json
 
     cut = ('{"answer": "Smile \\ud83d", '
            '"sources": [{"url": "https://a.org/x", "title": "A \\udc00"}]}')

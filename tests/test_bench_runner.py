@@ -15,7 +15,7 @@ import pytest
 
 from medverify.audit.records import AnswerAudit
 from medverify.audit.runner import Fetcher, FetcherFactory
-from medverify.bench.layout import RunLayout, read_records
+from medverify.bench.layout import RunLayout
 from medverify.bench.records import (
     BenchManifest,
     BenchSummary,
@@ -27,6 +27,7 @@ from medverify.bench.records import (
 from medverify.bench.runner import BenchRunner, audit_input, parse_models, questions_sha256
 from medverify.config import Config
 from medverify.errors import ConfigError, InputError, ProviderError
+from medverify.files import read_records
 from medverify.kb.embed import HashEmbedder
 from medverify.llm.base import ChatRequest
 from medverify.records import Source

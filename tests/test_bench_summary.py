@@ -9,7 +9,7 @@ import pytest
 from medverify.audit.evaluate import AgreementScores
 from medverify.audit.metrics import audit_metrics
 from medverify.audit.records import AnswerAudit, Estimate
-from medverify.bench.layout import RunLayout, write_records
+from medverify.bench.layout import RunLayout
 from medverify.bench.records import (
     Attempt,
     BenchManifest,
@@ -28,6 +28,7 @@ from medverify.bench.summary import (
 )
 from medverify.config import Config
 from medverify.errors import InputError
+from medverify.files import write_records
 from medverify.records import Source
 from test_bench_stats import answer_audit
 

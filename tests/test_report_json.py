@@ -8,14 +8,10 @@ from pathlib import Path
 import pytest
 
 from medverify.errors import InputError
+from medverify.files import atomic_write_text
 from medverify.records import Report
 from medverify.report import render_json
-from medverify.report.render_json import (
-    atomic_write_text,
-    read_json,
-    report_to_json,
-    write_json,
-)
+from medverify.report.render_json import read_json, report_to_json, write_json
 from medverify.report.schema import report_json_schema
 from report_fixtures import example_report
 

@@ -22,7 +22,7 @@ from medverify.factcheck.records import RagAnswer
 from medverify.kb import KnowledgeBase
 from medverify.kb.store import Mode
 from medverify.llm.base import Completion, Message
-from medverify.llm.facade import Model, get_model
+from medverify.llm.facade import Model, model_from_config
 from medverify.pipeline import open_kb
 from medverify.prompts import load_prompt
 from medverify.prompts.untrusted import defuse, fence_id, fenced
@@ -146,9 +146,8 @@ async def aanswer_question(question: str, *, kb: KnowledgeBase | str | Path | No
         raise ConfigError("answering a question generates text: give a model spec "
                           "(e.g. openai:gpt-4o-mini; see docs/models.md)")
     question = check_question(question)
-    cache = config.request_cache_path if config.llm.cache else None
     with _open_kb(kb, config) as base:
-        async with get_model(spec, config.llm, cache_path=cache) as model:
+        async with model_from_config(config, spec) as model:
             answerer = RagAnswerer(base, model, top_k=config.answer.top_k,
                                    max_tokens=config.answer.max_tokens)
             return await answerer.answer(question)

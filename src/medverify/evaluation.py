@@ -25,6 +25,7 @@ from pydantic import BaseModel, Field, model_validator
 from medverify.config import KBSettings, RetrievalSettings, home
 from medverify.errors import InputError
 from medverify.judge import Judge, JudgeItem
+from medverify.judge import judge_id as judge_id_of
 from medverify.kb.embed import Embedder, get_embedder
 from medverify.kb.loaders import LoadReport, iter_documents
 from medverify.kb.store import MODES, KnowledgeBase, Mode
@@ -374,7 +375,7 @@ async def aevaluate_pairs(paths: Sequence[str | Path], judge: Judge, *,
         total_seconds += seconds
     overall = (score_pairs("all", all_pairs, all_verdicts, total_seconds)
                if len(files) > 1 else None)
-    name = judge_id or getattr(judge, "judge_id", judge.name)
+    name = judge_id or judge_id_of(judge)
     return PairsEval(judge=name, files=files, overall=overall, limit=limit)
 
 

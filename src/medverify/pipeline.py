@@ -19,9 +19,9 @@ from typing import TYPE_CHECKING, TypeVar
 from medverify.config import Config
 from medverify.decompose import Decomposer, make_decomposer
 from medverify.errors import ConfigError, InputError, MedverifyError
-from medverify.judge import Judge, JudgeItem, judge_options, make_judge
+from medverify.judge import Judge, JudgeItem, judge_id, judge_options, make_judge
 from medverify.kb import KnowledgeBase
-from medverify.llm.facade import Model, UsageLedger, get_model
+from medverify.llm.facade import Model, UsageLedger, model_from_config
 from medverify.records import Answer, Claim, ClaimResult, Passage, Report
 from medverify.report.metrics import compute_metrics
 from medverify.store.runs import RunStore
@@ -110,7 +110,7 @@ def open_kb_and_model(
     if model is not None:
         return kb, model, model.usage, owned
     if config.model:
-        model = get_model(config.model, config.llm, cache_path=_cache_path(config), ledger=ledger)
+        model = model_from_config(config, ledger=ledger)
         owned.append(model)
     return kb, model, ledger, owned
 
@@ -172,7 +172,7 @@ class Checker:
     @property
     def models(self) -> dict[str, str]:
         spec = self.model.spec if self.model else None
-        out = {"judge": getattr(self.judge, "judge_id", self.judge.name)}
+        out = {"judge": judge_id(self.judge)}
         if self.decomposer.name == "llm" and spec:
             out["decompose"] = spec
         if self.risk is not None and self.risk.classifier is not None:
@@ -327,10 +327,6 @@ class Checker:
     ) -> None:
         if store is not None and run_id is not None:
             store.finish_run(run_id, status=status, usage=self.ledger.as_dict(), error=error)
-
-
-def _cache_path(config: Config) -> Path | None:
-    return config.request_cache_path if config.llm.cache else None
 
 
 def _as_answer(answer: Answer | str, question: str | None) -> Answer:

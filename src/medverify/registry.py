@@ -1,41 +1,104 @@
-"""Named registries for backends: built-ins register here the same way plugins do."""
+"""Named registries for backends: built-ins register here the same way plugins do.
+
+A registry maps a short name to a factory. Built-ins are registered in code, usually as
+``"module:attr"`` strings (``attr`` may be dotted: ``"pkg.mod:Class.from_config"``)
+imported on first use, so optional dependencies load only when chosen. Third-party packages
+add names through Python entry points in the registry's group (e.g. ``medverify.judges``)::
+
+    [project.entry-points."medverify.judges"]
+    mine = "my_package.judge:MyJudge.from_config"
+
+Entry points are read once, on the first lookup; a plugin cannot replace a built-in name (it
+is skipped with a warning), and a plugin that fails to import is an error only when it is
+chosen, never for the rest of medverify. See docs/plugins.md for what each group's factory
+is called with.
+"""
 
 from __future__ import annotations
 
 import importlib
+import logging
 from collections.abc import Callable
+from importlib import metadata
 from typing import Any, Generic, TypeVar
 
 from medverify.errors import ConfigError
 
 T = TypeVar("T")
 
+log = logging.getLogger(__name__)
+
+
+def load_attr(target: str) -> Any:
+    """The object named by ``"module:attr"`` (``attr`` may be dotted)."""
+    module, _, attr = target.partition(":")
+    obj: Any = importlib.import_module(module)
+    for part in attr.split(".") if attr else []:
+        obj = getattr(obj, part)
+    return obj
+
 
 class Registry(Generic[T]):
-    """Maps a short name to a factory. Factories may be given as ``"module:attr"`` strings,
-    imported lazily on first use, so optional dependencies load only when chosen."""
+    """Maps a short name to a factory: a callable, a ``"module:attr"`` string, or (from a
+    plugin) an entry point, all imported lazily on first use."""
 
-    def __init__(self, kind: str) -> None:
+    def __init__(self, kind: str, group: str | None = None) -> None:
         self.kind = kind
-        self._factories: dict[str, Callable[..., T] | str] = {}
+        self.group = group
+        self._factories: dict[str, Callable[..., T] | str | metadata.EntryPoint] = {}
+        self._plugins: dict[str, str] = {}
+        self._scanned = group is None
 
     def register(self, name: str, factory: Callable[..., T] | str) -> None:
         self._factories[name] = factory
 
+    def _scan(self) -> None:
+        """Add the entry points of :attr:`group` (once)."""
+        if self._scanned:
+            return
+        self._scanned = True
+        for point in metadata.entry_points(group=self.group):
+            dist = point.dist.name if point.dist is not None else "unknown package"
+            if point.name in self._factories:
+                log.warning("%s %r from %s ignored: the name is taken", self.kind, point.name, dist)
+                continue
+            self._factories[point.name] = point
+            self._plugins[point.name] = dist
+
     def names(self) -> list[str]:
+        self._scan()
         return sorted(self._factories)
 
+    def plugin(self, name: str) -> str | None:
+        """The distribution that registered ``name`` through an entry point (None: built in)."""
+        self._scan()
+        return self._plugins.get(name)
+
+    def __contains__(self, name: object) -> bool:
+        self._scan()
+        return name in self._factories
+
     def get(self, name: str) -> Callable[..., T]:
+        self._scan()
         try:
             factory = self._factories[name]
         except KeyError:
             known = ", ".join(self.names()) or "none"
             raise ConfigError(f"unknown {self.kind} {name!r}; known: {known}") from None
-        if isinstance(factory, str):
-            module, _, attr = factory.partition(":")
-            factory = getattr(importlib.import_module(module), attr)
+        if isinstance(factory, str | metadata.EntryPoint):
+            factory = self._load(name, factory)
             self._factories[name] = factory
         return factory
+
+    def _load(self, name: str, factory: str | metadata.EntryPoint) -> Callable[..., T]:
+        if isinstance(factory, str):
+            return load_attr(factory)  # type: ignore[no-any-return]
+        try:
+            return factory.load()  # type: ignore[no-any-return]
+        except Exception as exc:
+            raise ConfigError(f"{self.kind} {name!r} from plugin {self._plugins.get(name)} "
+                              f"failed to load ({factory.value}): {type(exc).__name__}: {exc}"
+                              ) from exc
 
     def create(self, name: str, *args: Any, **kwargs: Any) -> T:
         return self.get(name)(*args, **kwargs)

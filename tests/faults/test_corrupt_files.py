@@ -19,11 +19,11 @@ import pytest
 from click.testing import CliRunner
 
 from medverify.audit.evaluate import load_audits
-from medverify.bench.layout import read_records
 from medverify.bench.records import GeneratedQuestion, GenerationStatus
 from medverify.cli import main
 from medverify.config import Config
 from medverify.errors import ConfigError, InputError, MedverifyError
+from medverify.files import read_records
 from medverify.llm import Completion
 from medverify.llm.cache import RequestCache
 from medverify.records import content_hash

@@ -48,12 +48,12 @@ from medverify.audit.verify import PairVerifier
 from medverify.config import Config
 from medverify.decompose import Decomposer, make_decomposer
 from medverify.errors import ConfigError, MedverifyError
-from medverify.judge import Judge, judge_options, make_judge
+from medverify.files import atomic_write_text
+from medverify.judge import Judge, judge_id, judge_options, make_judge
 from medverify.kb.embed import Embedder, get_embedder
-from medverify.llm.facade import Model, UsageLedger, get_model
+from medverify.llm.facade import Model, UsageLedger, model_from_config
 from medverify.pipeline import validate_answer
 from medverify.records import Claim, Source
-from medverify.report.render_json import atomic_write_text
 from medverify.store.runs import RunStore
 
 if TYPE_CHECKING:
@@ -145,8 +145,7 @@ class Auditor:
         owned: list[object] = []
         ledger = model.usage if model is not None else UsageLedger()
         if model is None and config.model:
-            cache = config.request_cache_path if config.llm.cache else None
-            model = get_model(config.model, config.llm, cache_path=cache, ledger=ledger)
+            model = model_from_config(config, ledger=ledger)
             owned.append(model)
         if judge is None:
             name = config.judge_name
@@ -328,7 +327,7 @@ class Auditor:
             run_id=run_id,
             input_path=self.input_path,
             config=self.config.public(),
-            judge=getattr(self.judge, "judge_id", self.judge.name),
+            judge=judge_id(self.judge),
             models=self.models,
             prompt_versions=self.prompt_versions,
             offline=self.config.fetch.offline,
@@ -395,7 +394,7 @@ class Auditor:
     def models(self) -> dict[str, str]:
         spec = self.model.spec if self.model else None
         out = {
-            "judge": getattr(self.judge, "judge_id", self.judge.name),
+            "judge": judge_id(self.judge),
             "embedder": self.selector.embedder.id,
         }
         if self.decomposer.name == "llm" and spec:

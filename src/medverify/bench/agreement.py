@@ -34,10 +34,10 @@ from medverify.audit.evaluate import AgreementScores, score_codes
 from medverify.audit.inputs import normalize_url
 from medverify.audit.metrics import group_value
 from medverify.audit.records import AnswerAudit, PairJudgement
-from medverify.bench.layout import RunLayout, read_records
+from medverify.bench.layout import RunLayout
 from medverify.errors import InputError
+from medverify.files import atomic_write_text, read_records
 from medverify.records import Source, utcnow
-from medverify.report.render_json import atomic_write_text
 
 CSV_COLUMNS = ("pair_id", "question", "statement", "source_url", "source_excerpt", "label",
                "notes")

@@ -32,10 +32,10 @@ from itertools import islice
 from typing import Any
 
 from medverify.audit.inputs import extract_sources, normalize_url
-from medverify.bench.layout import clean_record
 from medverify.bench.records import Attempt, ModelReply, Question, ReplyStatus
 from medverify.config import BenchSettings
 from medverify.errors import ParseError, ProviderError
+from medverify.files import clean_record
 from medverify.llm.base import Completion, Message
 from medverify.llm.facade import Model
 from medverify.prompts import load_prompt

@@ -32,7 +32,7 @@ from medverify.bench.records import BenchSummary, Comparison, ModelReply
 from medverify.bench.stats import ALPHA, METRICS, question_key
 from medverify.bench.summary import SOURCE_FIELD, RunRecords, audit_model
 from medverify.errors import MissingDependencyError
-from medverify.report.render_json import atomic_path, atomic_write_text
+from medverify.files import atomic_path, atomic_write_text
 
 TABLES = ("replies", "claims", "pairs", "metrics", "comparisons")
 

@@ -19,9 +19,9 @@ from pathlib import Path
 
 from pydantic import BaseModel, ConfigDict, ValidationError
 
-from medverify.bench.layout import append_record, read_records
 from medverify.bench.records import GeneratedQuestion, GenerationStatus, Question
 from medverify.errors import ParseError, ProviderError
+from medverify.files import append_record, read_records
 from medverify.kb.loaders import LoadReport, iter_documents
 from medverify.llm.base import Message
 from medverify.llm.facade import Model

@@ -27,9 +27,9 @@ from typing import Any
 from pydantic import ValidationError
 
 from medverify.audit.inputs import normalize_url
-from medverify.bench.layout import clean_record, write_records
 from medverify.bench.records import ImportReport, Question
 from medverify.errors import InputError
+from medverify.files import clean_record, write_records
 from medverify.records import Document, content_hash
 
 FORMATS = ("auto", "jsonl", "csv", "medicationqa", "kqa", "medlfqa", "liveqa", "medquad")

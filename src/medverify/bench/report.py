@@ -27,8 +27,8 @@ from medverify.bench.plots import metric_chart, source_chart
 from medverify.bench.records import BenchSummary, Comparison, ModelCost, ReplyStats
 from medverify.bench.stats import ALPHA, significant
 from medverify.bench.summary import FETCH_CHANGES, MISSING_STATUS, RUN_WARNINGS, RunRecords
+from medverify.files import atomic_write_text
 from medverify.report.audit_html import METRICS, ci_text, estimate_text, scalar_text, to_node
-from medverify.report.render_json import atomic_write_text
 from medverify.report.view import percent, shorten, total_usage
 
 AUDIT_REPORT = "audit/report.html"

@@ -42,7 +42,7 @@ from pydantic import ValidationError
 from medverify.audit.records import AnswerAudit, AuditInput
 from medverify.audit.runner import Auditor, FetcherFactory
 from medverify.bench.ask import Asker, CallClock
-from medverify.bench.layout import RunLayout, append_record, read_records, write_records
+from medverify.bench.layout import RunLayout
 from medverify.bench.records import (
     BenchManifest,
     BenchSummary,
@@ -54,12 +54,12 @@ from medverify.bench.records import (
 )
 from medverify.config import Config
 from medverify.errors import ConfigError, InputError
-from medverify.judge import Judge
+from medverify.files import append_record, atomic_write_text, read_records, write_records
+from medverify.judge import Judge, judge_id
 from medverify.kb.embed import Embedder
-from medverify.llm.facade import get_model
+from medverify.llm.facade import model_from_config
 from medverify.llm.spec import parse_spec
 from medverify.records import Answer
-from medverify.report.render_json import atomic_write_text
 from medverify.store.runs import RunStore
 
 AskProgress = Callable[[str, int, int], None]
@@ -202,10 +202,9 @@ class BenchRunner:
         configured ones (tests, benchmarks)."""
         entries = parse_models(models)
         layout = RunLayout(Path(run_dir))
-        cache = config.request_cache_path if config.llm.cache else None
         clock = CallClock()
         askers = [
-            Asker(get_model(e.spec, config.llm, cache_path=cache), e.label,
+            Asker(model_from_config(config, e.spec), e.label,
                   settings=config.bench, clock=clock)
             for e in entries
         ]
@@ -312,7 +311,7 @@ class BenchRunner:
     @property
     def judge_id(self) -> str:
         judge = self.auditor.judge
-        return str(getattr(judge, "judge_id", judge.name))
+        return judge_id(judge)
 
     def _read_manifest(self) -> BenchManifest | None:
         path = self.layout.manifest

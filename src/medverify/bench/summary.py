@@ -24,7 +24,7 @@ from medverify.audit.evaluate import AgreementScores
 from medverify.audit.metrics import audit_metrics, group_audits, not_measured_reason
 from medverify.audit.records import AnswerAudit, AuditMetrics, FetchChange
 from medverify.audit.urls import DomainCount, fetch_change_lines, fetch_changes, group_stats
-from medverify.bench.layout import RunLayout, read_records
+from medverify.bench.layout import RunLayout
 from medverify.bench.records import (
     Attempt,
     BenchManifest,
@@ -39,8 +39,8 @@ from medverify.bench.records import (
 from medverify.bench.stats import compare_models
 from medverify.config import Config
 from medverify.errors import InputError
+from medverify.files import atomic_write_text, read_records
 from medverify.records import Usage
-from medverify.report.render_json import atomic_write_text
 
 SOURCE_FIELD = "question_source"
 MODEL_FIELD = "model"

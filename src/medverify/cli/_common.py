@@ -12,9 +12,10 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
 from medverify.config import Config
+from medverify.files import atomic_write_text
 from medverify.records import Report
 from medverify.report.html import write_html
-from medverify.report.render_json import atomic_write_text, write_json
+from medverify.report.render_json import write_json
 
 F = TypeVar("F", bound=Callable[..., Any])
 

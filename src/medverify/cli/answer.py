@@ -15,7 +15,7 @@ from medverify.cli import main
 from medverify.cli._common import config_option, console, json_out_option, load_config
 from medverify.errors import ConfigError, InputError
 from medverify.factcheck.records import RagAnswer
-from medverify.report.render_json import atomic_write_text
+from medverify.files import atomic_write_text
 from medverify.report.view import shorten
 
 SNIPPET_CHARS = 100

@@ -153,10 +153,9 @@ def generate_questions(documents: tuple[Path, ...], model_spec: str, source: str
 async def _generate(config: Config, spec: str, docs: list[Any], source: str,
                     log_path: Path) -> list[Any]:
     from medverify.bench.generate import QuestionGenerator
-    from medverify.llm.facade import get_model
+    from medverify.llm.facade import model_from_config
 
-    cache = config.request_cache_path if config.llm.cache else None
-    async with get_model(spec, config.llm, cache_path=cache) as model:
+    async with model_from_config(config, spec) as model:
         generator = QuestionGenerator(model)
         return await generator.generate_to_file(docs, source=source, out=log_path)
 
@@ -380,7 +379,7 @@ def _run_config(layout: RunLayout, config_path: Path | None) -> Config:
 
 def _audits(layout: RunLayout) -> list[Any]:
     from medverify.audit.records import AnswerAudit
-    from medverify.bench.layout import read_records
+    from medverify.files import read_records
 
     audits = read_records(layout.audit_answers, AnswerAudit, repair=False)
     if not audits:

@@ -33,6 +33,7 @@ from medverify.evaluation import (
 from medverify.factcheck.evaluate import evaluate as evaluate_factcheck
 from medverify.factcheck.evaluate import read_fact_labels, read_ratings, read_reports
 from medverify.factcheck.records import FactCheckScores
+from medverify.files import atomic_write_text
 from medverify.injection import (
     InjectionCase,
     InjectionReport,
@@ -42,8 +43,7 @@ from medverify.injection import (
 )
 from medverify.judge import judge_options, make_judge
 from medverify.kb.store import MODES
-from medverify.llm.facade import Model, get_model
-from medverify.report.render_json import atomic_write_text
+from medverify.llm.facade import Model, model_from_config
 
 
 @main.group("eval")
@@ -153,8 +153,7 @@ def _judge_model(config: Config) -> Model | None:
     """The model a configured judge calls (None for the built-in judge)."""
     if not config.model or config.judge_name == "builtin":
         return None
-    cache = config.request_cache_path if config.llm.cache else None
-    return get_model(config.model, config.llm, cache_path=cache)
+    return model_from_config(config)
 
 
 async def _eval_pairs(config: Config, files: list[Path], limit: int | None) -> PairsEval:

@@ -26,12 +26,12 @@ from medverify.config import Config
 from medverify.errors import ConfigError, InputError
 from medverify.factcheck.records import FactCheckReport, FactVerdict, RagAnswer, SelfRefineResult
 from medverify.factcheck.report import print_factcheck, write_factcheck_html
+from medverify.files import atomic_write_text
 from medverify.inputs import read_answers
 from medverify.kb import KnowledgeBase
-from medverify.llm.facade import Model, get_model
+from medverify.llm.facade import Model, model_from_config
 from medverify.pipeline import open_kb
 from medverify.records import Answer
-from medverify.report.render_json import atomic_write_text
 from medverify.store.runs import RunStore
 
 BASELINE_SUFFIX = ".selfrefine.json"  # also skipped by `medverify eval factcheck DIR`
@@ -142,9 +142,8 @@ def _model(config: Config) -> Model | None:
         return None
     from medverify.factcheck.loop import ScopedLedger
 
-    cache = config.request_cache_path if config.llm.cache else None
     # a scoped ledger: each answer's report counts its own tokens when answers run at once
-    return get_model(config.model, config.llm, cache_path=cache, ledger=ScopedLedger())
+    return model_from_config(config, ledger=ScopedLedger())
 
 
 async def _run(config: Config, answers: list[Answer], question: str | None, *,

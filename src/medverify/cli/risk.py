@@ -87,11 +87,10 @@ def data_synthetic(input_file: Path, model_spec: str, out: Path,
 
 
 async def _synthetic(config: Config, spec: str, facts: list[Any]) -> tuple[list[Any], int]:
-    from medverify.llm.facade import get_model
+    from medverify.llm.facade import model_from_config
     from medverify.risk.data import CounterfactualGenerator
 
-    cache = config.request_cache_path if config.llm.cache else None
-    async with get_model(spec, config.llm, cache_path=cache) as model:
+    async with model_from_config(config, spec) as model:
         generator = CounterfactualGenerator(model)
         made = await generator.generate(facts)
         return made, len(generator.rejects)
@@ -120,8 +119,7 @@ def features_cmd(input_file: Path, scorers: tuple[str, ...], out: Path, rephrasi
                  rephraser: str | None, config_path: Path | None) -> None:
     """Force-decode every example's text through each scorer and write its features
     (granularity: the example's text as the answer to its question)."""
-    from medverify.bench.layout import write_records
-    from medverify.report.render_json import atomic_write_text
+    from medverify.files import atomic_write_text, write_records
     from medverify.risk.data import read_examples
     from medverify.risk.stage import partial_path
 
@@ -183,7 +181,7 @@ def _resume_key(stage: Any, input_file: Path, rephraser: str | None) -> str:
 
 def read_features(path: Path) -> tuple[list[FeatureExample], FeatureSchema, str]:
     """A feature file, its schema and the sha256 of the file."""
-    from medverify.bench.layout import read_records
+    from medverify.files import read_records
 
     if not schema_path(path).is_file():
         raise InputError(f"{schema_path(path)} not found: feature files come with their "

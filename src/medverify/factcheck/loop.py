@@ -55,7 +55,7 @@ from medverify.factcheck.rewrite import (
     replace_facts,
     rewrite_answer,
 )
-from medverify.judge import Judge, JudgeItem, judge_options, make_judge
+from medverify.judge import Judge, JudgeItem, judge_id, judge_options, make_judge
 from medverify.kb import KnowledgeBase
 from medverify.kb.embed import Embedder
 from medverify.llm.facade import Model, UsageLedger
@@ -273,7 +273,7 @@ class FactChecker:
     @property
     def models(self) -> dict[str, str]:
         spec = self.model.spec if self.model else None
-        out = {"judge": getattr(self.judge, "judge_id", self.judge.name),
+        out = {"judge": judge_id(self.judge),
                "rewrite": spec if self.llm_rewrites and spec else "extractive"}
         if self.decomposer.name == "llm" and spec:
             out["decompose"] = spec

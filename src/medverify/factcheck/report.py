@@ -37,9 +37,9 @@ from medverify.factcheck.records import (
     SentenceLink,
     TraceCandidate,
 )
+from medverify.files import atomic_write_text
 from medverify.records import Passage
 from medverify.report.audit_html import scalar_text, to_node
-from medverify.report.render_json import atomic_write_text
 from medverify.report.view import counted_lines, percent, safe_url, shorten, total_usage
 
 

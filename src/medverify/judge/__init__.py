@@ -38,6 +38,12 @@ class Judge(Protocol):
     async def judge(self, items: Sequence[JudgeItem]) -> list[Verdict]: ...
 
 
+def judge_id(judge: Judge) -> str:
+    """What a run records as the judge: its ``judge_id`` (name + weights or model) when it
+    declares one, else its registry name."""
+    return str(getattr(judge, "judge_id", judge.name))
+
+
 JUDGES: Registry[Judge] = Registry("judge")
 JUDGES.register("llm", "medverify.judge.llm:LLMJudge")
 JUDGES.register("builtin", "medverify.judge.builtin:BuiltinJudge")

@@ -17,8 +17,8 @@ from functools import partial
 from pathlib import Path
 from types import TracebackType
 
-from medverify.config import ModelSettings
-from medverify.errors import ProviderError
+from medverify.config import Config, ModelSettings
+from medverify.errors import ConfigError, ProviderError
 from medverify.llm.base import ChatRequest, Completion, Message, Provider, scrub_surrogates
 from medverify.llm.cache import RequestCache
 from medverify.llm.spec import ModelSpec, parse_spec, providers
@@ -260,3 +260,14 @@ def get_model(spec: str | ModelSpec, settings: ModelSettings | None = None, *,
     cache = RequestCache(cache_path) if cache_path is not None and effective.cache else None
     return Model(provider, effective, spec=str(spec), name=parsed.model, cache=cache,
                  ledger=ledger, owns_cache=True)
+
+
+def model_from_config(config: Config, spec: str | None = None, *,
+                      ledger: UsageLedger | None = None) -> Model:
+    """The model ``spec`` (default: the configured one) with the config's settings and, when
+    ``[llm] cache`` is on, its persistent request cache."""
+    chosen = spec or config.model
+    if not chosen:
+        raise ConfigError("no model configured: pass --model SPEC (see docs/models.md)")
+    cache = config.request_cache_path if config.llm.cache else None
+    return get_model(chosen, config.llm, cache_path=cache, ledger=ledger)

@@ -1,13 +1,9 @@
 """Reports: metrics, JSON, a self-contained HTML page and a terminal summary."""
 
+from medverify.files import atomic_write_text
 from medverify.report.html import render_html, write_html
 from medverify.report.metrics import AggregateMetrics, aggregate, bootstrap_ci, compute_metrics
-from medverify.report.render_json import (
-    atomic_write_text,
-    read_json,
-    report_to_json,
-    write_json,
-)
+from medverify.report.render_json import read_json, report_to_json, write_json
 from medverify.report.terminal import print_summary
 
 __all__ = [

@@ -32,8 +32,8 @@ from medverify.audit.records import (
     PairJudgement,
     SupportLabel,
 )
+from medverify.files import atomic_write_text
 from medverify.records import Analysis, Source
-from medverify.report.render_json import atomic_write_text
 from medverify.report.view import percent, safe_url, shorten, total_usage
 
 TITLE_CHARS = 300

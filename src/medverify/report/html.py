@@ -14,8 +14,8 @@ from pathlib import Path
 
 import jinja2
 
+from medverify.files import atomic_write_text
 from medverify.records import Analysis, Category, ClaimResult, Passage, Report, Span
-from medverify.report.render_json import atomic_write_text
 from medverify.report.view import (
     CATEGORY_STYLES,
     SEVERITY,

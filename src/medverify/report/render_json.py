@@ -2,46 +2,14 @@
 
 from __future__ import annotations
 
-import contextlib
 import os
-import tempfile
-from collections.abc import Iterator
 from pathlib import Path
 
 from pydantic import ValidationError
 
 from medverify.errors import InputError
+from medverify.files import atomic_write_text
 from medverify.records import Report
-
-_FILE_MODE = 0o644
-
-
-@contextlib.contextmanager
-def atomic_path(path: str | os.PathLike[str]) -> Iterator[Path]:
-    """A temporary path beside ``path`` to write the new file to; on success it replaces
-    ``path`` (readers see the old file or the new one, never a half-written one), on
-    failure it is removed. Creates missing parent directories."""
-    target = Path(path)
-    target.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp_name = tempfile.mkstemp(dir=target.parent, prefix=f".{target.name}.", suffix=".tmp")
-    os.close(fd)
-    try:
-        yield Path(tmp_name)
-        os.chmod(tmp_name, _FILE_MODE)
-        os.replace(tmp_name, target)
-    except BaseException:
-        with contextlib.suppress(FileNotFoundError):
-            os.unlink(tmp_name)
-        raise
-
-
-def atomic_write_text(path: str | os.PathLike[str], text: str, encoding: str = "utf-8") -> Path:
-    """Write ``text`` to ``path`` atomically (:func:`atomic_path`), fsynced."""
-    with atomic_path(path) as tmp, tmp.open("w", encoding=encoding, newline="") as handle:
-        handle.write(text)
-        handle.flush()
-        os.fsync(handle.fileno())
-    return Path(path)
 
 
 def report_to_json(report: Report) -> str:

@@ -11,8 +11,8 @@ import os
 import sys
 from pathlib import Path
 
+from medverify.files import atomic_write_text
 from medverify.records import Report
-from medverify.report.render_json import atomic_write_text
 
 SCHEMA_PATH = Path("docs") / "report.schema.json"
 

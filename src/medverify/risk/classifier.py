@@ -38,7 +38,7 @@ from typing import Any
 import numpy as np
 
 from medverify.errors import InputError, MissingDependencyError
-from medverify.report.render_json import atomic_write_text
+from medverify.files import atomic_write_text
 from medverify.risk.records import ClassifierCard, FeatureRow, FeatureSchema, RiskLabel
 
 log = logging.getLogger("medverify.risk")

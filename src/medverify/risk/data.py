@@ -23,10 +23,10 @@ from typing import TYPE_CHECKING, Any
 from pydantic import BaseModel, ConfigDict, ValidationError
 
 from medverify.errors import InputError, ParseError, ProviderError
+from medverify.files import atomic_write_text
 from medverify.prompts import load_prompt
 from medverify.prompts.untrusted import fence_id, fenced, load_json_reply
 from medverify.records import Category, ClaimResult, Report, content_hash
-from medverify.report.render_json import atomic_write_text
 from medverify.risk.records import LabeledExample, RiskLabel
 
 if TYPE_CHECKING:

@@ -21,9 +21,9 @@ from pathlib import Path
 
 from pydantic import BaseModel, ConfigDict, ValidationError
 
-from medverify.bench.layout import append_record
 from medverify.config import Config
 from medverify.errors import ConfigError, MedverifyError
+from medverify.files import append_record
 from medverify.llm.facade import Model
 from medverify.risk.classifier import LoadedRisk, load_classifier, predict_proba
 from medverify.risk.features import build_schema, extract_features
