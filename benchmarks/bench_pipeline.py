@@ -26,7 +26,8 @@ from medverify.config import Config, ModelSettings
 from medverify.kb import KnowledgeBase, iter_documents, sample_kb_path
 from medverify.llm.facade import Model, get_model
 from medverify.pipeline import Checker
-from medverify.records import Answer
+from medverify.records import Answer, Passage
+from medverify.retrieve import Retriever
 from medverify.store.runs import RunStore
 from medverify.testing import FakeChatServer, ScriptedProvider
 from medverify.testing.judge import keyword_rule, scripted_judge
@@ -54,33 +55,35 @@ def make_answer(n: int) -> Answer:
     return Answer(text=" ".join(sentences), question="What are the usual doses?")
 
 
-class TimedKB:
-    """Delegates to a KnowledgeBase and accumulates the time spent in retrieval."""
+class TimedRetriever(Retriever):
+    """The retrieval stage, accumulating the time spent in it."""
 
-    def __init__(self, kb: KnowledgeBase) -> None:
-        self.kb = kb
-        self.seconds = 0.0
+    seconds = 0.0
 
-    def __getattr__(self, name: str) -> object:
-        return getattr(self.kb, name)
-
-    def search_many(self, queries: list[str], k: int, mode: str) -> object:
+    def search_many(self, queries: list[str], k: int | None = None,
+                    mode: str | None = None) -> list[list[Passage]]:
         start = time.perf_counter()
         try:
-            return self.kb.search_many(queries, k, mode)  # type: ignore[arg-type]
+            return super().search_many(queries, k, mode)  # type: ignore[arg-type]
         finally:
             self.seconds += time.perf_counter() - start
 
 
+def timed_checker(config: Config, kb: KnowledgeBase, model: Model) -> tuple[Checker,
+                                                                           TimedRetriever]:
+    checker = Checker.from_config(config, kb=kb, model=model)
+    timed = TimedRetriever(kb)
+    checker.retriever = timed
+    return checker, timed
+
+
 async def overhead(kb: KnowledgeBase, store_path: Path, repeats: int = 5) -> dict[str, float]:
-    timed = TimedKB(kb)
     rule = keyword_rule(supported="mg")
     best = math.inf
     for _ in range(repeats):
         model = Model(ScriptedProvider(scripted_judge(rule)))
         config = Config(model="fake:bench", decomposer="rules", claims_per_call=4)
-        checker = Checker.from_config(config, kb=timed, model=model)  # type: ignore[arg-type]
-        timed.seconds = 0.0
+        checker, timed = timed_checker(config, kb, model)
         with RunStore(store_path) as store:
             start = time.perf_counter()
             [report] = await checker.run([make_answer(N_CLAIMS)], store=store)
@@ -104,8 +107,7 @@ async def fanout(
         settings = ModelSettings(concurrency=concurrency, cache=False, timeout_s=30)
         model = get_model(f"openai-compatible:bench@{server.base_url}", settings)
         config = Config(model="fake:bench", decomposer="rules", claims_per_call=1)
-        timed = TimedKB(kb)
-        checker = Checker.from_config(config, kb=timed, model=model)  # type: ignore[arg-type]
+        checker, timed = timed_checker(config, kb, model)
         start = time.perf_counter()
         [report] = await checker.run([make_answer(N_CLAIMS)])
         wall = time.perf_counter() - start

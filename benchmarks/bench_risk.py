@@ -39,10 +39,12 @@ import numpy as np
 
 from medverify.config import RiskSettings
 from medverify.judge.builtin import sentences
-from medverify.risk.classifier import load_classifier, predict_proba, save, train_classifier
+from medverify.risk.classifier import predict_proba
 from medverify.risk.features import build_schema, extract_features
+from medverify.risk.persist import load_classifier, save
 from medverify.risk.records import FeatureRow
 from medverify.risk.scorers import ScoreItem, make_scorer
+from medverify.risk.training import train_classifier
 from medverify.testing.citers import medquad_questions
 from medverify.testing.tiny_lm import SIZE_PRESETS, build_tiny_lm
 

@@ -30,6 +30,7 @@ from medverify.config import DEFAULT_EMBEDDER, KBSettings
 from medverify.kb import KnowledgeBase, iter_documents, sample_kb_path
 from medverify.kb.embed import Tokenizer, minilm, normalize
 from medverify.records import Document
+from medverify.retrieve import Retriever
 
 ROOT = Path(__file__).resolve().parents[1]
 DATA = ROOT.parent / "shared" / "data" / "retrieval"
@@ -110,18 +111,18 @@ def percentiles(values: list[float]) -> dict[str, float]:
 def measure(path: Path, qs: list[str]) -> dict[str, object]:
     timed = TimedEmbedder()
     with KnowledgeBase.open(path, embedder=timed) as kb:  # type: ignore[arg-type]
-        kb.search(qs[0], k=7)  # warm up: load the faiss index and the model
+        Retriever(kb).search(qs[0], k=7)  # warm up: load the faiss index and the model
         total, embed, lexical, dense = [], [], [], []
         for q in qs:
             started = time.perf_counter()
-            kb.search(q, k=7, mode="hybrid")
+            Retriever(kb).search(q, k=7, mode="hybrid")
             total.append(time.perf_counter() - started)
             embed.append(timed.last)
             started = time.perf_counter()
-            kb.search(q, k=7, mode="lexical")
+            Retriever(kb).search(q, k=7, mode="lexical")
             lexical.append(time.perf_counter() - started)
             started = time.perf_counter()
-            kb.search(q, k=7, mode="dense")
+            Retriever(kb).search(q, k=7, mode="dense")
             dense.append(time.perf_counter() - started - timed.last)
         stats = kb.stats()
     return {"chunks": stats.chunks, "documents": stats.documents,

@@ -19,6 +19,7 @@ from medverify.llm.cache import RequestCache
 from medverify.llm.facade import Model
 from medverify.prompts.untrusted import defuse
 from medverify.records import Document
+from medverify.retrieve import Retriever
 from medverify.testing import ScriptedProvider, register_fake, unregister_fake
 
 DOCS = [
@@ -68,7 +69,7 @@ def test_prompt_holds_question_and_fenced_chunks_in_order(kb: KnowledgeBase) -> 
 
     assert result.text == REPLY and result.error is None
     assert result.question == QUESTION
-    assert [p.id for p in result.chunks] == [p.id for p in kb.search(QUESTION, 2)]
+    assert [p.id for p in result.chunks] == [p.id for p in Retriever(kb).search(QUESTION, 2)]
     assert result.chunks[0].doc_id == "metformin"
     [request] = provider.requests
     assert request.temperature == 0.0 and request.max_tokens == 1024

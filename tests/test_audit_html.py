@@ -9,6 +9,15 @@ from pathlib import Path
 
 import pytest
 
+from medverify.audit.html import (
+    ci_text,
+    estimate_text,
+    gold_agrees,
+    render_audit_html,
+    source_labels,
+    to_node,
+    write_audit_html,
+)
 from medverify.audit.records import (
     AnswerAudit,
     AnswerMetrics,
@@ -22,15 +31,6 @@ from medverify.audit.records import (
     SupportLabel,
 )
 from medverify.records import Analysis, Answer, Claim, FetchFailure, Source, Verdict
-from medverify.report.audit_html import (
-    ci_text,
-    estimate_text,
-    gold_agrees,
-    render_audit_html,
-    source_labels,
-    to_node,
-    write_audit_html,
-)
 
 EVIL = '<script>alert("x")</script>'
 QUOTE = 'He said "stop" & <b>left</b>'

@@ -14,6 +14,7 @@ from medverify.audit.inputs import read_audit
 from medverify.audit.metrics import audit_metrics
 from medverify.audit.records import AnswerAudit, AuditInput, AuditSummary
 from medverify.audit.runner import Auditor, Fetcher, FetcherFactory, load_done
+from medverify.audit.store import audits as stored_audits
 from medverify.config import Config
 from medverify.errors import ConfigError
 from medverify.kb.embed import HashEmbedder
@@ -94,7 +95,7 @@ def test_summary_is_recomputable_from_the_run_store(tmp_path: Path) -> None:
     _, summary = _run(auditor)
     with RunStore(auditor.config.store_path) as store:
         info = store.get_run(summary.run_id)
-        stored = store.audits(summary.run_id)
+        stored = stored_audits(store, summary.run_id)
     assert (info.kind, info.status, info.n_answers, info.n_claims) == ("audit", "done", 3, 4)
     assert [a.answer.id for a in stored] == ["q1", "q2", "q3"]
     again = audit_metrics(stored, n_boot=200, seed=0)

@@ -7,6 +7,7 @@ from pathlib import Path
 
 import pytest
 
+from medverify.audit.html import estimate_text
 from medverify.audit.records import AuditMetrics, Estimate
 from medverify.bench import export
 from medverify.bench.export import ROW_TYPES, TABLES, csv_cell, export_tables, table_rows
@@ -24,7 +25,6 @@ from medverify.bench.report import (
 )
 from medverify.bench.summary import RunRecords, load_run, summarize
 from medverify.errors import MissingDependencyError
-from medverify.report.audit_html import estimate_text
 from test_bench_summary import GOOD, PRICES, fast_config, run_records, write_run
 
 HOSTILE = '<script>alert("x")</script>'

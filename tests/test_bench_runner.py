@@ -25,6 +25,7 @@ from medverify.bench.records import (
     ReplyStatus,
 )
 from medverify.bench.runner import BenchRunner, audit_input, parse_models, questions_sha256
+from medverify.bench.store import bench_replies
 from medverify.config import Config
 from medverify.errors import ConfigError, InputError, ProviderError
 from medverify.files import read_records
@@ -407,7 +408,7 @@ def test_run_records_the_study(tmp_path: Path, models: Models,
     with RunStore(runner.config.store_path) as store:
         bench = [r for r in store.list_runs() if r.kind == "bench"]
         assert [r.status for r in bench] == ["done"]
-        stored = store.bench_replies(bench[0].id)
+        stored = bench_replies(store, bench[0].id)
         assert bench[0].n_answers == len(stored) == 6  # `runs list` counts the replies
         assert bench[0].models["answer:fake:good"] == "fake:good"
         assert bench[0].prompt_versions["bench_answer"] == "bench_answer/v1"
@@ -431,6 +432,22 @@ def test_an_interrupted_run_is_recorded_as_such(tmp_path: Path, models: Models,
     with RunStore(runner.config.store_path) as store:
         [info] = store.list_runs()
     assert info.kind == "bench" and info.status == "interrupted"
+
+
+def test_a_failing_study_is_recorded_as_failed_like_every_flow(
+        tmp_path: Path, models: Models, monkeypatch: pytest.MonkeyPatch) -> None:
+    _fake_summary(monkeypatch)
+    runner = _runner(tmp_path, [models.add("good", good_model)])
+
+    async def broken(*args: object) -> None:
+        raise RuntimeError("audit broke")
+
+    monkeypatch.setattr(runner, "audit_all", broken)
+    with pytest.raises(RuntimeError):
+        asyncio.run(runner.run(QUESTIONS))
+    with RunStore(runner.config.store_path) as store:
+        [info] = store.list_runs()
+    assert (info.kind, info.status, info.error) == ("bench", "failed", "RuntimeError: audit broke")
 
 
 def test_the_whole_study_with_its_summary(tmp_path: Path, models: Models) -> None:
@@ -471,7 +488,7 @@ def test_a_version_3_store_gains_the_bench_table(tmp_path: Path) -> None:
                                  kb_snapshot=None)
         store.save_bench_reply(run_id, reply)
         store.save_bench_reply(run_id, reply.model_copy(update={"answer": "Yes!"}))
-        assert store.bench_replies(run_id[:15]) == [reply.model_copy(update={"answer": "Yes!"})]
+        assert bench_replies(store, run_id[:15]) == [reply.model_copy(update={"answer": "Yes!"})]
 
 
 # --- issue 13: a resumed study whose sources changed says so --------------------------

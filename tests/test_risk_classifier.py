@@ -13,16 +13,13 @@ from medverify.risk.classifier import (
     TrainedRisk,
     check_schema,
     encode_labels,
-    evaluate,
     feature_matrix,
-    load_classifier,
-    plots_svg,
     predict_proba,
-    read_card,
-    save,
-    train_classifier,
 )
+from medverify.risk.persist import load_classifier, read_card, save
+from medverify.risk.plots import plots_svg
 from medverify.risk.records import FeatureRow, FeatureSchema
+from medverify.risk.training import evaluate, train_classifier
 
 TREES = 15
 NAMES = ["entropy_mean", "kl<a&b>\"x\"", "logprob_min", "rank_mean", "noise_1", "noise_2"]

@@ -4,8 +4,9 @@ answer generated from them alone.
 :class:`RagAnswerer` retrieves the ``top_k`` chunks for the question from a knowledge base,
 shows them to the model numbered ``[1]..[k]`` with their titles (fenced as untrusted text,
 prompt ``answer``) and asks for a short plain-text answer at temperature 0. The chunks are
-kept on the :class:`~medverify.factcheck.records.RagAnswer` so the fact-checking that
-follows can show what the answer was generated from. A failed model call is recorded as
+kept on the :class:`RagAnswer` (the record this stage produces; the fact-checking, which
+also re-exports it from ``medverify.factcheck.records``, shows what the answer was
+generated from). A failed model call is recorded as
 the answer's ``error``, never raised; :func:`answer_question` is the one-call entry point.
 """
 
@@ -16,20 +17,36 @@ import contextlib
 from collections.abc import Sequence
 from pathlib import Path
 
+from pydantic import BaseModel, ConfigDict, Field
+
 from medverify.config import Config
 from medverify.errors import ConfigError, InputError, ProviderError
-from medverify.factcheck.records import RagAnswer
+from medverify.harness import open_kb
 from medverify.kb import KnowledgeBase
-from medverify.kb.store import Mode
 from medverify.llm.base import Completion, Message
 from medverify.llm.facade import Model, model_from_config
-from medverify.pipeline import open_kb
 from medverify.prompts import load_prompt
 from medverify.prompts.untrusted import defuse, fence_id, fenced
 from medverify.records import Passage, Usage
+from medverify.retrieve import Mode, Retriever
 
 STAGE = "answer"
 NO_EXCERPTS = "(no excerpt was retrieved for this question)"
+
+
+class RagAnswer(BaseModel):
+    """``medverify answer``: the answer generated from the top chunks for the question."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    question: str
+    text: str
+    chunks: list[Passage] = Field(default_factory=list)
+    model: str = ""
+    prompt_version: str = ""
+    usage: Usage = Field(default_factory=Usage)
+    raw_output: str | None = None
+    error: str | None = None
 
 
 def usage_of(completion: Completion) -> Usage:
@@ -92,8 +109,8 @@ class RagAnswerer:
 
     async def retrieve(self, question: str) -> list[Passage]:
         """The top ``top_k`` chunks for the question (the search runs in a thread)."""
-        [chunks] = await asyncio.to_thread(self.kb.search_many, [question], self.top_k,
-                                           self.mode)
+        [chunks] = await asyncio.to_thread(Retriever(self.kb).search_many, [question],
+                                           self.top_k, self.mode)
         return chunks
 
     def messages(self, question: str, chunks: Sequence[Passage]) -> list[Message]:

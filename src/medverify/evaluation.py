@@ -20,17 +20,17 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import BaseModel, Field, model_validator
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from medverify.config import KBSettings, RetrievalSettings, home
 from medverify.errors import InputError
+from medverify.harness import stage_id
 from medverify.judge import Judge, JudgeItem
-from medverify.judge import judge_id as judge_id_of
 from medverify.kb.embed import Embedder, get_embedder
 from medverify.kb.loaders import LoadReport, iter_documents
-from medverify.kb.store import MODES, KnowledgeBase, Mode
+from medverify.kb.store import KnowledgeBase
 from medverify.records import Category, Claim, Passage, Verdict, utcnow
-from medverify.retrieve import dedupe_documents
+from medverify.retrieve import MODES, Mode, Retriever, dedupe_documents
 
 CHUNKS_PER_DOC = 5
 QUERY_BATCH = 256
@@ -135,11 +135,12 @@ def rank_metrics(ranked: Sequence[Sequence[str]], relevant: Sequence[Sequence[st
 def score_mode(kb: KnowledgeBase, queries: list[Query], mode: Mode,
                ks: Sequence[int]) -> ModeResult:
     depth = max(ks)
+    retriever = Retriever(kb)  # fusion settings: the ones the KB was opened with
     started = time.perf_counter()
     ranked: list[list[str]] = []
     for i in range(0, len(queries), QUERY_BATCH):
         texts = [q.query for q in queries[i:i + QUERY_BATCH]]
-        for passages in kb.search_many(texts, k=depth * CHUNKS_PER_DOC, mode=mode):
+        for passages in retriever.search_many(texts, k=depth * CHUNKS_PER_DOC, mode=mode):
             ranked.append(dedupe_documents(passages, depth))
     seconds = time.perf_counter() - started
     recall, mrr = rank_metrics(ranked, [q.relevant for q in queries], ks)
@@ -217,6 +218,8 @@ class PairScores(BaseModel):
     them (``builtin`` / ``llm``: with the cascade judge, ``llm`` is the model calls not
     saved, one pair being one claim)."""
 
+    model_config = ConfigDict(extra="forbid")
+
     name: str
     datasets: list[str]
     labels: str
@@ -237,6 +240,8 @@ class PairScores(BaseModel):
 
 class PairsEval(BaseModel):
     """A pairs evaluation: one entry per file, plus everything pooled when several."""
+
+    model_config = ConfigDict(extra="forbid")
 
     judge: str
     files: list[PairScores]
@@ -328,7 +333,7 @@ def score_pairs(name: str, pairs: Sequence[Pair], verdicts: Sequence[Verdict | N
                 seconds: float) -> PairScores:
     """All metrics of one set of judged pairs (see :class:`PairScores`)."""
     # imported here: the verifier package imports torch, which `eval retrieval` never needs
-    from medverify.verifier.metrics import classification_metrics, supported_vs_rest
+    from medverify.verifier.records import ClassificationMetrics
 
     gold = [p.label for p in pairs]
     predicted = [predicted_label(v) if v is not None else ERROR for v in verdicts]
@@ -341,18 +346,19 @@ def score_pairs(name: str, pairs: Sequence[Pair], verdicts: Sequence[Verdict | N
         labels=kinds.pop() if len(kinds) == 1 else "mixed", n=len(pairs), n_scored=len(scored),
         n_errors=predicted.count(ERROR), n_judgment_errors=predicted.count(JUDGMENT_ERROR),
         supported_vs_rest_balanced_accuracy=(
-            supported_vs_rest(sg, sp)["balanced_accuracy"] if scored else None
+            ClassificationMetrics.measure_supported_vs_rest(sg, sp).balanced_accuracy
+            if scored else None
         ),
         confusion=confusion_matrix(gold, predicted),
         decided_by=dict(Counter(_decider(v) for v in verdicts)), seconds=seconds,
         pairs_per_second=len(pairs) / seconds if seconds > 0 else 0.0,
     )
     if scores.labels == "3-way" and scored:
-        metrics = classification_metrics(sg, sp, THREE_WAY)
-        scores.accuracy = metrics["accuracy"]
-        scores.macro_f1 = metrics["macro_f1"]
-        scores.balanced_accuracy = metrics["balanced_accuracy"]
-        scores.per_class = metrics["per_class"]
+        metrics = ClassificationMetrics.measure(sg, sp, THREE_WAY)
+        scores.accuracy = metrics.accuracy
+        scores.macro_f1 = metrics.macro_f1
+        scores.balanced_accuracy = metrics.balanced_accuracy
+        scores.per_class = {label: c.model_dump() for label, c in metrics.per_class.items()}
     return scores
 
 
@@ -375,7 +381,7 @@ async def aevaluate_pairs(paths: Sequence[str | Path], judge: Judge, *,
         total_seconds += seconds
     overall = (score_pairs("all", all_pairs, all_verdicts, total_seconds)
                if len(files) > 1 else None)
-    name = judge_id or judge_id_of(judge)
+    name = judge_id or stage_id(judge)
     return PairsEval(judge=name, files=files, overall=overall, limit=limit)
 
 

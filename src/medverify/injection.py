@@ -29,7 +29,8 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from medverify.errors import InputError
-from medverify.judge import Judge, JudgeItem, judge_id
+from medverify.harness import stage_id
+from medverify.judge import Judge, JudgeItem
 from medverify.records import Category, Claim, Passage, Verdict
 from medverify.sources.extract import extract_text
 
@@ -241,7 +242,7 @@ async def measure_injection(
         for case, c, a, text in zip(cases, verdicts[: len(cases)], verdicts[len(cases):], texts,
                                     strict=True)
     ]
-    return summarize(outcomes, judge_id=judge_id(judge),
+    return summarize(outcomes, judge_id=stage_id(judge),
                      prompt_version=judge.prompt_version, cases_version=cases_version)
 
 

@@ -11,122 +11,37 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Awaitable, Callable, Sequence
-from dataclasses import dataclass
+from collections.abc import Sequence
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, TypeVar
+from typing import TYPE_CHECKING
 
 from medverify.config import Config
 from medverify.decompose import Decomposer, make_decomposer
-from medverify.errors import ConfigError, InputError, MedverifyError
-from medverify.judge import Judge, JudgeItem, judge_id, judge_options, make_judge
+from medverify.errors import MedverifyError
+from medverify.harness import (
+    CancelToken,
+    Progress,
+    Provenance,
+    Resources,
+    RunHarness,
+    close_owned,
+    decompose_answer,
+    prompt_versions,
+    stage_id,
+)
+from medverify.judge import Judge, JudgeItem, judge_from_config
 from medverify.kb import KnowledgeBase
-from medverify.llm.facade import Model, UsageLedger, model_from_config
+from medverify.llm.facade import Model, UsageLedger
 from medverify.records import Answer, Claim, ClaimResult, Passage, Report
 from medverify.report.metrics import compute_metrics
+from medverify.retrieve import Retriever
 from medverify.store.runs import RunStore
 
 if TYPE_CHECKING:
     from medverify.risk.stage import RiskStage
 
 log = logging.getLogger(__name__)
-
-Progress = Callable[[int, int], None]
-"""Called with (answers done, answers total)."""
-
-T = TypeVar("T")
-
-
-async def run_each(answers: Sequence[Answer], work: Callable[[int, Answer], Awaitable[T]], *,
-                   concurrency: int = 4, progress: Progress | None = None) -> list[T]:
-    """``work(position, answer)`` for every answer, at most ``concurrency`` at a time;
-    results in input order; ``progress(done, total)`` after each."""
-    limit = asyncio.Semaphore(concurrency)
-    done = 0
-
-    async def one(position: int, answer: Answer) -> T:
-        nonlocal done
-        async with limit:
-            result = await work(position, answer)
-        done += 1
-        if progress:
-            progress(done, len(answers))
-        return result
-
-    return list(await asyncio.gather(*(one(i, a) for i, a in enumerate(answers))))
-
-
-async def close_owned(owned: Sequence[object]) -> None:
-    """Close the knowledge bases and models a checker opened itself."""
-    for resource in owned:
-        if isinstance(resource, KnowledgeBase):
-            resource.close()
-        elif isinstance(resource, Model):
-            await resource.aclose()
-
-
-async def run_recorded(answers: Sequence[Answer], work: Callable[[int, Answer], Awaitable[T]],
-                       *, finish: Callable[[str, str | None], None],
-                       empty: Callable[[T], bool], what: str, concurrency: int = 4,
-                       progress: Progress | None = None) -> list[T]:
-    """:func:`run_each`, then ``finish(status, error)`` for the run record: ``interrupted``
-    (and re-raised) when it stops, ``error`` when some answer produced no ``what``, else
-    ``done``."""
-    try:
-        results = await run_each(answers, work, concurrency=concurrency, progress=progress)
-    except BaseException as exc:
-        finish("interrupted", f"{type(exc).__name__}: {exc}")
-        raise
-    failed = sum(1 for r in results if empty(r))
-    finish("error" if failed else "done",
-           f"{failed} of {len(results)} answers produced no {what}" if failed else None)
-    return results
-
-
-def open_kb(config: Config) -> KnowledgeBase:
-    """The configured knowledge base, or a ConfigError that says how to get one."""
-    if config.kb is None:
-        raise ConfigError(
-            "no knowledge base given: pass --kb DIR (build one with "
-            "`medverify kb ingest PATH --kb DIR`)"
-        )
-    return KnowledgeBase.open(config.kb, retrieval=config.retrieval)
-
-
-def open_kb_and_model(
-    config: Config,
-    *,
-    kb: KnowledgeBase | None,
-    model: Model | None,
-    ledger: UsageLedger,
-) -> tuple[KnowledgeBase, Model | None, UsageLedger, list[object]]:
-    """The KB and model a run uses: the ones given, else opened from ``config`` (the model
-    only when one is configured). Returns them with the usage ledger (the given model's own,
-    else ``ledger``) and the list of what was opened here, for :func:`close_owned`."""
-    owned: list[object] = []
-    if kb is None:
-        kb = open_kb(config)
-        owned.append(kb)
-    if model is not None:
-        return kb, model, model.usage, owned
-    if config.model:
-        model = model_from_config(config, ledger=ledger)
-        owned.append(model)
-    return kb, model, ledger, owned
-
-
-def validate_answer(answer: Answer, max_chars: int) -> None:
-    """Refuse input that cannot be checked, with a message the user can act on."""
-    if not answer.text.strip():
-        raise InputError("the answer is empty: nothing to check")
-    if len(answer.text) > max_chars:
-        raise InputError(
-            f"the answer has {len(answer.text):,} characters, over the limit of {max_chars:,}; "
-            "split it, or raise the limit with --max-answer-chars / MEDVERIFY_MAX_ANSWER_CHARS"
-        )
-    if "\x00" in answer.text:
-        raise InputError("the answer contains NUL bytes: is it a binary file?")
-
 
 @dataclass
 class Checker:
@@ -140,15 +55,19 @@ class Checker:
     model: Model | None = None
     owned: tuple[object, ...] = ()
     risk: RiskStage | None = None
+    retriever: Retriever = field(init=False)
+
+    def __post_init__(self) -> None:
+        # fusion settings (candidates, rrf_k): the ones the KB was opened with
+        self.retriever = Retriever(self.kb)
 
     @classmethod
     def from_config(
         cls, config: Config, *, kb: KnowledgeBase | None = None, model: Model | None = None
     ) -> Checker:
-        kb, model, ledger, owned = open_kb_and_model(
-            config, kb=kb, model=model, ledger=UsageLedger()
-        )
-        judge_name = config.judge_name
+        opened = Resources.open(config, kb=kb, model=model)
+        assert opened.kb is not None
+        kb, model, ledger, owned = opened.kb, opened.model, opened.ledger, opened.owned
         risk = None
         if config.risk.classifier is not None:
             from medverify.risk.stage import RiskStage
@@ -160,8 +79,8 @@ class Checker:
             kb=kb,
             ledger=ledger,
             model=model,
-            decomposer=make_decomposer(config.decomposer_name, model),
-            judge=make_judge(judge_name, **judge_options(judge_name, config, model)),
+            decomposer=make_decomposer(config.decomposer_name, model, config),
+            judge=judge_from_config(config, model),
             owned=tuple(owned),
         )
 
@@ -172,7 +91,7 @@ class Checker:
     @property
     def models(self) -> dict[str, str]:
         spec = self.model.spec if self.model else None
-        out = {"judge": judge_id(self.judge)}
+        out = {"judge": stage_id(self.judge)}
         if self.decomposer.name == "llm" and spec:
             out["decompose"] = spec
         if self.risk is not None and self.risk.classifier is not None:
@@ -182,26 +101,18 @@ class Checker:
 
     @property
     def prompt_versions(self) -> dict[str, str]:
-        versions = {"decompose": self.decomposer.prompt_version, "judge": self.judge.prompt_version}
-        return {stage: v for stage, v in versions.items() if v}
+        return prompt_versions({"decompose": self.decomposer, "judge": self.judge})
+
+    @property
+    def provenance(self) -> Provenance:
+        return Provenance(self.models, self.prompt_versions, self.kb.snapshot_id)
 
     async def check_answer(self, answer: Answer) -> tuple[list[ClaimResult], list[str]]:
         """Check one answer. Returns claim results and answer-level errors; never raises for
         a problem confined to this answer."""
-        try:
-            validate_answer(answer, self.config.max_answer_chars)
-            claims = await self.decomposer.decompose(answer)
-        except MedverifyError as exc:
-            return [], [f"decompose: {exc}"]
-        errors = []
+        claims, errors = await decompose_answer(answer, self.decomposer, self.config)
         if not claims:
-            errors.append("decompose: no checkable claim found in the answer")
-        if len(claims) > self.config.max_claims:
-            errors.append(
-                f"decompose: {len(claims)} claims, only the first "
-                f"{self.config.max_claims} were checked (max_claims)"
-            )
-            claims = claims[: self.config.max_claims]
+            return [], errors
         results = await self._retrieve_and_judge(claims)
         if self.risk is not None and results:
             results = await self._add_risk(answer, results, errors)
@@ -244,7 +155,7 @@ class Checker:
             return []
         settings = self.config.retrieval
         return await asyncio.to_thread(
-            self.kb.search_many, [c.text for c in claims], settings.top_k, settings.mode
+            self.retriever.search_many, [c.text for c in claims], settings.top_k, settings.mode
         )
 
     async def _judge(
@@ -293,40 +204,24 @@ class Checker:
         store: RunStore | None = None,
         progress: Progress | None = None,
         concurrency: int = 4,
+        cancel: CancelToken | None = None,
     ) -> list[Report]:
         """Check many answers; record the run when a store is given."""
-        run_id = self._start(store)
+        harness = RunHarness("check", self.config, ledger=self.ledger, store=store,
+                             progress=progress, cancel=cancel)
 
         async def one(position: int, answer: Answer) -> Report:
             results, errors = await self.check_answer(answer)
-            report = self.report(answer, results, errors, run_id)
-            if store is not None and run_id is not None:
-                store.save_answer(run_id, position, answer, results, "; ".join(errors) or None,
-                                  notes=report.notes)
+            report = self.report(answer, results, errors, harness.run_id)
+            if store is not None and harness.run_id is not None:
+                store.save_answer(harness.run_id, position, answer, results,
+                                  "; ".join(errors) or None, notes=report.notes)
             return report
 
-        reports = await run_recorded(
-            answers, one, finish=lambda status, error: self._finish(store, run_id, status, error),
-            empty=lambda r: not r.results, what="result", concurrency=concurrency,
-            progress=progress)
+        with harness.recording(self.provenance):
+            reports = await harness.each(answers, one, concurrency=concurrency)
+            harness.fail_items(sum(1 for r in reports if not r.results), len(reports), "result")
         return [r.model_copy(update={"usage": self.ledger.as_dict()}) for r in reports]
-
-    def _start(self, store: RunStore | None) -> str | None:
-        if store is None:
-            return None
-        return store.start_run(
-            kind="check",
-            config=self.config.public(),
-            models=self.models,
-            prompt_versions=self.prompt_versions,
-            kb_snapshot=self.kb.snapshot_id,
-        )
-
-    def _finish(
-        self, store: RunStore | None, run_id: str | None, status: str, error: str | None
-    ) -> None:
-        if store is not None and run_id is not None:
-            store.finish_run(run_id, status=status, usage=self.ledger.as_dict(), error=error)
 
 
 def _as_answer(answer: Answer | str, question: str | None) -> Answer:

@@ -8,6 +8,7 @@ is never folded into a label.
 from __future__ import annotations
 
 import hashlib
+from collections.abc import Sequence
 from datetime import UTC, datetime
 from enum import StrEnum
 from typing import Any, Literal
@@ -40,6 +41,24 @@ class Category(StrEnum):
     JUDGMENT_ERROR = "JUDGMENT_ERROR"
     COVERAGE_GAP = "COVERAGE_GAP"
     ERROR = "ERROR"
+
+
+class RunStatus(StrEnum):
+    """How a recorded run stands: one vocabulary for every flow (check, audit, factcheck,
+    bench) and the service.
+
+    ``running`` until it ends; ``done``: every answer produced a result; ``error``: it ran to
+    the end but some answers produced none (each answer's cause is on its record);
+    ``failed``: an exception stopped it (the cause is the run's error); ``interrupted``:
+    Ctrl-C, a signal or task cancellation stopped it; ``cancelled``: its cancel token was
+    set. A process killed outright leaves ``running`` behind; a rerun resumes it."""
+
+    RUNNING = "running"
+    DONE = "done"
+    ERROR = "error"
+    FAILED = "failed"
+    INTERRUPTED = "interrupted"
+    CANCELLED = "cancelled"
 
 
 CATEGORY_SCORE: dict[Category, float] = {
@@ -75,6 +94,22 @@ def evidence_label(supported: bool, contradicted: bool) -> EvidenceLabel | None:
     if contradicted:
         return EvidenceLabel.CONTRADICTED
     return EvidenceLabel.NOT_ENOUGH_INFO
+
+
+def passage_label(probs: Sequence[float], thresholds: tuple[float, float]) -> int | None:
+    """One passage's decision from its 3-way probabilities (SUPPORTED, CONTRADICTED,
+    NOT_ENOUGH_INFO order) and the (support, contradict) thresholds: 0 (SUPPORTED) if only
+    P(S) passes its threshold, 1 (CONTRADICTED) if only P(C) does, the larger if both (ties
+    go to SUPPORTED), None (not enough information) if neither. The rule the built-in
+    judge applies per passage and :func:`medverify.verifier.decide` labels with."""
+    supported, contradicted = 0, 1
+    p_s, p_c = float(probs[supported]), float(probs[contradicted])
+    support, contradict = p_s >= thresholds[supported], p_c >= thresholds[contradicted]
+    if support and contradict:
+        return supported if p_s >= p_c else contradicted
+    if support or contradict:
+        return supported if support else contradicted
+    return None
 
 
 class _Record(BaseModel):

@@ -1,20 +1,46 @@
-"""Hybrid retrieval: reciprocal rank fusion of ranked candidate lists.
+"""The retrieval stage: ranking over a KB store, and over given texts in memory.
+
+:class:`Retriever` ranks a KB store's chunks for queries: lexical (the store's BM25
+candidates), dense (its vector-similarity candidates) or hybrid (reciprocal rank fusion of
+the top ``candidates`` of each), and hands back :class:`~medverify.records.Passage` lists
+with their scores. The store (:mod:`medverify.kb`) only stores and answers those primitive
+searches.
+
+The same ranking runs in memory over texts that are not in a KB: :class:`TextIndex` is a
+BM25 index over given texts (with their vectors, when dense similarity is wanted), used by
+the citation audit to pick a fetched page's passages (:mod:`medverify.audit.select`) and by
+the fact-check loop to trim retrieved chunks to windows (:mod:`medverify.factcheck.loop`).
 
 :func:`rrf` is a small pure function over ranked lists of ids, so it can be tested with
-hand-made lists; :func:`retrieve` is the entry point the pipeline uses.
+hand-made lists.
 """
 
 from __future__ import annotations
 
+import math
+import re
+from collections import Counter
 from collections.abc import Hashable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Literal, cast
+
+import numpy as np
 
 from medverify.config import RetrievalSettings
-from medverify.records import Passage
+from medverify.errors import ConfigError
+from medverify.records import Passage, Span
 
 if TYPE_CHECKING:
-    from medverify.kb.store import KnowledgeBase
+    from medverify.kb.protocol import Candidate, KBStore, StoredChunk
+
+Mode = Literal["hybrid", "lexical", "dense"]
+MODES: tuple[Mode, ...] = ("hybrid", "lexical", "dense")
+
+Ranked = tuple[int, dict[str, float]]
+"""(candidate, its scores by name): a chunk id, or the position of a text in memory."""
+
+
+# ---- fusion -------------------------------------------------------------------------------
 
 
 @dataclass(frozen=True)
@@ -49,16 +75,186 @@ def rrf(rankings: Mapping[str, Sequence[Hashable]], rrf_k: int = 60,
     return [Fused(id=i, score=scores[i], ranks=ranks[i]) for i in fused[:limit]]
 
 
+def fuse_candidates(lexical: Sequence[Candidate] | None, dense: Sequence[Candidate] | None,
+                    k: int, rrf_k: int = 60) -> list[Ranked]:
+    """The top ``k`` of one or two candidate lists, each (id, score) best first.
+
+    With one list, its order and scores (``{name: score, "fused": score}``); with both,
+    reciprocal rank fusion, each id scored ``{"lexical"/"dense": its raw score in the lists
+    it is in, "fused": its RRF score}``.
+    """
+    if dense is None or lexical is None:
+        name, hits = ("lexical", lexical) if dense is None else ("dense", dense)
+        return [(cid, {name: s, "fused": s}) for cid, s in (hits or [])[:k]]
+    raw = {"lexical": dict(lexical), "dense": dict(dense)}
+    fused = rrf({"lexical": [c for c, _ in lexical], "dense": [c for c, _ in dense]},
+                rrf_k=rrf_k, limit=k)
+    return [(int(f.id), {**{n: raw[n][int(f.id)] for n in f.ranks}, "fused": f.score})
+            for f in fused]
+
+
+# ---- ranking a KB store ---------------------------------------------------------------------
+
+
+class Retriever:
+    """Lexical, dense or hybrid ranking of a KB store's chunks.
+
+    ``settings`` default to the ones the store was opened with (``store.retrieval``):
+    ``top_k`` and ``mode`` are the defaults of :meth:`search_many`, ``candidates`` the
+    depth of each list fused in hybrid mode, ``rrf_k`` the fusion constant.
+    """
+
+    def __init__(self, store: KBStore, settings: RetrievalSettings | None = None) -> None:
+        self.store = store
+        self.settings = settings or getattr(store, "retrieval", None) or RetrievalSettings()
+
+    def search(self, query: str, k: int | None = None, mode: Mode | None = None) -> list[Passage]:
+        """Top ``k`` passages for one query."""
+        return self.search_many([query], k, mode)[0]
+
+    def search_many(self, queries: Sequence[str], k: int | None = None,
+                    mode: Mode | None = None) -> list[list[Passage]]:
+        """Top ``k`` passages per query (default ``settings.top_k``, ``settings.mode``);
+        the queries are embedded in one batch."""
+        k = self.settings.top_k if k is None else k
+        mode = self.settings.mode if mode is None else mode
+        if mode not in MODES:
+            raise ConfigError(f"unknown search mode {mode!r}: use one of {', '.join(MODES)}")
+        with self.store.reading():
+            return [self._passages(ranked) for ranked in self.rank_many(queries, k, mode)]
+
+    def rank_many(self, queries: Sequence[str], k: int, mode: Mode) -> list[list[Ranked]]:
+        """Per query, the top ``k`` (chunk id, scores), best first (no passage fetched)."""
+        depth = k if mode != "hybrid" else max(k, self.settings.candidates)
+        with self.store.reading():
+            lexical = ([self.store.lexical_candidates(q, depth) for q in queries]
+                       if mode != "dense" else None)
+            dense = self.store.dense_candidates(list(queries), depth) if mode != "lexical" else None
+        return [fuse_candidates(lexical[i] if lexical else None, dense[i] if dense else None, k,
+                                self.settings.rrf_k) for i in range(len(queries))]
+
+    def _passages(self, ranked: list[Ranked]) -> list[Passage]:
+        if not ranked:
+            return []
+        by_id = self.store.chunks([cid for cid, _ in ranked])
+        return [passage(by_id[cid], scores) for cid, scores in ranked if cid in by_id]
+
+
+def passage(chunk: StoredChunk, scores: dict[str, float]) -> Passage:
+    """A stored chunk as a retrieved passage, scored (``score`` is the fused score)."""
+    return Passage(id=f"{chunk.doc_id}#{chunk.order}", doc_id=chunk.doc_id, text=chunk.text,
+                   title=chunk.title, url=chunk.url, source=chunk.source,
+                   span=Span(start=chunk.start, end=chunk.end), score=scores["fused"],
+                   scores=scores)
+
+
+def retrieve(kb: KBStore, queries: list[str],
+             settings: RetrievalSettings | None = None) -> list[list[Passage]]:
+    """Top-k passages per query (one batch: the queries are embedded together); ``settings``
+    give k and the mode, the store's own settings the fusion."""
+    settings = settings or RetrievalSettings()
+    return Retriever(kb).search_many(queries, k=settings.top_k, mode=settings.mode)
+
+
 def dedupe_documents(passages: Sequence[Passage], limit: int | None = None) -> list[str]:
     """Document ids in first-seen order (chunks of one document count once)."""
     seen: dict[str, None] = {}
-    for passage in passages:
-        seen.setdefault(passage.doc_id, None)
+    for item in passages:
+        seen.setdefault(item.doc_id, None)
     return list(seen)[:limit]
 
 
-def retrieve(kb: KnowledgeBase, queries: list[str],
-             settings: RetrievalSettings | None = None) -> list[list[Passage]]:
-    """Top-k passages per query (one batch: the queries are embedded together)."""
-    settings = settings or RetrievalSettings()
-    return kb.search_many(queries, k=settings.top_k, mode=settings.mode)
+# ---- ranking given texts in memory ----------------------------------------------------------
+
+_WORD = re.compile(r"\w+", re.UNICODE)
+_STOPWORD_TEXT = """
+a an the of and or in on at to for by with from is are was were be been being it its
+this that these those as but not no can may might will would should could do does did
+has have had than then there their they them he she his her we you i our your
+"""
+_STOPWORDS = frozenset(_STOPWORD_TEXT.split())
+
+
+def terms(text: str) -> list[str]:
+    """Lower-cased word terms without stopwords (BM25's tokens)."""
+    return [w for w in _WORD.findall(text.lower()) if w not in _STOPWORDS]
+
+
+class BM25:
+    """Okapi BM25 over a small in-memory collection (e.g. the passages of one source)."""
+
+    def __init__(self, texts: Sequence[str], k1: float = 1.5, b: float = 0.75) -> None:
+        self.k1, self.b = k1, b
+        self.docs = [Counter(terms(t)) for t in texts]
+        self.lengths = np.array([sum(d.values()) for d in self.docs], dtype=np.float64)
+        self.avg = float(self.lengths.mean()) if len(self.docs) else 0.0
+        df = Counter(term for doc in self.docs for term in doc)
+        n = len(self.docs)
+        self.idf = {t: math.log(1.0 + (n - f + 0.5) / (f + 0.5)) for t, f in df.items()}
+
+    def scores(self, query: str) -> np.ndarray:
+        out = np.zeros(len(self.docs), dtype=np.float64)
+        norm = self.k1 * (1.0 - self.b + self.b * self.lengths / max(self.avg, 1e-9))
+        for term in set(terms(query)):
+            idf = self.idf.get(term)
+            if idf is None:
+                continue
+            tf = np.array([doc.get(term, 0) for doc in self.docs], dtype=np.float64)
+            out += idf * tf * (self.k1 + 1.0) / (tf + norm)
+        return out
+
+
+def order(scores: np.ndarray) -> list[int]:
+    """Indices by decreasing score (ties by position)."""
+    return [int(i) for i in np.argsort(-scores, kind="stable")]
+
+
+def fuse_scores(lexical: np.ndarray, dense: np.ndarray | None, k: int, *,
+                also: Mapping[str, Sequence[int]] | None = None,
+                rrf_k: int = 60) -> list[Ranked]:
+    """The top ``k`` positions by per-text scores.
+
+    Without ``dense``: by BM25 alone, scored ``{"bm25": s}``. With it: reciprocal rank
+    fusion of the BM25 order, the dense order and any ``also`` rankings (positions, best
+    first, e.g. the order a retriever returned them in), scored ``{"rrf", "bm25", "dense"}``.
+    """
+    if dense is None:
+        return [(i, {"bm25": float(lexical[i])}) for i in order(lexical)[:k]]
+    fused = rrf({"bm25": order(lexical), "dense": order(dense), **(also or {})},
+                rrf_k=rrf_k, limit=k)
+    ranked = []
+    for f in fused:
+        i = cast(int, f.id)
+        ranked.append((i, {"rrf": f.score, "bm25": float(lexical[i]), "dense": float(dense[i])}))
+    return ranked
+
+
+class TextIndex:
+    """Given texts ranked in memory: BM25 over them and, with their ``vectors``, dense
+    similarity (inner product) to a query vector, fused by :func:`fuse_scores`."""
+
+    def __init__(self, texts: Sequence[str], vectors: np.ndarray | None = None) -> None:
+        self.bm25 = BM25(texts)
+        self.vectors = vectors
+
+    def __len__(self) -> int:
+        return len(self.bm25.docs)
+
+    def lexical(self, query: str) -> np.ndarray:
+        """BM25 score of every text for ``query``."""
+        return self.bm25.scores(query)
+
+    def dense(self, vector: np.ndarray) -> np.ndarray:
+        """Similarity of every text's vector to ``vector``."""
+        if self.vectors is None:
+            raise ValueError("this TextIndex was built without vectors")
+        return self.vectors @ vector
+
+    def rank(self, query: str, k: int, *, vector: np.ndarray | None = None,
+             dense: np.ndarray | None = None,
+             also: Mapping[str, Sequence[int]] | None = None) -> list[Ranked]:
+        """The best ``k`` texts for ``query`` as (position, scores): by BM25 alone, or
+        fused with dense similarity (to ``vector``, or the given ``dense`` scores)."""
+        if dense is None and vector is not None:
+            dense = self.dense(vector)
+        return fuse_scores(self.lexical(query), dense, k, also=also)

@@ -337,7 +337,7 @@ def test_verifier_weights(tmp_path: Path, target: str) -> None:
 
 
 def test_risk_classifier_card(tmp_path: Path) -> None:
-    from medverify.risk.classifier import CARD_FILE, read_card
+    from medverify.risk.persist import CARD_FILE, read_card
 
     folder = tmp_path / "clf"
     folder.mkdir()

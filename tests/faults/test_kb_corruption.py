@@ -24,6 +24,7 @@ from medverify.config import KBSettings
 from medverify.errors import KBError
 from medverify.kb import KnowledgeBase
 from medverify.records import Document
+from medverify.retrieve import Retriever
 from medverify.testing import FakeChatServer
 from medverify.testing.judge import keyword_rule, scripted_judge
 
@@ -40,7 +41,7 @@ SETTINGS = KBSettings(chunk_tokens=16, chunk_overlap=4, embedder="hash")
 def kb_dir(tmp_path: Path) -> Path:
     with KnowledgeBase.create(tmp_path / "kb", SETTINGS) as kb:
         kb.ingest([Document(doc_id=k, title=k.title(), text=v) for k, v in FACTS.items()])
-        kb.search("warmup", k=1, mode="dense")
+        Retriever(kb).search("warmup", k=1, mode="dense")
     return tmp_path / "kb"
 
 
@@ -93,7 +94,7 @@ def test_damaged_index_is_rebuilt_with_a_warning(kb_dir: Path, kind: str,
     with KnowledgeBase.open(kb_dir) as kb:
         assert kb.stats().vector_index == "fresh"  # its metadata still matches
         with caplog.at_level(logging.WARNING, logger="medverify.kb.store"):
-            top = kb.search("what reverses warfarin", k=1, mode="dense")
+            top = Retriever(kb).search("what reverses warfarin", k=1, mode="dense")
         assert top[0].doc_id == "warfarin"
     assert "rebuilding it from kb.sqlite" in caplog.text
     index = faiss.read_index(str(kb_dir / "vectors.faiss"))  # saved again, whole
@@ -104,7 +105,7 @@ def test_ingest_over_a_damaged_index_rebuilds_it(kb_dir: Path) -> None:
     _truncate(kb_dir / "vectors.faiss")
     with KnowledgeBase.open(kb_dir) as kb:
         kb.ingest([Document(doc_id="statin", title="Statin", text="Statins lower LDL.")])
-        assert kb.search("statins LDL", k=1, mode="dense")[0].doc_id == "statin"
+        assert Retriever(kb).search("statins LDL", k=1, mode="dense")[0].doc_id == "statin"
     index = faiss.read_index(str(kb_dir / "vectors.faiss"))
     assert index.ntotal == _chunks(kb_dir)
 
@@ -120,7 +121,7 @@ def _break_beyond_repair(kb_dir: Path) -> None:
 def test_unrebuildable_index_is_one_clear_error(kb_dir: Path) -> None:
     _break_beyond_repair(kb_dir)
     with KnowledgeBase.open(kb_dir) as kb, pytest.raises(KBError) as caught:
-        kb.search("warfarin", k=1)
+        Retriever(kb).search("warfarin", k=1)
     message = str(caught.value)
     assert "\n" not in message and "cannot be rebuilt" in message
     assert "vector of 1 bytes" in message

@@ -25,6 +25,7 @@ import numpy as np
 import pytest
 
 from medverify.llm.base import ChatRequest, Message
+from medverify.retrieve import Retriever
 from medverify.testing import CitingModel, FakeChatServer, PageServer
 from medverify.testing.faults import (
     VOLATILE,
@@ -213,7 +214,7 @@ def _kb_metrics(kb_dir: Path) -> dict[str, Any]:
     with KnowledgeBase.open(kb_dir) as kb:
         stats = kb.stats().model_dump(exclude={"path", "size_bytes"})
         hits = {q: [(p.id, {k: round(v, 6) for k, v in p.scores.items()})
-                    for p in kb.search(q, k=5)]
+                    for p in Retriever(kb).search(q, k=5)]
                 for q in ("metformin dose for the kidney", "measles vaccine fever",
                           "warfarin bleeding and vitamin", "gout uric joint pain")}
     return {"stats": stats, "search": hits}
@@ -458,10 +459,11 @@ def test_audit_survives_kills(spaces: tuple[Workspace, Workspace], tmp_path: Pat
 
 
 def _stored_audits(ws: Workspace) -> list[dict[str, Any]]:
+    from medverify.audit.store import audits
     from medverify.store.runs import RunStore
 
     with RunStore(ws.home / "runs.db") as store:
-        return [a.model_dump(mode="json") for a in store.audits(_last_done(store, "audit"))]
+        return [a.model_dump(mode="json") for a in audits(store, _last_done(store, "audit"))]
 
 
 # -- bench run --------------------------------------------------------------------------------
@@ -561,11 +563,12 @@ def _citer(model: CitingModel) -> Callable[[dict[str, Any]], str]:
 
 
 def _stored_replies(ws: Workspace) -> list[dict[str, Any]]:
+    from medverify.bench.store import bench_replies
     from medverify.store.runs import RunStore
 
     with RunStore(ws.home / "runs.db") as store:
         run = _last_done(store, "bench")
-        return [r.model_dump(mode="json") for r in store.bench_replies(run)]
+        return [r.model_dump(mode="json") for r in bench_replies(store, run)]
 
 
 # -- risk features ----------------------------------------------------------------------------

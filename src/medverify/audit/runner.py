@@ -14,17 +14,14 @@ One failing answer is recorded in its ``AnswerAudit.errors`` and the others go o
 
 from __future__ import annotations
 
-import asyncio
 import logging
 import time
-import uuid
 from collections import Counter
 from collections.abc import Callable, Sequence
 from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
 from pathlib import Path
-from typing import IO, TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 from medverify.audit.inputs import given_claims, unread_source_fields
 from medverify.audit.metrics import answer_metrics, audit_metrics, breakdowns
@@ -47,14 +44,23 @@ from medverify.audit.urls import (
 from medverify.audit.verify import PairVerifier
 from medverify.config import Config
 from medverify.decompose import Decomposer, make_decomposer
-from medverify.errors import ConfigError, MedverifyError
-from medverify.files import atomic_write_text
-from medverify.judge import Judge, judge_id, judge_options, make_judge
+from medverify.errors import ConfigError
+from medverify.files import append_record, atomic_write_text, read_records
+from medverify.harness import (
+    CancelToken,
+    Provenance,
+    Resources,
+    RunHarness,
+    cap_claims,
+    close_owned,
+    decompose_answer,
+    prompt_versions,
+    stage_id,
+)
+from medverify.judge import Judge, judge_from_config
 from medverify.kb.embed import Embedder, get_embedder
-from medverify.llm.facade import Model, UsageLedger, model_from_config
-from medverify.pipeline import validate_answer
+from medverify.llm.facade import Model, UsageLedger
 from medverify.records import Claim, Source
-from medverify.store.runs import RunStore
 
 if TYPE_CHECKING:
     from medverify.audit.cleanup import SourceCleanup
@@ -89,18 +95,6 @@ def default_fetcher(config: Config) -> FetcherFactory:
         )
 
     return make
-
-
-@dataclass
-class _Progress:
-    done: int = 0
-    total: int = 0
-    callback: Progress | None = None
-
-    def step(self) -> None:
-        self.done += 1
-        if self.callback:
-            self.callback(self.done, self.total)
 
 
 @dataclass
@@ -142,14 +136,9 @@ class Auditor:
     ) -> Auditor:
         """Build the audit from the config. ``judge``, ``embedder`` and ``fetcher_factory``
         replace the configured ones (tests, benchmarks)."""
-        owned: list[object] = []
-        ledger = model.usage if model is not None else UsageLedger()
-        if model is None and config.model:
-            model = model_from_config(config, ledger=ledger)
-            owned.append(model)
-        if judge is None:
-            name = config.judge_name
-            judge = make_judge(name, **judge_options(name, config, model))
+        opened = Resources.open(config, model=model, need_kb=False)
+        model, ledger = opened.model, opened.ledger
+        judge = judge or judge_from_config(config, model)
         settings = config.audit
         selector = PassageSelector(
             embedder or get_embedder(config.kb_settings.embedder),
@@ -160,7 +149,7 @@ class Auditor:
         return cls(
             config=config,
             out_dir=Path(out_dir),
-            decomposer=make_decomposer(config.decomposer_name, model),
+            decomposer=make_decomposer(config.decomposer_name, model, config),
             judge=judge,
             selector=selector,
             ledger=ledger,
@@ -170,14 +159,12 @@ class Auditor:
             fresh=fresh,
             limit=limit,
             record=record,
-            owned=tuple(owned),
+            owned=opened.owned,
         )
 
     async def aclose(self) -> None:
         """Close what this auditor opened itself (not a model passed in)."""
-        for resource in self.owned:
-            if isinstance(resource, Model):
-                await resource.aclose()
+        await close_owned(self.owned)
 
     @property
     def verifier(self) -> PairVerifier:
@@ -186,7 +173,8 @@ class Auditor:
     # -- running -------------------------------------------------------------------------
 
     async def run(
-        self, inputs: Sequence[AuditInput], out_dir: Path | None = None
+        self, inputs: Sequence[AuditInput], out_dir: Path | None = None, *,
+        cancel: CancelToken | None = None,
     ) -> tuple[list[AnswerAudit], AuditSummary]:
         """Audit ``inputs`` (the first ``limit``), resuming from ``answers.jsonl`` unless
         ``fresh``; write the outputs and return the audits (input order) and the summary."""
@@ -200,53 +188,46 @@ class Auditor:
         kept = {i.answer.id: done[i.answer.id] for i in chosen if i.answer.id in done}
         todo = [(n, i) for n, i in enumerate(chosen) if i.answer.id not in kept]
         started = time.monotonic()
-        store = RunStore(self.config.store_path) if self.record else None
-        run_id = self._start(store)
-        try:
-            new = await self._audit_all(todo, path, store, run_id, len(chosen))
+        harness = RunHarness.opening("audit", self.config, record=self.record,
+                                     ledger=self.ledger, progress=self.progress, cancel=cancel,
+                                     always_id=True)
+        with harness.recording(self.provenance):
+            new = await self._audit_all(todo, path, harness, len(chosen))
             audits = [kept.get(i.answer.id) or new[i.answer.id] for i in chosen]
-            if store is not None:
+            run_id = harness.run_id or ""
+            if harness.store is not None:
                 for position, item in enumerate(chosen):
                     if item.answer.id in kept:
-                        store.save_audit(run_id, position, kept[item.answer.id])
+                        harness.store.save_audit(run_id, position, kept[item.answer.id])
             notes = {"resumed": len(kept), "audited": len(todo)}
             summary = await self.summarize(audits, run_id, time.monotonic() - started, notes)
             self._write(out, summary, audits)
-            self._finish(store, run_id, "done", None)
-            return audits, summary
-        except BaseException as exc:
-            self._finish(store, run_id, "interrupted", f"{type(exc).__name__}: {exc}")
-            raise
-        finally:
-            if store is not None:
-                store.close()
+        return audits, summary
 
     async def _audit_all(
         self,
         todo: Sequence[tuple[int, AuditInput]],
         path: Path,
-        store: RunStore | None,
-        run_id: str,
+        harness: RunHarness,
         total: int,
     ) -> dict[str, AnswerAudit]:
         """Audit answers, at most ``concurrency`` at a time; each finished one is appended to
         ``answers.jsonl`` (and flushed) in completion order."""
-        limit = asyncio.Semaphore(self.concurrency)
-        progress = _Progress(total - len(todo), total, self.progress)
         results: dict[str, AnswerAudit] = {}
+        store, run_id = harness.store, harness.run_id or ""
         async with self.fetcher_factory() as fetcher:
             with path.open("a", encoding="utf-8") as handle:
 
-                async def one(position: int, item: AuditInput) -> None:
-                    async with limit:
-                        audit = await self.audit_answer(item, fetcher)
-                    _append(handle, audit)
+                async def one(_: int, job: tuple[int, AuditInput]) -> None:
+                    position, item = job
+                    audit = await self.audit_answer(item, fetcher)
+                    append_record(handle, audit)
                     if store is not None:
                         store.save_audit(run_id, position, audit)
                     results[item.answer.id] = audit
-                    progress.step()
 
-                await asyncio.gather(*(one(n, item) for n, item in todo))
+                await harness.each(todo, one, concurrency=self.concurrency,
+                                   done=total - len(todo), total=total)
         return results
 
     async def audit_answer(self, item: AuditInput, fetcher: Fetcher) -> AnswerAudit:
@@ -278,23 +259,16 @@ class Auditor:
     async def _claims(
         self, item: AuditInput, errors: list[str]
     ) -> tuple[list[Claim], list[SupportLabel | None]]:
-        if item.claims is not None:
-            claims = given_claims(item.answer, item.claims)
-            gold: list[SupportLabel | None] = [c.label for c in item.claims]
-        else:
-            try:
-                validate_answer(item.answer, self.config.max_answer_chars)
-                claims = await self.decomposer.decompose(item.answer)
-            except MedverifyError as exc:
-                errors.append(f"decompose: {exc}")
-                claims = []
-            gold = [None] * len(claims)
-            if not claims and not errors:
-                errors.append("decompose: no checkable claim found in the answer")
-        cap = self.config.max_claims
-        if len(claims) > cap:
-            errors.append(f"{len(claims)} claims, only the first {cap} were audited (max_claims)")
-        return claims[:cap], gold[:cap]
+        if item.claims is None:
+            claims, found = await decompose_answer(item.answer, self.decomposer, self.config,
+                                                   verb="audited", cap_prefix="")
+            errors.extend(found)
+            return claims, [None] * len(claims)
+        claims = given_claims(item.answer, item.claims)
+        gold: list[SupportLabel | None] = [c.label for c in item.claims]
+        claims, capped = cap_claims(claims, self.config.max_claims, verb="audited", prefix="")
+        errors.extend(capped)
+        return claims, gold[: len(claims)]
 
     async def _clean(self, audit: AnswerAudit) -> AnswerAudit:
         if self.cleanup is None or not any(c.supported is False for c in audit.claims):
@@ -327,7 +301,7 @@ class Auditor:
             run_id=run_id,
             input_path=self.input_path,
             config=self.config.public(),
-            judge=judge_id(self.judge),
+            judge=stage_id(self.judge),
             models=self.models,
             prompt_versions=self.prompt_versions,
             offline=self.config.fetch.offline,
@@ -394,7 +368,7 @@ class Auditor:
     def models(self) -> dict[str, str]:
         spec = self.model.spec if self.model else None
         out = {
-            "judge": judge_id(self.judge),
+            "judge": stage_id(self.judge),
             "embedder": self.selector.embedder.id,
         }
         if self.decomposer.name == "llm" and spec:
@@ -405,37 +379,20 @@ class Auditor:
 
     @property
     def prompt_versions(self) -> dict[str, str]:
-        versions = {
-            "decompose": self.decomposer.prompt_version,
-            "judge": self.judge.prompt_version,
-            "cleanup": self.cleanup.prompt_version if self.cleanup is not None else None,
-        }
-        return {stage: v for stage, v in versions.items() if v}
+        return prompt_versions({"decompose": self.decomposer, "judge": self.judge,
+                                "cleanup": self.cleanup})
+
+    @property
+    def provenance(self) -> Provenance:
+        return Provenance(self.models, self.prompt_versions)
 
     # -- outputs and the run store -------------------------------------------------------
 
     def _write(self, out: Path, summary: AuditSummary, audits: Sequence[AnswerAudit]) -> None:
-        from medverify.report.audit_html import write_audit_html
+        from medverify.audit.html import write_audit_html
 
         atomic_write_text(out / SUMMARY_FILE, summary.model_dump_json(indent=2) + "\n")
         write_audit_html(out / REPORT_FILE, summary, audits)
-
-    def _start(self, store: RunStore | None) -> str:
-        if store is None:
-            return datetime.now(UTC).strftime("%Y%m%d-%H%M%S-") + uuid.uuid4().hex[:6]
-        return store.start_run(
-            kind="audit",
-            config=self.config.public(),
-            models=self.models,
-            prompt_versions=self.prompt_versions,
-            kb_snapshot=None,
-        )
-
-    def _finish(
-        self, store: RunStore | None, run_id: str, status: str, error: str | None
-    ) -> None:
-        if store is not None:
-            store.finish_run(run_id, status=status, usage=self.ledger.as_dict(), error=error)
 
 
 def _make_cleanup(
@@ -482,35 +439,9 @@ def _group_by(audits: Sequence[AnswerAudit]) -> str | None:
     return "system" if any("system" in a.answer.meta for a in audits) else None
 
 
-def _append(handle: IO[str], audit: AnswerAudit) -> None:
-    handle.write(audit.model_dump_json() + "\n")
-    handle.flush()
-
-
 def load_done(path: Path, warnings: list[str] | None = None) -> dict[str, AnswerAudit]:
     """Audits already in ``answers.jsonl`` (the last line per answer id wins). Unreadable
     lines (a truncated last line after a crash) are dropped and the file is rewritten
     without them, so appending stays safe."""
-    if not path.is_file():
-        return {}
-    done: dict[str, AnswerAudit] = {}
-    lines = path.read_text("utf-8", errors="replace").split("\n")
-    bad = 0
-    for line in lines:
-        if not line.strip():
-            continue
-        try:
-            audit = AnswerAudit.model_validate_json(line)
-        except ValueError:
-            bad += 1
-            continue
-        done[audit.answer.id] = audit
-    if bad:
-        if warnings is not None:
-            warnings.append(f"{path}: {bad} unreadable line(s) dropped (interrupted run?)")
-        body = "".join(a.model_dump_json() + "\n" for a in done.values())
-        atomic_write_text(path, body)
-    elif lines and lines[-1]:
-        with path.open("a", encoding="utf-8") as handle:
-            handle.write("\n")
-    return done
+    audits = read_records(path, AnswerAudit, warnings, key=lambda a: a.answer.id)
+    return {a.answer.id: a for a in audits}

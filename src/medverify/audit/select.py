@@ -1,9 +1,10 @@
 """Passage selection: the few passages of a long source that matter for a claim.
 
 A source's text is split into passages of about ``passage_tokens`` tokens (the embedder's
-tokenizer, a small overlap); per claim, passages are ranked by reciprocal-rank fusion of
-an in-memory BM25 over the source's passages and dense cosine similarity (passage vectors
-computed once per source and reused for every claim), and the top ``k`` are kept. A
+tokenizer, a small overlap); per claim, passages are ranked by the retrieval stage's
+in-memory ranking (:class:`medverify.retrieve.TextIndex`: reciprocal-rank fusion of BM25
+over the source's passages and dense cosine similarity, passage vectors computed once per
+source and reused for every claim), and the top ``k`` are kept. A
 source no longer than ``k * passage_tokens`` tokens is used whole: selecting from it
 would not make the judge read less.
 
@@ -13,72 +14,31 @@ cited page is most of an offline audit's time (benchmarks/bench_study.py).
 
 from __future__ import annotations
 
-import math
-import re
 import threading
-from collections import Counter, OrderedDict
+from collections import OrderedDict
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
-from typing import Literal, cast
+from typing import Literal
 
 import numpy as np
 
 from medverify.kb.chunking import chunk_text
 from medverify.kb.embed import Embedder, Tokenizer
 from medverify.records import Claim, Passage, Source, Span, content_hash
-from medverify.retrieve import rrf
+from medverify.retrieve import BM25, Ranked, TextIndex, terms
 
-_WORD = re.compile(r"\w+", re.UNICODE)
-
-
-def _words(text: str) -> frozenset[str]:
-    return frozenset(text.split())
-
-
-_STOPWORDS = _words(
-    "a an the of and or in on at to for by with from is are was were be been being it its "
-    "this that these those as but not no can may might will would should could do does did "
-    "has have had than then there their they them he she his her we you i our your"
-)
-
-
-def terms(text: str) -> list[str]:
-    """Lower-cased word terms without stopwords (BM25's tokens)."""
-    return [w for w in _WORD.findall(text.lower()) if w not in _STOPWORDS]
-
-
-class BM25:
-    """Okapi BM25 over a small in-memory collection (the passages of one source)."""
-
-    def __init__(self, texts: Sequence[str], k1: float = 1.5, b: float = 0.75) -> None:
-        self.k1, self.b = k1, b
-        self.docs = [Counter(terms(t)) for t in texts]
-        self.lengths = np.array([sum(d.values()) for d in self.docs], dtype=np.float64)
-        self.avg = float(self.lengths.mean()) if len(self.docs) else 0.0
-        df = Counter(term for doc in self.docs for term in doc)
-        n = len(self.docs)
-        self.idf = {t: math.log(1.0 + (n - f + 0.5) / (f + 0.5)) for t, f in df.items()}
-
-    def scores(self, query: str) -> np.ndarray:
-        out = np.zeros(len(self.docs), dtype=np.float64)
-        norm = self.k1 * (1.0 - self.b + self.b * self.lengths / max(self.avg, 1e-9))
-        for term in set(terms(query)):
-            idf = self.idf.get(term)
-            if idf is None:
-                continue
-            tf = np.array([doc.get(term, 0) for doc in self.docs], dtype=np.float64)
-            out += idf * tf * (self.k1 + 1.0) / (tf + norm)
-        return out
+__all__ = ["BM25", "PassageSelector", "Selected", "SourcePassages", "terms"]
 
 
 @dataclass(frozen=True)
 class SourcePassages:
-    """A source split into passages, with what ranking needs (computed once per source)."""
+    """A source split into passages, with what ranking needs (computed once per source):
+    ``index`` ranks them (BM25, and their vectors in hybrid mode), when there are more
+    than ``k`` of them."""
 
     passages: list[Passage]
     n_tokens: list[int]
-    vectors: np.ndarray
-    bm25: BM25
+    index: TextIndex
     source_tokens: int
     whole: bool
 
@@ -185,12 +145,11 @@ class PassageSelector:
         ]
         many = not whole and len(passages) > self.k
         dense = many and self.mode == "hybrid"
-        vectors = self._embed([p.text for p in passages]) if dense else np.zeros((0, 0))
+        vectors = self._embed([p.text for p in passages]) if dense else None
         return SourcePassages(
             passages=passages,
             n_tokens=[n for _, _, n in spans],
-            vectors=vectors,
-            bm25=BM25([p.text for p in passages]) if many else BM25([]),
+            index=TextIndex([p.text for p in passages] if many else [], vectors),
             source_tokens=total,
             whole=whole,
         )
@@ -199,21 +158,13 @@ class PassageSelector:
         with self._lock:
             return np.asarray(self.embedder.embed(texts), dtype=np.float32)
 
-    def _rank(self, claim: str, vector: np.ndarray | None,
-              split: SourcePassages) -> list[tuple[int, dict[str, float]]]:
-        """(passage index, scores) of the passages to keep for ``claim``, best first."""
+    def _rank(self, claim: str, vector: np.ndarray | None, split: SourcePassages) -> list[Ranked]:
+        """(passage index, scores) of the passages to keep for ``claim``, best first: all
+        of them when there are at most ``k``, else ranked by the retrieval stage (BM25
+        alone in lexical mode, where ``vector`` is None)."""
         if len(split.passages) <= self.k:
             return [(i, {}) for i in range(len(split.passages))]
-        lexical = split.bm25.scores(claim)
-        if vector is None:  # lexical mode
-            return [(i, {"bm25": float(lexical[i])}) for i in _order(lexical)[: self.k]]
-        dense = split.vectors @ vector
-        fused = rrf({"bm25": _order(lexical), "dense": _order(dense)}, limit=self.k)
-        chosen = [cast(int, f.id) for f in fused]
-        return [
-            (i, {"rrf": f.score, "bm25": float(lexical[i]), "dense": float(dense[i])})
-            for i, f in zip(chosen, fused, strict=True)
-        ]
+        return split.index.rank(claim, self.k, vector=vector)
 
 
 def _renamed(split: SourcePassages, source: Source) -> SourcePassages:
@@ -235,8 +186,3 @@ def _scored(passage: Passage, scores: dict[str, float]) -> Passage:
         return passage
     score = scores.get("rrf", scores.get("bm25"))
     return passage.model_copy(update={"score": score, "scores": scores})
-
-
-def _order(scores: np.ndarray) -> list[int]:
-    """Indices by decreasing score (ties by position)."""
-    return [int(i) for i in np.argsort(-scores, kind="stable")]

@@ -28,9 +28,9 @@ from medverify.audit.metrics import answer_metrics
 from medverify.audit.records import AnswerAudit, AuditMetrics, ClaimAudit, PairJudgement
 from medverify.audit.urls import registered_domain, url_host
 from medverify.bench.agreement import defuse_cell
-from medverify.bench.records import BenchSummary, Comparison, ModelReply
+from medverify.bench.records import BenchOrigin, BenchSummary, Comparison, ModelReply
 from medverify.bench.stats import ALPHA, METRICS, question_key
-from medverify.bench.summary import SOURCE_FIELD, RunRecords, audit_model
+from medverify.bench.summary import RunRecords, audit_model
 from medverify.errors import MissingDependencyError
 from medverify.files import atomic_path, atomic_write_text
 
@@ -141,8 +141,7 @@ def _source_of(audit: AnswerAudit | None, sources: dict[str, str], question_id: 
                ) -> str | None:
     if question_id in sources:
         return sources[question_id]
-    value = audit.answer.meta.get(SOURCE_FIELD) if audit else None
-    return None if value is None else str(value)
+    return BenchOrigin.of(audit.answer).question_source if audit else None
 
 
 def _audit_fields(audit: AnswerAudit | None) -> dict[str, Any]:

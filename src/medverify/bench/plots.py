@@ -4,20 +4,29 @@
 question source), one bar per model, 95 % CI error bars, a 0-100 % axis and a legend.
 Colours come from the Okabe-Ito palette (safe for the common colour-vision deficiencies)
 and every bar carries its value in text too (a ``<title>`` tooltip), so colour is never
-the only cue. Every piece of text (model names are user input) is escaped.
+the only cue. Every piece of text (model names are user input) is escaped. The SVG
+primitives are :mod:`medverify.report.svg`'s.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from html import escape
 
+from medverify.audit.html import estimate_text
 from medverify.audit.records import AuditMetrics, Estimate
-from medverify.report.audit_html import estimate_text
+from medverify.report.svg import (
+    GRID,
+    INK,
+    MUTED,
+    PALETTE,
+    Box,
+    document,
+    esc,
+    tooltip,
+    truncate,
+)
 
-PALETTE = ("#0072B2", "#E69F00", "#009E73", "#CC79A7", "#56B4E9", "#D55E00", "#F0E442",
-           "#000000")
 PLOT_HEIGHT = 220
 MARGIN_LEFT, MARGIN_RIGHT, MARGIN_TOP = 56, 16, 40
 LABEL_LINE = 15
@@ -28,15 +37,6 @@ TITLE_CHAR_WIDTH = 8.0
 MIN_WIDTH = 640
 MIN_BAR = 1.5  # a zero is drawn as a hairline, so that it is not mistaken for n/a
 TICKS = (0, 20, 40, 60, 80, 100)
-
-
-def _e(text: object) -> str:
-    return escape(str(text), quote=True)
-
-
-def _short(text: str, chars: int) -> str:
-    chars = max(chars, 4)
-    return text if len(text) <= chars else text[: chars - 1] + "…"
 
 
 @dataclass(frozen=True)
@@ -57,11 +57,16 @@ class _Frame:
         return max(self.n_groups * self.group_width, MIN_WIDTH - MARGIN_LEFT - MARGIN_RIGHT)
 
     @property
+    def box(self) -> Box:
+        """The plot area; shares 0..1 run up from its bottom edge."""
+        return Box(MARGIN_LEFT, MARGIN_TOP, self.plot_width, PLOT_HEIGHT)
+
+    @property
     def base(self) -> float:
         return MARGIN_TOP + PLOT_HEIGHT
 
     def y(self, share: float) -> float:
-        return self.base - PLOT_HEIGHT * min(max(share, 0.0), 1.0)
+        return self.box.y(min(max(share, 0.0), 1.0))
 
     def group_x(self, group: int) -> float:
         spare = self.plot_width - self.n_groups * self.group_width
@@ -82,14 +87,14 @@ def _axis(frame: _Frame, y_label: str) -> list[str]:
     for tick in TICKS:
         y = frame.y(tick / 100)
         parts.append(f'<line x1="{MARGIN_LEFT}" x2="{right:.1f}" y1="{y:.1f}" y2="{y:.1f}" '
-                     f'stroke="#dde2ea" stroke-width="1"/>')
+                     f'stroke="{GRID}" stroke-width="1"/>')
         parts.append(f'<text x="{MARGIN_LEFT - 6}" y="{y + 4:.1f}" text-anchor="end" '
-                     f'font-size="11" fill="#5b6575">{tick}</text>')
+                     f'font-size="11" fill="{MUTED}">{tick}</text>')
     mid = MARGIN_TOP + PLOT_HEIGHT / 2
     parts.append(f'<text x="14" y="{mid:.1f}" text-anchor="middle" font-size="12" '
-                 f'fill="#5b6575" transform="rotate(-90 14 {mid:.1f})">{_e(y_label)}</text>')
+                 f'fill="{MUTED}" transform="rotate(-90 14 {mid:.1f})">{esc(y_label)}</text>')
     parts.append(f'<line x1="{MARGIN_LEFT}" x2="{right:.1f}" y1="{frame.base}" '
-                 f'y2="{frame.base}" stroke="#5b6575" stroke-width="1"/>')
+                 f'y2="{frame.base}" stroke="{MUTED}" stroke-width="1"/>')
     return parts
 
 
@@ -97,7 +102,7 @@ def _error_bar(x: float, ci: tuple[float, float], frame: _Frame) -> str:
     low, high = frame.y(ci[0]), frame.y(ci[1])
     cap = min(frame.bar / 3, 5.0)
     return (f'<path d="M{x:.1f} {low:.1f}V{high:.1f}M{x - cap:.1f} {low:.1f}H{x + cap:.1f}'
-            f'M{x - cap:.1f} {high:.1f}H{x + cap:.1f}" stroke="#1b2330" stroke-width="1.3" '
+            f'M{x - cap:.1f} {high:.1f}H{x + cap:.1f}" stroke="{INK}" stroke-width="1.3" '
             f'fill="none"/>')
 
 
@@ -109,13 +114,13 @@ def _bar(frame: _Frame, where: tuple[int, int], names: tuple[str, str],
     if estimate is None or estimate.value is None:
         centre = x + frame.bar / 2
         return (f'<text x="{centre:.1f}" y="{frame.base - 4:.1f}" text-anchor="middle" '
-                f'font-size="9" fill="#5b6575"><title>{_e(tip + "no value")}</title>n/a</text>')
+                f'font-size="9" fill="{MUTED}">{tooltip(tip + "no value")}n/a</text>')
     top = min(frame.y(estimate.value), frame.base - MIN_BAR)
     colour = PALETTE[series % len(PALETTE)]
     tip += f"{estimate_text(estimate)} (n = {estimate.n:,})"
-    parts = [f'<g><title>{_e(tip)}</title><rect x="{x + 1:.1f}" y="{top:.1f}" '
+    parts = [f'<g>{tooltip(tip)}<rect x="{x + 1:.1f}" y="{top:.1f}" '
              f'width="{frame.bar - 2:.1f}" height="{frame.base - top:.1f}" fill="{colour}" '
-             f'stroke="#1b2330" stroke-width="0.5"/>']
+             f'stroke="{INK}" stroke-width="0.5"/>']
     if estimate.ci is not None:
         parts.append(_error_bar(x + frame.bar / 2, estimate.ci, frame))
     return "".join(parts) + "</g>"
@@ -132,8 +137,8 @@ def wrap(text: str, chars: int, lines: int = 2) -> list[str]:
             line += " " + words.pop(0)
         out.append(line)
     if words:
-        out[-1] = _short(out[-1] + " " + " ".join(words), chars)
-    return [_short(line, chars) for line in out]
+        out[-1] = truncate(out[-1] + " " + " ".join(words), chars)
+    return [truncate(line, chars) for line in out]
 
 
 def _group_labels(frame: _Frame, groups: Sequence[str]) -> list[str]:
@@ -141,10 +146,10 @@ def _group_labels(frame: _Frame, groups: Sequence[str]) -> list[str]:
     parts = []
     for i, name in enumerate(groups):
         x = frame.group_x(i) + frame.n_series * frame.bar / 2
-        lines = "".join(f'<tspan x="{x:.1f}" dy="{0 if n == 0 else LABEL_LINE}">{_e(line)}'
+        lines = "".join(f'<tspan x="{x:.1f}" dy="{0 if n == 0 else LABEL_LINE}">{esc(line)}'
                         "</tspan>" for n, line in enumerate(wrap(name, chars)))
         parts.append(f'<text x="{x:.1f}" y="{frame.base + 17:.1f}" text-anchor="middle" '
-                     f'font-size="12" fill="#1b2330"><title>{_e(name)}</title>{lines}</text>')
+                     f'font-size="12" fill="{INK}">{tooltip(name)}{lines}</text>')
     return parts
 
 
@@ -153,15 +158,15 @@ def _legend(frame: _Frame, series: Sequence[str]) -> tuple[list[str], int]:
     parts, x, row = [], float(MARGIN_LEFT), 0
     right = MARGIN_LEFT + frame.plot_width
     for i, name in enumerate(series):
-        label = _short(name, 40)
+        label = truncate(name, 40)
         width = 22 + CHAR_WIDTH * len(label) + 14
         if x + width > right and x > MARGIN_LEFT:
             x, row = float(MARGIN_LEFT), row + 1
         y = frame.base + LABEL_SPACE + row * LEGEND_ROW
         parts.append(f'<rect x="{x:.1f}" y="{y:.1f}" width="12" height="12" '
-                     f'fill="{PALETTE[i % len(PALETTE)]}" stroke="#1b2330" stroke-width="0.5"/>'
-                     f'<text x="{x + 17:.1f}" y="{y + 10:.1f}" font-size="12" fill="#1b2330">'
-                     f"<title>{_e(name)}</title>{_e(label)}</text>")
+                     f'fill="{PALETTE[i % len(PALETTE)]}" stroke="{INK}" stroke-width="0.5"/>'
+                     f'<text x="{x + 17:.1f}" y="{y + 10:.1f}" font-size="12" fill="{INK}">'
+                     f"{tooltip(name)}{esc(label)}</text>")
         x += width
     return parts, row + 1 if series else 0
 
@@ -184,14 +189,8 @@ def grouped_bars(
     height = frame.base + LABEL_SPACE + rows * LEGEND_ROW + 8
     bars = [_bar(frame, (g, s), (group, name), values.get((group, name)))
             for g, group in enumerate(groups) for s, name in enumerate(series)]
-    head = (f'<svg xmlns="http://www.w3.org/2000/svg" class="chart" role="img" '
-            f'aria-label="{_e(title)}" viewBox="0 0 {width:.0f} {height:.0f}" '
-            f'width="{width:.0f}" height="{height:.0f}" font-family="system-ui, sans-serif">'
-            f"<title>{_e(title)}</title>"
-            f'<text x="{MARGIN_LEFT}" y="22" font-size="14" font-weight="600" '
-            f'fill="#1b2330">{_e(title)}</text>')
     body = _axis(frame, y_label) + bars + _group_labels(frame, groups) + legend
-    return head + "".join(body) + "</svg>"
+    return document(width, height, title, body, title_x=MARGIN_LEFT)
 
 
 def metric_chart(

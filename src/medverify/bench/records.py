@@ -12,14 +12,14 @@ from __future__ import annotations
 
 from datetime import datetime
 from enum import StrEnum
-from typing import Any
+from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
 from medverify.audit.evaluate import AgreementScores
 from medverify.audit.records import AuditMetrics
 from medverify.audit.urls import DomainCount
-from medverify.records import Document, Source, Usage, utcnow
+from medverify.records import Answer, Document, Source, Usage, utcnow
 
 
 class _Record(BaseModel):
@@ -127,6 +127,41 @@ class ModelReply(_Record):
     def answer_id(self) -> str:
         """The id of this reply's answer in the audit."""
         return f"{self.model}::{self.question_id}"
+
+
+OriginField = Literal["model", "question_source", "question_id", "reply_status"]
+
+
+class BenchOrigin(_Record):
+    """Where an audited benchmark answer comes from: the model's label, the question's
+    source and id, the reply's status. It travels in the answer's ``meta``, one key a field
+    (:meth:`to_meta`, written once by ``bench.runner.audit_input``), and is read back with
+    :meth:`of`.
+
+    Reading is tolerant, as the study's readers always were: a key the meta lacks stays
+    None (audits of other runs or built by hand may lack any of them), and a value that is
+    not text is read as its text (``str(value)``)."""
+
+    model: str | None = None
+    question_source: str | None = None
+    question_id: str | None = None
+    reply_status: str | None = None
+
+    @classmethod
+    def of(cls, answer: Answer) -> BenchOrigin:
+        """The origin recorded in ``answer.meta``; other meta keys are ignored."""
+        meta = answer.meta
+        return cls.model_validate({name: None if meta[name] is None else str(meta[name])
+                                   for name in cls.model_fields if name in meta})
+
+    def to_meta(self) -> dict[str, Any]:
+        """The meta keys of the fields given (in field order), for ``Answer.meta``."""
+        return self.model_dump(exclude_unset=True)
+
+    def text(self, name: OriginField, default: str) -> str:
+        """Field ``name`` as text, ``default`` when the meta lacked the key (an explicit
+        null reads as ``"None"``, as the study's report and ordering always showed it)."""
+        return str(getattr(self, name)) if name in self.model_fields_set else default
 
 
 # -- the run ------------------------------------------------------------------------------

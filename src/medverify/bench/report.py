@@ -20,15 +20,16 @@ from pathlib import Path
 import jinja2
 from markupsafe import Markup
 
+from medverify.audit.html import METRICS, ci_text, estimate_text
 from medverify.audit.metrics import answer_metrics
 from medverify.audit.records import AnswerAudit, AuditMetrics, Estimate, FetchChange
 from medverify.audit.urls import DomainCount, fetch_change_lines
 from medverify.bench.plots import metric_chart, source_chart
-from medverify.bench.records import BenchSummary, Comparison, ModelCost, ReplyStats
+from medverify.bench.records import BenchOrigin, BenchSummary, Comparison, ModelCost, ReplyStats
 from medverify.bench.stats import ALPHA, significant
 from medverify.bench.summary import FETCH_CHANGES, MISSING_STATUS, RUN_WARNINGS, RunRecords
 from medverify.files import atomic_write_text
-from medverify.report.audit_html import METRICS, ci_text, estimate_text, scalar_text, to_node
+from medverify.report.nodes import scalar_text, to_node
 from medverify.report.view import percent, shorten, total_usage
 
 AUDIT_REPORT = "audit/report.html"
@@ -366,9 +367,9 @@ def _example(model: str, audit: AnswerAudit) -> Example:
     claims = [ExampleClaim(c.claim.text, _verdict(c.supported),
                            sorted(numbers[i] for i in c.supporting_source_ids if i in numbers))
               for c in audit.claims[:MAX_EXAMPLE_CLAIMS]]
-    meta = audit.answer.meta
-    return Example(model=model, question_id=str(meta.get("question_id", audit.answer.id)),
-                   question_source=str(meta.get("question_source", "")),
+    origin = BenchOrigin.of(audit.answer)
+    return Example(model=model, question_id=origin.text("question_id", audit.answer.id),
+                   question_source=origin.text("question_source", ""),
                    question=audit.answer.question or "",
                    answer=shorten(audit.answer.text, EXAMPLE_CHARS),
                    fully_supported=answer_metrics(audit).response_support,

@@ -21,17 +21,14 @@ reply in ``bench_replies``) and its wall time per phase is written to ``timing.j
 
 from __future__ import annotations
 
-import asyncio
 import hashlib
 import inspect
 import json
 import shutil
 import time
-import uuid
-from collections.abc import Awaitable, Callable, Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
 from importlib import metadata
 from pathlib import Path
 from types import TracebackType
@@ -45,6 +42,7 @@ from medverify.bench.ask import Asker, CallClock
 from medverify.bench.layout import RunLayout
 from medverify.bench.records import (
     BenchManifest,
+    BenchOrigin,
     BenchSummary,
     ImportReport,
     ModelEntry,
@@ -55,12 +53,20 @@ from medverify.bench.records import (
 from medverify.config import Config
 from medverify.errors import ConfigError, InputError
 from medverify.files import append_record, atomic_write_text, read_records, write_records
-from medverify.judge import Judge, judge_id
+from medverify.harness import (
+    CancelToken,
+    Provenance,
+    RunHarness,
+    gather_all,
+    new_run_id,
+    run_each,
+    stage_id,
+)
+from medverify.judge import Judge
 from medverify.kb.embed import Embedder
 from medverify.llm.facade import model_from_config
 from medverify.llm.spec import parse_spec
-from medverify.records import Answer
-from medverify.store.runs import RunStore
+from medverify.records import Answer, Usage
 
 AskProgress = Callable[[str, int, int], None]
 """Called with (model label, questions done, questions total)."""
@@ -126,12 +132,8 @@ def audit_input(reply: ModelReply, question: Question) -> AuditInput:
         question=question.text,
         text=reply.answer,
         sources=reply.sources,
-        meta={
-            "model": reply.model,
-            "question_source": question.source,
-            "question_id": question.id,
-            "reply_status": reply.status.value,
-        },
+        meta=BenchOrigin(model=reply.model, question_source=question.source,
+                         question_id=question.id, reply_status=reply.status.value).to_meta(),
     )
     return AuditInput(answer=answer, claims=[] if reply.status in NOT_AUDITED else None)
 
@@ -150,10 +152,6 @@ def _version() -> str:
         return metadata.version("medverify")
     except metadata.PackageNotFoundError:
         return "unknown"
-
-
-def _new_run_id() -> str:
-    return datetime.now(UTC).strftime("%Y%m%d-%H%M%S-") + uuid.uuid4().hex[:6]
 
 
 # -- the runner ------------------------------------------------------------------------------
@@ -178,8 +176,7 @@ class BenchRunner:
     counts: dict[str, int] = field(default_factory=dict)
     warnings: list[str] = field(default_factory=list)
     _prepared: str | None = field(default=None, init=False, repr=False)
-    _store: RunStore | None = field(default=None, init=False, repr=False)
-    _store_run: str | None = field(default=None, init=False, repr=False)
+    _harness: RunHarness | None = field(default=None, init=False, repr=False)
 
     @classmethod
     def from_config(
@@ -232,7 +229,8 @@ class BenchRunner:
 
     async def run(self, questions: Sequence[Question], *,
                   questions_path: str | None = None,
-                  import_report: ImportReport | None = None) -> BenchSummary:
+                  import_report: ImportReport | None = None,
+                  cancel: CancelToken | None = None) -> BenchSummary:
         """Ask, audit and summarise (see the module doc); resumes what an earlier run of
         the same study left. ``import_report`` (how the question file was read: duplicates,
         rows without text...) is kept in the run for the report. Returns the summary."""
@@ -241,22 +239,19 @@ class BenchRunner:
         if import_report is not None:
             atomic_write_text(self.layout.question_import,
                               import_report.model_dump_json(indent=2) + "\n")
-        self._open_store()
+        self._harness = RunHarness.opening("bench", self.config, record=self.record,
+                                           usage=self._usage, cancel=cancel)
         try:
-            replies = await self.ask_all(questions)
-            await self.audit_all(questions, replies)
-            self._write_timing(started)
-            with self._phase("summary_s"):
-                summary = await self._summarize()
-            self._write_timing(started)
-            self._finish_store("done", None)
+            with self._harness.recording(self.provenance):
+                replies = await self.ask_all(questions)
+                await self.audit_all(questions, replies)
+                self._write_timing(started)
+                with self._phase("summary_s"):
+                    summary = await self._summarize()
+                self._write_timing(started)
             return summary
-        except BaseException as exc:
-            status = "error" if isinstance(exc, Exception) else "interrupted"
-            self._finish_store(status, f"{type(exc).__name__}: {exc}")
-            raise
         finally:
-            self._close_store()
+            self._harness = None
 
     async def _summarize(self) -> BenchSummary:
         from medverify.bench.summary import finish_run
@@ -292,7 +287,7 @@ class BenchRunner:
 
     def _manifest(self, digest: str, n: int, questions_path: str | None) -> BenchManifest:
         return BenchManifest(
-            run_id=_new_run_id(),
+            run_id=new_run_id(),
             models=self.models,
             questions_path=questions_path,
             questions_sha256=digest,
@@ -310,8 +305,7 @@ class BenchRunner:
 
     @property
     def judge_id(self) -> str:
-        judge = self.auditor.judge
-        return judge_id(judge)
+        return stage_id(self.auditor.judge)
 
     def _read_manifest(self) -> BenchManifest | None:
         path = self.layout.manifest
@@ -379,7 +373,7 @@ class BenchRunner:
             for reply in replies.values():
                 self._save_reply(reply)
             jobs = [self._ask_model(asker, chosen, replies, handle) for asker in self.askers]
-            await _gather_all(jobs)
+            await gather_all(jobs)
         self.timing["model_busy_s"] = round(self.clock.busy_s - busy_before, 4)
         self.counts["replies_asked"] = len(chosen) * len(self.askers) - \
             self.counts["replies_resumed"]
@@ -394,21 +388,18 @@ class BenchRunner:
     async def _ask_model(self, asker: Asker, chosen: Sequence[Question],
                          replies: dict[tuple[str, str], ModelReply], handle: IO[str]) -> None:
         todo = [q for q in chosen if (asker.label, q.id) not in replies]
-        limit = asyncio.Semaphore(self.config.bench.concurrency)
         done = len(chosen) - len(todo)
         self._ask_progress(asker.label, done, len(chosen))
 
-        async def one(question: Question) -> None:
-            nonlocal done
-            async with limit:
-                reply = await asker.ask(question)
+        async def one(_: int, question: Question) -> None:
+            reply = await asker.ask(question)
             append_record(handle, reply)
             self._save_reply(reply)
             replies[reply.key] = reply
-            done += 1
-            self._ask_progress(asker.label, done, len(chosen))
 
-        await _gather_all(one(q) for q in todo)
+        await run_each(todo, one, concurrency=self.config.bench.concurrency, done=done,
+                       total=len(chosen), cancel=self._harness.cancel if self._harness else None,
+                       progress=lambda n, total: self._ask_progress(asker.label, n, total))
 
     def _ask_progress(self, label: str, done: int, total: int) -> None:
         if self.on_ask is not None:
@@ -431,7 +422,9 @@ class BenchRunner:
         inputs = [audit_input(r, by_id[r.question_id]) for r in ordered]
         with self._phase("audit_s"):
             self._drop_stale_audits(inputs)
-            audits, _ = await self.auditor.run(inputs, out_dir=self.layout.audit_dir)
+            cancel = self._harness.cancel if self._harness else None
+            audits, _ = await self.auditor.run(inputs, out_dir=self.layout.audit_dir,
+                                               cancel=cancel)
         return audits
 
     def _drop_stale_audits(self, inputs: Sequence[AuditInput]) -> None:
@@ -459,55 +452,31 @@ class BenchRunner:
         body = json.dumps({**self.timing, **self.counts}, indent=2)
         atomic_write_text(self.layout.timing, body + "\n")
 
-    def _open_store(self) -> None:
-        if not self.record:
-            return
-        store = RunStore(self.config.store_path)
+    @property
+    def provenance(self) -> Provenance:
         models = {**self.auditor.models, **{f"answer:{m.label}": m.spec for m in self.models}}
-        self._store_run = store.start_run(
-            kind="bench", config=self.config.public(), models=models,
-            prompt_versions=self.prompt_versions, kb_snapshot=None,
-        )
-        self._store = store
+        return Provenance(models, self.prompt_versions)
 
     def _save_reply(self, reply: ModelReply) -> None:
-        if self._store is not None and self._store_run is not None:
-            self._store.save_bench_reply(self._store_run, reply)
+        harness = self._harness
+        if harness is not None and harness.store is not None and harness.run_id is not None:
+            harness.store.save_bench_reply(harness.run_id, reply)
 
-    def _finish_store(self, status: str, error: str | None) -> None:
-        if self._store is None or self._store_run is None:
-            return
+    def _usage(self) -> dict[str, Usage]:
         usage = dict(self.auditor.ledger.as_dict())
         for asker in self.askers:
             usage.update(asker.model.usage.as_dict())
-        self._store.finish_run(self._store_run, status=status, usage=usage, error=error)
-
-    def _close_store(self) -> None:
-        if self._store is not None:
-            self._store.close()
-        self._store, self._store_run = None, None
+        return usage
 
 
 def _reply_key(reply: ModelReply) -> tuple[str, str]:
     return reply.key
 
 
-def _fingerprint(answer: Answer) -> tuple[str, tuple[str | None, ...], Any]:
+def _fingerprint(answer: Answer) -> tuple[str, tuple[str | None, ...], str | None]:
     """What an audit depends on in its answer: the text, the cited URLs, the reply status."""
-    return answer.text, tuple(s.url for s in answer.sources), answer.meta.get("reply_status")
+    return answer.text, tuple(s.url for s in answer.sources), BenchOrigin.of(answer).reply_status
 
 
 def _names(models: Iterable[ModelEntry]) -> str:
     return ", ".join(m.label if m.label == m.spec else f"{m.label}={m.spec}" for m in models)
-
-
-async def _gather_all(jobs: Iterable[Awaitable[None]]) -> None:
-    """Run ``jobs`` concurrently; when one fails or the caller is cancelled, the others
-    are cancelled too (finished work is already on disk)."""
-    tasks = [asyncio.ensure_future(job) for job in jobs]
-    try:
-        await asyncio.gather(*tasks)
-    finally:
-        for task in tasks:
-            if not task.done():
-                task.cancel()

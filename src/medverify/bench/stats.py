@@ -31,7 +31,7 @@ import numpy as np
 
 from medverify.audit.metrics import answer_metrics, source_use
 from medverify.audit.records import AnswerAudit
-from medverify.bench.records import Comparison
+from medverify.bench.records import BenchOrigin, Comparison
 
 METRICS = ("url_validity", "statement_support", "response_support", "unused_sources")
 ALPHA = 0.05
@@ -44,11 +44,11 @@ _TIE = 1e-12  # |d*| >= |d| - _TIE: permuted differences equal to d up to roundi
 
 
 def question_key(audit: AnswerAudit) -> str:
-    """The question an audited answer replies to: ``meta["question_id"]``, else the part of
-    the answer id after ``::`` (``model::question``), else the answer id."""
-    value = audit.answer.meta.get("question_id")
+    """The question an audited answer replies to: its :class:`BenchOrigin` question id, else
+    the part of the answer id after ``::`` (``model::question``), else the answer id."""
+    value = BenchOrigin.of(audit.answer).question_id
     if value is not None:
-        return str(value)
+        return value
     return audit.answer.id.split("::", 1)[-1]
 
 

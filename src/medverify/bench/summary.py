@@ -28,6 +28,7 @@ from medverify.bench.layout import RunLayout
 from medverify.bench.records import (
     Attempt,
     BenchManifest,
+    BenchOrigin,
     BenchSummary,
     ModelCost,
     ModelEntry,
@@ -42,8 +43,8 @@ from medverify.errors import InputError
 from medverify.files import atomic_write_text, read_records
 from medverify.records import Usage
 
-SOURCE_FIELD = "question_source"
-MODEL_FIELD = "model"
+SOURCE_FIELD = "question_source"  # the meta key of BenchOrigin.question_source
+MODEL_FIELD = "model"  # the meta key of BenchOrigin.model
 AUDIT_SUMMARY_FILE = "summary.json"
 ANSWERED = frozenset({ReplyStatus.OK, ReplyStatus.FALLBACK, ReplyStatus.NO_SOURCES})
 MISSING_STATUS = "missing"
@@ -87,16 +88,16 @@ class RunRecords:
     def sources(self) -> list[str]:
         """Question sources, sorted (from the questions, then the audits)."""
         names = {q.source for q in self.questions}
-        names |= {str(a.answer.meta[SOURCE_FIELD]) for a in self.audits
-                  if a.answer.meta.get(SOURCE_FIELD) is not None}
+        found = (BenchOrigin.of(a.answer).question_source for a in self.audits)
+        names |= {source for source in found if source is not None}
         return sorted(names)
 
 
 def audit_model(audit: AnswerAudit) -> str:
-    """The model label of an audited answer: ``meta["model"]``, else the answer id's prefix
-    (``model::question``)."""
-    value = audit.answer.meta.get(MODEL_FIELD)
-    return str(value) if value is not None else audit.answer.id.split("::", 1)[0]
+    """The model label of an audited answer: its :class:`BenchOrigin` model, else the answer
+    id's prefix (``model::question``)."""
+    value = BenchOrigin.of(audit.answer).model
+    return value if value is not None else audit.answer.id.split("::", 1)[0]
 
 
 # -- loading ----------------------------------------------------------------------------------
@@ -132,9 +133,14 @@ def load_run(layout: RunLayout, warnings: list[str]) -> RunRecords:
     # depend on it: question order, then model order
     rank = _ranks(manifest, questions)
     replies.sort(key=lambda r: rank(r.model, r.question_id))
-    audits.sort(key=lambda a: rank(str(a.answer.meta.get("model", "")),
-                                   str(a.answer.meta.get("question_id", a.answer.id))))
+    audits.sort(key=lambda a: _audit_rank(rank, a))
     return RunRecords(manifest, questions, replies, audits, layout, list(warnings))
+
+
+def _audit_rank(rank: Callable[[str, str], tuple[int, int, str, str]],
+                audit: AnswerAudit) -> tuple[int, int, str, str]:
+    origin = BenchOrigin.of(audit.answer)
+    return rank(origin.text("model", ""), origin.text("question_id", audit.answer.id))
 
 
 def _ranks(manifest: BenchManifest,

@@ -18,6 +18,7 @@ from medverify.audit.runner import ANSWERS_FILE, REPORT_FILE, SUMMARY_FILE, Audi
 from medverify.audit.urls import fetch_change_lines
 from medverify.cli import main
 from medverify.cli._common import config_option, console, load_config, progress_bar, store_option
+from medverify.cli._names import JUDGES, RegistryChoice
 from medverify.config import Config
 from medverify.errors import InputError
 from medverify.report.view import counted_lines, percent
@@ -35,7 +36,7 @@ from medverify.report.view import counted_lines, percent
     "--pairing", type=click.Choice(["all", "cited"]),
     help="Judge each claim against every valid source (all, default) or its cited ones.",
 )
-@click.option("--judge", type=click.Choice(["builtin", "llm", "cascade"]), help="Judge.")
+@click.option("--judge", type=RegistryChoice(JUDGES), help="Judge.")
 @click.option("--model", "-m", help="Model spec for the llm/cascade judge, decomposition, cleanup.")
 @click.option(
     "--allow", multiple=True, metavar="HOST[:PORT]",

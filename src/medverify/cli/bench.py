@@ -27,6 +27,7 @@ from medverify.bench.layout import RunLayout
 from medverify.bench.records import BenchManifest, BenchSummary, ImportReport, Question
 from medverify.cli import main
 from medverify.cli._common import config_option, console, load_config, store_option
+from medverify.cli._names import JUDGES, RegistryChoice
 from medverify.config import Config
 from medverify.errors import InputError
 from medverify.report.view import percent, shorten
@@ -188,7 +189,7 @@ def _split_models(values: tuple[str, ...]) -> list[str]:
               "with a question and a source field).")
 @click.option("--out", "run_dir", required=True, type=click.Path(path_type=Path, file_okay=False),
               help="Run directory (created; an existing one is resumed).")
-@click.option("--judge", type=click.Choice(["builtin", "llm", "cascade"]),
+@click.option("--judge", type=RegistryChoice(JUDGES),
               help="Source verification judge [default: llm with --judge-model, else builtin].")
 @click.option("--judge-model", help="Model spec of the judge and statement parser.")
 @click.option("--offline", is_flag=True, help="Fetch nothing: use only the fetch cache.")

@@ -17,6 +17,7 @@ from medverify.cli._common import (
     store_option,
     write_outputs,
 )
+from medverify.cli._names import DECOMPOSERS, JUDGES, RegistryChoice
 from medverify.config import Config
 from medverify.inputs import read_answers
 from medverify.pipeline import Checker
@@ -34,8 +35,9 @@ from medverify.store.runs import RunStore
 @click.option(
     "--model", "-m", help="Model spec for decomposition and judging (see docs/models.md)."
 )
-@click.option("--judge", help="Judge name (default: llm with --model).")
-@click.option("--decomposer", type=click.Choice(["rules", "llm"]), help="Claim decomposer.")
+@click.option("--judge", type=RegistryChoice(JUDGES),
+              help="Judge name (default: llm with --model).")
+@click.option("--decomposer", type=RegistryChoice(DECOMPOSERS), help="Claim decomposer.")
 @click.option("--top-k", type=int, help="Passages retrieved per claim (default 7).")
 @click.option(
     "--json",

@@ -21,6 +21,7 @@ from medverify.cli._common import (
     load_config,
     progress_bar,
 )
+from medverify.cli._names import EMBEDDERS, JUDGES, NamesHelpOption, RegistryChoice
 from medverify.config import Config, KBSettings
 from medverify.errors import InputError
 from medverify.evaluation import (
@@ -41,9 +42,9 @@ from medverify.injection import (
     measure_injection,
     rate_text,
 )
-from medverify.judge import judge_options, make_judge
-from medverify.kb.store import MODES
+from medverify.judge import judge_from_config, judge_options, make_judge
 from medverify.llm.facade import Model, model_from_config
+from medverify.retrieve import MODES
 
 
 @main.group("eval")
@@ -76,7 +77,8 @@ def _parse_ks(value: str) -> list[int]:
     type=click.Path(file_okay=False, path_type=Path),
     help="KB directory to build or reuse (default: a cache keyed by corpus hash).",
 )
-@click.option("--embedder", help="Embedder name or model directory (default all-MiniLM-L6-v2).")
+@click.option("--embedder", cls=NamesHelpOption, names_from=EMBEDDERS,
+              help="Embedder name ({names}) or model directory (default all-MiniLM-L6-v2).")
 @click.option("--chunk-tokens", type=click.IntRange(16))
 @click.option("--chunk-overlap", type=click.IntRange(0))
 @json_out_option("Write the full result as JSON here.")
@@ -120,7 +122,7 @@ def retrieval(
 @click.option(
     "--judge",
     "judge_name",
-    type=click.Choice(("builtin", "llm", "cascade")),
+    type=RegistryChoice(JUDGES),
     default="builtin",
     show_default=True,
 )
@@ -389,7 +391,7 @@ def factcheck_scores_table(scores: FactCheckScores,
 @click.option("--cases", "cases_path", type=click.Path(exists=True, dir_okay=False, path_type=Path),
               help="Probes: a JSON set shaped like the shipped one, or JSONL of cases "
               "(default: the shipped set, data/injection.json).")
-@click.option("--judge", "judge_name", type=click.Choice(["builtin", "llm", "cascade"]),
+@click.option("--judge", "judge_name", type=RegistryChoice(JUDGES),
               help="Judge to attack (default: llm with --model, else builtin).")
 @click.option("--model", "-m", help="Model spec (needed by --judge llm and cascade).")
 @click.option("--limit", type=click.IntRange(1), help="Only the first N probes.")
@@ -425,7 +427,7 @@ async def _eval_injection(
 ) -> InjectionReport:
     model = _judge_model(config)
     try:
-        judge = make_judge(config.judge_name, **judge_options(config.judge_name, config, model))
+        judge = judge_from_config(config, model)
         with progress_bar("judging probes", 2 * len(cases)) as bar:
             done = 0
 

@@ -22,15 +22,16 @@ from medverify.cli._common import (
     progress_bar,
     store_option,
 )
+from medverify.cli._names import JUDGES, RegistryChoice
 from medverify.config import Config
 from medverify.errors import ConfigError, InputError
 from medverify.factcheck.records import FactCheckReport, FactVerdict, RagAnswer, SelfRefineResult
 from medverify.factcheck.report import print_factcheck, write_factcheck_html
 from medverify.files import atomic_write_text
+from medverify.harness import open_kb
 from medverify.inputs import read_answers
 from medverify.kb import KnowledgeBase
 from medverify.llm.facade import Model, model_from_config
-from medverify.pipeline import open_kb
 from medverify.records import Answer
 from medverify.store.runs import RunStore
 
@@ -57,7 +58,7 @@ class Outcome:
               "with a model, the answer is generated from the KB first (RAG).")
 @click.option("--model", "-m", help="Model spec for every LLM stage (see docs/models.md); "
               "without one the run is offline (built-in judge, extractive corrections).")
-@click.option("--judge", type=click.Choice(("builtin", "llm", "cascade")),
+@click.option("--judge", type=RegistryChoice(JUDGES),
               help="Judge of the facts (default: llm with --model, else builtin).")
 @click.option("--trace", type=click.Choice(("similarity", "llm")),
               help="How final facts are traced to chunks (default similarity).")

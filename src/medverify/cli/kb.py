@@ -10,11 +10,13 @@ from rich.progress import Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
 
 from medverify.cli import main
 from medverify.cli._common import console
+from medverify.cli._names import EMBEDDERS, NamesHelpOption
 from medverify.config import KBSettings
 from medverify.kb import KnowledgeBase, LoadReport
+from medverify.kb.ingest import IngestStats
 from medverify.kb.loaders import iter_sources
-from medverify.kb.store import MODES, IngestStats
 from medverify.records import Passage
+from medverify.retrieve import MODES, Retriever
 
 KB_DIR = click.Path(path_type=Path, file_okay=False)
 
@@ -27,7 +29,8 @@ def kb_group() -> None:
 @kb_group.command("ingest")
 @click.argument("paths", nargs=-1, required=True, type=click.Path(exists=True, path_type=Path))
 @click.option("--kb", "kb_dir", required=True, type=KB_DIR, help="Knowledge base directory.")
-@click.option("--embedder", help="Embedder name (all-MiniLM-L6-v2, hash) or model directory.")
+@click.option("--embedder", cls=NamesHelpOption, names_from=EMBEDDERS,
+              help="Embedder name ({names}) or model directory.")
 @click.option("--chunk-tokens", type=click.IntRange(16), help="Tokens per chunk (default 512).")
 @click.option("--chunk-overlap", type=click.IntRange(0), help="Overlap in tokens (default 100).")
 @click.option("--limit", type=click.IntRange(1), help="Ingest at most N documents.")
@@ -95,7 +98,7 @@ def _ingest_with_progress(kb: KnowledgeBase, documents: object) -> IngestStats:
 def search(kb_dir: Path, query: str, k: int, mode: str, as_json: bool) -> None:
     """Search the knowledge base."""
     with KnowledgeBase.open(kb_dir) as kb:
-        passages = kb.search(query, k=k, mode=mode)  # type: ignore[arg-type]
+        passages = Retriever(kb).search(query, k=k, mode=mode)  # type: ignore[arg-type]
     if as_json:
         click.echo(json.dumps([p.model_dump(mode="json") for p in passages], indent=2))
         return

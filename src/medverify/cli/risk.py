@@ -32,7 +32,7 @@ from medverify.cli._common import (
 )
 from medverify.config import Config
 from medverify.errors import InputError
-from medverify.risk.records import FeatureExample, FeatureSchema, RiskLabel
+from medverify.risk.records import FeatureExample, FeatureSchema, RiskLabel, RiskMetrics
 
 
 @main.group()
@@ -215,14 +215,16 @@ def _labelled(examples: list[FeatureExample]) -> tuple[list[FeatureExample], np.
 def train_cmd(features_file: Path, out: Path, seed: int, trees: int) -> None:
     """Train the stacking classifier (random forest, logistic regression, XGBoost;
     logistic-regression meta-learner) on a stratified 80/20 split and save it."""
-    from medverify.risk.classifier import feature_matrix, save, train_classifier
+    from medverify.risk.classifier import feature_matrix
+    from medverify.risk.persist import save
+    from medverify.risk.training import train_classifier
 
     examples, schema, digest = read_features(features_file)
     chosen, y = _labelled(examples)
     x = feature_matrix([e.row for e in chosen], schema)
     trained = train_classifier(x, y, schema, seed=seed, data_sha256=digest, n_estimators=trees)
     save(trained, out)
-    print_metrics(trained.card.metrics, Console())
+    print_metrics(trained.card.training_metrics(), Console())
     console.print(f"classifier: {out} (card.json, model.joblib, plots/*.svg)")
 
 
@@ -233,7 +235,9 @@ def train_cmd(features_file: Path, out: Path, seed: int, trees: int) -> None:
                 exists=True, dir_okay=False))
 def eval_cmd(classifier_dir: Path, features_file: Path) -> None:
     """Score a labelled feature file with a trained classifier: AUC, report, confusion."""
-    from medverify.risk.classifier import evaluate, load_classifier, predict_proba
+    from medverify.risk.classifier import predict_proba
+    from medverify.risk.persist import load_classifier
+    from medverify.risk.training import evaluate
 
     loaded = load_classifier(classifier_dir)
     examples, schema, _ = read_features(features_file)
@@ -244,21 +248,20 @@ def eval_cmd(classifier_dir: Path, features_file: Path) -> None:
     print_metrics(evaluate(y, proba), Console())
 
 
-def print_metrics(metrics: dict[str, Any], out: Console) -> None:
-    auc = metrics.get("roc_auc", {})
+def print_metrics(metrics: RiskMetrics, out: Console) -> None:
     table = Table(title="Hallucination classifier (test split)", title_justify="left")
     for column in ("measure", "value"):
         table.add_column(column)
-    for name, value in auc.items():
+    for name, value in metrics.roc_auc.model_dump().items():
         if isinstance(value, float):
             table.add_row(f"ROC AUC ({name})", f"{value:.3f}")
     for key in ("accuracy", "majority_baseline_accuracy"):
-        if isinstance(metrics.get(key), float):
-            table.add_row(key.replace("_", " "), f"{metrics[key]:.3f}")
+        value = getattr(metrics, key)
+        if isinstance(value, float):
+            table.add_row(key.replace("_", " "), f"{value:.3f}")
     out.print(table)
-    confusion = metrics.get("confusion_matrix")
-    if confusion:
-        out.print(f"confusion (rows true FACT/HALLUCINATION, columns predicted): {confusion}")
+    confusion = metrics.confusion_matrix.model_dump()
+    out.print(f"confusion (rows true FACT/HALLUCINATION, columns predicted): {confusion}")
 
 
 # -- score ------------------------------------------------------------------------------

@@ -28,11 +28,11 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from contextvars import ContextVar
 from dataclasses import dataclass, field
-from typing import Literal, cast
+from typing import Literal
 
 import numpy as np
 
-from medverify.audit.select import BM25, PassageSelector
+from medverify.audit.select import PassageSelector
 from medverify.config import Config
 from medverify.decompose import Decomposer, make_decomposer
 from medverify.errors import ConfigError, MedverifyError
@@ -55,13 +55,22 @@ from medverify.factcheck.rewrite import (
     replace_facts,
     rewrite_answer,
 )
-from medverify.judge import Judge, JudgeItem, judge_id, judge_options, make_judge
+from medverify.harness import (
+    CancelToken,
+    Provenance,
+    Resources,
+    RunHarness,
+    close_owned,
+    decompose_answer,
+    prompt_versions,
+    stage_id,
+)
+from medverify.judge import Judge, JudgeItem, judge_options, make_judge
 from medverify.kb import KnowledgeBase
 from medverify.kb.embed import Embedder
 from medverify.llm.facade import Model, UsageLedger
-from medverify.pipeline import close_owned, open_kb_and_model, run_recorded, validate_answer
 from medverify.records import Answer, Category, Claim, Passage, Source, Span, Usage, Verdict
-from medverify.retrieve import rrf
+from medverify.retrieve import Retriever, TextIndex
 from medverify.store.runs import RunStore
 
 log = logging.getLogger(__name__)
@@ -192,10 +201,6 @@ def _window(chunk: Passage, window: Passage, n: int, offset: int) -> Passage:
         "span": span, "score": None, "scores": {}})
 
 
-def _order(scores: np.ndarray) -> list[int]:
-    return [int(i) for i in np.argsort(-scores, kind="stable")]
-
-
 def trim_evidence(selector: PassageSelector, texts: Sequence[str],
                   chunks: Sequence[Sequence[Passage]], k: int) -> list[list[Passage]]:
     """Per text, the ``k`` best windows of its chunks, best first (one embedding call)."""
@@ -215,11 +220,12 @@ def trim_evidence(selector: PassageSelector, texts: Sequence[str],
 
 def _best(text: str, vector: np.ndarray, pool: list[Passage], vectors: np.ndarray,
           rows: Mapping[str, int], k: int) -> list[Passage]:
-    lexical = BM25([w.text for w in pool]).scores(text)
+    """The ``k`` best windows of ``pool`` for ``text``: the retrieval stage's in-memory
+    ranking, BM25 and embedding similarity fused with the order retrieval returned them in."""
     dense = np.array([float(vectors[rows[w.id]] @ vector) for w in pool])
-    fused = rrf({"bm25": _order(lexical), "dense": _order(dense),
-                 "retrieval": list(range(len(pool)))}, limit=k)
-    return [pool[cast(int, f.id)].model_copy(update={"score": f.score}) for f in fused]
+    chosen = TextIndex([w.text for w in pool]).rank(
+        text, k, dense=dense, also={"retrieval": list(range(len(pool)))})
+    return [pool[i].model_copy(update={"score": scores["rrf"]}) for i, scores in chosen]
 
 
 # ----------------------------------------------------------------------- the checker
@@ -238,6 +244,10 @@ class FactChecker:
     model: Model | None = None
     selector: PassageSelector | None = None
     owned: tuple[object, ...] = ()
+    retriever: Retriever = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.retriever = Retriever(self.kb)  # fusion settings: the KB's own
 
     @classmethod
     def from_config(cls, config: Config, *, kb: KnowledgeBase | None = None,
@@ -245,8 +255,9 @@ class FactChecker:
                     embedder: Embedder | None = None) -> FactChecker:
         """Load the pieces: the LLM rewriter and final rewrite when a model is configured
         (or given), else the extractive ones; the judge named by ``config.judge_name``."""
-        kb, model, ledger, owned = open_kb_and_model(config, kb=kb, model=model,
-                                                     ledger=ScopedLedger())
+        opened = Resources.open(config, kb=kb, model=model, ledger=ScopedLedger())
+        assert opened.kb is not None
+        kb, model, ledger, owned = opened.kb, opened.model, opened.ledger, opened.owned
         settings = config.factcheck
         if settings.trace == "llm" and model is None:
             raise ConfigError("tracing with trace = 'llm' needs a model: pass --model SPEC "
@@ -258,7 +269,7 @@ class FactChecker:
         rewriter = (LLMRewriter(model, facts_per_call=settings.facts_per_call)
                     if model is not None else ExtractiveRewriter())
         return cls(config=config, kb=kb, ledger=ledger, model=model, selector=selector,
-                   decomposer=make_decomposer(config.decomposer_name, model),
+                   decomposer=make_decomposer(config.decomposer_name, model, config),
                    judge=judge or _make_judge(config, model), rewriter=rewriter,
                    owned=tuple(owned))
 
@@ -273,7 +284,7 @@ class FactChecker:
     @property
     def models(self) -> dict[str, str]:
         spec = self.model.spec if self.model else None
-        out = {"judge": judge_id(self.judge),
+        out = {"judge": stage_id(self.judge),
                "rewrite": spec if self.llm_rewrites and spec else "extractive"}
         if self.decomposer.name == "llm" and spec:
             out["decompose"] = spec
@@ -285,12 +296,14 @@ class FactChecker:
 
     @property
     def prompt_versions(self) -> dict[str, str]:
-        versions = {"decompose": self.decomposer.prompt_version,
-                    "judge": self.judge.prompt_version,
-                    "rewrite": self.rewriter.prompt_version,
-                    "rewrite_answer": "rewrite_answer/v1" if self.llm_rewrites else None,
-                    "trace": "trace/v1" if self.config.factcheck.trace == "llm" else None}
-        return {stage: v for stage, v in versions.items() if v}
+        return prompt_versions({
+            "decompose": self.decomposer, "judge": self.judge, "rewrite": self.rewriter,
+            "rewrite_answer": "rewrite_answer/v1" if self.llm_rewrites else None,
+            "trace": "trace/v1" if self.config.factcheck.trace == "llm" else None})
+
+    @property
+    def provenance(self) -> Provenance:
+        return Provenance(self.models, self.prompt_versions, self.kb.snapshot_id)
 
     # -- one answer --------------------------------------------------------------------
 
@@ -322,19 +335,10 @@ class FactChecker:
             kb_snapshot=self.kb.snapshot_id, errors=errors)
 
     async def _decompose(self, answer: Answer, errors: list[str]) -> list[Claim]:
-        try:
-            validate_answer(answer, self.config.max_answer_chars)
-            claims = await self.decomposer.decompose(answer)
-        except MedverifyError as exc:
-            errors.append(f"decompose: {exc}")
-            return []
-        if not claims:
-            errors.append("decompose: no checkable fact found in the answer")
-        limit = self.config.max_claims
-        if len(claims) > limit:
-            errors.append(f"decompose: {len(claims)} facts, only the first {limit} were "
-                          "checked (max_claims)")
-        return claims[:limit]
+        claims, found = await decompose_answer(answer, self.decomposer, self.config,
+                                               noun="fact")
+        errors.extend(found)
+        return claims
 
     async def _rounds(self, answer_text: str, states: list[_State],
                       passages: dict[str, Passage]) -> tuple[int, list[AnswerVersion]]:
@@ -396,7 +400,7 @@ class FactChecker:
 
     async def _evidence(self, texts: list[str]) -> list[list[Passage]]:
         settings = self.config.factcheck
-        chunks = await asyncio.to_thread(self.kb.search_many, texts, settings.top_k,
+        chunks = await asyncio.to_thread(self.retriever.search_many, texts, settings.top_k,
                                          self.config.retrieval.mode)
         if self.selector is None:
             return chunks
@@ -446,36 +450,26 @@ class FactChecker:
 
     async def run(self, answers: Sequence[Answer], *,
                   rags: Sequence[RagAnswer | None] | None = None, store: RunStore | None = None,
-                  progress: Progress | None = None,
-                  concurrency: int = 4) -> list[FactCheckReport]:
+                  progress: Progress | None = None, concurrency: int = 4,
+                  cancel: CancelToken | None = None) -> list[FactCheckReport]:
         """Check many answers (``rags[i]`` is answer i's RAG answer, if any); record the
         run (kind ``factcheck``) when a store is given."""
         if rags is not None and len(rags) != len(answers):
             raise ConfigError(f"{len(rags)} RAG answers for {len(answers)} answers")
-        run_id = self._start(store)
+        harness = RunHarness("factcheck", self.config, ledger=self.ledger, store=store,
+                             progress=progress, cancel=cancel)
 
         async def one(position: int, answer: Answer) -> FactCheckReport:
             report = await self.check(answer, rag=rags[position] if rags else None)
-            report = report.model_copy(update={"run_id": run_id})
-            if store is not None and run_id is not None:
-                store.save_factcheck(run_id, position, answer.id, report)
+            report = report.model_copy(update={"run_id": harness.run_id})
+            if store is not None and harness.run_id is not None:
+                store.save_factcheck(harness.run_id, position, answer.id, report)
             return report
 
-        return await run_recorded(
-            answers, one, finish=lambda status, error: self._finish(store, run_id, status, error),
-            empty=lambda r: not r.facts, what="fact", concurrency=concurrency, progress=progress)
-
-    def _start(self, store: RunStore | None) -> str | None:
-        if store is None:
-            return None
-        return store.start_run(kind="factcheck", config=self.config.public(),
-                               models=self.models, prompt_versions=self.prompt_versions,
-                               kb_snapshot=self.kb.snapshot_id)
-
-    def _finish(self, store: RunStore | None, run_id: str | None, status: str,
-                error: str | None) -> None:
-        if store is not None and run_id is not None:
-            store.finish_run(run_id, status=status, usage=self.ledger.as_dict(), error=error)
+        with harness.recording(self.provenance):
+            reports = await harness.each(answers, one, concurrency=concurrency)
+            harness.fail_items(sum(1 for r in reports if not r.facts), len(reports), "fact")
+        return reports
 
 
 def _make_judge(config: Config, model: Model | None) -> Judge:

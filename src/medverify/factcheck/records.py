@@ -16,24 +16,12 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from medverify.answer import RagAnswer  # the answer stage's record, re-exported here
 from medverify.records import Category, Claim, Passage, Span, Usage, Verdict, utcnow
 
 
 class _Record(BaseModel):
     model_config = ConfigDict(extra="forbid")
-
-
-class RagAnswer(_Record):
-    """``medverify answer``: the answer generated from the top chunks for the question."""
-
-    question: str
-    text: str
-    chunks: list[Passage] = Field(default_factory=list)
-    model: str = ""
-    prompt_version: str = ""
-    usage: Usage = Field(default_factory=Usage)
-    raw_output: str | None = None
-    error: str | None = None
 
 
 class FactVerdict(StrEnum):

@@ -39,7 +39,7 @@ from medverify.factcheck.records import (
 )
 from medverify.files import atomic_write_text
 from medverify.records import Passage
-from medverify.report.audit_html import scalar_text, to_node
+from medverify.report.nodes import scalar_text, to_node
 from medverify.report.view import counted_lines, percent, safe_url, shorten, total_usage
 
 

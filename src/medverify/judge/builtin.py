@@ -26,14 +26,19 @@ import threading
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 import numpy as np
 
 from medverify.errors import ConfigError, MedverifyError
 from medverify.judge import JudgeItem
 from medverify.judge.evidence import quote_in_passage
-from medverify.records import Analysis, Passage, Verdict
+from medverify.records import Analysis, Passage, Verdict, passage_label
+from medverify.text import line_sentences
+
+if TYPE_CHECKING:
+    from medverify.config import Config
+    from medverify.llm.facade import Model
 
 log = logging.getLogger(__name__)
 
@@ -42,7 +47,6 @@ SUPPORTED, CONTRADICTED = 0, 1
 QUOTE_WORDS = 40
 ONE_WINDOW_WORDS = 120  # passages this short fit in one verifier window with the claim
 
-_SENTENCE = re.compile(r"[^.!?\n]+(?:[.!?]+|$)")
 _WORD = re.compile(r"\w+")
 _TOKEN = re.compile(r"\S+")
 
@@ -126,6 +130,22 @@ class BuiltinJudge:
         self.contradict_threshold = _threshold(contradict_threshold, thresholds, "contradict")
         self.batch_size = batch_size
         self._lock = threading.Lock()
+
+    @classmethod
+    def config_options(cls, config: Config, model: Model | None = None) -> dict[str, Any]:
+        """Constructor options from ``[judge_settings]`` (the model is not used)."""
+        settings = config.judge_settings
+        return {
+            "path": settings.verifier,
+            "support_threshold": settings.support_threshold,
+            "contradict_threshold": settings.contradict_threshold,
+            "batch_size": settings.batch_size,
+        }
+
+    @classmethod
+    def from_config(cls, config: Config, model: Model | None = None) -> BuiltinJudge:
+        """The registry factory (runs offline: the model is not used)."""
+        return cls(**cls.config_options(config, model))
 
     @property
     def judge_id(self) -> str:
@@ -240,19 +260,6 @@ class BuiltinJudge:
         return out
 
 
-def passage_label(probs: Sequence[float], thresholds: tuple[float, float]) -> int | None:
-    """One passage's decision, as :func:`medverify.verifier.decide` makes it: SUPPORTED if only
-    P(S) passes its threshold, CONTRADICTED if only P(C) does, the larger if both (ties go to
-    SUPPORTED), None (not enough information) if neither."""
-    p_s, p_c = float(probs[SUPPORTED]), float(probs[CONTRADICTED])
-    support, contradict = p_s >= thresholds[SUPPORTED], p_c >= thresholds[CONTRADICTED]
-    if support and contradict:
-        return SUPPORTED if p_s >= p_c else CONTRADICTED
-    if support or contradict:
-        return SUPPORTED if support else CONTRADICTED
-    return None
-
-
 def _threshold(override: float | None, thresholds: dict[str, float], key: str) -> float:
     if override is not None:
         return float(override)
@@ -321,7 +328,7 @@ def _words(text: str) -> set[str]:
 
 def sentences(text: str) -> list[str]:
     """Sentences of ``text`` as verbatim slices (split at . ! ? and line ends)."""
-    return [m.group(0).strip() for m in _SENTENCE.finditer(text) if m.group(0).strip()]
+    return line_sentences(text)
 
 
 def truncate_words(text: str, limit: int = QUOTE_WORDS) -> str:

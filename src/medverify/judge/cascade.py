@@ -20,8 +20,9 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
+from medverify.config import Config
 from medverify.errors import ConfigError
-from medverify.judge import JudgeItem
+from medverify.judge import JudgeItem, model_required
 from medverify.judge.builtin import (
     CONTRADICTED,
     SUPPORTED,
@@ -40,6 +41,7 @@ class CascadeJudge:
     """Built-in judge first, LLM judge for the claims it is not confident about."""
 
     name = "cascade"
+    needs_model = True
 
     def __init__(
         self,
@@ -61,6 +63,25 @@ class CascadeJudge:
         self.llm = llm or LLMJudge(model, claims_per_call=claims_per_call)  # type: ignore[arg-type]
         self.high = high
         self.low = low
+
+    @classmethod
+    def config_options(cls, config: Config, model: Model | None) -> dict[str, Any]:
+        """Constructor options from the config: the built-in judge's ``[judge_settings]``,
+        the LLM judge's model and ``claims_per_call``, and the cascade margins."""
+        settings = config.judge_settings
+        return {
+            **BuiltinJudge.config_options(config, model),
+            **LLMJudge.config_options(config, model),
+            "high": settings.cascade_high,
+            "low": settings.cascade_low,
+        }
+
+    @classmethod
+    def from_config(cls, config: Config, model: Model | None) -> CascadeJudge:
+        """The registry factory: ConfigError when there is no model."""
+        if model is None:
+            raise model_required(cls.name)
+        return cls(**cls.config_options(config, model))
 
     @property
     def prompt_version(self) -> str | None:

@@ -13,15 +13,18 @@ import asyncio
 import logging
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from medverify.errors import MedverifyError, ParseError
-from medverify.judge import JudgeItem
+from medverify.judge import JudgeItem, model_required
 from medverify.judge.evidence import UnknownPassage, resolve_passage, verify_analysis
 from medverify.llm.facade import Model
 from medverify.prompts import Prompt, load_prompt
 from medverify.prompts.untrusted import fence_id, fenced, load_json_reply
 from medverify.records import Analysis, Passage, Verdict
+
+if TYPE_CHECKING:
+    from medverify.config import Config
 
 log = logging.getLogger(__name__)
 
@@ -72,6 +75,7 @@ class LLMJudge:
     """Judge claims with a chat model. See ``prompts/judge/v1.md``."""
 
     name = "llm"
+    needs_model = True
 
     def __init__(
         self,
@@ -87,6 +91,18 @@ class LLMJudge:
         self.max_passages = max_passages
         self.max_passage_chars = max_passage_chars
         self.prompt: Prompt = load_prompt("judge", prompt_version)
+
+    @classmethod
+    def config_options(cls, config: Config, model: Model | None) -> dict[str, Any]:
+        """Constructor options from the config: the model and ``claims_per_call``."""
+        return {"model": model, "claims_per_call": config.claims_per_call}
+
+    @classmethod
+    def from_config(cls, config: Config, model: Model | None) -> LLMJudge:
+        """The registry factory: ConfigError when there is no model."""
+        if model is None:
+            raise model_required(cls.name)
+        return cls(**cls.config_options(config, model))
 
     @property
     def prompt_version(self) -> str:

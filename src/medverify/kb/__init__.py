@@ -1,37 +1,72 @@
-"""The knowledge base: load documents, chunk, embed, store, search.
+"""The knowledge base: load documents, chunk, embed, store; ranking is medverify.retrieve's.
 
 >>> from medverify.kb import KnowledgeBase, iter_documents
+>>> from medverify.retrieve import Retriever
 >>> with KnowledgeBase.create("my-kb", embedder="hash") as kb:
 ...     kb.ingest(iter_documents(["docs/"]))
-...     kb.search("metformin dose", k=7)
+...     Retriever(kb).search("metformin dose", k=7)
+
+KB stores are named in :data:`KB_STORES`: the built-in ``embedded`` store is the
+SQLite + FTS5 + faiss directory (:class:`KnowledgeBase`); plugins add stores through the
+``medverify.kb_stores`` entry-point group, each a factory ``factory(path, config)`` that
+returns an open :class:`KBStore`. :func:`open_store` opens the configured one.
 """
 
 from __future__ import annotations
 
 from importlib import resources
 from pathlib import Path
+from typing import TYPE_CHECKING
 
+from medverify.errors import ConfigError
 from medverify.kb.chunking import Chunk, chunk_text
 from medverify.kb.embed import EMBEDDERS, Embedder, HashEmbedder, Tokenizer, get_embedder
 from medverify.kb.loaders import LoadReport, iter_documents
+from medverify.kb.protocol import KBStore, StoredChunk
 from medverify.kb.store import IngestStats, KBStats, KnowledgeBase, fts_query
+from medverify.registry import Registry
+
+if TYPE_CHECKING:
+    from medverify.config import Config
 
 __all__ = [
+    "DEFAULT_STORE",
     "EMBEDDERS",
+    "KB_STORES",
     "Chunk",
     "Embedder",
     "HashEmbedder",
     "IngestStats",
     "KBStats",
+    "KBStore",
     "KnowledgeBase",
     "LoadReport",
+    "StoredChunk",
     "Tokenizer",
     "chunk_text",
     "fts_query",
     "get_embedder",
     "iter_documents",
+    "open_store",
     "sample_kb_path",
 ]
+
+KB_STORES: Registry[KBStore] = Registry("KB store", group="medverify.kb_stores")
+"""KB stores by name; a factory is called as ``factory(path, config)``."""
+KB_STORES.register("embedded", "medverify.kb.store:KnowledgeBase.from_config")
+
+DEFAULT_STORE = "embedded"
+
+
+def open_store(config: Config, name: str = DEFAULT_STORE) -> KBStore:
+    """The KB store ``name`` at ``config.kb``, opened with ``config`` (ConfigError when no
+    KB is configured or the name is unknown)."""
+    if config.kb is None:
+        raise ConfigError(
+            "no knowledge base given: pass --kb DIR (build one with "
+            "`medverify kb ingest PATH --kb DIR`)"
+        )
+    return KB_STORES.create(name, config.kb, config)
 
 
 def sample_kb_path() -> Path:

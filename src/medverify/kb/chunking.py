@@ -15,15 +15,14 @@ whole text at once.
 from __future__ import annotations
 
 import bisect
-import re
 from collections.abc import Generator, Iterable, Iterator
 from dataclasses import dataclass
 
 from medverify.errors import ConfigError
 from medverify.kb.embed import Tokenizer
 from medverify.records import Span
+from medverify.text import sentence_breaks
 
-_SENTENCE_END = re.compile(r"(?:[.!?][\"')\]]*\s+|\n\s*\n|\n(?=\s*[-*\u2022]\s))")
 WINDOW_CHARS = 256 * 1024  # characters tokenized at once (MiniLM: ~35 MB of tokenizer memory)
 MARGIN_TOKENS = 16  # tokens a window must reach past a chunk for its cut to be final
 
@@ -186,7 +185,7 @@ def _next_begin(begin: int, end: int, overlap: int, starts: list[int]) -> int:
 def _sentence_starts(text: str, offsets: list[tuple[int, int]]) -> list[int]:
     """Indices of tokens that begin a sentence (sorted)."""
     token_starts = [s for s, _ in offsets]
-    found = {bisect.bisect_left(token_starts, m.end()) for m in _SENTENCE_END.finditer(text)}
+    found = {bisect.bisect_left(token_starts, b) for b in sentence_breaks(text)}
     return sorted(i for i in found if 0 < i < len(offsets))
 
 

@@ -46,7 +46,7 @@ class Embedder(Protocol):
     def embed(self, texts: list[str]) -> np.ndarray: ...
 
 
-EMBEDDERS: Registry[Embedder] = Registry("embedder")
+EMBEDDERS: Registry[Embedder] = Registry("embedder", group="medverify.embedders")
 
 
 def normalize(vectors: np.ndarray) -> np.ndarray:

@@ -16,7 +16,8 @@ query part holds options: ``key_env`` (name of the environment variable with the
 
 Providers are looked up by name in :data:`providers`; built-ins register there the same way
 plugins do (``providers.register("name", factory)``, factory ``(ModelSpec, ModelSettings) ->
-Provider``).
+Provider``); installed packages add providers through the ``medverify.providers`` entry-point
+group (see docs/plugins.md).
 """
 
 from __future__ import annotations
@@ -38,8 +39,9 @@ _OPTION_FIELDS = {"key_env": "key_env", "timeout": "timeout_s", "concurrency": "
                   "retries": "max_retries"}
 _OVERRIDES = ("timeout_s", "concurrency", "max_retries")
 
-providers: Registry[Provider] = Registry("model provider")
-"""Provider factories by spec prefix: ``factory(spec: ModelSpec, settings: ModelSettings)``."""
+providers: Registry[Provider] = Registry("model provider", group="medverify.providers")
+"""Provider factories by spec prefix: ``factory(spec: ModelSpec, settings: ModelSettings)``;
+plugins add names through the ``medverify.providers`` entry-point group."""
 
 for _kind in ("openai", "vllm", "ollama", "llamacpp", "lmstudio", "openai-compatible"):
     providers.register(_kind, "medverify.llm.openai_compat:from_spec")

@@ -6,7 +6,8 @@ so traces of models with different tokenizers can be aligned); features are comp
 model and across models and aggregated per answer, sentence or claim
 (:class:`FeatureRow`, named by a versioned :class:`FeatureSchema`); a stacking classifier
 turns them into a hallucination probability (:class:`RiskScore`), trained on
-:class:`LabeledExample` records whose provenance is always kept.
+:class:`LabeledExample` records whose provenance is always kept. A trained classifier's
+:class:`ClassifierCard` keeps its test-split scores (:class:`TrainingMetrics`).
 """
 
 from __future__ import annotations
@@ -94,8 +95,91 @@ class LabeledExample(_Record):
     provenance: dict[str, Any] = Field(default_factory=dict)
 
 
+class _Metrics(_Record):
+    """A record of scores. ``record["name"]`` reads field ``name`` too, as code written
+    for the plain dicts these records replaced did. Every field has a default: it stands
+    for a score a file lacks (training always fills them all)."""
+
+    def __getitem__(self, name: str) -> Any:
+        if name not in type(self).model_fields:
+            raise KeyError(name)
+        return getattr(self, name)
+
+
+class RocAuc(_Metrics):
+    """ROC AUC of each class and their mean; None when the split has one class only."""
+
+    HALLUCINATION: float | None = None
+    FACT: float | None = None
+    macro: float | None = None
+
+
+class RocCurve(_Metrics):
+    """The ROC curve of P(HALLUCINATION): false and true positive rates (5 decimals)."""
+
+    fpr: list[float] = Field(default_factory=list)
+    tpr: list[float] = Field(default_factory=list)
+
+
+class ConfusionMatrix(_Metrics):
+    """Counts: rows are true classes, columns predicted ones, both in ``labels`` order."""
+
+    labels: list[str] = Field(default_factory=lambda: [label.value for label in RiskLabel])
+    matrix: list[list[int]] = Field(default_factory=lambda: [[0, 0], [0, 0]])
+
+
+class RiskMetrics(_Metrics):
+    """A classifier's scores on labelled data (``medverify.risk.training.evaluate``):
+    accuracy at ``threshold`` and the majority-class baseline, scikit-learn's
+    classification report (per class: precision, recall, f1-score, support; "accuracy";
+    "macro avg"; "weighted avg"), ROC AUC and curve, confusion matrix."""
+
+    threshold: float = 0.5
+    accuracy: float | None = None
+    majority_baseline_accuracy: float | None = None
+    classification_report: dict[str, dict[str, float | int] | float] = Field(
+        default_factory=dict)
+    roc_auc: RocAuc = Field(default_factory=RocAuc)
+    roc_curve: RocCurve = Field(default_factory=RocCurve)
+    confusion_matrix: ConfusionMatrix = Field(default_factory=ConfusionMatrix)
+
+
+class PcaSummary(_Metrics):
+    """Two principal components of the standardized features: their explained variance
+    ratio and a sample of points as (PC1, PC2, class), class 1 = HALLUCINATION."""
+
+    explained_variance_ratio: list[float] = Field(default_factory=list)
+    points: list[tuple[float, float, int]] = Field(default_factory=list)
+
+
+class Importances(_Metrics):
+    """Feature importances by feature name: the random forest's impurity importance and
+    XGBoost's gain, and each as a share of its model's total (``*_share``)."""
+
+    random_forest: dict[str, float] = Field(default_factory=dict)
+    xgboost_gain: dict[str, float] = Field(default_factory=dict)
+    random_forest_share: dict[str, float] = Field(default_factory=dict)
+    xgboost_gain_share: dict[str, float] = Field(default_factory=dict)
+
+
+class TrainingMetrics(RiskMetrics):
+    """What training records on the held-out split (:class:`RiskMetrics`), and how it went:
+    fit time, trees per ensemble, class counts of each part of the split, imputed (NaN)
+    feature values, a PCA of all the data and the base models' feature importances."""
+
+    fit_seconds: float | None = None
+    n_estimators: int | None = None
+    class_counts: dict[str, dict[str, int]] = Field(default_factory=dict)
+    imputed_values: int | None = None
+    pca: PcaSummary = Field(default_factory=PcaSummary)
+    importance: Importances = Field(default_factory=Importances)
+
+
 class ClassifierCard(_Record):
-    """What a trained classifier is: its schema, data, split, scores and versions."""
+    """What a trained classifier is: its schema, data, split, scores and versions.
+
+    ``metrics`` holds the JSON form of :class:`TrainingMetrics` (plain JSON values, as
+    written to ``card.json``); :meth:`training_metrics` reads it as the record."""
 
     schema_: FeatureSchema = Field(alias="schema")
     created_at: datetime = Field(default_factory=utcnow)
@@ -109,6 +193,10 @@ class ClassifierCard(_Record):
     versions: dict[str, str] = Field(default_factory=dict)
 
     model_config = ConfigDict(extra="forbid", populate_by_name=True)
+
+    def training_metrics(self) -> TrainingMetrics:
+        """``metrics`` as a :class:`TrainingMetrics` record."""
+        return TrainingMetrics.model_validate(self.metrics)
 
 
 class RiskScore(_Record):

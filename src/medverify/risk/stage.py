@@ -25,8 +25,9 @@ from medverify.config import Config
 from medverify.errors import ConfigError, MedverifyError
 from medverify.files import append_record
 from medverify.llm.facade import Model
-from medverify.risk.classifier import LoadedRisk, load_classifier, predict_proba
+from medverify.risk.classifier import LoadedRisk, predict_proba
 from medverify.risk.features import build_schema, extract_features
+from medverify.risk.persist import load_classifier
 from medverify.risk.records import (
     FeatureExample,
     FeatureRow,

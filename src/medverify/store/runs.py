@@ -13,25 +13,83 @@ import json
 import re
 import sqlite3
 import uuid
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Sequence, Sized
 from datetime import UTC, datetime
+from enum import Enum
 from importlib import metadata, resources
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any, Literal, Protocol, TypeVar
 
 from pydantic import BaseModel, ConfigDict, TypeAdapter
 
-from medverify.audit.records import AnswerAudit
 from medverify.errors import MedverifyError
 from medverify.records import Answer, Claim, ClaimResult, Passage, Report, Usage, Verdict
 from medverify.report.metrics import compute_metrics
 
-if TYPE_CHECKING:
-    from medverify.bench.records import ModelReply
-    from medverify.factcheck.records import FactCheckReport
-
 _MIGRATION = re.compile(r"^(\d{4})_\w+\.sql$")
 _PASSAGES = TypeAdapter(list[Passage])
+
+R = TypeVar("R", bound=BaseModel)
+
+Table = Literal["audits", "bench_replies", "factchecks"]
+"""The tables of records a flow saves as JSON, one record a row."""
+
+_TABLES: dict[str, tuple[str, str]] = {
+    # table: (the record's JSON column, the reading order)
+    "audits": ("audit", "position, answer_id"),
+    "bench_replies": ("reply", "model, question_id"),
+    "factchecks": ("report", "position"),
+}
+
+
+# What the store needs from a record to save it: the store saves and reads any pydantic record
+# as JSON and knows no flow's record types (the flows sit above it; they read their records
+# back with :meth:`RunStore.records` and their own type).
+
+
+class AuditRecord(Protocol):
+    """An audited answer (``medverify.audit.records.AnswerAudit``)."""
+
+    @property
+    def answer(self) -> Answer: ...
+
+    @property
+    def claims(self) -> Sized: ...
+
+    @property
+    def errors(self) -> Sequence[str]: ...
+
+    def model_dump_json(self) -> str: ...
+
+
+class BenchReplyRecord(Protocol):
+    """One model's reply to one question (``medverify.bench.records.ModelReply``)."""
+
+    @property
+    def model(self) -> str: ...
+
+    @property
+    def question_id(self) -> str: ...
+
+    @property
+    def status(self) -> Enum: ...
+
+    @property
+    def created_at(self) -> datetime: ...
+
+    def model_dump_json(self) -> str: ...
+
+
+class FactCheckRecord(Protocol):
+    """One fact-checked answer (``medverify.factcheck.records.FactCheckReport``)."""
+
+    @property
+    def facts(self) -> Sized: ...
+
+    @property
+    def errors(self) -> Sequence[str]: ...
+
+    def model_dump_json(self) -> str: ...
 
 
 class RunInfo(BaseModel):
@@ -193,7 +251,7 @@ class RunStore:
                 ],
             )
 
-    def save_audit(self, run_id: str, position: int, audit: AnswerAudit) -> None:
+    def save_audit(self, run_id: str, position: int, audit: AuditRecord) -> None:
         """Record one audited answer (citation audit) of run ``run_id``."""
         self._db.execute(
             "INSERT OR REPLACE INTO audits VALUES (?, ?, ?, ?, ?, ?)",
@@ -207,7 +265,7 @@ class RunStore:
             ),
         )
 
-    def save_bench_reply(self, run_id: str, reply: ModelReply) -> None:
+    def save_bench_reply(self, run_id: str, reply: BenchReplyRecord) -> None:
         """Record one model's reply to one question of benchmark run ``run_id`` (a redone
         reply replaces the earlier one)."""
         self._db.execute(
@@ -223,7 +281,7 @@ class RunStore:
         )
 
     def save_factcheck(
-        self, run_id: str, position: int, answer_id: str, report: FactCheckReport
+        self, run_id: str, position: int, answer_id: str, report: FactCheckRecord
     ) -> None:
         """Record one fact-checked answer of run ``run_id`` (a redone one replaces it)."""
         self._db.execute(
@@ -317,40 +375,21 @@ class RunStore:
                 created_at=datetime.fromisoformat(info.created_at),
             )
 
-    def audits(self, run_id: str) -> list[AnswerAudit]:
-        """The audited answers of an audit run, in input order (a unique id prefix is
-        enough); the audit summary is recomputable from them without a model call."""
+    def records(self, run_id: str, table: Table, record: type[R]) -> list[R]:
+        """The records a flow saved in ``table`` for run ``run_id`` (a unique id prefix is
+        enough), read back as ``record``: audits in input order, bench replies by model and
+        question id, fact-checks in input order. The flows have typed readers:
+        ``medverify.audit.store.audits``, ``medverify.bench.store.bench_replies``,
+        ``medverify.factcheck.store.factchecks``."""
+        if table not in _TABLES:
+            raise ValueError(f"no record table {table!r}; one of {', '.join(_TABLES)}")
+        column, order = _TABLES[table]
         info = self.get_run(run_id)
         rows = self._db.execute(
-            "SELECT audit FROM audits WHERE run_id = ? ORDER BY position, answer_id", (info.id,)
+            f"SELECT {column} FROM {table} WHERE run_id = ? ORDER BY {order}", (info.id,)
         ).fetchall()
         with self._readable():
-            return [AnswerAudit.model_validate_json(row[0]) for row in rows]
-
-    def bench_replies(self, run_id: str) -> list[ModelReply]:
-        """The model replies of a benchmark run (a unique id prefix is enough), by model and
-        question id."""
-        from medverify.bench.records import ModelReply
-
-        info = self.get_run(run_id)
-        rows = self._db.execute(
-            "SELECT reply FROM bench_replies WHERE run_id = ? ORDER BY model, question_id",
-            (info.id,),
-        ).fetchall()
-        with self._readable():
-            return [ModelReply.model_validate_json(row[0]) for row in rows]
-
-    def factchecks(self, run_id: str) -> list[FactCheckReport]:
-        """The fact-check reports of a factcheck run, in input order (a unique id prefix is
-        enough)."""
-        from medverify.factcheck.records import FactCheckReport
-
-        info = self.get_run(run_id)
-        rows = self._db.execute(
-            "SELECT report FROM factchecks WHERE run_id = ? ORDER BY position", (info.id,)
-        ).fetchall()
-        with self._readable():
-            return [FactCheckReport.model_validate_json(row[0]) for row in rows]
+            return [record.model_validate_json(row[0]) for row in rows]
 
     def _results(self, run_id: str, position: int) -> list[ClaimResult]:
         rows = self._db.execute(

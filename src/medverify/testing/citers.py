@@ -39,6 +39,7 @@ from medverify.llm.base import ChatRequest
 from medverify.records import Document
 from medverify.testing.fake_provider import ScriptedProvider, register_fake
 from medverify.testing.page_server import slug
+from medverify.text import flat_sentences
 
 HABITS = ("careful", "overreaching", "hallucinating", "freetext", "unreliable")
 UNRELIABLE_KINDS = ("refusal", "empty", "repeated", "no_sources")
@@ -60,7 +61,6 @@ UNSUPPORTED_STATEMENTS = (
 )
 
 _WORD = re.compile(r"[a-z0-9]{3,}")
-_SENTENCE_END = re.compile(r"(?<=[.!?])\s+(?=[A-Z0-9])")
 
 
 def _stable_int(*parts: object) -> int:
@@ -78,7 +78,7 @@ def _words(text: str) -> set[str]:
 
 def sentences(text: str) -> list[str]:
     """The sentences of a plain text (split after . ! ? before a capital or digit)."""
-    return [s.strip() for s in _SENTENCE_END.split(" ".join(text.split())) if s.strip()]
+    return flat_sentences(text)
 
 
 def last_user_text(request: ChatRequest) -> str:

@@ -1,15 +1,21 @@
-"""Measure a verifier on pairs files: 3-way metrics, SUPPORTED-vs-rest, confusion, pairs/s."""
+"""Measure a verifier on pairs files: 3-way metrics, SUPPORTED-vs-rest, confusion, pairs/s.
+
+:func:`score_rows` and :func:`score_files` give :class:`PairsFileScores` records;
+:func:`evaluate_rows` and :func:`evaluate_files` give their JSON form (plain dicts, for
+scripts that write them with ``json.dumps``).
+"""
 
 from __future__ import annotations
 
 import json
 import time
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
 from medverify.verifier.infer import Verifier
-from medverify.verifier.metrics import classification_metrics, supported_vs_rest
 from medverify.verifier.model import LABELS
+from medverify.verifier.records import ClassificationMetrics, PairsFileScores
 
 EVAL_FILES = ("checkcovid_dev", "citint_dev", "healthver_dev", "expertqa_val", "covidfact_dev")
 
@@ -18,50 +24,67 @@ def read_rows(path: Path) -> list[dict[str, Any]]:
     return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
 
 
-def evaluate_rows(verifier: Verifier, rows: list[dict[str, Any]]) -> dict[str, Any]:
+def score_rows(verifier: Verifier, rows: list[dict[str, Any]]) -> PairsFileScores:
     """Metrics of ``verifier`` on normalized pair rows (3-way or 2-way)."""
     start = time.perf_counter()
     probs = verifier.predict([(r["claim"], r["evidence"]) for r in rows])
     seconds = time.perf_counter() - start
     pred = verifier.decide(probs)
     gold = [r["label"] for r in rows]
-    out: dict[str, Any] = {
-        "n": len(rows),
-        "seconds": round(seconds, 1),
-        "pairs_per_s": round(len(rows) / max(seconds, 1e-9), 1),
-    }
+    three_way = None
     if rows and rows[0].get("labels") == "3-way":
-        out["three_way"] = classification_metrics(gold, pred, LABELS)
-    out["supported_vs_rest"] = supported_vs_rest(gold, pred)
-    return out
+        three_way = ClassificationMetrics.measure(gold, pred, LABELS)
+    return PairsFileScores(
+        n=len(rows),
+        seconds=round(seconds, 1),
+        pairs_per_s=round(len(rows) / max(seconds, 1e-9), 1),
+        three_way=three_way,
+        supported_vs_rest=ClassificationMetrics.measure_supported_vs_rest(gold, pred),
+    )
 
 
-def evaluate_files(verifier: Verifier, data_dir: Path, names: tuple[str, ...] = EVAL_FILES) -> dict:
-    """Evaluate on each ``<name>.jsonl`` that exists under ``data_dir``."""
+def score_files(
+    verifier: Verifier, data_dir: Path, names: tuple[str, ...] = EVAL_FILES
+) -> dict[str, PairsFileScores]:
+    """Score each ``<name>.jsonl`` that exists under ``data_dir``."""
     results = {}
     for name in names:
         path = data_dir / f"{name}.jsonl"
         if path.is_file():
-            results[name] = evaluate_rows(verifier, read_rows(path))
+            results[name] = score_rows(verifier, read_rows(path))
     return results
 
 
-def summary_table(results: dict[str, Any]) -> str:
-    """Markdown table of the headline numbers."""
+def evaluate_rows(verifier: Verifier, rows: list[dict[str, Any]]) -> dict[str, Any]:
+    """:func:`score_rows` as JSON-ready values."""
+    return score_rows(verifier, rows).model_dump()
+
+
+def evaluate_files(
+    verifier: Verifier, data_dir: Path, names: tuple[str, ...] = EVAL_FILES
+) -> dict[str, dict[str, Any]]:
+    """:func:`score_files` as JSON-ready values."""
+    return {name: s.model_dump() for name, s in score_files(verifier, data_dir, names).items()}
+
+
+def summary_table(results: Mapping[str, PairsFileScores | Mapping[str, Any]]) -> str:
+    """Markdown table of the headline numbers (of records, or of their JSON form as
+    :func:`evaluate_files` gives it and evaluation files hold it)."""
     lines = [
         "| file | n | 3-way macro-F1 | 3-way acc | 3-way bal. acc | S-vs-rest bal. acc | pairs/s |",
         "|---|---|---|---|---|---|---|",
     ]
-    for name, res in results.items():
-        three = res.get("three_way")
+    for name, entry in results.items():
+        res = PairsFileScores.model_validate(entry)
+        three = res.three_way
         cells = (
-            [f"{three[k]:.3f}" for k in ("macro_f1", "accuracy", "balanced_accuracy")]
+            [f"{v:.3f}" for v in (three.macro_f1, three.accuracy, three.balanced_accuracy)]
             if three
             else ["-"] * 3
         )
         lines.append(
-            f"| {name} | {res['n']} | {' | '.join(cells)} | "
-            f"{res['supported_vs_rest']['balanced_accuracy']:.3f} | {res['pairs_per_s']} |"
+            f"| {name} | {res.n} | {' | '.join(cells)} | "
+            f"{res.supported_vs_rest.balanced_accuracy:.3f} | {res.pairs_per_s} |"
         )
     return "\n".join(lines)
 

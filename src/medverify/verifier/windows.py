@@ -11,7 +11,8 @@ from __future__ import annotations
 import re
 from typing import Any
 
-_SENTENCE_END = re.compile(r"(?<=[.!?;])\s+|\n+")
+from medverify.text import clause_spans
+
 _WORD = re.compile(r"[a-z0-9]+")
 MAX_CLAIM_TOKENS = 96
 _STOP_WORDS = """a an the of in on and or to for with by is are was were be been that this as at
@@ -21,13 +22,7 @@ _STOP = frozenset(_STOP_WORDS.split())
 
 def sentence_spans(text: str) -> list[tuple[int, int]]:
     """Character spans of the sentences of ``text`` (whitespace trimmed, empties dropped)."""
-    spans: list[tuple[int, int]] = []
-    start = 0
-    for match in _SENTENCE_END.finditer(text):
-        spans.append((start, match.start()))
-        start = match.end()
-    spans.append((start, len(text)))
-    return [span for span in spans if text[span[0] : span[1]].strip()]
+    return clause_spans(text)
 
 
 def _piece_spans(tokenizer: Any, text: str, span: tuple[int, int], budget: int) -> list[tuple]:

@@ -11,13 +11,11 @@ from __future__ import annotations
 
 import base64
 import hashlib
-import json
 import os
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
-from typing import Any, Literal
 
 import jinja2
 from markupsafe import Markup
@@ -34,13 +32,10 @@ from medverify.audit.records import (
 )
 from medverify.files import atomic_write_text
 from medverify.records import Analysis, Source
+from medverify.report.nodes import is_scalar, scalar_text, to_node
 from medverify.report.view import percent, safe_url, shorten, total_usage
 
 TITLE_CHARS = 300
-MAX_NODE_ITEMS = 200
-MAX_NODE_DEPTH = 8
-MAX_TEXT_CHARS = 2000
-MAX_RECORD_COLUMNS = 12
 OPEN_UP_TO = 5  # answers shown expanded when the audit has at most this many
 
 
@@ -73,132 +68,6 @@ def support_style(value: bool | None) -> CellStyle:
     if value is None:
         return ERROR
     return SUPPORTED if value else NOT_SUPPORTED
-
-
-# -- generic rendering of JSON-like values (the URL analysis, notes, config) ------------------
-
-
-@dataclass(frozen=True)
-class Node:
-    """A JSON-like value prepared for the template: text, key/value pairs, a table or a
-    list; ``more`` counts the items left out."""
-
-    kind: Literal["text", "kv", "table", "list", "stack"]
-    text: str = ""
-    items: list[tuple[str, Node]] = field(default_factory=list)
-    headers: list[str] = field(default_factory=list)
-    rows: list[list[Node]] = field(default_factory=list)
-    children: list[Node] = field(default_factory=list)
-    more: int = 0
-
-
-def scalar_text(value: Any) -> str:
-    """A scalar as short text: thousands separators, 4 significant digits, yes/no."""
-    if value is None:
-        return "—"
-    if isinstance(value, bool):
-        return "yes" if value else "no"
-    if isinstance(value, int):
-        return f"{value:,}"
-    if isinstance(value, float):
-        return f"{value:,.1f}" if abs(value) >= 1000 else f"{value:.4g}"
-    text = str(value)
-    return text if len(text) <= MAX_TEXT_CHARS else text[: MAX_TEXT_CHARS - 1] + "…"
-
-
-def _is_scalar(value: Any) -> bool:
-    return value is None or isinstance(value, str | int | float | bool)
-
-
-def _is_record(value: Any) -> bool:
-    return isinstance(value, Mapping) and all(_is_scalar(v) for v in value.values())
-
-
-def _columns(records: Sequence[Mapping[str, Any]]) -> list[str]:
-    columns: dict[str, None] = {}
-    for record in records:
-        columns.update(dict.fromkeys(str(k) for k in record))
-    return list(columns)
-
-
-def to_node(value: Any, depth: int = 0) -> Node:
-    """Turn any JSON-like value into a :class:`Node`, robustly (no key is assumed)."""
-    if _is_scalar(value):
-        return Node("text", scalar_text(value))
-    if depth >= MAX_NODE_DEPTH:
-        return Node("text", scalar_text(json.dumps(value, default=str)))
-    if isinstance(value, Mapping):
-        return _mapping_node(value, depth)
-    if isinstance(value, list | tuple | set | frozenset):
-        return _sequence_node(list(value), depth)
-    return Node("text", scalar_text(str(value)))
-
-
-def _mapping_node(value: Mapping[Any, Any], depth: int) -> Node:
-    if not value:
-        return Node("text", "(none)")
-    entries = list(value.items())
-    more = max(len(entries) - MAX_NODE_ITEMS, 0)
-    entries = entries[:MAX_NODE_ITEMS]
-    records = [v for _, v in entries]
-    if len(entries) >= 2 and all(_is_record(v) and v for v in records):
-        columns = _columns(records)
-        if len(columns) <= MAX_RECORD_COLUMNS:
-            rows = [[Node("text", scalar_text(str(k)))] + [to_node(v.get(c)) for c in columns]
-                    for k, v in entries]
-            return Node("table", headers=["", *columns], rows=rows, more=more)
-    if _groups(records):
-        return _grouped_node(entries, depth, more)
-    if depth > 0 and _is_record(value) and len(entries) <= MAX_RECORD_COLUMNS:
-        keys = [scalar_text(str(k)) for k, _ in entries]
-        return Node("table", headers=keys, rows=[[to_node(v) for _, v in entries]])
-    items = [(scalar_text(str(k)), to_node(v, depth + 1)) for k, v in entries]
-    return Node("kv", items=items, more=more)
-
-
-def _groups(values: list[Any]) -> bool:
-    """Several groups described by (mostly) the same keys, some of them scalars."""
-    if len(values) < 2 or not all(isinstance(v, Mapping) and v for v in values):
-        return False
-    shared = set.intersection(*(set(map(str, v)) for v in values))
-    return 2 * len(shared) >= len(_columns(values)) and 0 < len(_scalar_keys(values)) <= (
-        MAX_RECORD_COLUMNS)
-
-
-def _scalar_keys(values: list[Mapping[Any, Any]]) -> list[str]:
-    return [c for c in _columns(values)
-            if all(_is_scalar(v.get(c)) for v in values if c in map(str, v))]
-
-
-def _grouped_node(entries: list[tuple[Any, Any]], depth: int, more: int) -> Node:
-    """Groups compared in one table of their scalar fields, then each group's other fields."""
-    values = [v for _, v in entries]
-    keys = _scalar_keys(values)
-    rows = [[Node("text", scalar_text(str(name)))] + [to_node(v.get(k)) for k in keys]
-            for name, v in entries]
-    children = [Node("table", headers=["", *keys], rows=rows, more=more)]
-    rest = [(scalar_text(str(name)), {k: x for k, x in v.items() if str(k) not in keys})
-            for name, v in entries]
-    items = [(name, _mapping_node(r, depth + 1)) for name, r in rest if r]
-    if items:
-        children.append(Node("kv", items=items))
-    return Node("stack", children=children)
-
-
-def _sequence_node(values: list[Any], depth: int) -> Node:
-    if not values:
-        return Node("text", "(none)")
-    more = max(len(values) - MAX_NODE_ITEMS, 0)
-    values = values[:MAX_NODE_ITEMS]
-    if all(_is_scalar(v) for v in values):
-        suffix = f" … ({more:,} more)" if more else ""
-        return Node("text", ", ".join(scalar_text(v) for v in values) + suffix)
-    if all(_is_record(v) for v in values):
-        columns = _columns(values)
-        if len(columns) <= MAX_RECORD_COLUMNS:
-            rows = [[to_node(v.get(c)) for c in columns] for v in values]
-            return Node("table", headers=columns, rows=rows, more=more)
-    return Node("list", children=[to_node(v, depth + 1) for v in values], more=more)
 
 
 # -- the per-answer views -----------------------------------------------------------------
@@ -321,7 +190,7 @@ def _row(number: int, claim: ClaimAudit, sources: list[Source],
 
 def _meta(audit: AnswerAudit) -> list[tuple[str, str]]:
     return [(str(k), shorten(scalar_text(v), 80)) for k, v in audit.answer.meta.items()
-            if _is_scalar(v) and v not in (None, "")]
+            if is_scalar(v) and v not in (None, "")]
 
 
 def source_labels(sources: Sequence[Source]) -> list[str]:
@@ -393,7 +262,7 @@ def _reasons(counts: Mapping[str, int]) -> list[tuple[str, int, str]]:
 
 @lru_cache(maxsize=1)
 def _environment() -> jinja2.Environment:
-    loader = jinja2.FileSystemLoader(Path(__file__).parent / "templates")
+    loader = jinja2.FileSystemLoader(Path(__file__).parents[1] / "report" / "templates")
     env = jinja2.Environment(loader=loader, autoescape=True, undefined=jinja2.StrictUndefined,
                              trim_blocks=True, lstrip_blocks=True)
     env.filters.update(percent=percent, ci_text=ci_text, estimate=estimate_text,

@@ -1,0 +1,54 @@
+"""Option values that come from a registry: the built-in names plus those of installed plugins.
+
+The registry is named as a ``"module:attr"`` string and read only when click needs its names
+(``--help``, or checking a value that was given), so importing the CLI scans no entry points
+and imports no backend.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import click
+
+from medverify.registry import load_attr
+
+JUDGES = "medverify.judge:JUDGES"
+DECOMPOSERS = "medverify.decompose:DECOMPOSERS"
+EMBEDDERS = "medverify.kb.embed:EMBEDDERS"
+
+
+def registry_names(registry: str) -> list[str]:
+    """The names of the registry at ``"module:attr"`` (sorted; plugins included)."""
+    return list(load_attr(registry).names())
+
+
+class RegistryChoice(click.Choice):  # type: ignore[type-arg]
+    """``click.Choice`` among a registry's names, read when first needed."""
+
+    def __init__(self, registry: str) -> None:
+        self.registry = registry
+        super().__init__((), case_sensitive=True)
+
+    @property  # type: ignore[override]
+    def choices(self) -> tuple[str, ...]:
+        return tuple(registry_names(self.registry))
+
+    @choices.setter
+    def choices(self, value: Any) -> None:
+        """Ignored: ``click.Choice.__init__`` sets the choices, here they come from the
+        registry."""
+
+
+class NamesHelpOption(click.Option):
+    """An option whose help text lists a registry's names: ``{names}`` in ``help`` is
+    replaced by them (comma-separated) when the help is shown."""
+
+    def __init__(self, *args: Any, names_from: str, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.names_from = names_from
+        self.help_template = self.help or ""
+
+    def get_help_record(self, ctx: click.Context) -> tuple[str, str] | None:
+        self.help = self.help_template.format(names=", ".join(registry_names(self.names_from)))
+        return super().get_help_record(ctx)

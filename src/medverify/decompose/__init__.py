@@ -1,0 +1,79 @@
+"""Claim decomposition: an answer becomes a list of atomic, checkable :class:`Claim` records.
+
+Two decomposers share one seam (:class:`Decomposer`) and one registry (:data:`DECOMPOSERS`):
+
+- ``rules`` (:class:`RuleDecomposer`, :mod:`.rules`): offline and deterministic. It
+  segments the answer into sentences and list items, drops what makes no checkable claim
+  (questions, greetings, disclaimers, headings, list lead-ins), strips citation markers
+  into ``Claim.markers`` and splits coordinated predicates that share a subject
+  (:mod:`.clauses`).
+- ``llm`` (:class:`LLMDecomposer`, :mod:`.llm`): asks a chat model for atomic,
+  self-contained claims, giving it the answer as numbered segments from the same
+  segmenter; the model names the segment each claim comes from and the span is taken from
+  our own segmentation.
+
+Every claim's ``span`` is the exact offset range of its source segment in ``answer.text``
+and ``sentence`` is that segment's index in :func:`segment` output (:mod:`.segment`). See
+docs/decompose.md.
+
+Plugins add decomposers through the ``medverify.decomposers`` entry-point group; a
+decomposer factory is called as ``factory(config, model)`` with a
+:class:`~medverify.config.Config` (or None) and a :class:`~medverify.llm.facade.Model` (or
+None), e.g. ``mine = "my_package.decompose:MyDecomposer.from_config"``.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Protocol, runtime_checkable
+
+from medverify.decompose.clauses import VerbClass, split_coordination, split_semicolons
+from medverify.decompose.llm import LLMDecomposer, parse_reply
+from medverify.decompose.rules import RuleDecomposer, is_droppable
+from medverify.decompose.segment import Segment, SegmentKind, clean_text, segment
+from medverify.records import Answer, Claim
+from medverify.registry import Registry
+
+if TYPE_CHECKING:
+    from medverify.config import Config
+    from medverify.llm.facade import Model
+
+__all__ = [
+    "DECOMPOSERS",
+    "Decomposer",
+    "LLMDecomposer",
+    "RuleDecomposer",
+    "Segment",
+    "SegmentKind",
+    "VerbClass",
+    "clean_text",
+    "is_droppable",
+    "make_decomposer",
+    "parse_reply",
+    "segment",
+    "split_coordination",
+    "split_semicolons",
+]
+
+
+@runtime_checkable
+class Decomposer(Protocol):
+    """Turns an answer into claims. ``name`` is the registry name; ``prompt_version`` is
+    the prompt id (``"decompose/v1"``) for model-based decomposers, else None."""
+
+    name: str
+    prompt_version: str | None
+
+    async def decompose(self, answer: Answer) -> list[Claim]: ...
+
+
+DECOMPOSERS: Registry[Decomposer] = Registry("decomposer", group="medverify.decomposers")
+DECOMPOSERS.register("rules", "medverify.decompose.rules:RuleDecomposer.from_config")
+DECOMPOSERS.register("llm", "medverify.decompose.llm:LLMDecomposer.from_config")
+
+
+def make_decomposer(name: str, model: Model | None = None,
+                    config: Config | None = None) -> Decomposer:
+    """The decomposer registered as ``name`` ("rules", "llm" or a plugin's), built by its
+    factory as ``factory(config, model)``; ConfigError for an unknown name or for "llm"
+    without a model."""
+    return DECOMPOSERS.create(name, config, model)

@@ -1,0 +1,126 @@
+"""The SQLite file of a KB directory: schema, creation, connection, settings rows.
+
+``kb.sqlite`` (WAL) holds meta (settings, schema version, generation), documents, chunks
+(text, offsets, float32 vector), ``terms`` (document frequencies of chunk words) and
+``chunks_fts`` (FTS5, porter stemming, bm25). It is the KB's source of truth.
+"""
+
+from __future__ import annotations
+
+import os
+import sqlite3
+import time
+from pathlib import Path
+
+from medverify.config import KBSettings
+from medverify.errors import KBError
+from medverify.kb.embed import Embedder
+
+SCHEMA_VERSION = 1
+DB_NAME = "kb.sqlite"
+BUILD_HINT = "build one with `medverify kb ingest PATH... --kb {path}`"
+
+SCHEMA = """
+CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
+CREATE TABLE IF NOT EXISTS documents (
+    id INTEGER PRIMARY KEY, doc_id TEXT NOT NULL UNIQUE, content_hash TEXT NOT NULL,
+    title TEXT, url TEXT, source TEXT, meta TEXT NOT NULL DEFAULT '{}',
+    n_chunks INTEGER NOT NULL, added_at REAL NOT NULL);
+CREATE TABLE IF NOT EXISTS chunks (
+    id INTEGER PRIMARY KEY, doc INTEGER NOT NULL REFERENCES documents(id) ON DELETE CASCADE,
+    ord INTEGER NOT NULL, text TEXT NOT NULL, start INTEGER NOT NULL, "end" INTEGER NOT NULL,
+    n_tokens INTEGER NOT NULL, vector BLOB NOT NULL);
+CREATE INDEX IF NOT EXISTS chunks_doc ON chunks(doc);
+CREATE TABLE IF NOT EXISTS terms (term TEXT PRIMARY KEY, df INTEGER NOT NULL) WITHOUT ROWID;
+CREATE VIRTUAL TABLE IF NOT EXISTS chunks_fts USING fts5(
+    title, body, tokenize = 'porter unicode61 remove_diacritics 2');
+"""
+
+
+def create_database(db: Path, meta: dict[str, str]) -> None:
+    """Tables and settings written under a temporary name, then renamed into place: a KB
+    database exists only complete (a kill while creating leaves the temporary file, which
+    the next creation removes)."""
+    tmp = db.with_name(db.name + ".creating")
+    remove_database(tmp)
+    conn = connect(tmp)
+    try:
+        conn.executescript(SCHEMA)
+        write_meta(conn, meta)
+        conn.commit()
+        conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+    finally:
+        conn.close()
+    remove_database(db, keep_main=True)  # stale -wal/-shm of an older file, if any
+    os.replace(tmp, db)
+
+
+def remove_database(db: Path, *, keep_main: bool = False) -> None:
+    for suffix in ("-wal", "-shm") if keep_main else ("", "-wal", "-shm"):
+        db.with_name(db.name + suffix).unlink(missing_ok=True)
+
+
+def unfinished_creation(db: Path) -> bool:
+    """Whether ``db`` is what an older medverify's creation left when killed: no settings
+    and no document (so nothing can be lost by creating it again)."""
+    try:
+        conn = sqlite3.connect(f"file:{db}?mode=ro", uri=True)
+        try:
+            tables = {row[0] for row in conn.execute(
+                "SELECT name FROM sqlite_master WHERE type = 'table'")}
+            if "meta" in tables and conn.execute("SELECT COUNT(*) FROM meta").fetchone()[0]:
+                return False
+            return "documents" not in tables or not conn.execute(
+                "SELECT COUNT(*) FROM documents").fetchone()[0]
+        finally:
+            conn.close()
+    except sqlite3.DatabaseError:
+        return False  # unreadable: the open path reports it
+
+
+def connect(path: Path) -> sqlite3.Connection:
+    try:
+        conn = sqlite3.connect(str(path), check_same_thread=False)
+        conn.execute("PRAGMA journal_mode=WAL")
+        conn.execute("PRAGMA synchronous=NORMAL")
+        conn.execute("PRAGMA foreign_keys=ON")
+    except sqlite3.DatabaseError as exc:
+        raise KBError(f"{path} is not a readable knowledge base ({exc}): delete it and "
+                      + BUILD_HINT.format(path=path.parent)) from exc
+    return conn
+
+
+def initial_meta(settings: KBSettings, embedder: Embedder,
+                 spec: Embedder | str | None) -> dict[str, str]:
+    return {"schema_version": str(SCHEMA_VERSION), "embedder_id": embedder.id,
+            "embedder_spec": spec_of(embedder, spec), "dim": str(embedder.dim),
+            "chunk_tokens": str(settings.chunk_tokens),
+            "chunk_overlap": str(settings.chunk_overlap),
+            "generation": "0", "created_at": str(time.time())}
+
+
+def spec_of(embedder: Embedder, spec: Embedder | str | None) -> str:
+    """How to re-create the embedder later: a name or an absolute model path."""
+    if isinstance(spec, str) and Path(spec).expanduser().is_dir():
+        return str(Path(spec).expanduser().resolve())
+    path = getattr(embedder, "path", None)
+    if embedder.id.startswith("st:") and path is not None:
+        return str(path)
+    return embedder.id
+
+
+def read_generation(conn: sqlite3.Connection) -> int:
+    """The KB's generation: bumped by every committed ingest batch."""
+    row = conn.execute("SELECT value FROM meta WHERE key='generation'").fetchone()
+    return int(row[0])
+
+
+def count_rows(conn: sqlite3.Connection) -> tuple[int, int]:
+    """(documents, chunks) stored."""
+    docs = conn.execute("SELECT count(*) FROM documents").fetchone()[0]
+    chunks = conn.execute("SELECT count(*) FROM chunks").fetchone()[0]
+    return int(docs), int(chunks)
+
+
+def write_meta(conn: sqlite3.Connection, meta: dict[str, str]) -> None:
+    conn.executemany("INSERT OR REPLACE INTO meta (key, value) VALUES (?, ?)", meta.items())
