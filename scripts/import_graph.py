@@ -70,6 +70,8 @@ LAYERS: dict[str, int] = {
     "demo": 4,
     # 5 entry points.
     "cli": 5,
+    "client": 5,  # the Python client of `medverify serve` (HTTP; the service's records)
+    "service": 5,  # the HTTP service: routes over the flows, like the CLI
     "testing": 5,
     PACKAGE: 5,  # medverify/__init__.py
     "__main__": 5,

@@ -33,10 +33,12 @@ __all__ = [
     "CATEGORY_SCORE",
     "Analysis",
     "Answer",
+    "AsyncClient",
     "Category",
     "Checker",
     "Claim",
     "ClaimResult",
+    "Client",
     "Config",
     "Document",
     "EvidenceLabel",
@@ -45,8 +47,10 @@ __all__ = [
     "Metrics",
     "Model",
     "Passage",
+    "RateLimited",
     "Report",
     "RunStore",
+    "ServiceError",
     "Source",
     "Span",
     "Usage",
@@ -64,6 +68,11 @@ _LAZY = {
     "Model": "medverify.llm.facade",
     "get_model": "medverify.llm.facade",
     "RunStore": "medverify.store.runs",
+    # the HTTP service's client (imports httpx and the service's records)
+    "Client": "medverify.client",
+    "AsyncClient": "medverify.client",
+    "ServiceError": "medverify.client",
+    "RateLimited": "medverify.client",
 }
 
 

@@ -139,6 +139,25 @@ class RiskSettings(_Section):
     classifier: Path | None = None
 
 
+class ServiceSettings(_Section):
+    """``medverify serve``: the HTTP service (see docs/service.md)."""
+
+    host: str = "127.0.0.1"
+    port: int = Field(8765, ge=1, le=65535)
+    workers: int = Field(1, ge=1, le=64)
+    max_body_bytes: int = Field(1_048_576, ge=1024)  # larger bodies: 413
+    max_answers_per_job: int = Field(1000, ge=1)
+    request_timeout_s: float = Field(30.0, gt=0)  # synchronous endpoints: 504 after this
+    rate_per_minute: int = Field(600, ge=1)  # per API key; beyond it: 429 + Retry-After
+    rate_burst: int = Field(60, ge=1)
+    job_concurrency: int = Field(2, ge=1)  # jobs run at once per worker
+    job_poll_s: float = Field(0.2, gt=0)
+    max_job_attempts: int = Field(3, ge=1)  # a job a crash interrupted this often: failed
+    heartbeat_s: float = Field(2.0, gt=0)  # a running job's worker says it is alive
+    stale_after_s: float = Field(10.0, gt=0)  # no heartbeat this long: its worker died
+    shutdown_grace_s: float = Field(20.0, ge=0)  # in-flight jobs may finish this long
+
+
 class Config(_Section):
     """Everything a check needs to know besides its input."""
 
@@ -161,6 +180,7 @@ class Config(_Section):
     answer: AnswerSettings = Field(default_factory=AnswerSettings)
     factcheck: FactCheckSettings = Field(default_factory=FactCheckSettings)
     risk: RiskSettings = Field(default_factory=RiskSettings)
+    service: ServiceSettings = Field(default_factory=ServiceSettings)
 
     @property
     def judge_name(self) -> str:

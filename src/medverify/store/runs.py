@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 import re
 import sqlite3
+import time
 import uuid
 from collections.abc import Iterator, Sequence, Sized
 from datetime import UTC, datetime
@@ -113,6 +114,19 @@ class RunInfo(BaseModel):
     n_claims: int = 0
 
 
+def _wal(db: sqlite3.Connection, tries: int = 50) -> None:
+    """Switch to WAL. Processes opening a new file at once race for this switch, which
+    SQLite answers with "locked" at once (no busy wait): retry for up to ~5 s."""
+    for attempt in range(tries):
+        try:
+            db.execute("PRAGMA journal_mode=WAL")
+            return
+        except sqlite3.OperationalError as exc:
+            if "locked" not in str(exc) or attempt == tries - 1:
+                raise
+            time.sleep(0.1)
+
+
 def migrations() -> list[tuple[int, str]]:
     folder = resources.files("medverify.store") / "migrations"
     found = []
@@ -141,8 +155,8 @@ class RunStore:
         self.path = Path(path)
         self.path.parent.mkdir(parents=True, exist_ok=True)
         try:
-            self._db = sqlite3.connect(self.path, isolation_level=None)
-            self._db.execute("PRAGMA journal_mode=WAL")
+            self._db = sqlite3.connect(self.path, isolation_level=None, timeout=30.0)
+            _wal(self._db)
             self._db.execute("PRAGMA foreign_keys=ON")
             self._migrate()
         except sqlite3.DatabaseError as exc:
@@ -164,15 +178,20 @@ class RunStore:
         return int(self._db.execute("PRAGMA user_version").fetchone()[0])
 
     def _migrate(self) -> None:
-        current = self.schema_version
+        """Apply the migrations this file lacks, each whole or not at all. Several
+        processes may open a new or old store at once (the service's workers): a migration
+        that fails because another process applied it first is skipped."""
         for version, sql in migrations():
-            if version <= current:
+            if version <= self.schema_version:
                 continue
             try:
-                self._db.executescript(f"BEGIN;\n{sql}\nPRAGMA user_version = {version};\nCOMMIT;")
+                self._db.executescript(
+                    f"BEGIN IMMEDIATE;\n{sql}\nPRAGMA user_version = {version};\nCOMMIT;")
             except sqlite3.Error:
                 if self._db.in_transaction:
                     self._db.execute("ROLLBACK")
+                if self.schema_version >= version:
+                    continue
                 raise
 
     def _transaction(self) -> _Tx:

@@ -1,0 +1,1 @@
+"""``medverify serve``: the HTTP service over the library (see docs/service.md)."""

@@ -1,0 +1,153 @@
+"""The job runner of one worker: takes queued jobs from the run store and runs the flows.
+
+Jobs live in the run store (:class:`medverify.store.jobs.JobStore`), so they survive the
+process: a queued job waits for any worker; a running job's worker writes a heartbeat every
+``[service] heartbeat_s``, and a job whose heartbeat is older than ``stale_after_s`` (its
+worker was killed) is queued again, up to ``max_job_attempts`` starts, then failed with the
+cause. Rerunning a job costs little: check and fact-check requests go through the request
+cache, an audit resumes from its ``answers.jsonl``. A job's result is written once
+(``JobStore.finish`` refuses a second), so a job that two workers ran still has one result.
+
+On shutdown the runner stops taking jobs, lets running ones finish for ``shutdown_grace_s``,
+then cancels them and puts them back in the queue (a checkpoint: what they recorded stays).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from dataclasses import dataclass, field
+
+from pydantic import BaseModel
+
+from medverify.harness import CancelToken, RunCancelled, cause
+from medverify.service.records import (
+    AuditBatch,
+    AuditResult,
+    CheckBatch,
+    CheckResult,
+    FactCheckBatch,
+    FactCheckResult,
+)
+from medverify.service.state import ServiceState
+from medverify.store.jobs import JobKind, JobRow, JobStatus
+
+log = logging.getLogger(__name__)
+
+SHUTDOWN = "the server shut down"
+
+
+@dataclass
+class JobRunner:
+    state: ServiceState
+    active: dict[str, tuple[asyncio.Task[None], CancelToken]] = field(default_factory=dict)
+    stopping: bool = False
+    _tasks: list[asyncio.Task[None]] = field(default_factory=list)
+
+    @property
+    def settings(self):  # type: ignore[no-untyped-def]
+        return self.state.config.service
+
+    def start(self) -> None:
+        self._tasks = [asyncio.create_task(self._take_loop(), name="jobs: take"),
+                       asyncio.create_task(self._heartbeat_loop(), name="jobs: heartbeat")]
+
+    async def _take_loop(self) -> None:
+        while not self.stopping:
+            row = None
+            if len(self.active) < self.settings.job_concurrency:
+                row = self.state.jobs.claim(self.state.worker)
+            if row is None:
+                await asyncio.sleep(self.settings.job_poll_s)
+                continue
+            token = CancelToken()
+            task = asyncio.create_task(self._run(row, token), name=f"job {row.id}")
+            self.active[row.id] = (task, token)
+
+    async def _heartbeat_loop(self) -> None:
+        while not self.stopping:
+            self._tick()
+            await asyncio.sleep(self.settings.heartbeat_s)
+
+    def _tick(self) -> None:
+        jobs = self.state.jobs
+        if self.active:
+            jobs.heartbeat(list(self.active), self.state.worker)
+        for job_id, (_, token) in list(self.active.items()):
+            if not token.cancelled and jobs.cancel_requested(job_id):
+                token.cancel("cancelled by request")
+        requeued, failed = jobs.recover(self.settings.stale_after_s,
+                                        self.settings.max_job_attempts)
+        if requeued or failed:
+            log.warning("jobs of stopped workers: %d queued again, %d failed", requeued, failed)
+
+    async def _run(self, row: JobRow, token: CancelToken) -> None:
+        jobs = self.state.jobs
+        try:
+            result = await self._execute(row, token)
+            jobs.finish(row.id, JobStatus.DONE, result_json=result.model_dump_json())
+        except RunCancelled as exc:
+            if self.stopping and token.reason == SHUTDOWN:
+                jobs.requeue(row.id, SHUTDOWN)
+            else:
+                jobs.finish(row.id, JobStatus.CANCELLED, error=str(exc))
+        except asyncio.CancelledError:
+            jobs.requeue(row.id, SHUTDOWN)
+            raise
+        except Exception as exc:
+            log.warning("job %s failed: %s", row.id, cause(exc))
+            jobs.finish(row.id, JobStatus.FAILED, error=cause(exc))
+        finally:
+            self.active.pop(row.id, None)
+
+    async def _execute(self, row: JobRow, token: CancelToken) -> BaseModel:
+        def progress(done: int, total: int) -> None:
+            self.state.jobs.progress(row.id, done, total)
+
+        if row.kind is JobKind.CHECK:
+            batch = CheckBatch.model_validate_json(row.request)
+            checker = self.state.need_checker()
+            reports = await checker.run(batch.answers, store=self.state.runs,
+                                        progress=progress, cancel=token)
+            self._ran(row, reports[0].run_id if reports else None, len(reports))
+            return CheckResult(reports=reports)
+        if row.kind is JobKind.FACTCHECK:
+            fbatch = FactCheckBatch.model_validate_json(row.request)
+            factchecker = self.state.need_factchecker()
+            freports = await factchecker.run(fbatch.answers, store=self.state.runs,
+                                             progress=progress, cancel=token)
+            self._ran(row, freports[0].run_id if freports else None, len(freports))
+            return FactCheckResult(reports=freports)
+        abatch = AuditBatch.model_validate_json(row.request)
+        auditor = self.state.auditor(row.id)
+        auditor.progress = progress
+        audits, summary = await auditor.run(abatch.inputs, cancel=token)
+        self._ran(row, summary.run_id, len(audits))
+        return AuditResult(audits=audits, summary=summary)
+
+    def _ran(self, row: JobRow, run_id: str | None, n: int) -> None:
+        self.state.jobs.progress(row.id, n, n, run_id=run_id)
+
+    async def stop(self) -> None:
+        """Stop taking jobs; give running ones ``shutdown_grace_s`` to finish, then cancel
+        them back into the queue."""
+        self.stopping = True
+        for task in self._tasks:
+            task.cancel()
+        for task in self._tasks:
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+        running = [task for task, _ in self.active.values()]
+        if running:
+            await asyncio.wait(running, timeout=self.settings.shutdown_grace_s)
+        for _, token in list(self.active.values()):
+            token.cancel(SHUTDOWN)
+        left = [task for task, _ in self.active.values()]
+        if left:
+            await asyncio.wait(left, timeout=5.0)
+        for task, _ in list(self.active.values()):
+            task.cancel()
+        for task in [t for t, _ in self.active.values()]:
+            with contextlib.suppress(asyncio.CancelledError):
+                await task

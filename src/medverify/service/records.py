@@ -1,0 +1,140 @@
+"""The HTTP service's vocabulary: what requests carry and responses return.
+
+Bodies are the project's records wherever one fits (an :class:`~medverify.records.Answer`
+in, a :class:`~medverify.records.Report` out), so the OpenAPI schema is generated from the
+same types the library uses; the records here add only what HTTP needs: jobs, keys, errors.
+Every error has one shape, :class:`ErrorResponse`.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Annotated, Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from medverify.audit.records import AnswerAudit, AuditInput, AuditSummary
+from medverify.factcheck.records import FactCheckReport
+from medverify.records import Answer, Report
+from medverify.risk.records import RiskScore
+from medverify.risk.stage import RiskText
+from medverify.store.access import Role
+from medverify.store.jobs import JobKind, JobProgress, JobStatus
+
+
+class _Record(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+# ----------------------------------------------------------------------- errors
+
+
+class ErrorBody(_Record):
+    code: str = Field(description="machine-readable: e.g. invalid_json, unauthorized, "
+                      "forbidden, not_found, too_large, rate_limited, timeout, invalid_input")
+    message: str = Field(description="what went wrong and what to do, for a person")
+    detail: list[dict[str, Any]] | None = Field(
+        None, description="per-field problems of a request that did not validate")
+
+
+class ErrorResponse(_Record):
+    """The one error shape of every 4xx and 5xx response."""
+
+    error: ErrorBody
+
+
+# ----------------------------------------------------------------------- requests
+
+
+class KeyRequest(_Record):
+    name: str = Field(min_length=1, max_length=200)
+    role: Role = Role.CLIENT
+
+
+
+
+class CheckBatch(_Record):
+    """Many answers checked as one job."""
+
+    answers: list[Answer] = Field(min_length=1)
+
+
+class AuditBatch(_Record):
+    """Answers with their cited sources (URLs are fetched), audited as one job."""
+
+    inputs: list[AuditInput] = Field(min_length=1)
+
+
+class FactCheckBatch(_Record):
+    answers: list[Answer] = Field(min_length=1)
+
+
+class RiskRequest(_Record):
+    texts: list[RiskText] = Field(min_length=1)
+
+
+class RiskResponse(_Record):
+    scores: list[RiskScore]
+
+
+# ----------------------------------------------------------------------- jobs
+
+
+class CheckResult(_Record):
+    kind: Literal["check"] = "check"
+    reports: list[Report]
+
+
+class AuditResult(_Record):
+    kind: Literal["audit"] = "audit"
+    audits: list[AnswerAudit]
+    summary: AuditSummary
+
+
+class FactCheckResult(_Record):
+    kind: Literal["factcheck"] = "factcheck"
+    reports: list[FactCheckReport]
+
+
+JobResult = Annotated[CheckResult | AuditResult | FactCheckResult, Field(discriminator="kind")]
+
+
+class Job(_Record):
+    """Work that may outlast a request: poll ``GET /v1/jobs/{id}`` until ``status`` is
+    ``done``, ``failed`` or ``cancelled``."""
+
+    id: str
+    kind: JobKind
+    status: JobStatus
+    key_id: str | None = None
+    created_at: datetime
+    started_at: datetime | None = None
+    finished_at: datetime | None = None
+    progress: JobProgress = Field(default_factory=JobProgress)
+    attempts: int = 0  # times a worker started it (a restart after a crash adds one)
+    run_id: str | None = None
+    error: str | None = None
+    cancel_requested: bool = False
+    result: JobResult | None = None
+
+
+# ----------------------------------------------------------------------- runs and health
+
+
+class RunRecord(_Record):
+    """A recorded run with what it produced (the kind's records; the others are None)."""
+
+    info: dict[str, Any]
+    reports: list[Report] | None = None
+    audits: list[AnswerAudit] | None = None
+    factchecks: list[FactCheckReport] | None = None
+
+
+class Health(_Record):
+    status: Literal["ok"] = "ok"
+    version: str
+
+
+class Readiness(_Record):
+    ready: bool
+    checks: dict[str, str] = Field(description="component -> 'ok' or what is wrong")

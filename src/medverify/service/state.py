@@ -1,0 +1,128 @@
+"""What one worker process of the service holds: the run store (keys, jobs, audit log,
+runs), and the flows loaded once (knowledge base, model, judge, risk stage)."""
+
+from __future__ import annotations
+
+import logging
+import os
+import socket
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from medverify.audit.runner import Auditor
+from medverify.config import Config
+from medverify.errors import MedverifyError
+from medverify.factcheck.loop import FactChecker, ScopedLedger, metered
+from medverify.harness import close_owned
+from medverify.llm.facade import Model, UsageLedger, model_from_config
+from medverify.pipeline import Checker
+from medverify.service.auth import TokenBucket
+from medverify.service.errors import ApiError
+from medverify.store.access import AuditLog, KeyStore
+from medverify.store.jobs import JobStore
+from medverify.store.runs import RunStore
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class ServiceState:
+    """The service's state in one worker; :meth:`load` fills the flows, and what failed to
+    load is reported by ``/readyz`` (the endpoints that need it answer 503)."""
+
+    config: Config
+    runs: RunStore
+    keys: KeyStore
+    jobs: JobStore
+    audit: AuditLog
+    limiter: TokenBucket
+    worker: str
+    model: Model | None = None
+    checker: Checker | None = None
+    factchecker: FactChecker | None = None
+    problems: dict[str, str] = field(default_factory=dict)
+
+    @classmethod
+    def open(cls, config: Config) -> ServiceState:
+        runs = RunStore(config.store_path)
+        settings = config.service
+        limiter = TokenBucket(rate=settings.rate_per_minute / 60.0, burst=settings.rate_burst)
+        return cls(config=config, runs=runs, keys=KeyStore(runs), jobs=JobStore(runs),
+                   audit=AuditLog(runs), limiter=limiter,
+                   worker=f"{socket.gethostname()}:{os.getpid()}")
+
+    def load(self) -> None:
+        """Open the KB and model and load the judge (and risk stage) once for this worker."""
+        try:
+            if self.config.model:
+                self.model = model_from_config(self.config, ledger=ScopedLedger())
+            self.checker = Checker.from_config(self.config, model=self.model)
+        except MedverifyError as exc:
+            self.problems["checker"] = str(exc)
+            return
+        try:
+            shared = self.checker.judge if self.config.judge_name == "builtin" else None
+            self.factchecker = FactChecker.from_config(
+                self.config, kb=self.checker.kb, model=self.model, judge=shared)  # type: ignore[arg-type]
+        except MedverifyError as exc:
+            self.problems["factcheck"] = str(exc)
+
+    @property
+    def jobs_dir(self) -> Path:
+        """Where audit jobs keep their outputs (answers.jsonl resumes them after a crash)."""
+        return self.config.store_path.parent / "service-jobs"
+
+    def readiness(self) -> dict[str, str]:
+        checks = {"store": "ok"}
+        try:
+            self.runs.schema_version  # noqa: B018
+        except Exception as exc:  # a broken store file: not ready
+            checks["store"] = f"{type(exc).__name__}: {exc}"
+        checks["kb"] = "ok" if self.checker is not None else self.problems.get(
+            "checker", "not loaded")
+        if self.checker is not None:
+            checks["judge"] = "ok"
+            if self.config.risk.classifier is not None:
+                checks["risk"] = "ok" if self.checker.risk is not None else "not loaded"
+        checks["factcheck"] = "ok" if self.factchecker is not None else self.problems.get(
+            "factcheck", "not loaded")
+        return checks
+
+    def need_checker(self) -> Checker:
+        if self.checker is None:
+            raise ApiError(503, "not_ready", "the service cannot check answers: "
+                           + self.problems.get("checker", "not loaded") + " (see /readyz)")
+        return self.checker
+
+    def need_factchecker(self) -> FactChecker:
+        if self.factchecker is None:
+            raise ApiError(503, "not_ready", "the service cannot fact-check: "
+                           + self.problems.get("factcheck", self.problems.get(
+                               "checker", "not loaded")) + " (see /readyz)")
+        return self.factchecker
+
+    def auditor(self, job_id: str) -> Auditor:
+        """An auditor for one audit job, sharing this worker's judge, embedder and model;
+        its outputs (resumable) go to ``jobs_dir/<job id>``."""
+        checker = self.need_checker()
+        embedder = getattr(checker.kb, "embedder", None)
+        return Auditor.from_config(self.config, model=self.model, judge=checker.judge,
+                                   embedder=embedder, out_dir=self.jobs_dir / job_id)
+
+    @contextmanager
+    def metered(self) -> Iterator[UsageLedger]:
+        """The tokens spent in the block by this request alone (answers run concurrently)."""
+        ledger = self.checker.ledger if self.checker is not None else UsageLedger()
+        with metered(ledger) as used:
+            yield used
+
+    async def aclose(self) -> None:
+        owned: list[object] = []
+        if self.checker is not None:
+            owned.extend(self.checker.owned)
+        if self.model is not None:
+            owned.append(self.model)
+        await close_owned(owned)
+        self.runs.close()

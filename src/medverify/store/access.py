@@ -1,0 +1,243 @@
+"""API keys (stored hashed), their roles, and the audit log of every write.
+
+Both live in the run store (tables ``api_keys`` and ``audit_log``, migration 0006):
+:class:`KeyStore` creates, lists, revokes and verifies keys; :class:`AuditLog` appends and
+reads the log.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+import re
+import secrets
+import sqlite3
+from datetime import UTC, datetime, timedelta
+from enum import StrEnum
+
+from pydantic import BaseModel, ConfigDict
+
+from medverify.errors import MedverifyError
+from medverify.store.runs import RunStore
+
+
+class _Record(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+class Role(StrEnum):
+    """What a key may do; each role may do everything the ones before it may."""
+
+    CLIENT = "client"  # check, audit, factcheck, risk; its own jobs and runs
+    REVIEWER = "reviewer"  # the clinician review queue (next issue), and a client's rights
+    ADMIN = "admin"  # keys, the audit log, every job and run
+
+    def allows(self, needed: Role) -> bool:
+        order = list(Role)
+        return order.index(self) >= order.index(needed)
+
+
+class KeyInfo(_Record):
+    """An API key as listed (never its secret, which exists only when it is created)."""
+
+    id: str
+    name: str
+    role: Role
+    created_at: datetime
+    revoked_at: datetime | None = None
+    last_used_at: datetime | None = None
+
+
+class NewKey(_Record):
+    """A key just created: ``secret`` is shown this once and stored only as a hash."""
+
+    key: KeyInfo
+    secret: str
+
+
+class AuditEvent(_Record):
+    """One line of the audit log: who did what, when."""
+
+    id: int
+    at: datetime
+    key_id: str | None
+    action: str
+    target: str | None = None
+    status: int | None = None
+    detail: str | None = None
+
+
+class KeyNotFound(MedverifyError):
+    """No API key has this id."""
+
+
+_PREFIX = "mvk_"
+_SECRET = re.compile(r"mvk_([0-9a-f]{12})_([A-Za-z0-9_-]{16,128})")
+_TOUCH_EVERY = timedelta(minutes=1)
+_KEY_COLUMNS = "id, name, role, created_at, revoked_at, last_used_at"
+_EVENT_COLUMNS = "id, at, key_id, action, target, status, detail"
+
+
+def _now() -> datetime:
+    return datetime.now(UTC).replace(microsecond=0)
+
+
+def _stamp(when: datetime) -> str:
+    return when.astimezone(UTC).isoformat(timespec="seconds")
+
+
+def _when(text: str | None) -> datetime | None:
+    return datetime.fromisoformat(text) if text else None
+
+
+def _digest(secret: str) -> str:
+    return hashlib.sha256(secret.encode("utf-8")).hexdigest()
+
+
+def _key(row: tuple) -> KeyInfo:
+    key_id, name, role, created_at, revoked_at, last_used_at = row
+    return KeyInfo(id=key_id, name=name, role=Role(role), created_at=datetime.fromisoformat(
+        created_at), revoked_at=_when(revoked_at), last_used_at=_when(last_used_at))
+
+
+class KeyStore:
+    """API keys in the run store.
+
+    A secret reads ``mvk_<id>_<token>``: ``id`` (12 hex characters) names the row, ``token``
+    is 32 random bytes (``secrets.token_urlsafe``). Only the SHA-256 of the whole secret is
+    stored. A fast, unsalted hash is adequate here because the secret is not a password: it
+    carries 256 random bits, so neither a dictionary nor brute force over the hash is
+    feasible, and a slow hash would only make every request slower.
+    """
+
+    def __init__(self, runs: RunStore) -> None:
+        self._db = runs._db
+
+    def create(self, name: str, role: Role | str = Role.CLIENT) -> NewKey:
+        name = name.strip()
+        if not name:
+            raise MedverifyError("an API key needs a name (who or what uses it)")
+        role = Role(role)
+        created = _stamp(_now())
+        for _ in range(5):  # 48-bit ids: a collision is unlikely, and retried
+            key_id = secrets.token_hex(6)
+            secret = f"{_PREFIX}{key_id}_{secrets.token_urlsafe(32)}"
+            try:
+                self._db.execute(
+                    "INSERT INTO api_keys (id, name, role, secret_sha256, created_at)"
+                    " VALUES (?, ?, ?, ?, ?)",
+                    (key_id, name, role.value, _digest(secret), created),
+                )
+            except sqlite3.IntegrityError:
+                continue
+            return NewKey(key=self.get(key_id), secret=secret)
+        raise MedverifyError("could not find a free API key id; try again")
+
+    def list(self) -> list[KeyInfo]:
+        """Every key, revoked ones included, oldest first."""
+        rows = self._db.execute(
+            f"SELECT {_KEY_COLUMNS} FROM api_keys ORDER BY created_at, rowid"
+        ).fetchall()
+        return [_key(row) for row in rows]
+
+    def get(self, key_id: str) -> KeyInfo:
+        row = self._db.execute(
+            f"SELECT {_KEY_COLUMNS} FROM api_keys WHERE id = ?", (key_id,)
+        ).fetchone()
+        if row is None:
+            raise KeyNotFound(
+                f"no API key with id {key_id!r}; `medverify keys list` shows the keys"
+            )
+        return _key(row)
+
+    def revoke(self, key_id: str) -> KeyInfo:
+        """Revoke a key (at once, for every process); revoking it again changes nothing."""
+        cursor = self._db.execute(
+            "UPDATE api_keys SET revoked_at = COALESCE(revoked_at, ?) WHERE id = ?",
+            (_stamp(_now()), key_id),
+        )
+        if cursor.rowcount == 0:
+            raise KeyNotFound(
+                f"no API key with id {key_id!r}; `medverify keys list` shows the keys"
+            )
+        return self.get(key_id)
+
+    def verify(self, secret: str) -> KeyInfo | None:
+        """The key a secret belongs to, or None for a malformed, unknown, wrong or revoked
+        one. Records the use in ``last_used_at``, at most once a minute per key."""
+        match = _SECRET.fullmatch(secret) if isinstance(secret, str) else None
+        if match is None:
+            return None
+        row = self._db.execute(
+            f"SELECT {_KEY_COLUMNS}, secret_sha256 FROM api_keys WHERE id = ?",
+            (match.group(1),),
+        ).fetchone()
+        if row is None or not hmac.compare_digest(row[-1], _digest(secret)):
+            return None
+        info = _key(row[:-1])
+        if info.revoked_at is not None:
+            return None
+        now = _now()
+        if info.last_used_at is None or now - info.last_used_at >= _TOUCH_EVERY:
+            stamp = _stamp(now)
+            self._db.execute(
+                "UPDATE api_keys SET last_used_at = ? WHERE id = ?"
+                " AND (last_used_at IS NULL OR last_used_at <= ?)",
+                (stamp, info.id, _stamp(now - _TOUCH_EVERY)),
+            )
+            info = info.model_copy(update={"last_used_at": now})
+        return info
+
+
+class AuditLog:
+    """The audit log in the run store: who did what, when (append only)."""
+
+    def __init__(self, runs: RunStore) -> None:
+        self._db = runs._db
+
+    def record(
+        self,
+        key_id: str | None,
+        action: str,
+        target: str | None = None,
+        status: int | None = None,
+        detail: str | None = None,
+    ) -> AuditEvent:
+        at = _now()
+        cursor = self._db.execute(
+            "INSERT INTO audit_log (at, key_id, action, target, status, detail)"
+            " VALUES (?, ?, ?, ?, ?, ?)",
+            (_stamp(at), key_id, action, target, status, detail),
+        )
+        assert cursor.lastrowid is not None
+        return AuditEvent(id=cursor.lastrowid, at=at, key_id=key_id, action=action,
+                          target=target, status=status, detail=detail)
+
+    def touched(self, key_id: str, target: str) -> bool:
+        """Whether key ``key_id`` made a write whose target was ``target`` (e.g. a run)."""
+        row = self._db.execute("SELECT 1 FROM audit_log WHERE key_id = ? AND target = ? "
+                               "LIMIT 1", (key_id, target)).fetchone()
+        return row is not None
+
+    def list(
+        self, limit: int = 100, key_id: str | None = None, since_id: int | None = None
+    ) -> list[AuditEvent]:
+        """The newest ``limit`` events (newest first), of one key when ``key_id`` is given,
+        and only those after event ``since_id`` when it is."""
+        where, args = [], []
+        if key_id is not None:
+            where.append("key_id = ?")
+            args.append(key_id)
+        if since_id is not None:
+            where.append("id > ?")
+            args.append(since_id)
+        clause = f" WHERE {' AND '.join(where)}" if where else ""
+        rows = self._db.execute(
+            f"SELECT {_EVENT_COLUMNS} FROM audit_log{clause} ORDER BY id DESC LIMIT ?",
+            (*args, max(0, limit)),
+        ).fetchall()
+        return [
+            AuditEvent(id=i, at=datetime.fromisoformat(at), key_id=k, action=a, target=t,
+                       status=s, detail=d)
+            for i, at, k, a, t, s, d in rows
+        ]
