@@ -141,13 +141,10 @@ class JobRunner:
         running = [task for task, _ in self.active.values()]
         if running:
             await asyncio.wait(running, timeout=self.settings.shutdown_grace_s)
-        for _, token in list(self.active.values()):
+        left = list(self.active.values())
+        for task, token in left:  # a checkpoint: back to the queue, what they recorded stays
             token.cancel(SHUTDOWN)
-        left = [task for task, _ in self.active.values()]
-        if left:
-            await asyncio.wait(left, timeout=5.0)
-        for task, _ in list(self.active.values()):
             task.cancel()
-        for task in [t for t, _ in self.active.values()]:
+        for task, _ in left:
             with contextlib.suppress(asyncio.CancelledError):
                 await task

@@ -64,9 +64,13 @@ class ServiceProcess:
                    "--store", str(self.store), "--port", str(self.port),
                    "--workers", str(self.workers), *self.args]
         env = {**os.environ, "MEDVERIFY_HOME": str(self.home), **self.env}
-        out = open(self.log, "ab") if self.log else subprocess.DEVNULL  # noqa: SIM115
-        self.process = subprocess.Popen(command, env=env, stdout=out, stderr=out,
-                                        start_new_session=True)
+        if self.log is not None:
+            with open(self.log, "ab") as out:  # the child keeps its own copy of the handle
+                self.process = subprocess.Popen(command, env=env, stdout=out, stderr=out,
+                                                start_new_session=True)
+        else:
+            self.process = subprocess.Popen(command, env=env, stdout=subprocess.DEVNULL,
+                                            stderr=subprocess.DEVNULL, start_new_session=True)
         wait_healthy(self.url, timeout_s, process=self.process)
         return self
 
