@@ -122,12 +122,10 @@ def _state(request: Request) -> ServiceState:
 
 
 def _job(row: JobRow) -> Job:
-    result = json.loads(row.result) if row.result else None
-    return Job(id=row.id, kind=row.kind, status=row.status, key_id=row.key_id,
-               created_at=row.created_at, started_at=row.started_at,
-               finished_at=row.finished_at, progress=row.progress, attempts=row.attempts,
-               run_id=row.run_id, error=row.error, cancel_requested=row.cancel_requested,
-               result=result)
+    """The job as the API shows it: the stored row without its request, worker and
+    heartbeat, with its result parsed."""
+    fields = row.model_dump(include=set(Job.model_fields) - {"result"})
+    return Job(**fields, result=json.loads(row.result) if row.result else None)
 
 
 def _own_job(state: ServiceState, key: KeyInfo, job_id: str) -> JobRow:
