@@ -206,3 +206,7 @@ def test_risk_without_a_classifier_says_so(setup: dict[str, Any]) -> None:
     with _client(setup) as client:
         _error(client.post("/v1/risk", json={"texts": [{"id": "t", "text": "x"}]},
                            headers=_auth(setup)), 409, "not_configured")
+
+
+def test_the_config_handed_to_workers_is_not_read_as_a_setting() -> None:
+    assert Config.load(env={"MEDVERIFY_SERVE_CONFIG": "{}"}) == Config.load(env={})

@@ -11,7 +11,7 @@ Every failure is a :class:`ServiceError` (a :class:`~medverify.errors.MedverifyE
 the HTTP ``status``, a machine-readable ``code``, a ``message`` and the server's per-field
 ``detail``::
 
-    with Client("http://localhost:8000", key) as client:
+    with Client("http://127.0.0.1:8765", key) as client:
         report = client.check("Metformin is first-line therapy for type 2 diabetes.")
         job = client.wait(client.submit_check([answer_1, answer_2]).id, timeout_s=600)
 """

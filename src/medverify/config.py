@@ -231,10 +231,15 @@ class Config(_Section):
         return self.model_dump(mode="json")
 
 
+_NOT_SETTINGS = {"MEDVERIFY_HOME", "MEDVERIFY_SERVE_CONFIG"}
+"""MEDVERIFY_ variables that are not settings: the home folder, and the config
+``medverify serve`` hands its worker processes."""
+
+
 def _from_env(env: Any) -> dict[str, Any]:
     out: dict[str, Any] = {}
     for key, value in env.items():
-        if not key.startswith("MEDVERIFY_") or key == "MEDVERIFY_HOME":
+        if not key.startswith("MEDVERIFY_") or key in _NOT_SETTINGS:
             continue
         path = key[len("MEDVERIFY_") :].lower().split("__")
         node = out

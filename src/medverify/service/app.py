@@ -52,9 +52,19 @@ CONFIG_ENV = "MEDVERIFY_SERVE_CONFIG"
 
 ERRORS: dict[int | str, dict[str, Any]] = {
     code: {"model": ErrorResponse, "description": text} for code, text in {
-        400: "malformed JSON", 401: "missing, wrong or revoked key", 403: "role too low",
-        413: "body too large", 415: "not JSON", 422: "the body does not validate",
-        429: "rate limit (Retry-After)", 503: "not ready", 504: "timed out"}.items()}
+        400: "invalid_json: the body is not JSON in UTF-8",
+        401: "unauthorized: missing, wrong or revoked key (not /healthz, /readyz)",
+        403: "forbidden: the key's role is too low for this endpoint",
+        404: "not_found: no such job, run or key for this key (or no such path)",
+        409: "not_configured: the feature needs configuration the service lacks",
+        413: "too_large: body over max_body_bytes, or a job over max_answers_per_job",
+        415: "unsupported_media_type: a POST body that is not application/json",
+        422: "invalid_request (the body or a parameter does not validate) or "
+             "invalid_input (an answer the checker refuses, e.g. empty)",
+        429: "rate_limited: over the key's rate limit; see the Retry-After header",
+        500: "internal: an unexpected error (the server log has the details)",
+        503: "not_ready: the KB or models did not load (see /readyz)",
+        504: "timeout: no result within request_timeout_s"}.items()}
 
 Client = Annotated[KeyInfo, Depends(role(Role.CLIENT))]
 Admin = Annotated[KeyInfo, Depends(role(Role.ADMIN))]
@@ -164,7 +174,8 @@ def _routes(app: FastAPI, config: Config) -> None:
         """The process is up (no key needed)."""
         return Health(version=version())
 
-    @app.get("/readyz", response_model=Readiness, tags=["health"])
+    @app.get("/readyz", response_model=Readiness, tags=["health"], responses={
+        503: {"model": Readiness, "description": "not ready: what is missing"}})
     async def readyz(request: Request) -> JSONResponse:
         """The KB is open and the models are loaded (503 with what is missing otherwise)."""
         checks = _state(request).readiness()
@@ -174,9 +185,16 @@ def _routes(app: FastAPI, config: Config) -> None:
 
     @app.post("/v1/check", response_model=Report, tags=["check"])
     async def check(answer: Answer, request: Request, key: Client) -> Report:
-        """Check one answer against the knowledge base: its claims with categories,
-        evidence, probabilities (and hallucination risk when a classifier is configured).
-        Recorded in the run store; batches go to ``POST /v1/jobs/check``."""
+        """Check one answer against the knowledge base.
+
+        The report holds its claims with categories, evidence, probabilities (and
+        hallucination risk when a classifier is configured), and the tokens this request
+        spent (``usage``). Recorded in the run store; batches go to ``POST
+        /v1/jobs/check``.
+
+        422 ``invalid_input`` for an empty answer or one over ``max_answer_chars``; 503
+        ``not_ready`` when the KB or judge did not load; 504 ``timeout`` after ``[service]
+        request_timeout_s``."""
         state = _state(request)
         checker = state.need_checker()
         validate_answer(answer, config.max_answer_chars)
@@ -187,7 +205,10 @@ def _routes(app: FastAPI, config: Config) -> None:
 
     @app.post("/v1/risk", response_model=RiskResponse, tags=["check"])
     async def risk(body: RiskRequest, request: Request, key: Client) -> RiskResponse:
-        """Hallucination risk of each text from token log-probabilities (no KB)."""
+        """Hallucination risk of each text from token log-probabilities (no KB).
+
+        409 ``not_configured`` without a ``[risk] classifier``; 504 ``timeout`` after
+        ``[service] request_timeout_s``."""
         checker = _state(request).need_checker()
         if checker.risk is None:
             raise ApiError(409, "not_configured", "no risk classifier is configured "
@@ -198,17 +219,26 @@ def _routes(app: FastAPI, config: Config) -> None:
 
     @app.post("/v1/jobs/check", response_model=Job, status_code=202, tags=["jobs"])
     async def check_batch(body: CheckBatch, request: Request, key: Client) -> Job:
-        """Check many answers as a job."""
+        """Check many answers as a job.
+
+        202 with the queued job; poll ``GET /v1/jobs/{job_id}`` until it is finished (413
+        ``too_large`` over ``[service] max_answers_per_job`` answers)."""
         return _submit(request, key, JobKind.CHECK, body, len(body.answers))
 
     @app.post("/v1/audit", response_model=Job, status_code=202, tags=["jobs"])
     async def audit(body: AuditBatch, request: Request, key: Client) -> Job:
-        """Audit answers' citations (cited URLs are fetched, safely) as a job."""
+        """Audit answers' citations (cited URLs are fetched, safely) as a job.
+
+        202 with the queued job (413 ``too_large`` over ``[service] max_answers_per_job``
+        inputs)."""
         return _submit(request, key, JobKind.AUDIT, body, len(body.inputs))
 
     @app.post("/v1/factcheck", response_model=Job, status_code=202, tags=["jobs"])
     async def factcheck(body: FactCheckBatch, request: Request, key: Client) -> Job:
-        """Fact-check and correct answers as a job."""
+        """Fact-check and correct answers as a job.
+
+        202 with the queued job (413 ``too_large`` over ``[service] max_answers_per_job``
+        answers)."""
         return _submit(request, key, JobKind.FACTCHECK, body, len(body.answers))
 
     @app.get("/v1/jobs", response_model=list[Job], tags=["jobs"])
@@ -221,12 +251,18 @@ def _routes(app: FastAPI, config: Config) -> None:
 
     @app.get("/v1/jobs/{job_id}", response_model=Job, tags=["jobs"])
     async def job(job_id: str, request: Request, key: Client) -> Job:
-        """A job's status, progress and, once done, its result."""
+        """A job's status, progress and, once finished, its result.
+
+        404 for another key's job, unless the key is an admin's."""
         return _job(_own_job(_state(request), key, job_id))
 
     @app.post("/v1/jobs/{job_id}/cancel", response_model=Job, tags=["jobs"])
     async def cancel(job_id: str, request: Request, key: Client) -> Job:
-        """Cancel a job: a queued one at once, a running one before its next answer."""
+        """Cancel a job.
+
+        A queued job is cancelled at once, a running one before its next answer (so it may
+        still end ``done`` when its last answer was under way); a finished job is returned
+        as it is."""
         state = _state(request)
         _own_job(state, key, job_id)
         request.state.target = job_id
@@ -234,7 +270,9 @@ def _routes(app: FastAPI, config: Config) -> None:
 
     @app.get("/v1/runs/{run_id}", response_model=RunRecord, tags=["runs"])
     async def run(run_id: str, request: Request, key: Client) -> RunRecord:
-        """A recorded run and what it produced (recomputed from the store, no model call)."""
+        """A recorded run and what it produced (read from the store, no model call).
+
+        The runs of this key's checks and jobs (an admin key: any run); 404 otherwise."""
         state = _state(request)
         info = _run_info(state, key, run_id)
         out = RunRecord(info=info.model_dump(mode="json"))
@@ -249,7 +287,10 @@ def _routes(app: FastAPI, config: Config) -> None:
     @app.get("/v1/runs/{run_id}/report", response_class=HTMLResponse, tags=["runs"])
     async def run_report(run_id: str, request: Request, key: Client,
                          answer: Annotated[int, Query(ge=0)] = 0) -> HTMLResponse:
-        """The HTML report of answer ``answer`` of a check run."""
+        """The HTML report of one answer of a check run.
+
+        ``answer`` counts from 0. 404 for audit and fact-check runs (their data is at ``GET
+        /v1/runs/{run_id}``)."""
         state = _state(request)
         info = _run_info(state, key, run_id)
         if info.kind != "check":
@@ -274,7 +315,7 @@ def _routes(app: FastAPI, config: Config) -> None:
 
     @app.post("/v1/keys/{key_id}/revoke", response_model=KeyInfo, tags=["admin"])
     async def revoke_key(key_id: str, request: Request, key: Admin) -> KeyInfo:
-        """Revoke a key: its next request is 401."""
+        """Revoke a key: its next request is 401 (revoking it again changes nothing)."""
         request.state.target = key_id
         try:
             return _state(request).keys.revoke(key_id)
@@ -284,7 +325,10 @@ def _routes(app: FastAPI, config: Config) -> None:
     @app.get("/v1/audit-log", response_model=list[AuditEvent], tags=["admin"])
     async def audit_log(request: Request, key: Admin,
                         limit: Annotated[int, Query(ge=1, le=1000)] = 100) -> list[AuditEvent]:
-        """Who did what, newest first."""
+        """Who did what, newest first.
+
+        Every write (key id, ``METHOD /path``, target, HTTP status), every refused key, and
+        the ``medverify keys`` commands."""
         return _state(request).audit.list(limit=limit)
 
 

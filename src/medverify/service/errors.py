@@ -136,7 +136,8 @@ class BodyGuard:
         if length is not None and (not length.isdigit() or int(length) > self.max_bytes):
             return error_response(413, "too_large", self._too_large())
         kind = headers.get("content-type", "").split(";")[0].strip().lower()
-        if length != "0" and kind != "application/json":
+        has_body = (length is not None and length != "0") or "transfer-encoding" in headers
+        if has_body and kind != "application/json":
             return error_response(415, "unsupported_media_type",
                                   "send the body as JSON with Content-Type: application/json")
         return None

@@ -1,0 +1,793 @@
+"""Service benchmark (issue 15): what ``medverify serve`` adds to a check, how it holds under
+load, and whether queued jobs survive SIGKILL.
+
+Parts (run one or several; each updates its own section of the results):
+
+``overhead``
+    ``POST /v1/check`` against the app under uvicorn in a thread of this process
+    (:class:`~medverify.testing.service.ServiceThread`), with an instantly answering
+    in-process fake judge, the rules decomposer and a small hash-embedder KB, against the
+    library call ``Checker.run([answer], store=...)`` on the same config, in the same
+    process and the same run: N sequential requests of each, interleaved (one keep-alive
+    ``httpx.Client``; the response is read and parsed as JSON). Every request checks a new
+    answer, so the request cache answers none. Target: p50 added <= 5 ms.
+``load-builtin``
+    50 concurrent clients (closed loop: each sends its next request when it has the
+    answer) for ``--duration`` s against ``medverify serve`` in a subprocess
+    (:class:`~medverify.testing.service.ServiceProcess`, one worker) with the built-in judge
+    (the default without a model) on a hash-embedder KB of the shipped sample. Reported:
+    errors (anything but 200), p50/p95/p99 latency, throughput. Target: 0 errors.
+``load-llm``
+    The same clients against the LLM judge at a local OpenAI-compatible fake server with
+    200 ms latency (its own process), ``[llm] concurrency`` 16. Each answer is one sentence,
+    one claim, so each check makes exactly one judge call (verified from the responses'
+    usage and the fake server's count): ideal throughput = concurrency / latency = 80
+    answers/s. Target: within 1.2x of ideal.
+``kill``
+    ``--jobs`` check jobs (one answer each) submitted through ``POST /v1/jobs/check``; the
+    server is SIGKILLed (process group) ``--kills`` times at seeded moments (once a drawn
+    number of jobs have finished, the next job taken is killed a drawn delay of under half
+    a judge call after it started)
+    and restarted on the same store each time (``[service] stale_after_s`` 2,
+    ``heartbeat_s`` 0.5, so the killed jobs are queued again quickly), until every job is
+    finished. Counted: results, failures, duplicates (in a job's result, across jobs'
+    results, in the run store), jobs lost (target 0), attempts, wall time.
+    The judge is the LLM judge at the fake server (200 ms): the test is of the job machinery.
+
+The clients, the fake judge server and the service share the machine's cores: on a small
+machine the numbers include that contention (the load average is recorded with each part).
+
+Usage::
+
+    .venv/bin/python benchmarks/bench_service.py                 # every part
+    .venv/bin/python benchmarks/bench_service.py overhead --requests 300
+    .venv/bin/python benchmarks/bench_service.py load --duration 60 --clients 50
+    .venv/bin/python benchmarks/bench_service.py kill --jobs 200 --kills 3 --seed 15
+
+Writes benchmarks/results/service.json (sections merged, so parts can be rerun alone) and
+service.md (rendered from the JSON).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import itertools
+import json
+import multiprocessing
+import os
+import platform
+import random
+import sqlite3
+import sys
+import tempfile
+import time
+from collections import Counter
+from collections.abc import Callable
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import httpx
+import numpy as np
+
+from medverify.config import Config
+from medverify.kb import KnowledgeBase, iter_documents, sample_kb_path
+from medverify.pipeline import Checker
+from medverify.records import Answer, Document
+from medverify.store.access import KeyStore, Role
+from medverify.store.runs import RunStore
+from medverify.testing import FakeChatServer, ScriptedProvider, register_fake, unregister_fake
+from medverify.testing.faults import cli_env, kill_points
+from medverify.testing.judge import keyword_rule, scripted_judge
+from medverify.testing.service import ServiceProcess, ServiceThread
+
+ROOT = Path(__file__).resolve().parents[1]
+RESULTS = ROOT / "benchmarks" / "results"
+PARTS = ("overhead", "load-builtin", "load-llm", "kill")
+TERMINAL = ("done", "failed", "cancelled")
+UNLIMITED = {"MEDVERIFY_SERVICE__RATE_PER_MINUTE": "100000000",
+             "MEDVERIFY_SERVICE__RATE_BURST": "100000000"}
+"""The per-key rate limit raised out of the way: the benchmark measures the checks."""
+
+DRUGS = ["Metformin", "Aspirin", "Insulin", "Lisinopril", "Atorvastatin", "Warfarin",
+         "Ibuprofen", "Amoxicillin", "Omeprazole", "Levothyroxine"]
+
+
+# -- shared ----------------------------------------------------------------------------
+
+
+def machine() -> dict[str, Any]:
+    model = ""
+    with contextlib.suppress(OSError):
+        model = next((line.split(":", 1)[1].strip() for line in
+                      Path("/proc/cpuinfo").read_text().splitlines()
+                      if line.startswith("model name")), "")
+    return {"cpus": os.cpu_count(), "cpu_model": model, "python": platform.python_version(),
+            "platform": platform.platform()}
+
+
+def load_average() -> float:
+    return round(os.getloadavg()[0], 2)
+
+
+def stamp() -> str:
+    return datetime.now(UTC).isoformat(timespec="seconds")
+
+
+def percentiles(seconds: list[float]) -> dict[str, float]:
+    if not seconds:
+        return {"p50_ms": float("nan"), "p95_ms": float("nan"), "p99_ms": float("nan")}
+    ms = np.asarray(seconds) * 1000.0
+    return {f"p{q}_ms": round(float(np.percentile(ms, q)), 2) for q in (50, 95, 99)}
+
+
+def client_key(store: Path) -> str:
+    with RunStore(store) as runs:
+        return KeyStore(runs).create("bench client", Role.CLIENT).secret
+
+
+def one_claim_answer(n: int) -> dict[str, str]:
+    """A one-sentence answer (one claim with the rules decomposer), new for every ``n``."""
+    drug = DRUGS[n % len(DRUGS)]
+    return {"question": f"What is {drug} used for?",
+            "text": f"{drug} is a first-line medicine in treatment plan number {n}."}
+
+
+def sample_kb(path: Path) -> dict[str, Any]:
+    """A hash-embedder KB of the shipped sample (built once per run of this script)."""
+    if not path.exists():
+        with KnowledgeBase.create(path, embedder="hash") as kb:
+            kb.ingest(iter_documents([sample_kb_path()]))
+    with KnowledgeBase.open(path) as kb:
+        stats = kb.stats()
+        return {"source": sample_kb_path().name, "embedder": kb.embedder_id,
+                "documents": stats.documents, "chunks": stats.chunks}
+
+
+def process_cpu_s(pid: int, *, group: bool = True) -> float:
+    """CPU seconds (user + system) of process ``pid`` or, with ``group``, of every live
+    process in the process group it leads (Linux /proc; 0.0 elsewhere)."""
+    tick = os.sysconf("SC_CLK_TCK")
+    total = 0.0
+    entries = Path("/proc").iterdir() if group else [Path(f"/proc/{pid}")]
+    for entry in entries:
+        if not entry.name.isdigit():
+            continue
+        try:
+            fields = (entry / "stat").read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        # fields from the state on: [2] is the process group, [11] and [12] utime, stime
+        if not group or int(fields[2]) == pid:
+            total += (int(fields[11]) + int(fields[12])) / tick
+    return total
+
+
+# -- 1. overhead -----------------------------------------------------------------------
+
+
+def small_kb(path: Path) -> dict[str, Any]:
+    docs = [Document(doc_id="metformin", title="Metformin",
+                     text="Metformin is a first-line medicine for type 2 diabetes. The usual "
+                     "starting dose is 500 mg once or twice daily with meals.")]
+    docs += [Document(doc_id=f"doc-{i}", title=f"{DRUGS[i % len(DRUGS)]} note {i}",
+                      text=f"{DRUGS[i % len(DRUGS)]} is used in adults. The usual dose is "
+                      f"{10 * (i + 1)} mg daily. Side effects include nausea and headache.")
+             for i in range(29)]
+    with KnowledgeBase.create(path, embedder="hash") as kb:
+        kb.ingest(docs)
+        return {"documents": len(docs), "chunks": kb.stats().chunks, "embedder": "hash"}
+
+
+def two_claim_answer(n: int) -> dict[str, str]:
+    return {"question": "How is type 2 diabetes treated?",
+            "text": f"Metformin is a first-line medicine for type 2 diabetes in patient {n}. "
+                    "The usual starting dose is 5000 mg daily."}
+
+
+def run_overhead(work: Path, requests: int, warmup: int) -> dict[str, Any]:
+    kb_info = small_kb(work / "kb")
+    provider = ScriptedProvider(scripted_judge(keyword_rule(supported="first-line",
+                                                            contradicted="5000 mg")))
+    register_fake("bench-service", provider)
+    config = Config(kb=work / "kb", store=work / "runs.db", cache_path=work / "cache.db",
+                    model="fake:bench-service", decomposer="rules",
+                    service={"rate_per_minute": 100_000_000, "rate_burst": 100_000_000})
+    secret = client_key(config.store_path)
+    loop = asyncio.new_event_loop()
+    checker = Checker.from_config(config)
+    store = RunStore(config.store_path)
+    counter = itertools.count()
+    service_s: list[float] = []
+    library_s: list[float] = []
+    health_s: list[float] = []
+    load_before = load_average()
+    try:
+        with ServiceThread(config) as server, httpx.Client(
+                base_url=server.url, timeout=60.0,
+                headers={"Authorization": f"Bearer {secret}"}) as http:
+
+            def via_service() -> float:
+                body = two_claim_answer(next(counter))
+                start = time.perf_counter()
+                response = http.post("/v1/check", json=body)
+                report = response.json()
+                took = time.perf_counter() - start
+                assert response.status_code == 200, response.text
+                assert [r["category"] for r in report["results"]] == ["FACT",
+                                                                      "HALLUCINATION"]
+                return took
+
+            def via_library() -> float:
+                answer = Answer(**two_claim_answer(next(counter)))
+                start = time.perf_counter()
+                [report] = loop.run_until_complete(checker.run([answer], store=store))
+                took = time.perf_counter() - start
+                assert [r.category.value for r in report.results] == ["FACT",
+                                                                      "HALLUCINATION"]
+                return took
+
+            def via_health() -> float:
+                start = time.perf_counter()
+                http.get("/healthz").raise_for_status()
+                return time.perf_counter() - start
+
+            for _ in range(warmup):
+                via_service()
+                via_library()
+                via_health()
+            for i in range(requests):
+                # alternate which goes first, so neither always follows the other
+                pair = (via_service, via_library) if i % 2 == 0 else (via_library, via_service)
+                for measure in pair:
+                    (service_s if measure is via_service else library_s).append(measure())
+                health_s.append(via_health())
+    finally:
+        store.close()
+        loop.run_until_complete(checker.aclose())
+        loop.close()
+        unregister_fake("bench-service")
+    service, library = percentiles(service_s), percentiles(library_s)
+    added = round(service["p50_ms"] - library["p50_ms"], 2)
+    return {
+        "date": stamp(), "load_average_before": load_before, "load_average_after": load_average(),
+        "kb": kb_info, "requests": requests, "warmup": warmup,
+        "answer": "2 claims (rules decomposer), 1 judge call (claims_per_call 4), new text "
+                  "per request",
+        "service": service, "library": library,
+        "service_mean_ms": round(1000 * float(np.mean(service_s)), 2),
+        "library_mean_ms": round(1000 * float(np.mean(library_s)), 2),
+        "healthz_p50_ms": percentiles(health_s)["p50_ms"],
+        "added_p50_ms": added,
+        "added_p95_ms": round(service["p95_ms"] - library["p95_ms"], 2),
+        "target_added_p50_ms": 5.0, "met": added <= 5.0,
+    }
+
+
+# -- 2. load ---------------------------------------------------------------------------
+
+
+async def drive(url: str, secret: str, clients: int, duration_s: float,
+                make_body: Callable[[int], dict[str, str]]) -> dict[str, Any]:
+    """``clients`` closed-loop clients posting /v1/check for ``duration_s`` seconds."""
+    counter = itertools.count()
+    latencies: list[float] = []
+    outcomes: Counter[str] = Counter()
+    judge_calls: Counter[int] = Counter()
+    cached_calls = 0
+    errors: list[str] = []
+    in_window = 0
+    start = time.perf_counter()
+    deadline = start + duration_s
+
+    async def client() -> None:
+        nonlocal cached_calls, in_window
+        async with httpx.AsyncClient(base_url=url, timeout=httpx.Timeout(300.0),
+                                     headers={"Authorization": f"Bearer {secret}"}) as http:
+            while time.perf_counter() < deadline:
+                sent = time.perf_counter()
+                try:
+                    response = await http.post("/v1/check", json=make_body(next(counter)))
+                    outcome = str(response.status_code)
+                    if response.status_code == 200:
+                        usage = response.json().get("usage", {}).get("judge", {})
+                        judge_calls[int(usage.get("calls", 0))] += 1
+                        cached_calls += int(usage.get("cached_calls", 0))
+                    elif len(errors) < 5:
+                        errors.append(f"{response.status_code}: {response.text[:300]}")
+                except httpx.HTTPError as exc:
+                    outcome = type(exc).__name__
+                    if len(errors) < 5:
+                        errors.append(f"{outcome}: {exc}")
+                done = time.perf_counter()
+                latencies.append(done - sent)
+                outcomes[outcome] += 1
+                if outcome == "200" and done <= deadline:
+                    in_window += 1
+
+    await asyncio.gather(*(client() for _ in range(clients)))
+    drained = time.perf_counter() - deadline
+    n_errors = sum(n for outcome, n in outcomes.items() if outcome != "200")
+    return {
+        "clients": clients, "duration_s": duration_s, "drain_s": round(drained, 2),
+        "requests": sum(outcomes.values()), "ok": outcomes["200"], "errors": n_errors,
+        "outcomes": dict(outcomes), "error_samples": errors,
+        "latency": percentiles(latencies),
+        # every answer over the whole time (the requests sent before the end included)
+        "throughput_per_s": round(outcomes["200"] / (duration_s + drained), 2),
+        "throughput_in_window_per_s": round(in_window / duration_s, 2),
+        "judge_calls_per_answer": {str(k): v for k, v in sorted(judge_calls.items())},
+        "cached_judge_calls": cached_calls,
+    }
+
+
+def warm(url: str, secret: str, n: int, make_body: Callable[[int], dict[str, str]],
+         offset: int = 10_000_000) -> float:
+    """``n`` sequential checks (models warm, first-call costs paid); their mean seconds."""
+    took = []
+    with httpx.Client(base_url=url, timeout=120.0,
+                      headers={"Authorization": f"Bearer {secret}"}) as http:
+        for i in range(n):
+            start = time.perf_counter()
+            http.post("/v1/check", json=make_body(offset + i)).raise_for_status()
+            took.append(time.perf_counter() - start)
+    return float(np.mean(took))
+
+
+def run_load_builtin(work: Path, kb: Path, kb_info: dict[str, Any], clients: int,
+                     duration_s: float) -> dict[str, Any]:
+    store = work / "load-builtin.db"
+    secret = client_key(store)
+    env = cli_env(work / "home-builtin", **UNLIMITED)
+    load_before = load_average()
+    with ServiceProcess(kb=kb, store=store, home=work / "home-builtin", env=env,
+                        log=work / "serve-builtin.log") as server:
+        single = warm(server.url, secret, 5, one_claim_answer)
+        assert server.process is not None
+        cpu_before, bench_before = process_cpu_s(server.process.pid), time.process_time()
+        result = asyncio.run(drive(server.url, secret, clients, duration_s, one_claim_answer))
+        cpu = process_cpu_s(server.process.pid) - cpu_before
+        bench_cpu = time.process_time() - bench_before
+        timeout_s = Config().service.request_timeout_s
+    wall = duration_s + result["drain_s"]
+    result.update({
+        "date": stamp(), "load_average_before": load_before,
+        "load_average_after": load_average(), "kb": kb_info,
+        "judge": "builtin (shipped verifier, CPU)", "workers": 1,
+        "request_timeout_s": timeout_s,
+        "single_request_s": round(single, 3),
+        "capacity_per_s_from_single": round(1.0 / single, 2),
+        "server_cpu_share": round(cpu / wall, 2), "bench_cpu_share": round(bench_cpu / wall, 2),
+        "target_errors": 0, "met": result["errors"] == 0,
+    })
+    return result
+
+
+def _fake_judge_server(conn: Any, delay_s: float) -> None:
+    """The judge endpoint, in its own process (its own interpreter lock)."""
+    rule = keyword_rule(supported="first-line")
+    with FakeChatServer(scripted_judge(rule), delay_s=delay_s) as server:
+        conn.send(server.base_url)
+        conn.recv()
+        conn.send({"calls": len(server.calls), "max_in_flight": server.max_in_flight})
+
+
+def run_load_llm(work: Path, kb: Path, kb_info: dict[str, Any], clients: int,
+                 duration_s: float, latency_s: float, concurrency: int) -> dict[str, Any]:
+    store = work / "load-llm.db"
+    secret = client_key(store)
+    context = multiprocessing.get_context("spawn")
+    ours, theirs = context.Pipe()
+    fake = context.Process(target=_fake_judge_server, args=(theirs, latency_s), daemon=True)
+    fake.start()
+    base_url = ours.recv()
+    env = cli_env(work / "home-llm", **UNLIMITED, MEDVERIFY_DECOMPOSER="rules",
+                  MEDVERIFY_LLM__CONCURRENCY=str(concurrency))
+    load_before = load_average()
+    try:
+        with ServiceProcess(kb=kb, store=store, home=work / "home-llm", env=env,
+                            log=work / "serve-llm.log",
+                            args=["-m", f"openai-compatible:bench@{base_url}"]) as server:
+            single = warm(server.url, secret, 5, one_claim_answer)
+            assert server.process is not None
+            cpu_before, bench_before = process_cpu_s(server.process.pid), time.process_time()
+            fake_before = process_cpu_s(fake.pid, group=False) if fake.pid else 0.0
+            result = asyncio.run(drive(server.url, secret, clients, duration_s,
+                                       one_claim_answer))
+            cpu = process_cpu_s(server.process.pid) - cpu_before
+            fake_cpu = (process_cpu_s(fake.pid, group=False) if fake.pid else 0.0) - fake_before
+            bench_cpu = time.process_time() - bench_before
+    finally:
+        ours.send("stop")
+        served = ours.recv()
+        fake.join(10)
+    wall = duration_s + result["drain_s"]
+    ideal = concurrency / latency_s
+    ratio = ideal / result["throughput_per_s"] if result["throughput_per_s"] else float("inf")
+    result.update({
+        "date": stamp(), "load_average_before": load_before,
+        "load_average_after": load_average(), "kb": kb_info,
+        "judge": f"llm at a local OpenAI-compatible fake server, {latency_s * 1000:g} ms "
+                 "latency", "workers": 1, "llm_concurrency": concurrency,
+        "latency_s": latency_s, "single_request_s": round(single, 3),
+        "fake_server_calls": served["calls"], "fake_server_max_in_flight":
+            served["max_in_flight"],
+        "ideal_per_s": round(ideal, 2), "ideal_over_actual": round(ratio, 3),
+        "server_cpu_share": round(cpu / wall, 2), "bench_cpu_share": round(bench_cpu / wall, 2),
+        "fake_server_cpu_share": round(fake_cpu / wall, 2),
+        "target_ratio": 1.2, "met": ratio <= 1.2 and result["errors"] == 0,
+    })
+    return result
+
+
+# -- 3. kill ---------------------------------------------------------------------------
+
+
+class JobTable:
+    """Reads the jobs table of a store directly (a second connection; WAL lets it read
+    while the server writes)."""
+
+    def __init__(self, store: Path) -> None:
+        self.db = sqlite3.connect(store, timeout=30.0)
+
+    def counts(self) -> Counter[str]:
+        return Counter(dict(self.db.execute(
+            "SELECT status, COUNT(*) FROM jobs GROUP BY status").fetchall()))
+
+    def terminal(self) -> int:
+        counts = self.counts()
+        return sum(counts[s] for s in TERMINAL)
+
+    def started_since(self, since: str) -> int:
+        """Running jobs a worker took at or after ``since`` (a stamp as the store writes)."""
+        return int(self.db.execute("SELECT COUNT(*) FROM jobs WHERE status = 'running'"
+                                   " AND started_at >= ?", (since,)).fetchone()[0])
+
+    def close(self) -> None:
+        self.db.close()
+
+
+def wait_for(condition: Callable[[], bool], timeout_s: float, poll_s: float = 0.01) -> bool:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if condition():
+            return True
+        time.sleep(poll_s)
+    return condition()
+
+
+def kill_env(home: Path) -> dict[str, str]:
+    return cli_env(home, **UNLIMITED, MEDVERIFY_DECOMPOSER="rules",
+                   MEDVERIFY_SERVICE__STALE_AFTER_S="2", MEDVERIFY_SERVICE__HEARTBEAT_S="0.5")
+
+
+def job_answers(i: int, per_job: int) -> list[dict[str, str]]:
+    return [one_claim_answer(i * per_job + k) for k in range(per_job)]
+
+
+def kill_chain(*, kb: Path, store: Path, home: Path, log: Path, model: str, jobs: int,
+               kills: int, seed: int, answers_per_job: int = 1, judge_latency_s: float = 0.2,
+               finish_timeout_s: float = 600.0) -> dict[str, Any]:
+    """Submit ``jobs`` check jobs, SIGKILL the server ``kills`` times at seeded moments,
+    restart it on the same store each time, wait until every job is finished, and audit
+    what the store holds. Shared by the benchmark and tests/faults/test_service_kill.py
+    (which keeps its own copy of the assertions)."""
+    secret = client_key(store)
+    env = kill_env(home)
+    points = kill_points(seed, kills, 0.1 * jobs, 0.9 * jobs)
+    rng = random.Random(seed + 1)
+    table = JobTable(store)
+    submitted: dict[str, list[str]] = {}
+    kill_log: list[dict[str, Any]] = []
+    starts: list[float] = []
+
+    started = [""]  # when the current server was started, as the store writes times
+
+    def start() -> ServiceProcess:
+        began = time.perf_counter()
+        started[0] = datetime.now(UTC).isoformat(timespec="microseconds")
+        server = ServiceProcess(kb=kb, store=store, home=home, env=env, log=log,
+                                args=["-m", model]).start()
+        starts.append(time.perf_counter() - began)
+        return server
+
+    began = time.perf_counter()
+    server = start()
+    try:
+        with httpx.Client(base_url=server.url, timeout=60.0,
+                          headers={"Authorization": f"Bearer {secret}"}) as http:
+            for i in range(jobs):
+                answers = job_answers(i, answers_per_job)
+                response = http.post("/v1/jobs/check", json={"answers": answers})
+                assert response.status_code == 202, response.text
+                submitted[response.json()["id"]] = [a["text"] for a in answers]
+        submit_s = time.perf_counter() - began
+        for point in points:
+            wait_for(lambda p=point: table.terminal() >= p, finish_timeout_s)
+            # then a job taken after that moment, killed inside its first judge call
+            since = datetime.now(UTC).isoformat(timespec="microseconds")
+            wait_for(lambda s=since: table.started_since(s) > 0, 30.0, 0.005)
+            time.sleep(rng.uniform(0.0, judge_latency_s / 2))
+            counts, ours = table.counts(), table.started_since(started[0])
+            server.kill()
+            kill_log.append({"point": point, "at_s": round(time.perf_counter() - began, 2),
+                             "finished_at_kill": sum(counts[s] for s in TERMINAL),
+                             "running_at_kill": ours,
+                             "left_running_by_an_earlier_kill": counts["running"] - ours})
+            server = start()
+        finished = wait_for(lambda: table.terminal() >= jobs, finish_timeout_s, 0.05)
+        wall = time.perf_counter() - began
+        with httpx.Client(base_url=server.url, timeout=60.0,
+                          headers={"Authorization": f"Bearer {secret}"}) as http:
+            seen = {}
+            for job_id in submitted:
+                response = http.get(f"/v1/jobs/{job_id}")
+                seen[job_id] = response.json() if response.status_code == 200 else None
+        stop_code = server.stop()
+    finally:
+        server.kill()
+        table.close()
+    audit = audit_jobs(store, submitted, seen)
+    audit.update({
+        "jobs": jobs, "answers_per_job": answers_per_job, "kills_planned": kills,
+        "kill_points_finished_jobs": points, "kills": kill_log, "seed": seed,
+        "all_finished": finished, "wall_s": round(wall, 2), "submit_s": round(submit_s, 2),
+        "server_starts": len(starts), "start_s": [round(s, 2) for s in starts],
+        "final_stop_exit_code": stop_code,
+    })
+    return audit
+
+
+def audit_jobs(store: Path, submitted: dict[str, list[str]],
+               seen: dict[str, dict[str, Any] | None]) -> dict[str, Any]:
+    """Results, failures, duplicates and lost jobs, from the API's view of each job and the
+    run store's records."""
+    statuses: Counter[str] = Counter()
+    attempts: Counter[int] = Counter()
+    lost, failures, mismatched, dup_in_job, dup_in_store = [], [], [], [], []
+    across: Counter[str] = Counter()
+    run_ids: Counter[str] = Counter()
+    results = 0
+    with sqlite3.connect(store) as db:
+        for job_id, texts in submitted.items():
+            job = seen.get(job_id)
+            if job is None or job["status"] not in TERMINAL:
+                lost.append(job_id)
+                continue
+            statuses[job["status"]] += 1
+            attempts[int(job["attempts"])] += 1
+            if job["status"] != "done":
+                failures.append({"id": job_id, "status": job["status"], "error": job["error"]})
+                continue
+            reports = (job.get("result") or {}).get("reports") or []
+            got = [r["answer"]["text"] for r in reports]
+            across.update(got)
+            if len(got) != len(set(got)):
+                dup_in_job.append(job_id)
+            if sorted(got) != sorted(texts):
+                mismatched.append(job_id)
+            else:
+                results += 1
+            run_id = job.get("run_id")
+            if run_id:
+                run_ids[run_id] += 1
+                rows = db.execute("SELECT position, answer FROM answers WHERE run_id = ?"
+                                  " ORDER BY position", (run_id,)).fetchall()
+                stored = [json.loads(answer)["text"] for _, answer in rows]
+                if sorted(stored) != sorted(texts) or [p for p, _ in rows] != list(
+                        range(len(texts))):
+                    dup_in_store.append(job_id)
+        referenced = set(run_ids)
+        runs = db.execute("SELECT id, status FROM runs WHERE kind = 'check'").fetchall()
+    orphans = Counter(status for run_id, status in runs if run_id not in referenced)
+    return {
+        "results": results, "statuses": dict(statuses), "failures": failures,
+        "lost": len(lost), "lost_ids": lost[:10], "mismatched_results": mismatched[:10],
+        "duplicates_in_a_job": len(dup_in_job),
+        "duplicates_across_jobs": sum(1 for n in across.values() if n > 1),
+        "duplicates_in_run_store": len(dup_in_store),
+        "runs_shared_by_jobs": sum(1 for n in run_ids.values() if n > 1),
+        "attempts": {str(k): v for k, v in sorted(attempts.items())},
+        "runs_of_interrupted_attempts": dict(orphans),
+    }
+
+
+def run_kill(work: Path, kb: Path, kb_info: dict[str, Any], jobs: int, kills: int, seed: int,
+             answers_per_job: int, latency_s: float) -> dict[str, Any]:
+    load_before = load_average()
+    rule = keyword_rule(supported="first-line")
+    with FakeChatServer(scripted_judge(rule), delay_s=latency_s) as fake:
+        result = kill_chain(kb=kb, store=work / "kill.db", home=work / "home-kill",
+                            log=work / "serve-kill.log", jobs=jobs, kills=kills, seed=seed,
+                            model=f"openai-compatible:bench@{fake.base_url}",
+                            answers_per_job=answers_per_job, judge_latency_s=latency_s)
+        result["judge_calls"] = len(fake.calls)
+    duplicates = (result["duplicates_in_a_job"] + result["duplicates_across_jobs"]
+                  + result["duplicates_in_run_store"] + result["runs_shared_by_jobs"])
+    result.update({
+        "date": stamp(), "load_average_before": load_before,
+        "load_average_after": load_average(), "kb": kb_info,
+        "judge": f"llm at a local OpenAI-compatible fake server, {latency_s * 1000:g} ms "
+                 "latency", "job_concurrency": Config().service.job_concurrency,
+        "max_job_attempts": Config().service.max_job_attempts,
+        "duplicates": duplicates,
+        "met": result["lost"] == 0 and duplicates == 0 and result["results"] == jobs,
+    })
+    return result
+
+
+# -- report ----------------------------------------------------------------------------
+
+
+def verdict(section: dict[str, Any]) -> str:
+    return "**met**" if section.get("met") else "**missed**"
+
+
+def render(data: dict[str, Any]) -> str:
+    m = data.get("machine", {})
+    lines = ["# Service benchmark (`medverify serve`, issue 15)", "",
+             f"Machine: {m.get('cpus')} CPU cores ({m.get('cpu_model')}), Python "
+             f"{m.get('python')}, {m.get('platform')}. The clients, the service and the fake "
+             "judge server share these cores; each part records the 1-minute load average "
+             "before and after it (other work on the machine slows every number).", ""]
+    if "overhead" in data:
+        o = data["overhead"]
+        lines += [
+            f"## 1. Overhead of `POST /v1/check` ({o['date']})", "",
+            f"{o['requests']} sequential requests after {o['warmup']} warm-up, interleaved "
+            "with the same number of library calls (`Checker.run([answer], store=...)`) on "
+            "the same config in the same process; instant in-process fake judge, rules "
+            f"decomposer, hash-embedder KB of {o['kb']['documents']} short documents; "
+            f"{o['answer']}. Keep-alive `httpx.Client`; the response is read and parsed.", "",
+            "| path | p50 ms | p95 ms | p99 ms | mean ms |", "|---|---|---|---|---|",
+            f"| library call | {o['library']['p50_ms']} | {o['library']['p95_ms']} | "
+            f"{o['library']['p99_ms']} | {o['library_mean_ms']} |",
+            f"| POST /v1/check | {o['service']['p50_ms']} | {o['service']['p95_ms']} | "
+            f"{o['service']['p99_ms']} | {o['service_mean_ms']} |", "",
+            f"Added at p50: **{o['added_p50_ms']} ms** (target <= {o['target_added_p50_ms']:g}"
+            f" ms: {verdict(o)}); at p95: {o['added_p95_ms']} ms. For scale, `GET /healthz` "
+            f"round trip p50: {o['healthz_p50_ms']} ms. Load average {o['load_average_before']}"
+            f" -> {o['load_average_after']}.", ""]
+    for name, title in (("load_builtin", "built-in judge"),
+                        ("load_llm", "LLM judge at a 200 ms fake endpoint")):
+        if name not in data:
+            continue
+        r = data[name]
+        lat = r["latency"]
+        lines += [
+            f"## 2{'a' if name == 'load_builtin' else 'b'}. Load, {title} ({r['date']})", "",
+            f"{r['clients']} concurrent closed-loop clients (asyncio + httpx.AsyncClient, one "
+            f"connection each) for {r['duration_s']:g} s on loopback against `medverify serve`"
+            f" ({r['workers']} worker) in a subprocess; KB: hash embedder over the shipped "
+            f"sample ({r['kb']['documents']} documents, {r['kb']['chunks']} chunks); judge: "
+            f"{r['judge']}; one new one-claim answer per request.", "",
+            "| requests | ok | errors | p50 ms | p95 ms | p99 ms | answers/s |",
+            "|---|---|---|---|---|---|---|",
+            f"| {r['requests']} | {r['ok']} | {r['errors']} | {lat['p50_ms']} | "
+            f"{lat['p95_ms']} | {lat['p99_ms']} | {r['throughput_per_s']} |", "",
+            f"Outcomes: {r['outcomes']}. Clients send no new request after "
+            f"{r['duration_s']:g} s; those in flight then finished {r['drain_s']} s later. "
+            "Throughput = answers / (duration + that drain); counting only the answers "
+            f"completed within the {r['duration_s']:g} s: {r.get('throughput_in_window_per_s')}"
+            f" answers/s. Judge calls per answer: "
+            f"{r['judge_calls_per_answer']}. CPU share (cores busy): service "
+            f"{r['server_cpu_share']}, clients {r['bench_cpu_share']}"
+            + (f", fake judge server {r['fake_server_cpu_share']}"
+               if "fake_server_cpu_share" in r else "")
+            + f". Load average {r['load_average_before']} -> {r['load_average_after']}.", ""]
+        if name == "load_llm":
+            lines[-2] += (" Judge calls in flight on average: throughput x latency = "
+                          f"{r['throughput_per_s'] * r['latency_s']:.1f} of "
+                          f"{r['llm_concurrency']}.")
+        if name == "load_builtin":
+            lines += [
+                f"One request alone takes {r['single_request_s']} s (so at most about "
+                f"{r['capacity_per_s_from_single']} answers/s with the verifier on these "
+                f"cores); `[service] request_timeout_s` = {r['request_timeout_s']:g} s. "
+                f"Target: 0 errors: {verdict(r)}.", ""]
+            if r["error_samples"]:
+                lines += ["First errors: " + "; ".join(
+                    f"`{e[:160]}`" for e in r["error_samples"][:2]), ""]
+        else:
+            lines += [
+                f"Ideal: `[llm] concurrency` {r['llm_concurrency']} calls in flight / "
+                f"{r['latency_s']:g} s per call x 1 call per answer = {r['ideal_per_s']:g} "
+                f"answers/s. Measured {r['throughput_per_s']} answers/s: ideal/actual = "
+                f"**{r['ideal_over_actual']}** (target <= {r['target_ratio']}: {verdict(r)}). "
+                f"The fake server saw {r['fake_server_calls']} calls, at most "
+                f"{r['fake_server_max_in_flight']} at once; one request alone took "
+                f"{r['single_request_s']} s.", ""]
+    if "kill" in data:
+        k = data["kill"]
+        kills = ", ".join(f"at {x['at_s']} s with {x['finished_at_kill']} jobs finished and "
+                          f"{x['running_at_kill']} running" for x in k["kills"])
+        lines += [
+            f"## 3. SIGKILL during queued jobs ({k['date']})", "",
+            f"{k['jobs']} check jobs of {k['answers_per_job']} answer(s) each through "
+            f"`POST /v1/jobs/check`; judge: {k['judge']}; `[service] job_concurrency` "
+            f"{k['job_concurrency']}, `stale_after_s` 2, `heartbeat_s` 0.5, "
+            f"`max_job_attempts` {k['max_job_attempts']}. The server's process group was "
+            f"SIGKILLed {len(k['kills'])} times (seed {k['seed']}): {kills}; restarted on the "
+            "same store each time.", "",
+            "| results | failures | duplicates | lost | wall s | server starts | attempts |",
+            "|---|---|---|---|---|---|---|",
+            f"| {k['results']}/{k['jobs']} | {len(k['failures'])} | {k['duplicates']} | "
+            f"{k['lost']} | {k['wall_s']} | {k['server_starts']} | {k['attempts']} |", "",
+            f"Duplicates counted: an answer twice in a job's result "
+            f"({k['duplicates_in_a_job']}), an answer in two jobs' results "
+            f"({k['duplicates_across_jobs']}), a job's run in the store not holding its "
+            f"answers exactly once ({k['duplicates_in_run_store']}), a run claimed by two "
+            f"jobs ({k['runs_shared_by_jobs']}). Attempts: jobs by how many times a worker "
+            f"took them. Runs started by interrupted attempts, left in the store (by "
+            f"status): {k['runs_of_interrupted_attempts']}. Server start times (s): "
+            f"{k['start_s']}. Judge calls: {k['judge_calls']}. Target: every job finished, "
+            f"0 lost, 0 duplicates: {verdict(k)}.", ""]
+    lines += ["Command: `.venv/bin/python benchmarks/bench_service.py` "
+              "(parts: `overhead`, `load` = `load-builtin` + `load-llm`, `kill`).", ""]
+    return "\n".join(lines)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("parts", nargs="*", metavar="PART",
+                        help="all (default), overhead, load (= load-builtin and load-llm), "
+                        "load-builtin, load-llm, kill")
+    parser.add_argument("--requests", type=int, default=300, help="overhead: requests each")
+    parser.add_argument("--warmup", type=int, default=30, help="overhead: warm-up requests")
+    parser.add_argument("--clients", type=int, default=50, help="load: concurrent clients")
+    parser.add_argument("--duration", type=float, default=60.0, help="load: seconds per run")
+    parser.add_argument("--latency", type=float, default=0.2,
+                        help="load-llm and kill: the fake judge's latency in seconds")
+    parser.add_argument("--concurrency", type=int, default=16,
+                        help="load-llm: [llm] concurrency of the service")
+    parser.add_argument("--jobs", type=int, default=200, help="kill: jobs submitted")
+    parser.add_argument("--kills", type=int, default=3, help="kill: SIGKILLs")
+    parser.add_argument("--answers-per-job", type=int, default=1)
+    parser.add_argument("--seed", type=int, default=15, help="kill: seed of the kill moments")
+    parser.add_argument("--out-dir", type=Path, default=RESULTS)
+    args = parser.parse_args()
+    parts = set(args.parts or ["all"])
+    unknown = parts - {"all", "load", *PARTS}
+    if unknown:
+        parser.error(f"unknown part(s): {', '.join(sorted(unknown))}")
+    if "all" in parts:
+        parts = set(PARTS)
+    if "load" in parts:
+        parts |= {"load-builtin", "load-llm"}
+    out_json = args.out_dir / "service.json"
+    data = json.loads(out_json.read_text()) if out_json.exists() else {}
+    data["machine"] = machine()
+    with tempfile.TemporaryDirectory(prefix="bench-service-") as tmp:
+        work = Path(tmp)
+        kb_info: dict[str, Any] = {}
+        if parts & {"load-builtin", "load-llm", "kill"}:
+            kb_info = sample_kb(work / "sample-kb")
+        steps: list[tuple[str, str, Callable[[], dict[str, Any]]]] = [
+            ("overhead", "overhead", lambda: run_overhead(work / "overhead", args.requests,
+                                                          args.warmup)),
+            ("load-builtin", "load_builtin", lambda: run_load_builtin(
+                work, work / "sample-kb", kb_info, args.clients, args.duration)),
+            ("load-llm", "load_llm", lambda: run_load_llm(
+                work, work / "sample-kb", kb_info, args.clients, args.duration, args.latency,
+                args.concurrency)),
+            ("kill", "kill", lambda: run_kill(work, work / "sample-kb", kb_info, args.jobs,
+                                              args.kills, args.seed, args.answers_per_job,
+                                              args.latency)),
+        ]
+        for part, key, step in steps:
+            if part not in parts:
+                continue
+            (work / part).mkdir(exist_ok=True)
+            print(f"== {part}", file=sys.stderr, flush=True)
+            data[key] = step()
+            print(json.dumps(data[key], indent=2), flush=True)
+            args.out_dir.mkdir(parents=True, exist_ok=True)
+            out_json.write_text(json.dumps(data, indent=2) + "\n")
+            (args.out_dir / "service.md").write_text(render(data))
+
+
+if __name__ == "__main__":
+    main()
