@@ -133,3 +133,25 @@ def test_failed_migration_leaves_no_partial_schema(
     names = {r[0] for r in db.execute("SELECT name FROM sqlite_master")}
     assert "half" not in names and "runs" in names
     assert db.execute("PRAGMA user_version").fetchone()[0] == migrations()[-1][0]
+
+
+def test_a_run_whose_process_was_killed_is_told_apart_and_recorded_as_interrupted(
+        tmp_path: Path) -> None:
+    import socket
+
+    from medverify.store.runs import current_process
+
+    with RunStore(tmp_path / "runs.db") as store:
+        alive = store.start_run(kind="check", config={}, models={}, prompt_versions={},
+                                kb_snapshot=None)
+        dead = store.start_run(kind="check", config={}, models={}, prompt_versions={},
+                               kb_snapshot=None)
+        store._db.execute("UPDATE runs SET process = ? WHERE id = ?",
+                          (f"{socket.gethostname()}:999999999", dead))
+        infos = {i.id: i for i in store.list_runs()}
+        assert infos[alive].process == current_process() and not infos[alive].process_gone
+        assert infos[dead].process_gone
+        assert store.interrupt_orphans() == 1
+        after = {i.id: i for i in store.list_runs()}
+    assert after[alive].status == "running"
+    assert after[dead].status == "interrupted" and "stopped while running" in after[dead].error

@@ -38,7 +38,7 @@ def list_runs(limit: int, as_json: bool, config_path: Path | None, store: Path |
         table.add_row(
             info.id,
             info.kind,
-            info.status,
+            info.status + (" (process gone)" if info.process_gone else ""),
             info.created_at,
             str(info.n_answers),
             str(info.n_claims),

@@ -199,7 +199,8 @@ def _routes(app: FastAPI, config: Config) -> None:
         checker = state.need_checker()
         validate_answer(answer, config.max_answer_chars)
         with state.metered() as used:
-            [report] = await _timed(request, checker.run([answer], store=state.runs))
+            [report] = await _timed(request, state.checking(
+                lambda: checker.run([answer], store=state.runs)))
         request.state.target = report.run_id
         return report.model_copy(update={"usage": used.as_dict()})
 

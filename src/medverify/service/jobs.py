@@ -44,6 +44,7 @@ class JobRunner:
     active: dict[str, tuple[asyncio.Task[None], CancelToken]] = field(default_factory=dict)
     stopping: bool = False
     _tasks: list[asyncio.Task[None]] = field(default_factory=list)
+    _freed: asyncio.Event = field(default_factory=asyncio.Event)
 
     @property
     def settings(self):  # type: ignore[no-untyped-def]
@@ -58,8 +59,10 @@ class JobRunner:
             row = None
             if len(self.active) < self.settings.job_concurrency:
                 row = self.state.jobs.claim(self.state.worker)
-            if row is None:
-                await asyncio.sleep(self.settings.job_poll_s)
+            if row is None:  # full or nothing queued: until a slot frees up, or a poll later
+                self._freed.clear()
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(self._freed.wait(), self.settings.job_poll_s)
                 continue
             token = CancelToken()
             task = asyncio.create_task(self._run(row, token), name=f"job {row.id}")
@@ -80,7 +83,9 @@ class JobRunner:
         requeued, failed = jobs.recover(self.settings.stale_after_s,
                                         self.settings.max_job_attempts)
         if requeued or failed:
-            log.warning("jobs of stopped workers: %d queued again, %d failed", requeued, failed)
+            runs = self.state.runs.interrupt_orphans()
+            log.warning("jobs of stopped workers: %d queued again, %d failed (%d of their "
+                        "runs recorded as interrupted)", requeued, failed, runs)
 
     async def _run(self, row: JobRow, token: CancelToken) -> None:
         jobs = self.state.jobs
@@ -100,6 +105,7 @@ class JobRunner:
             jobs.finish(row.id, JobStatus.FAILED, error=cause(exc))
         finally:
             self.active.pop(row.id, None)
+            self._freed.set()
 
     async def _execute(self, row: JobRow, token: CancelToken) -> BaseModel:
         def progress(done: int, total: int) -> None:

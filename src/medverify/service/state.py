@@ -3,13 +3,15 @@ runs), and the flows loaded once (knowledge base, model, judge, risk stage)."""
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import os
 import socket
-from collections.abc import Iterator
+from collections.abc import Awaitable, Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TypeVar
 
 from medverify.audit.runner import Auditor
 from medverify.config import Config
@@ -25,6 +27,8 @@ from medverify.store.jobs import JobStore
 from medverify.store.runs import RunStore
 
 log = logging.getLogger(__name__)
+
+T = TypeVar("T")
 
 
 @dataclass
@@ -43,10 +47,12 @@ class ServiceState:
     checker: Checker | None = None
     factchecker: FactChecker | None = None
     problems: dict[str, str] = field(default_factory=dict)
+    check_slots: asyncio.Semaphore | None = None
 
     @classmethod
     def open(cls, config: Config) -> ServiceState:
         runs = RunStore(config.store_path)
+        runs.interrupt_orphans()  # runs of killed processes of this host
         settings = config.service
         limiter = TokenBucket(rate=settings.rate_per_minute / 60.0, burst=settings.rate_burst)
         return cls(config=config, runs=runs, keys=KeyStore(runs), jobs=JobStore(runs),
@@ -110,6 +116,15 @@ class ServiceState:
         embedder = getattr(checker.kb, "embedder", None)
         return Auditor.from_config(self.config, model=self.model, judge=checker.judge,
                                    embedder=embedder, out_dir=self.jobs_dir / job_id)
+
+    async def checking(self, work: Callable[[], Awaitable[T]]) -> T:
+        """Run ``work`` in one of ``[service] max_concurrent_checks`` slots, first come
+        first served: under load, requests wait here in order instead of all sharing the
+        CPU at once, where late ones are overtaken and time out."""
+        if self.check_slots is None:
+            self.check_slots = asyncio.Semaphore(self.config.service.max_concurrent_checks)
+        async with self.check_slots:
+            return await work()
 
     @contextmanager
     def metered(self) -> Iterator[UsageLedger]:

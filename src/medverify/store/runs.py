@@ -10,7 +10,9 @@ writes from one task (one writer per database).
 from __future__ import annotations
 
 import json
+import os
 import re
+import socket
 import sqlite3
 import time
 import uuid
@@ -112,6 +114,8 @@ class RunInfo(BaseModel):
     error: str | None
     n_answers: int = 0
     n_claims: int = 0
+    process: str | None = None  # "host:pid" that ran it (runs recorded since version 7)
+    process_gone: bool = False  # running, but its process on this host is gone (killed)
 
 
 def _wal(db: sqlite3.Connection, tries: int = 50) -> None:
@@ -125,6 +129,31 @@ def _wal(db: sqlite3.Connection, tries: int = 50) -> None:
             if "locked" not in str(exc) or attempt == tries - 1:
                 raise
             time.sleep(0.1)
+
+
+_RUN_COLUMNS = ("r.id, r.kind, r.status, r.created_at, r.finished_at, r.medverify_version, "
+                "r.config, r.models, r.prompt_versions, r.kb_snapshot, r.usage, r.error, "
+                "r.process")
+
+
+def current_process() -> str:
+    """This process as a run records it: ``host:pid``."""
+    return f"{socket.gethostname()}:{os.getpid()}"
+
+
+def process_gone(process: str | None) -> bool:
+    """Whether ``host:pid`` names a process of this host that no longer exists (a process
+    of another host cannot be checked: False)."""
+    host, _, pid = (process or "").rpartition(":")
+    if host != socket.gethostname() or not pid.isdigit():
+        return False
+    try:
+        os.kill(int(pid), 0)
+    except ProcessLookupError:
+        return True
+    except PermissionError:
+        return False
+    return False
 
 
 def migrations() -> list[tuple[int, str]]:
@@ -211,7 +240,8 @@ class RunStore:
         run_id = datetime.now(UTC).strftime("%Y%m%d-%H%M%S-") + uuid.uuid4().hex[:6]
         self._db.execute(
             "INSERT INTO runs (id, kind, status, created_at, medverify_version, config, models,"
-            " prompt_versions, kb_snapshot) VALUES (?, ?, 'running', ?, ?, ?, ?, ?, ?)",
+            " prompt_versions, kb_snapshot, process) VALUES (?, ?, 'running', ?, ?, ?, ?, ?, ?,"
+            " ?)",
             (
                 run_id,
                 kind,
@@ -221,6 +251,7 @@ class RunStore:
                 json.dumps(models),
                 json.dumps(prompt_versions),
                 kb_snapshot,
+                current_process(),
             ),
         )
         return run_id
@@ -315,6 +346,21 @@ class RunStore:
             ),
         )
 
+    def interrupt_orphans(self) -> int:
+        """Record the running runs whose process on this host is gone (killed) as
+        interrupted; returns how many. The service calls it when it takes over the jobs of
+        a dead worker."""
+        rows = self._db.execute(
+            "SELECT id, process FROM runs WHERE status = 'running' AND process IS NOT NULL"
+        ).fetchall()
+        gone = [(run_id, process) for run_id, process in rows if process_gone(process)]
+        for run_id, process in gone:
+            self._db.execute(
+                "UPDATE runs SET status = 'interrupted', finished_at = ?, error = ? "
+                "WHERE id = ? AND status = 'running'",
+                (_now(), f"its process ({process}) stopped while running it (killed?)", run_id))
+        return len(gone)
+
     def finish_run(
         self, run_id: str, *, status: str, usage: dict[str, Usage], error: str | None = None
     ) -> None:
@@ -353,7 +399,7 @@ class RunStore:
 
     def _select_runs(self, where: str, params: tuple[Any, ...], *, limit: int) -> list[RunInfo]:
         rows = self._db.execute(
-            "SELECT r.*, (SELECT COUNT(*) FROM answers a WHERE a.run_id = r.id)"
+            f"SELECT {_RUN_COLUMNS}, (SELECT COUNT(*) FROM answers a WHERE a.run_id = r.id)"
             " + (SELECT COUNT(*) FROM audits u WHERE u.run_id = r.id)"
             " + (SELECT COUNT(*) FROM bench_replies b WHERE b.run_id = r.id)"
             " + (SELECT COUNT(*) FROM factchecks f WHERE f.run_id = r.id),"
@@ -442,6 +488,7 @@ class RunStore:
             snapshot,
             usage,
             error,
+            process,
             n_answers,
             n_claims,
         ) = row
@@ -460,6 +507,8 @@ class RunStore:
             error=error,
             n_answers=n_answers,
             n_claims=n_claims,
+            process=process,
+            process_gone=status == "running" and process_gone(process),
         )
 
 
