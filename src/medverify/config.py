@@ -148,7 +148,9 @@ class ServiceSettings(_Section):
     max_body_bytes: int = Field(1_048_576, ge=1024)  # larger bodies: 413
     max_answers_per_job: int = Field(1000, ge=1)
     request_timeout_s: float = Field(30.0, gt=0)  # synchronous endpoints: 504 after this
-    max_concurrent_checks: int = Field(4, ge=1)  # POST /v1/check at once; the rest wait
+    # POST /v1/check at once per worker, the rest wait; None: 2 per core with a local
+    # (CPU-bound) judge, no limit with the LLM judge ([llm] concurrency caps its calls)
+    max_concurrent_checks: int | None = Field(None, ge=1)
     rate_per_minute: int = Field(600, ge=1)  # per API key; beyond it: 429 + Retry-After
     rate_burst: int = Field(60, ge=1)
     job_concurrency: int = Field(2, ge=1)  # jobs run at once per worker

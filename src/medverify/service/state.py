@@ -122,7 +122,10 @@ class ServiceState:
         first served: under load, requests wait here in order instead of all sharing the
         CPU at once, where late ones are overtaken and time out."""
         if self.check_slots is None:
-            self.check_slots = asyncio.Semaphore(self.config.service.max_concurrent_checks)
+            limit = self.config.service.max_concurrent_checks
+            if limit is None and self.config.judge_name == "llm":
+                return await work()  # I/O-bound: the model layer's limit is the one that counts
+            self.check_slots = asyncio.Semaphore(limit or 2 * (os.cpu_count() or 1))
         async with self.check_slots:
             return await work()
 
