@@ -82,7 +82,7 @@ from medverify.store.runs import RunStore
 from medverify.testing import FakeChatServer, ScriptedProvider, register_fake, unregister_fake
 from medverify.testing.faults import cli_env, kill_points
 from medverify.testing.judge import keyword_rule, scripted_judge
-from medverify.testing.service import ServiceProcess, ServiceThread
+from medverify.testing.service import ServiceProcess, ServiceThread, wait_until
 
 ROOT = Path(__file__).resolve().parents[1]
 RESULTS = ROOT / "benchmarks" / "results"
@@ -450,15 +450,6 @@ class JobTable:
         self.db.close()
 
 
-def wait_for(condition: Callable[[], bool], timeout_s: float, poll_s: float = 0.01) -> bool:
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        if condition():
-            return True
-        time.sleep(poll_s)
-    return condition()
-
-
 def kill_env(home: Path) -> dict[str, str]:
     return cli_env(home, **UNLIMITED, MEDVERIFY_DECOMPOSER="rules",
                    MEDVERIFY_SERVICE__STALE_AFTER_S="2", MEDVERIFY_SERVICE__HEARTBEAT_S="0.5")
@@ -506,10 +497,10 @@ def kill_chain(*, kb: Path, store: Path, home: Path, log: Path, model: str, jobs
                 submitted[response.json()["id"]] = [a["text"] for a in answers]
         submit_s = time.perf_counter() - began
         for point in points:
-            wait_for(lambda p=point: table.terminal() >= p, finish_timeout_s)
+            wait_until(lambda p=point: table.terminal() >= p, finish_timeout_s)
             # then a job taken after that moment, killed inside its first judge call
             since = datetime.now(UTC).isoformat(timespec="microseconds")
-            wait_for(lambda s=since: table.started_since(s) > 0, 30.0, 0.005)
+            wait_until(lambda s=since: table.started_since(s) > 0, 30.0, 0.005)
             time.sleep(rng.uniform(0.0, judge_latency_s / 2))
             counts, ours = table.counts(), table.started_since(started[0])
             server.kill()
@@ -518,7 +509,7 @@ def kill_chain(*, kb: Path, store: Path, home: Path, log: Path, model: str, jobs
                              "running_at_kill": ours,
                              "left_running_by_an_earlier_kill": counts["running"] - ours})
             server = start()
-        finished = wait_for(lambda: table.terminal() >= jobs, finish_timeout_s, 0.05)
+        finished = wait_until(lambda: table.terminal() >= jobs, finish_timeout_s, 0.05)
         wall = time.perf_counter() - began
         with httpx.Client(base_url=server.url, timeout=60.0,
                           headers={"Authorization": f"Bearer {secret}"}) as http:

@@ -5,7 +5,6 @@ puts a running job back in the queue."""
 from __future__ import annotations
 
 import json
-import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -27,7 +26,7 @@ from medverify.store.jobs import JobStatus, JobStore
 from medverify.store.runs import RunStore
 from medverify.testing import ScriptedProvider, register_fake, unregister_fake
 from medverify.testing.judge import keyword_rule, scripted_judge
-from medverify.testing.service import ServiceProcess, ServiceThread
+from medverify.testing.service import ServiceProcess, ServiceThread, wait_until
 
 DOCS = [Document(doc_id="metformin", title="Metformin",
                  text="Metformin is a first-line medicine for type 2 diabetes.")]
@@ -94,7 +93,7 @@ def test_graceful_shutdown_puts_a_running_job_back_and_a_restart_finishes_it(
             secret = KeyStore(store).create("t", Role.CLIENT).secret
         with ServiceThread(config) as server, Client(server.url, secret) as client:
             job = client.submit_check([Answer(text=TEXT)])
-            _until(lambda: client.job(job).status is JobStatus.RUNNING)
+            assert wait_until(lambda: client.job(job).status is JobStatus.RUNNING, 20.0)
         with RunStore(config.store_path) as store:
             row = JobStore(store).get(job.id)
         assert row.status is JobStatus.QUEUED and row.error == "the server shut down"
@@ -104,10 +103,3 @@ def test_graceful_shutdown_puts_a_running_job_back_and_a_restart_finishes_it(
         assert done.status is JobStatus.DONE and done.attempts == 2
     finally:
         unregister_fake("slow")
-
-
-def _until(condition: Any, timeout_s: float = 20.0) -> None:
-    deadline = time.monotonic() + timeout_s
-    while not condition():
-        assert time.monotonic() < deadline, "condition not met in time"
-        time.sleep(0.05)

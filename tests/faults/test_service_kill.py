@@ -17,7 +17,6 @@ import random
 import sqlite3
 import time
 from collections import Counter
-from collections.abc import Callable
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -35,7 +34,7 @@ from medverify.store.runs import RunStore
 from medverify.testing import FakeChatServer
 from medverify.testing.faults import cli_env, kill_points
 from medverify.testing.judge import keyword_rule, scripted_judge
-from medverify.testing.service import ServiceProcess
+from medverify.testing.service import ServiceProcess, wait_until
 
 SEED = 15
 JOBS = 40
@@ -63,15 +62,6 @@ def _finished(db: sqlite3.Connection) -> int:
 def _started_since(db: sqlite3.Connection, since: str) -> int:
     return int(db.execute("SELECT COUNT(*) FROM jobs WHERE status = 'running'"
                           " AND started_at >= ?", (since,)).fetchone()[0])
-
-
-def _wait(condition: Callable[[], bool], timeout_s: float, poll_s: float = 0.01) -> bool:
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        if condition():
-            return True
-        time.sleep(poll_s)
-    return condition()
 
 
 def test_jobs_survive_sigkill_with_one_result_each(tmp_path: Path) -> None:
@@ -111,15 +101,15 @@ def test_jobs_survive_sigkill_with_one_result_each(tmp_path: Path) -> None:
                     assert response.status_code == 202, response.text
                     submitted[response.json()["id"]] = answer["text"]
             for point in points:
-                assert _wait(lambda p=point: _finished(db) >= p, 60.0), _statuses(db)
+                assert wait_until(lambda p=point: _finished(db) >= p, 60.0), _statuses(db)
                 # a job taken from now on, killed inside its judge call
                 since = datetime.now(UTC).isoformat(timespec="microseconds")
-                assert _wait(lambda s=since: _started_since(db, s) > 0, 30.0, 0.005)
+                assert wait_until(lambda s=since: _started_since(db, s) > 0, 30.0, 0.005)
                 time.sleep(rng.uniform(0.0, LATENCY_S / 2))
                 at_kill.append(_statuses(db))
                 server.kill()
                 server = start()
-            assert _wait(lambda: _finished(db) >= JOBS, 90.0, 0.05), _statuses(db)
+            assert wait_until(lambda: _finished(db) >= JOBS, 90.0, 0.05), _statuses(db)
             with httpx.Client(base_url=server.url, headers=auth, timeout=60.0) as http:
                 jobs = {job_id: http.get(f"/v1/jobs/{job_id}") for job_id in submitted}
         finally:
