@@ -53,6 +53,7 @@ LAYERS: dict[str, int] = {
     "decompose": 2,
     "retrieve": 2,
     "judge": 2,
+    "arbitration": 2,  # the judge and the risk classifier decide together
     "risk": 2,
     "report": 2,  # metrics, JSON, HTML and terminal renderings shared by every flow
     # 3 the run store: saves and reads records (any pydantic record as JSON); recomputes a

@@ -139,6 +139,25 @@ class RiskSettings(_Section):
     classifier: Path | None = None
 
 
+class ArbitrationPolicy(_Section):
+    """How the KB judge and the risk classifier decide together (docs/arbitration.md).
+    ``version`` names the policy; its id (version + a hash of every setting) is recorded on
+    every decision."""
+
+    version: str = "v1"
+    high_risk: float = Field(0.7, ge=0, le=1)  # a risk at or above this is high
+    low_risk: float = Field(0.3, ge=0, le=1)  # a risk at or below this is low
+    disagreement: Literal["ACCEPT", "FLAG", "ESCALATE"] = "ESCALATE"  # FACT+high, HALL.+low
+    coverage_gap_high_risk: Literal["ACCEPT", "FLAG", "ESCALATE"] = "ESCALATE"
+    judgment_error: Literal["ACCEPT", "FLAG", "ESCALATE"] = "ESCALATE"
+    error: Literal["ACCEPT", "FLAG", "ESCALATE"] = "ESCALATE"
+    coverage_gap: Literal["ACCEPT", "FLAG", "ESCALATE"] = "FLAG"
+    hallucination: Literal["ACCEPT", "FLAG", "ESCALATE"] = "FLAG"
+    # per category (FACT, HALLUCINATION, COVERAGE_GAP): escalate when the judge's probability
+    # for the category it gave is below this
+    min_confidence: dict[str, float] = Field(default_factory=dict)
+
+
 class ServiceSettings(_Section):
     """``medverify serve``: the HTTP service (see docs/service.md)."""
 
@@ -184,6 +203,7 @@ class Config(_Section):
     factcheck: FactCheckSettings = Field(default_factory=FactCheckSettings)
     risk: RiskSettings = Field(default_factory=RiskSettings)
     service: ServiceSettings = Field(default_factory=ServiceSettings)
+    arbitration: ArbitrationPolicy = Field(default_factory=ArbitrationPolicy)
 
     @property
     def judge_name(self) -> str:

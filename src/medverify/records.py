@@ -43,6 +43,14 @@ class Category(StrEnum):
     ERROR = "ERROR"
 
 
+class Decision(StrEnum):
+    """What arbitration does with a claim (:mod:`medverify.arbitration`)."""
+
+    ACCEPT = "ACCEPT"  # shown as checked
+    FLAG = "FLAG"  # shown with a warning
+    ESCALATE = "ESCALATE"  # held for a clinician (the review queue)
+
+
 class RunStatus(StrEnum):
     """How a recorded run stands: one vocabulary for every flow (check, audit, factcheck,
     bench) and the service.
@@ -296,6 +304,16 @@ class Verdict(_Record):
         return categorize(self.factual.counts, self.counterfactual.counts)
 
 
+class Arbitration(_Record):
+    """The decision on one claim: the rule that fired, the policy (its id names the exact
+    settings) and the inputs it saw (category, risk, the judge's confidence)."""
+
+    decision: Decision
+    rule: str
+    policy: str
+    inputs: dict[str, float | str | None] = Field(default_factory=dict)
+
+
 class ClaimResult(_Record):
     """A claim's final category and everything that decided it."""
 
@@ -308,6 +326,7 @@ class ClaimResult(_Record):
     evidence_quote: str | None = None
     error: str | None = None
     hallucination_risk: float | None = None  # the risk stage's probability, when it ran
+    arbitration: Arbitration | None = None  # the decision, when arbitration ran
     warnings: list[str] = Field(
         default_factory=list,
         description="Why part of the judge's output was not counted (e.g. an analysis whose "
