@@ -9,7 +9,7 @@ $(BIN)/.installed: pyproject.toml
 	$(BIN)/pip install -q -e '.[dev]'
 	touch $@
 
-.PHONY: setup demo test lint test-faults
+.PHONY: setup demo test lint test-faults test-browser
 setup: $(BIN)/.installed
 
 demo: setup
@@ -24,3 +24,7 @@ test: setup lint
 # The standing fault suite (kill -9 and resume, parser fuzzing, corrupted files, injection).
 test-faults: setup
 	$(BIN)/pytest -q -m faults
+
+# The review UI in a real browser (Playwright driving /usr/bin/chromium; see docs/review.md).
+test-browser: setup
+	$(BIN)/pytest -q -m browser

@@ -54,7 +54,8 @@ UTC.
 ROLE_TEXT = {
     Role.CLIENT: "check, risk, audit and fact-check; its own jobs, and the runs of its own "
     "requests and jobs",
-    Role.REVIEWER: "what a client may, and the clinician review queue (not built yet)",
+    Role.REVIEWER: "what a client may, and the clinician review queue (`/v1/review/...`: "
+    "items, labels, agreement, progress)",
     Role.ADMIN: "everything: keys, the audit log, every job and run",
 }
 
@@ -63,8 +64,8 @@ CODE_TEXT = {
     "unauthorized": "no key, a malformed, unknown or wrong one, or a revoked one "
     "(`WWW-Authenticate: Bearer`)",
     "forbidden": "the key's role is too low for the endpoint",
-    "not_found": "no such job, run or key for this key (another key's job or run is "
-    "not found too, unless the key is an admin's), or no such path",
+    "not_found": "no such job, run, key, review item or KB change for this key (another "
+    "key's job or run is not found too, unless the key is an admin's), or no such path",
     "method_not_allowed": "the path exists, not with this method",
     "not_configured": "the endpoint needs configuration the service lacks (`POST /v1/risk` "
     "without a `[risk] classifier`)",
@@ -73,7 +74,11 @@ CODE_TEXT = {
     "unsupported_media_type": "a POST body that is not `application/json`",
     "invalid_request": "the body or a parameter does not validate; `detail` lists every "
     "problem (`loc`, `msg`, `type`)",
-    "invalid_input": "an answer the checker refuses (empty, or over `max_answer_chars`)",
+    "invalid_input": "an answer the checker refuses (empty, or over `max_answer_chars`), or "
+    "a review label's `source_url` that is not a public http(s) address",
+    "item_closed": "the review item is closed: it takes no more labels",
+    "already_labelled": "this key has labelled the review item already (an adjudicator must "
+    "be a third reviewer)",
     "rate_limited": "over the key's rate limit; `Retry-After` says when to try again",
     "internal": "an unexpected error; the message names its type, the server log has "
     "the details",

@@ -67,8 +67,10 @@ LAYERS: dict[str, int] = {
     "factcheck": 4,
     "bench": 4,
     "evaluation": 4,
+    "arbitration_eval": 4,  # measures arbitration policies on labelled, judged claims
     "injection": 4,
     "demo": 4,
+    "learning": 4,  # the clinical loop: review items from reports, teach and revert the KB
     # 5 entry points.
     "cli": 5,
     "client": 5,  # the Python client of `medverify serve` (HTTP; the service's records)

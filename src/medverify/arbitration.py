@@ -66,6 +66,13 @@ def arbitrate(result: ClaimResult, policy: ArbitrationPolicy,
     return Arbitration(decision=decision, rule=rule, policy=policy_id(policy), inputs=inputs)
 
 
+def decide(category: Category, risk: float | None, conf: float | None,
+           policy: ArbitrationPolicy) -> tuple[Decision, str]:
+    """The decision and the rule that fired for plain inputs: what :func:`arbitrate` records,
+    without building records (``medverify eval arbitration`` sweeps many policies with it)."""
+    return _rule(category, risk, conf, policy)
+
+
 def _rule(category: Category, risk: float | None, conf: float | None,
           policy: ArbitrationPolicy) -> tuple[Decision, str]:
     if category is Category.ERROR:

@@ -180,6 +180,14 @@ class ServiceSettings(_Section):
     shutdown_grace_s: float = Field(20.0, ge=0)  # in-flight jobs may finish this long
 
 
+class ReviewSettings(_Section):
+    """The clinician review queue (docs/review.md): escalated claims of the service's checks
+    become review items."""
+
+    enabled: bool = True  # escalated claims of POST /v1/check and check jobs are queued
+    labels_needed: int = Field(1, ge=1, le=2)  # 2: two reviewers, adjudication on disagreement
+
+
 class Config(_Section):
     """Everything a check needs to know besides its input."""
 
@@ -204,6 +212,7 @@ class Config(_Section):
     risk: RiskSettings = Field(default_factory=RiskSettings)
     service: ServiceSettings = Field(default_factory=ServiceSettings)
     arbitration: ArbitrationPolicy = Field(default_factory=ArbitrationPolicy)
+    review: ReviewSettings = Field(default_factory=ReviewSettings)
 
     @property
     def judge_name(self) -> str:

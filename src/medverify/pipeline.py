@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from medverify.arbitration import arbitrate_all
 from medverify.config import Config
 from medverify.decompose import Decomposer, make_decomposer
 from medverify.errors import MedverifyError
@@ -116,7 +117,7 @@ class Checker:
         results = await self._retrieve_and_judge(claims)
         if self.risk is not None and results:
             results = await self._add_risk(answer, results, errors)
-        return results, errors
+        return arbitrate_all(results, self.config.arbitration), errors
 
     async def _add_risk(self, answer: Answer, results: list[ClaimResult],
                         errors: list[str]) -> list[ClaimResult]:

@@ -384,6 +384,11 @@ class Metrics(_Record):
     statement_support: float | None
     response_support: bool | None
     mean_score: float | None
+    decisions: dict[str, int] = Field(
+        default_factory=dict,
+        description="Claims per arbitration decision (ACCEPT, FLAG, ESCALATE); empty when "
+        "no claim carries a decision (arbitration did not run, or a run recorded before it).",
+    )
 
 
 class Usage(_Record):

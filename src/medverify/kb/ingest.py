@@ -250,6 +250,45 @@ class Ingester:
             "INSERT INTO terms (term, df) VALUES (?, ?) "
             "ON CONFLICT(term) DO UPDATE SET df = df + excluded.df", counts.items())
 
+    def remove(self, doc_ids: Iterable[str]) -> int:
+        """Delete documents: their rows, chunks, full-text entries and term counts in one
+        SQLite transaction (which bumps ``generation``, so the snapshot id changes), then
+        their vectors from the faiss index, which is saved in step; ids the KB does not
+        hold are skipped. Returns how many documents were removed.
+
+        faiss's flat index removes ids in place (``remove_ids``); should that fail, the
+        index is rebuilt from the vectors in SQLite, the source of truth."""
+        wanted = list(dict.fromkeys(doc_ids))
+        index = self.kb.vector_index
+        index.ensure()
+        chunk_ids: list[int] = []
+        removed = 0
+        with self.conn:
+            for doc_id in wanted:
+                row = self.conn.execute("SELECT id FROM documents WHERE doc_id=?",
+                                        (doc_id,)).fetchone()
+                if row is None:
+                    continue
+                chunk_ids += [int(r[0]) for r in self.conn.execute(
+                    "SELECT id FROM chunks WHERE doc=?", (row[0],))]
+                self._delete_document(doc_id)
+                removed += 1
+            if removed:
+                self.conn.execute("UPDATE meta SET value = CAST(value AS INTEGER) + 1 "
+                                  "WHERE key='generation'")
+        if not removed:
+            return 0
+        try:
+            if chunk_ids:
+                index.loaded.remove_ids(np.asarray(chunk_ids, dtype=np.int64))
+        except RuntimeError as exc:
+            log.warning("could not remove %d vectors from the faiss index (%s): rebuilding "
+                        "it from SQLite", len(chunk_ids), exc)
+            index.rebuild()
+        else:
+            index.save()
+        return removed
+
     def _delete_document(self, doc_id: str) -> None:
         row = self.conn.execute("SELECT id, title FROM documents WHERE doc_id=?",
                                 (doc_id,)).fetchone()

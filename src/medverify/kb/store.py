@@ -119,6 +119,7 @@ class KnowledgeBase:
         self.retrieval = retrieval or RetrievalSettings()
         self._vectors = VectorIndex(path, self.dim, conn)
         self._snapshot: tuple[int, str] | None = None
+        self._vectors_at: int | None = None  # the generation the loaded index is in step with
         self._lock = threading.RLock()
         self.flush_chunks = KBSettings().batch_size * 4  # chunks per committed batch
         self.window_chars = WINDOW_CHARS  # characters of a document tokenized at once
@@ -280,7 +281,25 @@ class KnowledgeBase:
         with self._lock, self._damage_is_an_error():
             ingester = Ingester(self, self._conn, int(self._meta["chunk_tokens"]),
                                 int(self._meta["chunk_overlap"]))
-            return ingester.run(documents, progress)
+            self._current_vectors()
+            try:
+                return ingester.run(documents, progress)
+            finally:
+                self._vectors_at = self.generation
+
+    def remove_documents(self, doc_ids: Iterable[str]) -> int:
+        """Remove documents by id (their chunks from SQLite, the full-text index and the
+        vector index); ids the KB does not hold are skipped. The generation is bumped, so
+        :attr:`snapshot_id` follows the content (removing what was added gives the id of
+        before). Returns how many documents were removed."""
+        with self._lock, self._damage_is_an_error():
+            ingester = Ingester(self, self._conn, int(self._meta["chunk_tokens"]),
+                                int(self._meta["chunk_overlap"]))
+            self._current_vectors()
+            try:
+                return ingester.remove(doc_ids)
+            finally:
+                self._vectors_at = self.generation
 
     # ---- vector index -------------------------------------------------------------
 
@@ -338,12 +357,26 @@ class KnowledgeBase:
         rows = self._conn.execute(f"SELECT term, df FROM terms WHERE term IN ({marks})", terms)
         return dict(rows.fetchall())
 
+    def _current_vectors(self) -> Any:
+        """The faiss index, in step with SQLite: when another process (a worker of the
+        service teaching or reverting) changed the KB since this one loaded its index and
+        has saved its own, the saved index is loaded; this process's own changes keep the
+        loaded index in step."""
+        generation = self.generation
+        if (self._vectors.loaded is not None and generation != self._vectors_at
+                and self._vectors.state() == "fresh"):  # (mid-ingest elsewhere: not yet)
+            self._vectors.loaded = None
+        if self._vectors.loaded is None:
+            self._vectors.ensure()
+            self._vectors_at = generation
+        return self._vectors.loaded
+
     def dense_candidates(self, queries: Sequence[str], depth: int) -> list[list[Candidate]]:
         """Per query, up to ``depth`` (chunk id, inner product with the query's embedding),
         most similar first; the queries are embedded in one batch (nothing is embedded when
         the KB is empty)."""
         with self.reading():
-            index = self._vectors.ensure()
+            index = self._current_vectors()
             if index.ntotal == 0 or not queries:
                 return [[] for _ in queries]
             vectors = np.asarray(self.embedder.embed(list(queries)), dtype=np.float32)

@@ -15,7 +15,7 @@ from pathlib import Path
 import jinja2
 
 from medverify.files import atomic_write_text
-from medverify.records import Analysis, Category, ClaimResult, Passage, Report, Span
+from medverify.records import Analysis, Category, ClaimResult, Decision, Passage, Report, Span
 from medverify.report.view import (
     CATEGORY_STYLES,
     SEVERITY,
@@ -74,6 +74,65 @@ class ClaimView:
     @property
     def counterfactual(self) -> Analysis | None:
         return self.result.verdict.counterfactual if self.result.verdict else None
+
+    @property
+    def decision(self) -> Decision | None:
+        return self.result.arbitration.decision if self.result.arbitration else None
+
+    @property
+    def decision_style(self) -> DecisionStyle:
+        return DECISION_STYLES[self.decision]
+
+
+@dataclass(frozen=True)
+class DecisionStyle:
+    """How an arbitration decision is shown: a word, a symbol, a CSS class, a heading."""
+
+    decision: Decision | None
+    label: str
+    symbol: str
+    css: str
+    heading: str
+    description: str
+
+
+DECISION_STYLES: dict[Decision | None, DecisionStyle] = {
+    style.decision: style
+    for style in (
+        DecisionStyle(Decision.ESCALATE, "Escalate", "⇧", "escalate",
+                      "Escalated for clinician review",
+                      "Held for a clinician: the judge failed or was unsure, or the judge and "
+                      "the risk classifier disagree."),
+        DecisionStyle(Decision.FLAG, "Flag", "⚠", "flag", "Flagged",
+                      "Shown with a warning: a hallucination or a coverage gap."),
+        DecisionStyle(Decision.ACCEPT, "Accept", "✓", "accept", "Accepted",
+                      "Shown as checked: the evidence supports it."),
+        DecisionStyle(None, "No decision", "·", "undecided", "No decision",
+                      "Arbitration did not run for these claims."),
+    )
+}
+"""Display order of the claim groups: escalated first."""
+
+
+@dataclass(frozen=True)
+class ClaimGroup:
+    """The claims that got one decision (all claims, unheaded, when none has a decision)."""
+
+    style: DecisionStyle | None
+    claims: list[ClaimView]
+
+
+def group_claims(claims: list[ClaimView]) -> list[ClaimGroup]:
+    """Claims grouped by decision, escalated first, then flagged, accepted and undecided
+    (empty groups left out); one unheaded group when no claim carries a decision."""
+    if not any(c.result.arbitration is not None for c in claims):
+        return [ClaimGroup(None, claims)] if claims else []
+    groups = []
+    for decision, style in DECISION_STYLES.items():
+        members = [c for c in claims if c.decision == decision]
+        if members:
+            groups.append(ClaimGroup(style, members))
+    return groups
 
 
 def highlight_span(result: ClaimResult, text: str) -> Span | None:
@@ -154,6 +213,8 @@ def render_html(report: Report) -> str:
         metrics=report.metrics,
         segments=segment_answer(text, report.results),
         claims=claims,
+        groups=group_claims(claims),
+        decision_styles=[s for d, s in DECISION_STYLES.items() if d is not None],
         unlocated=[c for c in claims if not c.located],
         styles=list(CATEGORY_STYLES.values()),
         support=support_word(report.metrics.response_support),

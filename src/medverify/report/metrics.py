@@ -9,7 +9,10 @@ Definitions (see ``docs/report.md``):
   claims is ``FACT``. With errored claims the answer is *unknown* (``None``) unless some
   scored claim is already non-``FACT`` (then it is ``False`` whatever the errors hide);
 - *mean score* (CHECK): the mean of the per-claim scores (FACT 1, HALLUCINATION 0,
-  JUDGMENT_ERROR and COVERAGE_GAP 0.5) over scored claims.
+  JUDGMENT_ERROR and COVERAGE_GAP 0.5) over scored claims;
+- *decisions*: claims per arbitration decision (ACCEPT, FLAG, ESCALATE; see
+  ``docs/arbitration.md``), ERROR claims included (the policy decides them too); empty when
+  no claim carries a decision.
 """
 
 from __future__ import annotations
@@ -20,7 +23,7 @@ from collections.abc import Callable, Sequence
 import numpy as np
 from pydantic import BaseModel, ConfigDict
 
-from medverify.records import CATEGORY_SCORE, Category, ClaimResult, Metrics, Report
+from medverify.records import CATEGORY_SCORE, Category, ClaimResult, Decision, Metrics, Report
 
 Stat = Callable[[np.ndarray], float]
 
@@ -59,6 +62,18 @@ def response_support(results: Sequence[ClaimResult]) -> bool | None:
     return True
 
 
+def decision_counts(results: Sequence[ClaimResult]) -> dict[str, int]:
+    """Claims per arbitration decision, all three decisions present; empty when no claim
+    carries a decision (claims without one are not counted)."""
+    decided = [r.arbitration.decision for r in results if r.arbitration is not None]
+    if not decided:
+        return {}
+    counts = {decision.value: 0 for decision in Decision}
+    for decision in decided:
+        counts[decision.value] += 1
+    return counts
+
+
 def compute_metrics(results: Sequence[ClaimResult]) -> Metrics:
     """The summary numbers of one report (see the module docstring for definitions)."""
     scored = _scored(results)
@@ -72,6 +87,7 @@ def compute_metrics(results: Sequence[ClaimResult]) -> Metrics:
         statement_support=n_fact / len(scored) if scored else None,
         response_support=response_support(results),
         mean_score=float(np.mean(scores)) if scores else None,
+        decisions=decision_counts(results),
     )
 
 

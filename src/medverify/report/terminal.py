@@ -9,7 +9,7 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
-from medverify.records import Category, ClaimResult, Report
+from medverify.records import Category, ClaimResult, Decision, Report
 from medverify.report.view import (
     CATEGORY_STYLES,
     counted_lines,
@@ -23,6 +23,13 @@ from medverify.report.view import (
 
 CLAIM_WIDTH = 100
 EVIDENCE_WIDTH = 40
+
+DECISION_STYLES: dict[Decision, tuple[str, str]] = {
+    # decision: (symbol, rich style); the word is always printed too, never colour alone
+    Decision.ACCEPT: ("✓", "green"),
+    Decision.FLAG: ("⚠", "bold yellow"),
+    Decision.ESCALATE: ("⇧", "bold red"),
+}
 
 
 def _category_cell(category: Category) -> Text:
@@ -43,12 +50,26 @@ def _evidence_cell(result: ClaimResult) -> Text:
     return cell
 
 
+def _decision_cell(result: ClaimResult) -> Text:
+    """The arbitration decision and the rule that fired (— when arbitration did not run)."""
+    if result.arbitration is None:
+        return Text("—", style="dim")
+    symbol, style = DECISION_STYLES[result.arbitration.decision]
+    cell = Text(f"{symbol} {result.arbitration.decision.value}", style=style)
+    cell.append(f"\n{result.arbitration.rule}", style="dim")
+    return cell
+
+
 def claims_table(report: Report) -> Table:
-    """One row per claim: id, category, score, claim text, deciding evidence."""
+    """One row per claim: id, category, score, the arbitration decision (when any claim has
+    one), claim text, deciding evidence."""
+    decided = any(r.arbitration is not None for r in report.results)
     table = Table(title="Claims", title_justify="left", show_lines=False, expand=False)
     table.add_column("id", style="bold", no_wrap=True)
     table.add_column("category", no_wrap=True)
     table.add_column("score", justify="right", no_wrap=True)
+    if decided:
+        table.add_column("decision", no_wrap=True)
     table.add_column("claim", overflow="fold", ratio=3)
     table.add_column("evidence / error", overflow="fold", ratio=2)
     for result in report.results:  # untrusted text: Text cells, never console markup
@@ -56,6 +77,7 @@ def claims_table(report: Report) -> Table:
             Text(result.claim.id),
             _category_cell(result.category),
             Text("—" if result.category == Category.ERROR else score_text(result)),
+            *([_decision_cell(result)] if decided else []),
             Text(shorten(result.claim.text, CLAIM_WIDTH)),
             _evidence_cell(result),
         )
@@ -78,6 +100,7 @@ def summary_lines(report: Report) -> list[Text]:
             "Mean score: ", ("n/a" if m.mean_score is None else f"{m.mean_score:.2f}", "bold")
         ),
         _counts_line(report),
+        *_decisions_line(report),
         Text.assemble(
             "Errors: ",
             (str(m.n_errors), "bold magenta" if m.n_errors else "bold"),
@@ -108,6 +131,22 @@ def _counts_line(report: Report) -> Text:
             f"{category.value} {report.metrics.counts.get(category.value, 0)}", style=style.rich
         )
     return text
+
+
+def _decisions_line(report: Report) -> list[Text]:
+    """``Decisions: ACCEPT n, FLAG n, ESCALATE n (policy id)``; nothing without decisions."""
+    decisions = report.metrics.decisions
+    if not decisions:
+        return []
+    text = Text("Decisions: ")
+    for index, (decision, (symbol, style)) in enumerate(DECISION_STYLES.items()):
+        if index:
+            text.append(", ")
+        text.append(f"{symbol} {decision.value} {decisions.get(decision.value, 0)}", style=style)
+    policies = sorted({r.arbitration.policy for r in report.results if r.arbitration})
+    if policies:
+        text.append(f" (policy {', '.join(policies)})", style="dim")
+    return [text]
 
 
 def _usage_lines(report: Report) -> list[Text]:

@@ -14,7 +14,7 @@ import os
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
 from importlib import metadata
-from typing import Annotated, Any
+from typing import Annotated, Any, Literal
 
 from fastapi import Depends, FastAPI, Query, Request, Response
 from fastapi.responses import HTMLResponse, JSONResponse
@@ -24,6 +24,9 @@ from medverify.config import Config
 from medverify.errors import MedverifyError
 from medverify.factcheck.store import factchecks as stored_factchecks
 from medverify.harness import validate_answer
+from medverify.kb import KnowledgeBase
+from medverify.learning import LoopReport, loop_report
+from medverify.learning import revert as revert_change
 from medverify.records import Answer, Report
 from medverify.report.html import render_html
 from medverify.risk.stage import RiskText
@@ -38,14 +41,26 @@ from medverify.service.records import (
     Health,
     Job,
     KeyRequest,
+    LabelRequest,
     Readiness,
     RiskRequest,
     RiskResponse,
     RunRecord,
 )
 from medverify.service.state import ServiceState
+from medverify.service.ui import router as review_pages
 from medverify.store.access import AuditEvent, KeyInfo, KeyNotFound, NewKey, Role
 from medverify.store.jobs import JobKind, JobNotFound, JobRow, JobStatus
+from medverify.store.review import (
+    AlreadyLabelled,
+    ItemClosed,
+    ItemNotFound,
+    KBChange,
+    KBChangeNotFound,
+    PairAgreement,
+    ReviewItem,
+    ReviewStatus,
+)
 
 CONFIG_ENV = "MEDVERIFY_SERVE_CONFIG"
 """``medverify serve`` passes the worker processes their config as JSON in this variable."""
@@ -55,8 +70,10 @@ ERRORS: dict[int | str, dict[str, Any]] = {
         400: "invalid_json: the body is not JSON in UTF-8",
         401: "unauthorized: missing, wrong or revoked key (not /healthz, /readyz)",
         403: "forbidden: the key's role is too low for this endpoint",
-        404: "not_found: no such job, run or key for this key (or no such path)",
-        409: "not_configured: the feature needs configuration the service lacks",
+        404: "not_found: no such job, run, key, review item or KB change for this key (or "
+             "no such path)",
+        409: "not_configured: the feature needs configuration the service lacks; "
+             "item_closed, already_labelled: the review item takes no label from this key",
         413: "too_large: body over max_body_bytes, or a job over max_answers_per_job",
         415: "unsupported_media_type: a POST body that is not application/json",
         422: "invalid_request (the body or a parameter does not validate) or "
@@ -67,6 +84,7 @@ ERRORS: dict[int | str, dict[str, Any]] = {
         504: "timeout: no result within request_timeout_s"}.items()}
 
 Client = Annotated[KeyInfo, Depends(role(Role.CLIENT))]
+Reviewer = Annotated[KeyInfo, Depends(role(Role.REVIEWER))]
 Admin = Annotated[KeyInfo, Depends(role(Role.ADMIN))]
 
 
@@ -102,6 +120,8 @@ def create_app(config: Config, *, run_jobs: bool = True) -> FastAPI:
     app.middleware("http")(audit_writes)
     app.add_middleware(BodyGuard, max_bytes=config.service.max_body_bytes)
     _routes(app, config)
+    _review_routes(app)
+    app.include_router(review_pages)  # the review UI (docs/review.md)
     return app
 
 
@@ -188,8 +208,9 @@ def _routes(app: FastAPI, config: Config) -> None:
         """Check one answer against the knowledge base.
 
         The report holds its claims with categories, evidence, probabilities (and
-        hallucination risk when a classifier is configured), and the tokens this request
-        spent (``usage``). Recorded in the run store; batches go to ``POST
+        hallucination risk when a classifier is configured), arbitration decisions, and the
+        tokens this request spent (``usage``). Recorded in the run store; escalated claims
+        join the review queue (``[review] enabled``); batches go to ``POST
         /v1/jobs/check``.
 
         422 ``invalid_input`` for an empty answer or one over ``max_answer_chars``; 503
@@ -202,6 +223,7 @@ def _routes(app: FastAPI, config: Config) -> None:
             [report] = await _timed(request, state.checking(
                 lambda: checker.run([answer], store=state.runs)))
         request.state.target = report.run_id
+        state.queue_for_review([report])
         return report.model_copy(update={"usage": used.as_dict()})
 
     @app.post("/v1/risk", response_model=RiskResponse, tags=["check"])
@@ -331,6 +353,145 @@ def _routes(app: FastAPI, config: Config) -> None:
         Every write (key id, ``METHOD /path``, target, HTTP status), every refused key, and
         the ``medverify keys`` commands."""
         return _state(request).audit.list(limit=limit)
+
+
+def _review_routes(app: FastAPI) -> None:
+    """The clinician review queue as JSON (the browser pages are under ``/review``)."""
+
+    @app.get("/v1/review/items", response_model=list[ReviewItem], tags=["review"])
+    async def review_items(
+            request: Request, key: Reviewer, status: ReviewStatus | None = None,
+            topic: str | None = None, min_priority: float | None = None,
+            assignee: str | None = None, limit: Annotated[int, Query(ge=1, le=500)] = 50,
+            offset: Annotated[int, Query(ge=0)] = 0) -> list[ReviewItem]:
+        """The review queue: escalated claims, highest priority first, then oldest.
+
+        Filters: ``status`` (open, needs_second, adjudication, closed; default all),
+        ``topic``, ``min_priority``, ``assignee`` (a key id). While an item waits for its
+        second label, a key sees only its own labels of it (the second review is blind);
+        an admin key sees every label."""
+        items = _state(request).review.list(status=status, min_priority=min_priority,
+                                            topic=topic, assignee=assignee, limit=limit,
+                                            offset=offset)
+        return [_shown(item, key) for item in items]
+
+    @app.get("/v1/review/items/{item_id}", response_model=ReviewItem, tags=["review"])
+    async def review_item(item_id: str, request: Request, key: Reviewer) -> ReviewItem:
+        """One review item with everything a reviewer needs to decide it.
+
+        The answer, the claim, the passages, the deciding quote, the judge's reason and
+        probabilities, the risk, the decision that escalated it, and its labels (blind
+        while it waits for a second one, as in the list). 404 ``not_found`` for an unknown
+        item."""
+        return _shown(_review_item(_state(request), item_id), key)
+
+    @app.post("/v1/review/items/{item_id}/labels", response_model=ReviewItem,
+              tags=["review"])
+    async def label_item(item_id: str, body: LabelRequest, request: Request,
+                         key: Reviewer) -> ReviewItem:
+        """Label a review item as this key's reviewer.
+
+        With ``[review] labels_needed = 1`` the label closes the item; with 2, the first
+        waits for a second, a second that agrees closes it and one that disagrees sends it
+        to adjudication, where a third reviewer's label closes it. When the item closes
+        with a correction (or FACT with a ``source_url``), the statement is added to the
+        knowledge base with its provenance (see ``GET /v1/review/kb-changes``), and the
+        next check retrieves it. 404 ``not_found`` for an unknown item; 409
+        ``item_closed`` for a closed one, ``already_labelled`` when this key labelled it
+        before; 422 ``invalid_input`` for a source URL that is not a public http(s)
+        address (it is never fetched)."""
+        state = _state(request)
+        request.state.target = item_id
+        try:
+            item, _ = state.label_and_teach(
+                item_id, key.id, body.label, correction=body.correction,
+                source_url=body.source_url, source_passage_id=body.source_passage_id,
+                note=body.note)
+        except ItemNotFound:
+            raise ApiError(404, "not_found", f"no review item {item_id!r}") from None
+        except ItemClosed as exc:
+            raise ApiError(409, "item_closed", str(exc)) from None
+        except AlreadyLabelled as exc:
+            raise ApiError(409, "already_labelled", str(exc)) from None
+        return _shown(item, key)
+
+    @app.post("/v1/review/items/{item_id}/assign", response_model=ReviewItem,
+              tags=["review"])
+    async def assign_item(item_id: str, request: Request, key: Reviewer) -> ReviewItem:
+        """Take a review item: assign it to this key.
+
+        ``GET /v1/review/items?assignee=<key id>`` lists a reviewer's items. 404
+        ``not_found`` for an unknown item, 409 ``item_closed`` for a closed one."""
+        request.state.target = item_id
+        try:
+            item = _state(request).review.assign(item_id, key.id)
+        except ItemNotFound:
+            raise ApiError(404, "not_found", f"no review item {item_id!r}") from None
+        except ItemClosed as exc:
+            raise ApiError(409, "item_closed", str(exc)) from None
+        return _shown(item, key)
+
+    @app.get("/v1/review/agreement", response_model=list[PairAgreement], tags=["review"])
+    async def review_agreement(request: Request, key: Reviewer) -> list[PairAgreement]:
+        """Agreement between reviewers.
+
+        Cohen's kappa of every pair of reviewers over the items both labelled (``n``), with
+        the share of identical labels (``observed``); kappa is null when it is undefined
+        (both used one and the same label)."""
+        return _state(request).review.agreement()
+
+    @app.get("/v1/review/progress", response_model=LoopReport, tags=["review"])
+    async def review_progress(request: Request, key: Reviewer,
+                              by: Literal["day", "week", "month"] = "week") -> LoopReport:
+        """The clinical loop, period by period.
+
+        Per day, week (ISO) or month: claims checked and escalated (the escalation rate),
+        labels given, items closed, the share of final labels that agree with the judge's
+        category (``CANNOT_TELL`` aside), and the KB documents added and reverted; with the
+        totals and the queue's items per status now."""
+        return loop_report(_state(request).review, by=by)
+
+    @app.get("/v1/review/kb-changes", response_model=list[KBChange], tags=["review"])
+    async def kb_changes(request: Request, key: Reviewer,
+                         include_reverted: bool = False) -> list[KBChange]:
+        """The knowledge-base documents the review added, oldest first.
+
+        Those in force; with ``include_reverted=true``, the reverted ones too."""
+        return _state(request).review.kb_changes(include_reverted=include_reverted)
+
+    @app.post("/v1/review/kb-changes/{change_id}/revert", response_model=KBChange,
+              tags=["review"])
+    async def revert_kb_change(change_id: int, request: Request, key: Admin) -> KBChange:
+        """Take a document the review added out of the knowledge base again.
+
+        Its chunks leave the full-text and vector indexes and the KB snapshot id changes
+        back; the change is kept, marked reverted (reverting it again changes nothing).
+        404 ``not_found`` for an unknown change; 503 ``not_ready`` without a loaded KB."""
+        state = _state(request)
+        request.state.target = str(change_id)
+        kb = state.need_checker().kb
+        if not isinstance(kb, KnowledgeBase):
+            raise ApiError(409, "not_configured", "the knowledge base is not the embedded "
+                           "store: its documents cannot be removed here")
+        try:
+            return revert_change(change_id, kb, state.review)
+        except KBChangeNotFound:
+            raise ApiError(404, "not_found", f"no KB change {change_id}") from None
+
+
+def _review_item(state: ServiceState, item_id: str) -> ReviewItem:
+    try:
+        return state.review.get(item_id)
+    except ItemNotFound:
+        raise ApiError(404, "not_found", f"no review item {item_id!r}") from None
+
+
+def _shown(item: ReviewItem, key: KeyInfo) -> ReviewItem:
+    """The item as ``key`` may see it: while it waits for a second label, only the key's
+    own labels (the second review is blind), unless the key is an admin's."""
+    if key.role is Role.ADMIN or item.status is not ReviewStatus.NEEDS_SECOND:
+        return item
+    return item.model_copy(update={"labels": [x for x in item.labels if x.reviewer == key.id]})
 
 
 def _run_info(state: ServiceState, key: KeyInfo, run_id: str) -> Any:

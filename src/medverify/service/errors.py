@@ -104,9 +104,15 @@ def install_error_handlers(app: FastAPI) -> None:
                               "the server log has the details")
 
 
+FORM_PATHS = "/review/"
+"""The review UI's pages post HTML forms (``application/x-www-form-urlencoded``) under this
+path; everywhere else a body must be JSON."""
+
+
 class BodyGuard:
     """ASGI middleware: refuses bodies over ``max_bytes`` (413, also when the length is not
-    declared) and POST/PUT/PATCH bodies that are not JSON (415), before any handler runs."""
+    declared) and POST/PUT/PATCH bodies that are not JSON (415; the review UI's form posts
+    under ``/review/`` excepted), before any handler runs."""
 
     def __init__(self, app: Any, max_bytes: int) -> None:
         self.app, self.max_bytes = app, max_bytes
@@ -117,7 +123,7 @@ class BodyGuard:
             return
         headers = {k.decode("latin-1").lower(): v.decode("latin-1")
                    for k, v in scope.get("headers", [])}
-        refusal = self._refusal(headers)
+        refusal = self._refusal(headers, str(scope.get("path", "")))
         if refusal is not None:
             await _drain(receive)
             await refusal(scope, receive, send)
@@ -131,13 +137,14 @@ class BodyGuard:
     def _too_large(self) -> str:
         return f"the request body is over {self.max_bytes:,} bytes ([service] max_body_bytes)"
 
-    def _refusal(self, headers: dict[str, str]) -> JSONResponse | None:
+    def _refusal(self, headers: dict[str, str], path: str = "") -> JSONResponse | None:
         length = headers.get("content-length")
         if length is not None and (not length.isdigit() or int(length) > self.max_bytes):
             return error_response(413, "too_large", self._too_large())
         kind = headers.get("content-type", "").split(";")[0].strip().lower()
         has_body = (length is not None and length != "0") or "transfer-encoding" in headers
-        if has_body and kind != "application/json":
+        form = kind == "application/x-www-form-urlencoded" and path.startswith(FORM_PATHS)
+        if has_body and kind != "application/json" and not form:
             return error_response(415, "unsupported_media_type",
                                   "send the body as JSON with Content-Type: application/json")
         return None

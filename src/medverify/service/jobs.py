@@ -117,6 +117,7 @@ class JobRunner:
             reports = await checker.run(batch.answers, store=self.state.runs,
                                         progress=progress, cancel=token)
             self._ran(row, reports[0].run_id if reports else None, len(reports))
+            self.state.queue_for_review(reports)  # escalated claims join the review queue
             return CheckResult(reports=reports)
         if row.kind is JobKind.FACTCHECK:
             fbatch = FactCheckBatch.model_validate_json(row.request)

@@ -20,6 +20,7 @@ from medverify.risk.records import RiskScore
 from medverify.risk.stage import RiskText
 from medverify.store.access import Role
 from medverify.store.jobs import JobKind, JobProgress, JobStatus
+from medverify.store.review import ReviewLabel
 
 
 class _Record(BaseModel):
@@ -51,6 +52,20 @@ class KeyRequest(_Record):
     role: Role = Role.CLIENT
 
 
+class LabelRequest(_Record):
+    """A reviewer's label of a review item."""
+
+    label: ReviewLabel
+    correction: str | None = Field(None, max_length=4000,
+                                   description="the claim as it should read (taught to the "
+                                   "knowledge base when the item closes with this label)")
+    source_url: str | None = Field(None, max_length=2000,
+                                   description="where the label or correction comes from: a "
+                                   "public http(s) URL (never fetched; a private or loopback "
+                                   "address is refused with 422)")
+    source_passage_id: str | None = Field(None, max_length=200,
+                                          description="or the KB passage that decides it")
+    note: str | None = Field(None, max_length=4000)
 
 
 class CheckBatch(_Record):

@@ -1,5 +1,6 @@
 """What one worker process of the service holds: the run store (keys, jobs, audit log,
-runs), and the flows loaded once (knowledge base, model, judge, risk stage)."""
+runs, the review queue), and the flows loaded once (knowledge base, model, judge, risk
+stage)."""
 
 from __future__ import annotations
 
@@ -7,7 +8,7 @@ import asyncio
 import logging
 import os
 import socket
-from collections.abc import Awaitable, Callable, Iterator
+from collections.abc import Awaitable, Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -18,12 +19,16 @@ from medverify.config import Config
 from medverify.errors import MedverifyError
 from medverify.factcheck.loop import FactChecker, ScopedLedger, metered
 from medverify.harness import close_owned
+from medverify.kb import KnowledgeBase
+from medverify.learning import items_from_report, teach
 from medverify.llm.facade import Model, UsageLedger, model_from_config
 from medverify.pipeline import Checker
+from medverify.records import Report
 from medverify.service.auth import TokenBucket
 from medverify.service.errors import ApiError
 from medverify.store.access import AuditLog, KeyStore
 from medverify.store.jobs import JobStore
+from medverify.store.review import KBChange, ReviewItem, ReviewLabel, ReviewStore
 from medverify.store.runs import RunStore
 
 log = logging.getLogger(__name__)
@@ -41,6 +46,7 @@ class ServiceState:
     keys: KeyStore
     jobs: JobStore
     audit: AuditLog
+    review: ReviewStore
     limiter: TokenBucket
     worker: str
     model: Model | None = None
@@ -56,7 +62,7 @@ class ServiceState:
         settings = config.service
         limiter = TokenBucket(rate=settings.rate_per_minute / 60.0, burst=settings.rate_burst)
         return cls(config=config, runs=runs, keys=KeyStore(runs), jobs=JobStore(runs),
-                   audit=AuditLog(runs), limiter=limiter,
+                   audit=AuditLog(runs), review=ReviewStore(runs), limiter=limiter,
                    worker=f"{socket.gethostname()}:{os.getpid()}")
 
     def load(self) -> None:
@@ -128,6 +134,33 @@ class ServiceState:
             self.check_slots = asyncio.Semaphore(limit or 2 * (os.cpu_count() or 1))
         async with self.check_slots:
             return await work()
+
+    def queue_for_review(self, reports: Sequence[Report]) -> int:
+        """Add the escalated claims of checked reports to the review queue (``[review]
+        enabled``, ``labels_needed``); returns how many items were new."""
+        settings = self.config.review
+        if not settings.enabled:
+            return 0
+        items = [item for report in reports for item in items_from_report(
+            report, labels_needed=settings.labels_needed, policy=self.config.arbitration)]
+        return self.review.add_items(items) if items else 0
+
+    def label_and_teach(self, item_id: str, reviewer: str, label: ReviewLabel | str,
+                        **fields: str | None) -> tuple[ReviewItem, KBChange | None]:
+        """Record a reviewer's label (``fields``: correction, source_url,
+        source_passage_id, note); when it closes the item with something to teach, add it
+        to the knowledge base this worker's checker searches (the retriever sees it at
+        once: the KB's indexes are updated in place). Raises the review store's refusals
+        (ItemNotFound, ItemClosed, AlreadyLabelled, InputError)."""
+        item = self.review.label(item_id, reviewer, label, **fields)
+        change = None
+        checker = self.checker
+        if checker is not None and isinstance(checker.kb, KnowledgeBase):
+            try:
+                change = teach(item, checker.kb, self.review)
+            except MedverifyError as exc:  # the label stands; the change can be taught again
+                log.warning("review item %s: could not teach the KB: %s", item_id, exc)
+        return item, change
 
     @contextmanager
     def metered(self) -> Iterator[UsageLedger]:

@@ -1,8 +1,10 @@
-"""API keys (stored hashed), their roles, and the audit log of every write.
+"""API keys (stored hashed), their roles, the audit log of every write, and the review
+UI's browser sessions.
 
-Both live in the run store (tables ``api_keys`` and ``audit_log``, migration 0006):
-:class:`KeyStore` creates, lists, revokes and verifies keys; :class:`AuditLog` appends and
-reads the log.
+All live in the run store (tables ``api_keys`` and ``audit_log``, migration 0006;
+``review_sessions``, migration 0010): :class:`KeyStore` creates, lists, revokes and verifies
+keys; :class:`AuditLog` appends and reads the log; :class:`SessionStore` opens, finds and
+ends sessions.
 """
 
 from __future__ import annotations
@@ -241,3 +243,74 @@ class AuditLog:
                        status=s, detail=d)
             for i, at, k, a, t, s, d in rows
         ]
+
+
+class Session(_Record):
+    """A browser session of the review UI: the key that logged in, and the CSRF token every
+    form of the session must send back."""
+
+    key: KeyInfo
+    csrf_token: str
+    created_at: datetime
+    expires_at: datetime
+
+
+SESSION_TTL = timedelta(hours=12)
+"""How long a review session lasts from its login (then the reviewer logs in again)."""
+
+
+class SessionStore:
+    """Review UI sessions in the run store.
+
+    A session id is 32 random bytes (``secrets.token_urlsafe``) held by the browser in a
+    cookie; only its SHA-256 is stored, so a copy of the store does not hold live sessions.
+    :meth:`get` finds nothing for an unknown, expired or logged-out session, nor for one
+    whose key has been revoked since it logged in.
+    """
+
+    def __init__(self, runs: RunStore, ttl: timedelta = SESSION_TTL) -> None:
+        self._db = runs._db
+        self.ttl = ttl
+
+    def create(self, key_id: str) -> tuple[str, str]:
+        """A new session for key ``key_id``: ``(session_id, csrf_token)``. Also forgets the
+        sessions that have expired."""
+        now = _now()
+        session_id, csrf = secrets.token_urlsafe(32), secrets.token_urlsafe(32)
+        self._db.execute("DELETE FROM review_sessions WHERE expires_at <= ?", (_stamp(now),))
+        self._db.execute(
+            "INSERT INTO review_sessions (id_sha256, key_id, csrf_token, created_at,"
+            " expires_at) VALUES (?, ?, ?, ?, ?)",
+            (_digest(session_id), key_id, csrf, _stamp(now), _stamp(now + self.ttl)),
+        )
+        return session_id, csrf
+
+    def get(self, session_id: str | None) -> Session | None:
+        """The live session ``session_id`` names, or None (unknown, expired, logged out, or
+        its key revoked)."""
+        if not isinstance(session_id, str) or not 16 <= len(session_id) <= 128:
+            return None
+        row = self._db.execute(
+            "SELECT s.csrf_token, s.created_at, s.expires_at, "
+            + ", ".join(f"k.{c.strip()}" for c in _KEY_COLUMNS.split(","))
+            + " FROM review_sessions s JOIN api_keys k ON k.id = s.key_id"
+            " WHERE s.id_sha256 = ?",
+            (_digest(session_id),),
+        ).fetchone()
+        if row is None:
+            return None
+        csrf, created_at, expires_at = row[:3]
+        key = _key(row[3:])
+        expires = datetime.fromisoformat(expires_at)
+        if key.revoked_at is not None or expires <= _now():
+            return None
+        return Session(key=key, csrf_token=csrf, created_at=datetime.fromisoformat(created_at),
+                       expires_at=expires)
+
+    def delete(self, session_id: str | None) -> bool:
+        """End a session (log out); False when there was none."""
+        if not isinstance(session_id, str):
+            return False
+        cursor = self._db.execute("DELETE FROM review_sessions WHERE id_sha256 = ?",
+                                  (_digest(session_id),))
+        return cursor.rowcount > 0

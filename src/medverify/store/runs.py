@@ -26,7 +26,16 @@ from typing import Any, Literal, Protocol, TypeVar
 from pydantic import BaseModel, ConfigDict, TypeAdapter
 
 from medverify.errors import MedverifyError
-from medverify.records import Answer, Claim, ClaimResult, Passage, Report, Usage, Verdict
+from medverify.records import (
+    Answer,
+    Arbitration,
+    Claim,
+    ClaimResult,
+    Passage,
+    Report,
+    Usage,
+    Verdict,
+)
 from medverify.report.metrics import compute_metrics
 
 _MIGRATION = re.compile(r"^(\d{4})_\w+\.sql$")
@@ -286,7 +295,8 @@ class RunStore:
                 "DELETE FROM claims WHERE run_id = ? AND position = ?", (run_id, position)
             )
             self._db.executemany(
-                "INSERT INTO claims VALUES (?, ?, ?, ?, ?, ?, ?)",
+                "INSERT INTO claims (run_id, position, claim_id, claim, passages, verdict, error,"
+                " hallucination_risk, arbitration) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
                 [
                     (
                         run_id,
@@ -296,6 +306,8 @@ class RunStore:
                         _PASSAGES.dump_json(r.passages).decode(),
                         r.verdict.model_dump_json() if r.verdict else None,
                         r.error,
+                        r.hallucination_risk,
+                        r.arbitration.model_dump_json() if r.arbitration else None,
                     )
                     for r in results
                 ],
@@ -458,19 +470,24 @@ class RunStore:
 
     def _results(self, run_id: str, position: int) -> list[ClaimResult]:
         rows = self._db.execute(
-            "SELECT claim, passages, verdict, error FROM claims WHERE run_id = ? AND position = ?"
-            " ORDER BY rowid",
+            "SELECT claim, passages, verdict, error, hallucination_risk, arbitration FROM claims"
+            " WHERE run_id = ? AND position = ? ORDER BY rowid",
             (run_id, position),
         ).fetchall()
         results = []
-        for claim_json, passages_json, verdict_json, error in rows:
+        for claim_json, passages_json, verdict_json, error, risk, arbitration in rows:
             claim = Claim.model_validate_json(claim_json)
             passages = _PASSAGES.validate_json(passages_json)
             if verdict_json is None:
-                results.append(ClaimResult.failed(claim, error or "not judged", passages))
+                result = ClaimResult.failed(claim, error or "not judged", passages)
             else:
                 verdict = Verdict.model_validate_json(verdict_json)
-                results.append(ClaimResult.from_verdict(claim, passages, verdict))
+                result = ClaimResult.from_verdict(claim, passages, verdict)
+            # risk and decision: NULL for claims recorded before version 8
+            result.hallucination_risk = risk
+            if arbitration is not None:
+                result.arbitration = Arbitration.model_validate_json(arbitration)
+            results.append(result)
         return results
 
     @staticmethod

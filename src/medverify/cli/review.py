@@ -1,0 +1,248 @@
+"""``medverify review``: the clinician review queue from the command line.
+
+``export`` writes the queue (CSV for spreadsheets, one row per label; JSONL, one item per
+line), ``import`` reads labels given elsewhere (columns ``item_id``, ``reviewer``,
+``label``, ``correction``, ``source_url``, ``note``; an exported CSV with its label
+columns filled in is such a file) and ``report`` prints the loop report.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+import click
+from rich import box
+from rich.console import Console
+from rich.table import Table
+
+from medverify.cli import main
+from medverify.cli._common import config_option, load_config, store_option
+from medverify.errors import InputError, MedverifyError
+from medverify.files import atomic_write_text
+from medverify.kb import KnowledgeBase
+from medverify.learning import LoopPeriod, LoopReport, lesson, loop_report, teach
+from medverify.store.access import AuditLog
+from medverify.store.review import ReviewItem, ReviewStatus, ReviewStore
+from medverify.store.runs import RunStore
+
+EXPORT_COLUMNS = (
+    "item_id", "status", "priority", "topic", "run_id", "answer_id", "question", "claim",
+    "category", "evidence_quote", "judge_reason", "final_label", "reviewer", "role", "label",
+    "correction", "source_url", "source_passage_id", "note", "labelled_at",
+)
+IMPORT_COLUMNS = ("item_id", "reviewer", "label", "correction", "source_url",
+                  "source_passage_id", "note")
+"""What ``review import`` reads from each row (other columns are ignored)."""
+
+_FORMULA = ("=", "+", "-", "@", "\t", "\r")
+
+
+def _cell(value: Any) -> str:
+    """A CSV cell that a spreadsheet shows as text: a leading ``= + - @`` (a formula, in
+    text an LLM or a reviewer wrote) is escaped with ``'``, which import removes."""
+    text = "" if value is None else str(value)
+    return "'" + text if text.startswith(_FORMULA) else text
+
+
+def _uncell(value: str | None) -> str | None:
+    text = (value or "").strip()
+    if text.startswith("'") and text[1:].startswith(_FORMULA):
+        text = text[1:]
+    return text or None
+
+
+@main.group()
+def review() -> None:
+    """The clinician review queue: export it, import labels, report on the loop."""
+
+
+@review.command("export")
+@click.argument("out", type=click.Path(path_type=Path, dir_okay=False))
+@click.option("--format", "fmt", type=click.Choice(["csv", "jsonl"]), default="csv",
+              show_default=True, help="csv: one row per label (an item without labels: one "
+              "row with empty label columns, to fill in and import); jsonl: one item, with "
+              "its labels, per line.")
+@click.option("--status", type=click.Choice([s.value for s in ReviewStatus]),
+              help="Only the items in this status (default: all).")
+@config_option
+@store_option
+def export(out: Path, fmt: str, status: str | None, config_path: Path | None,
+           store: Path | None) -> None:
+    """Write the review items to OUT, highest priority first."""
+    config = load_config(config_path, store=store)
+    with RunStore(config.store_path) as db:
+        items = ReviewStore(db).list(status=status, limit=None)
+    if fmt == "jsonl":
+        atomic_write_text(out, "".join(item.model_dump_json() + "\n" for item in items))
+    else:
+        atomic_write_text(out, _csv(items))
+    click.echo(f"wrote {len(items)} item(s) to {out}")
+
+
+def _csv(items: list[ReviewItem]) -> str:
+    buffer = io.StringIO()
+    writer = csv.writer(buffer, lineterminator="\n")
+    writer.writerow(EXPORT_COLUMNS)
+    for item in items:
+        base = [item.id, item.status.value, f"{item.priority:.4f}", item.topic, item.run_id,
+                item.answer_id, item.question, item.claim.text, item.category,
+                item.evidence_quote, item.judge_reason,
+                item.final_label.value if item.final_label else None]
+        labels = item.labels or [None]
+        for label in labels:
+            tail = ([label.reviewer, label.role.value, label.label.value, label.correction,
+                     label.source_url, label.source_passage_id, label.note,
+                     label.created_at.isoformat()] if label is not None else [None] * 8)
+            writer.writerow([_cell(v) for v in (*base, *tail)])
+    return buffer.getvalue()
+
+
+def _rows(path: Path) -> list[dict[str, Any]]:
+    """The rows of a CSV or JSONL file (JSONL: ``.jsonl`` or ``.json`` names)."""
+    try:
+        text = path.read_text("utf-8-sig")
+    except (OSError, UnicodeDecodeError) as exc:
+        raise InputError(f"cannot read {path}: {exc}") from None
+    if path.suffix.lower() in (".jsonl", ".json"):
+        rows: list[dict[str, Any]] = []
+        for number, line in enumerate(text.splitlines(), start=1):
+            if not line.strip():
+                continue
+            try:
+                row = json.loads(line)
+            except json.JSONDecodeError as exc:
+                raise InputError(f"{path}:{number}: not JSON ({exc.msg})") from None
+            rows.append(row if isinstance(row, dict) else {"_error": "not a JSON object"})
+        return rows
+    reader = csv.DictReader(io.StringIO(text))
+    missing = [c for c in ("item_id", "reviewer", "label") if c not in (reader.fieldnames or [])]
+    if missing:
+        raise InputError(f"{path} has no column {', '.join(missing)}: the columns are "
+                         + ", ".join(IMPORT_COLUMNS))
+    return list(reader)
+
+
+@review.command("import")
+@click.argument("file", type=click.Path(path_type=Path, dir_okay=False, exists=True))
+@click.option("--kb", "kb_path", type=click.Path(path_type=Path, file_okay=False),
+              help="Knowledge base to teach the corrections of items the labels close "
+              "(default: the configured one).")
+@click.option("--teach/--no-teach", "teach_kb", default=True, show_default=True,
+              help="Add what closed items settle to the knowledge base.")
+@config_option
+@store_option
+def import_labels(file: Path, kb_path: Path | None, teach_kb: bool, config_path: Path | None,
+                  store: Path | None) -> None:
+    """Record labels given elsewhere, from a CSV or JSONL FILE.
+
+    Each row: item_id, reviewer, label (FACT, HALLUCINATION, JUDGMENT_ERROR, COVERAGE_GAP,
+    CANNOT_TELL), and optionally correction, source_url, source_passage_id, note. Rows
+    without a label are skipped; a row that is refused (unknown item, closed item, a label
+    the reviewer gave before, an invalid value) is reported and the others go on. Exits 1
+    when some row was refused."""
+    config = load_config(config_path, store=store, kb=kb_path)
+    rows = _rows(file)
+    kb = None
+    if teach_kb and config.kb is not None:
+        kb = KnowledgeBase.open(config.kb)
+    added, skipped, refused, taught, untaught = 0, 0, [], 0, 0
+    try:
+        with RunStore(config.store_path) as db:
+            queue = ReviewStore(db)
+            for number, row in enumerate(rows, start=2 if file.suffix.lower() == ".csv"
+                                         else 1):
+                problem = row.get("_error")
+                values = {c: _uncell(str(row[c])) if row.get(c) is not None else None
+                          for c in IMPORT_COLUMNS}
+                if problem is None and not values["label"]:
+                    skipped += 1
+                    continue
+                try:
+                    if problem is not None:
+                        raise InputError(problem)
+                    if not values["item_id"]:
+                        raise InputError("no item_id")
+                    item = queue.label(values["item_id"] or "", values["reviewer"] or "",
+                                       (values["label"] or "").upper(),
+                                       correction=values["correction"],
+                                       source_url=values["source_url"],
+                                       source_passage_id=values["source_passage_id"],
+                                       note=values["note"])
+                except MedverifyError as exc:
+                    refused.append(f"row {number}: {exc}")
+                    continue
+                added += 1
+                if lesson(item) is not None:
+                    if kb is None:
+                        untaught += 1
+                    elif teach(item, kb, queue) is not None:
+                        taught += 1
+            AuditLog(db).record(None, "review.import", target=str(file),
+                                detail=f"cli: {added} label(s), {len(refused)} refused")
+    finally:
+        if kb is not None:
+            kb.close()
+    click.echo(f"imported {added} label(s) from {file}; {skipped} row(s) without a label "
+               f"skipped; {len(refused)} refused")
+    if taught:
+        click.echo(f"taught the knowledge base {taught} reviewed statement(s)")
+    if untaught:
+        why = "no knowledge base is configured (--kb DIR)" if teach_kb else "--no-teach"
+        click.echo(f"{untaught} closed item(s) have a reviewed statement to teach; not taught: "
+                   f"{why}")
+    for line in refused:
+        click.echo(line, err=True)
+    if refused:
+        sys.exit(1)
+
+
+def _rate(value: float | None) -> str:
+    return "-" if value is None else f"{value:.1%}"
+
+
+def _row(period: LoopPeriod) -> list[str]:
+    return [period.period, str(period.claims_checked), str(period.escalated),
+            _rate(period.escalation_rate), str(period.labels), str(period.items_closed),
+            _rate(period.judge_agreement), str(period.kb_added), str(period.kb_reverted)]
+
+
+def loop_table(report: LoopReport) -> Table:
+    """The loop report as a table: rate = escalated / claims checked; judge = the share of
+    final labels that agree with the judge's category; KB +/-: documents taught, reverted."""
+    table = Table(title=f"clinical loop by {report.by}", box=box.SIMPLE)
+    for name in ("period", "claims", "escalated", "rate", "labels", "closed", "judge",
+                 "KB +", "KB -"):
+        table.add_column(name, no_wrap=True, justify="left" if name == "period" else "right")
+    for period in report.periods:
+        table.add_row(*_row(period))
+    table.add_section()
+    table.add_row(*_row(report.total))
+    return table
+
+
+@review.command("report")
+@click.option("--by", type=click.Choice(["day", "week", "month"]), default="week",
+              show_default=True)
+@click.option("--json", "as_json", is_flag=True, help="Print JSON instead of a table.")
+@config_option
+@store_option
+def report(by: str, as_json: bool, config_path: Path | None, store: Path | None) -> None:
+    """The clinical loop per period: claims checked and escalated, labels, items closed,
+    agreement of the final labels with the judge, KB documents added and reverted."""
+    config = load_config(config_path, store=store)
+    with RunStore(config.store_path) as db:
+        result = loop_report(ReviewStore(db), by=by)  # type: ignore[arg-type]
+    if as_json:
+        click.echo(result.model_dump_json(indent=2))
+        return
+    console = Console()
+    console.print(loop_table(result))
+    queue = ", ".join(f"{n} {status}" for status, n in result.queue.items())
+    console.print("rate: escalated / claims checked; judge: final labels that agree with the "
+                  "judge's category; KB +/-: documents taught and reverted")
+    console.print(f"queue now: {queue}")

@@ -1,0 +1,296 @@
+"""The clinical loop: escalated claims go to clinicians, their settled corrections go into
+the knowledge base (reversibly), and the loop measures itself.
+
+* :func:`items_from_report`: the claims of a report that arbitration escalated, as review
+  items with what a reviewer needs (the answer, the claim, the passages, the deciding quote,
+  the judge's reason and probabilities, the risk, the decision);
+* :func:`teach`: a closed item whose settled label carries a correction (or is FACT with a
+  source URL) becomes a knowledge-base document with its provenance, recorded as a
+  :class:`~medverify.store.review.KBChange`; :func:`revert` takes it out again;
+* :func:`loop_report`: per day, week or month, the claims checked and escalated, labels
+  given, items closed, how often the final label agreed with the judge, and the KB
+  documents added and reverted.
+
+Priority (higher is reviewed first): the claim's hallucination risk when the risk stage
+scored it, else one minus the judge's probability for the category it gave (an unsure
+judge first), else 0.5; plus :data:`PRIORITY_BONUS` when the judge said HALLUCINATION or
+JUDGMENT_ERROR or failed (ERROR): a claim that may be wrong, or that nothing decided, comes
+before a claim the KB merely does not cover.
+"""
+
+from __future__ import annotations
+
+from datetime import UTC, date, datetime, timedelta
+from pathlib import Path
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict
+
+from medverify.arbitration import arbitrate, confidence
+from medverify.config import ArbitrationPolicy
+from medverify.errors import InputError
+from medverify.kb import KnowledgeBase
+from medverify.records import Category, ClaimResult, Decision, Document, Report, utcnow
+from medverify.store.review import (
+    ItemLabel,
+    KBChange,
+    ReviewItem,
+    ReviewLabel,
+    ReviewStatus,
+    ReviewStore,
+    check_source_url,
+    deciding_label,
+    review_item_id,
+)
+
+PRIORITY_BONUS = 0.5
+"""Added to the priority of a claim the judge called HALLUCINATION or JUDGMENT_ERROR, or
+could not judge (ERROR)."""
+
+_SEVERE = frozenset({Category.HALLUCINATION, Category.JUDGMENT_ERROR, Category.ERROR})
+
+DOC_PREFIX = "review-"
+"""A taught document's id: ``review-<item id>``."""
+
+Period = Literal["day", "week", "month"]
+
+
+class _Record(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+# ----------------------------------------------------------------------- items
+
+
+def priority(result: ClaimResult) -> float:
+    """How urgent a claim's review is (see the module's docstring)."""
+    if result.hallucination_risk is not None:
+        base = float(result.hallucination_risk)
+    else:
+        conf = confidence(result)
+        base = 1.0 - conf if conf is not None else 0.5
+    bonus = PRIORITY_BONUS if result.category in _SEVERE else 0.0
+    return round(base + bonus, 6)
+
+
+def judge_reason(result: ClaimResult) -> str | None:
+    """The judge's reason for its category: the analysis that decided it (both for a
+    JUDGMENT_ERROR; the factual one for a COVERAGE_GAP), or the error."""
+    verdict = result.verdict
+    if result.category is Category.ERROR or verdict is None:
+        return result.error
+    factual = verdict.factual.reason if verdict.factual else None
+    counter = verdict.counterfactual.reason if verdict.counterfactual else None
+    if result.category is Category.HALLUCINATION:
+        return counter
+    if result.category is Category.JUDGMENT_ERROR:
+        parts = [f"supported: {factual}" if factual else None,
+                 f"contradicted: {counter}" if counter else None]
+        return "; ".join(p for p in parts if p) or None
+    return factual
+
+
+def items_from_report(report: Report, *, labels_needed: int = 1, topic: str | None = None,
+                      policy: ArbitrationPolicy | None = None) -> list[ReviewItem]:
+    """The review items of a report: one per claim whose arbitration decision is
+    ESCALATE. ``topic`` defaults to the answer's ``meta["topic"]``; a result without a
+    decision (a report from before arbitration) is arbitrated with ``policy`` when one is
+    given, and skipped otherwise."""
+    if labels_needed not in (1, 2):
+        raise InputError(f"labels_needed is 1 or 2, not {labels_needed}")
+    answer = report.answer
+    meta_topic = answer.meta.get("topic")
+    topic = topic if topic is not None else (meta_topic if isinstance(meta_topic, str) else None)
+    now = utcnow()
+    items = []
+    for result in report.results:
+        decision = result.arbitration
+        if decision is None and policy is not None:
+            decision = arbitrate(result, policy)
+        if decision is None or decision.decision is not Decision.ESCALATE:
+            continue
+        verdict = result.verdict
+        items.append(ReviewItem(
+            id=review_item_id(report.run_id, answer.id, result.claim.id),
+            run_id=report.run_id, answer_id=answer.id, question=answer.question,
+            answer_text=answer.text, claim=result.claim, passages=result.passages,
+            category=result.category.value,
+            probabilities=dict(verdict.probabilities or {}) if verdict else {},
+            evidence_passage_id=result.evidence_passage_id,
+            evidence_quote=result.evidence_quote, judge_reason=judge_reason(result),
+            risk=result.hallucination_risk, arbitration=decision.model_dump(mode="json"),
+            priority=priority(result), topic=topic, labels_needed=labels_needed,
+            created_at=now))
+    return items
+
+
+def queue_report(store: ReviewStore, report: Report, *, labels_needed: int = 1,
+                 policy: ArbitrationPolicy | None = None) -> int:
+    """Add a report's escalated claims to the queue; returns how many items were new."""
+    return store.add_items(items_from_report(report, labels_needed=labels_needed,
+                                             policy=policy))
+
+
+# ----------------------------------------------------------------------- teaching
+
+
+def lesson(item: ReviewItem) -> tuple[ItemLabel, str] | None:
+    """(the settling label, the statement to add to the KB) when a closed item teaches
+    something: a settled label with a correction (the correction), or FACT with a source
+    URL (the claim itself); None otherwise (open, CANNOT_TELL, nothing to add)."""
+    if item.status is not ReviewStatus.CLOSED:
+        return None
+    label = deciding_label(item)
+    if label is None or label.label is ReviewLabel.CANNOT_TELL:
+        return None
+    if label.correction:
+        return label, label.correction
+    if label.label is ReviewLabel.FACT and label.source_url:
+        return label, item.claim.text
+    return None
+
+
+def taught_document(item: ReviewItem, label: ItemLabel, text: str,
+                    url: str | None) -> Document:
+    """The KB document of a settled correction, with its provenance in ``meta``."""
+    return Document(
+        doc_id=f"{DOC_PREFIX}{item.id}",
+        title=f"Clinician-reviewed statement (review item {item.id})",
+        text=text, url=url, source="clinician-review",
+        meta={"provenance": "clinician review", "review_item": item.id,
+              "label_id": label.id, "label": label.label.value, "reviewer": label.reviewer,
+              "reviewed_at": label.created_at.isoformat(),
+              "taught_at": datetime.now(UTC).isoformat(), "claim": item.claim.text,
+              "run_id": item.run_id, "answer_id": item.answer_id,
+              "source_passage_id": label.source_passage_id})
+
+
+def teach(item: ReviewItem, kb: KnowledgeBase, store: ReviewStore) -> KBChange | None:
+    """Add what a closed item settled to the knowledge base (see :func:`lesson`) and
+    record the change; None when it teaches nothing. An item already taught (a change in
+    force) is not taught twice: its change is returned. InputError for a source URL that
+    is not a public http(s) address."""
+    found = lesson(item)
+    if found is None:
+        return None
+    in_force = store.kb_changes(item_id=item.id)
+    if in_force:
+        return in_force[-1]
+    label, text = found
+    url = check_source_url(label.source_url)
+    doc = taught_document(item, label, text, url)
+    kb.ingest([doc])
+    try:
+        return store.record_kb_change(KBChange(
+            item_id=item.id, label_id=label.id, doc_id=doc.doc_id, kb_path=str(kb.path),
+            reviewer=label.reviewer, text=text, source_url=url, created_at=utcnow()))
+    except BaseException:
+        kb.remove_documents([doc.doc_id])  # nothing half-done: no document without its record
+        raise
+
+
+def revert(change_id: int, kb: KnowledgeBase, store: ReviewStore) -> KBChange:
+    """Take a taught document out of the knowledge base again and record the change as
+    reverted (a reverted change is returned as it is). KBChangeNotFound for an unknown id;
+    InputError when the change was made in another KB."""
+    change = store.kb_change(change_id)
+    if change.reverted_at is not None:
+        return change
+    if Path(change.kb_path).resolve() != Path(kb.path).resolve():
+        raise InputError(f"KB change {change_id} was made in {change.kb_path}, not in "
+                         f"{kb.path}: open that knowledge base to revert it")
+    kb.remove_documents([change.doc_id])
+    return store.mark_reverted(change_id)
+
+
+# ----------------------------------------------------------------------- the loop report
+
+
+class LoopPeriod(_Record):
+    """The loop over one period (or all of it: ``period`` is ``all``)."""
+
+    period: str  # e.g. 2025-02-11, 2025-W07, 2025-02
+    start: date
+    claims_checked: int = 0  # claims of the check runs started in the period
+    escalated: int = 0  # review items created in the period
+    escalation_rate: float | None = None  # escalated / claims_checked (items of check runs)
+    labels: int = 0  # labels given
+    items_closed: int = 0
+    judge_agreement: float | None = None  # share of the final labels (CANNOT_TELL aside)
+    # of items closed in the period that equal the judge's category
+    kb_added: int = 0  # KB documents taught
+    kb_reverted: int = 0
+
+
+class LoopReport(_Record):
+    """How the clinical loop is doing, period by period (oldest first)."""
+
+    by: Period
+    periods: list[LoopPeriod]
+    total: LoopPeriod
+    queue: dict[str, int]  # items per status now
+
+
+def period_of(when: datetime, by: Period) -> tuple[str, date]:
+    """(name, first day) of the period holding ``when`` (UTC)."""
+    day = when.astimezone(UTC).date()
+    if by == "day":
+        return day.isoformat(), day
+    if by == "month":
+        return f"{day:%Y-%m}", day.replace(day=1)
+    year, week, weekday = day.isocalendar()
+    return f"{year}-W{week:02d}", day - timedelta(days=weekday - 1)
+
+
+def loop_report(store: ReviewStore, *, by: Period = "week") -> LoopReport:
+    """The loop report of the review queue in ``store`` (see :class:`LoopPeriod`)."""
+    if by not in ("day", "week", "month"):
+        raise InputError(f"by is day, week or month, not {by!r}")
+    periods: dict[str, LoopPeriod] = {}
+    agree: dict[str, list[bool]] = {}
+
+    def at(when: datetime) -> LoopPeriod:
+        name, start = period_of(when, by)
+        if name not in periods:
+            periods[name] = LoopPeriod(period=name, start=start)
+        return periods[name]
+
+    for started, n in store.checked_claims():
+        at(started).claims_checked += n
+    escalated_in_runs: dict[str, int] = {}
+    for item in store.summaries():
+        at(item.created_at).escalated += 1
+        if item.run_id is not None:
+            name = period_of(item.created_at, by)[0]
+            escalated_in_runs[name] = escalated_in_runs.get(name, 0) + 1
+        if item.closed_at is not None:
+            at(item.closed_at).items_closed += 1
+            if item.final_label not in (None, ReviewLabel.CANNOT_TELL):
+                name = period_of(item.closed_at, by)[0]
+                agree.setdefault(name, []).append(item.final_label == item.category)
+    for label in store.labels():
+        at(label.created_at).labels += 1
+    for change in store.kb_changes(include_reverted=True):
+        at(change.created_at).kb_added += 1
+        if change.reverted_at is not None:
+            at(change.reverted_at).kb_reverted += 1
+    ordered = [periods[k] for k in sorted(periods, key=lambda k: (periods[k].start, k))]
+    for p in ordered:
+        p.escalation_rate = _share(escalated_in_runs.get(p.period, 0), p.claims_checked)
+        p.judge_agreement = _mean(agree.get(p.period, []))
+    total = LoopPeriod(period="all", start=ordered[0].start if ordered else utcnow().date())
+    for field in ("claims_checked", "escalated", "labels", "items_closed", "kb_added",
+                  "kb_reverted"):
+        setattr(total, field, sum(getattr(p, field) for p in ordered))
+    total.escalation_rate = _share(sum(escalated_in_runs.values()), total.claims_checked)
+    total.judge_agreement = _mean([x for v in agree.values() for x in v])
+    return LoopReport(by=by, periods=ordered, total=total, queue=store.counts())
+
+
+def _share(part: int, whole: int) -> float | None:
+    return min(1.0, part / whole) if whole else None
+
+
+def _mean(values: list[bool]) -> float | None:
+    return sum(values) / len(values) if values else None
+
