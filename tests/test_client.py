@@ -28,6 +28,7 @@ from medverify.risk.stage import RiskText
 from medverify.service.records import Health, Job, Readiness, RunRecord
 from medverify.store.access import AuditEvent, KeyInfo, NewKey, Role
 from medverify.store.jobs import JobStatus
+from medverify.store.review import ReviewItem, ReviewLabel, ReviewStatus
 
 BASE = "http://medverify.test"
 KEY = "mv_sekret"
@@ -47,6 +48,21 @@ def job_json(status: str = "queued", job_id: str = "j1", kind: str = "check") ->
 
 def key_json(key_id: str = "k1", role: str = "client") -> dict[str, Any]:
     return {"id": key_id, "name": "ci", "role": role, "created_at": WHEN}
+
+
+def item_json(status: str = "open", final: str | None = None) -> dict[str, Any]:
+    return {"id": "rv-1", "answer_id": "a1", "answer_text": "Metformin is first-line.",
+            "claim": {"id": "c1", "text": "Metformin is first-line."},
+            "category": "COVERAGE_GAP", "priority": 0.5, "status": status,
+            "final_label": final, "created_at": WHEN}
+
+
+def loop_json() -> dict[str, Any]:
+    total = {"period": "all", "start": "2025-01-02", "claims_checked": 10, "escalated": 2,
+             "escalation_rate": 0.2, "labels": 1, "items_closed": 1, "judge_agreement": 1.0,
+             "kb_added": 1, "kb_reverted": 0}
+    return {"by": "week", "periods": [{**total, "period": "2025-W01"}], "total": total,
+            "queue": {"open": 1, "closed": 1}}
 
 
 def error_json(code: str, message: str, detail: Any = None) -> dict[str, Any]:
@@ -136,6 +152,30 @@ CASES: list[tuple[Any, ...]] = [
     ("audit_log", (), {}, "GET", "/v1/audit-log", {"limit": "100"}, None,
      [{"id": 1, "at": WHEN, "key_id": "k1", "action": "keys.create", "status": 201}], 200,
      lambda r: isinstance(r[0], AuditEvent) and r[0].action == "keys.create"),
+    ("review_items", (), {}, "GET", "/v1/review/items", {"limit": "50"}, None,
+     [item_json()], 200,
+     lambda r: isinstance(r[0], ReviewItem) and r[0].status is ReviewStatus.OPEN),
+    ("review_items", (), {"status": ReviewStatus.CLOSED, "topic": "diabetes",
+                          "min_priority": 0.25, "limit": 5}, "GET", "/v1/review/items",
+     {"status": "closed", "topic": "diabetes", "min_priority": "0.25", "limit": "5"}, None,
+     [], 200, lambda r: r == []),
+    ("review_items", (), {"status": "needs_second"}, "GET", "/v1/review/items",
+     {"status": "needs_second", "limit": "50"}, None, [], 200, lambda r: r == []),
+    ("review_item", ("rv-1",), {}, "GET", "/v1/review/items/rv-1", {}, None, item_json(),
+     200, lambda r: isinstance(r, ReviewItem) and r.claim.text.startswith("Metformin")),
+    ("label", ("rv-1", "FACT"), {"source_url": "https://example.org/m"}, "POST",
+     "/v1/review/items/rv-1/labels", {},
+     {"label": "FACT", "correction": None, "source_url": "https://example.org/m",
+      "source_passage_id": None, "note": None},
+     item_json("closed", "FACT"), 200, lambda r: r.final_label is ReviewLabel.FACT),
+    ("label", ("rv-1", ReviewLabel.HALLUCINATION),
+     {"correction": "Metformin is second-line.", "note": "see guideline"}, "POST",
+     "/v1/review/items/rv-1/labels", {},
+     {"label": "HALLUCINATION", "correction": "Metformin is second-line.",
+      "source_url": None, "source_passage_id": None, "note": "see guideline"},
+     item_json("closed", "HALLUCINATION"), 200, lambda r: r.status is ReviewStatus.CLOSED),
+    ("review_progress", (), {}, "GET", "/v1/review/progress", {}, None, loop_json(), 200,
+     lambda r: r.total.escalation_rate == 0.2 and r.queue == {"open": 1, "closed": 1}),
 ]
 
 
@@ -479,6 +519,36 @@ def test_async_methods_send_the_same_requests() -> None:
     assert server.requests[1].headers["authorization"] == f"Bearer {KEY}"
     assert server.body(1)["question"] == "q"
     assert server.body(4) == {"name": "r", "role": "reviewer"}
+
+
+def test_async_review_methods_send_the_same_requests() -> None:
+    server = Server(ok([item_json()]), ok(item_json()), ok(item_json("closed", "FACT")),
+                    ok(loop_json()))
+
+    async def go() -> list[Any]:
+        async with amake(server) as client:
+            return [await client.review_items(status="open", limit=10),
+                    await client.review_item("rv/1"),
+                    await client.label("rv-1", "FACT", source_url="https://example.org/m"),
+                    await client.review_progress()]
+
+    items, item, labelled, progress = asyncio.run(go())
+    assert isinstance(items[0], ReviewItem) and isinstance(item, ReviewItem)
+    assert labelled.final_label is ReviewLabel.FACT and progress.total.kb_added == 1
+    assert [(r.method, r.url.raw_path.decode().split("?")[0]) for r in server.requests] == [
+        ("GET", "/v1/review/items"), ("GET", "/v1/review/items/rv%2F1"),
+        ("POST", "/v1/review/items/rv-1/labels"), ("GET", "/v1/review/progress")]
+    assert dict(server.requests[0].url.params) == {"status": "open", "limit": "10"}
+    assert server.body(2)["label"] == "FACT"
+
+
+def test_a_label_that_does_not_validate_fails_before_sending() -> None:
+    server = Server(ok(item_json()))
+    with make(server) as client, pytest.raises(ValueError):
+        client.label("rv-1", "MAYBE")
+    with make(server) as client, pytest.raises(ValueError):
+        client.review_items(status="pending")
+    assert server.requests == []
 
 
 def test_async_retries_429_and_waits(monkeypatch: pytest.MonkeyPatch) -> None:

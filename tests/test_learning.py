@@ -23,6 +23,7 @@ from medverify.learning import (
     period_of,
     priority,
     revert,
+    taught_document,
     teach,
 )
 from medverify.llm.facade import Model
@@ -330,3 +331,22 @@ def test_decisions_are_on_the_checked_results(kb: KnowledgeBase, runs: RunStore)
     report = _check(_checker(kb), runs)
     decisions = [r.arbitration.decision for r in report.results if r.arbitration]
     assert decisions == [Decision.ACCEPT, Decision.ESCALATE]
+
+
+def test_start_up_teaches_what_a_crash_left_untaught_but_never_a_reverted_change(
+        kb: KnowledgeBase, runs: RunStore) -> None:
+    from medverify.learning import finish_teaching
+
+    checker, queue = _checker(kb), ReviewStore(runs)
+    queue.add_items(items_from_report(_check(checker, runs)))
+    [it] = queue.list(status=ReviewStatus.OPEN)
+    closed = queue.label(it.id, "rev-a", ReviewLabel.FACT, source_url=SOURCE)
+    kb.ingest([taught_document(closed, closed.labels[0], it.claim.text, SOURCE)])  # then: killed
+    assert queue.kb_changes(item_id=it.id) == []
+    assert finish_teaching(queue, kb) == 1
+    [change] = queue.kb_changes(item_id=it.id)
+    assert kb._conn.execute("SELECT COUNT(*) FROM documents WHERE doc_id = ?",
+                            (change.doc_id,)).fetchone()[0] == 1
+    assert finish_teaching(queue, kb) == 0  # taught: nothing left
+    revert(change.id, kb, queue)
+    assert finish_teaching(queue, kb) == 0  # a reverted change stays reverted

@@ -33,6 +33,7 @@ from pydantic import BaseModel, TypeAdapter, ValidationError
 
 from medverify.audit.records import AuditInput
 from medverify.errors import MedverifyError
+from medverify.learning import LoopReport
 from medverify.records import Answer, Report
 from medverify.risk.records import RiskScore
 from medverify.risk.stage import RiskText
@@ -44,6 +45,7 @@ from medverify.service.records import (
     Health,
     Job,
     KeyRequest,
+    LabelRequest,
     Readiness,
     RiskRequest,
     RiskResponse,
@@ -51,6 +53,7 @@ from medverify.service.records import (
 )
 from medverify.store.access import AuditEvent, KeyInfo, NewKey, Role
 from medverify.store.jobs import JobStatus
+from medverify.store.review import ReviewItem, ReviewLabel, ReviewStatus
 
 __all__ = ["AsyncClient", "Client", "RateLimited", "ServiceError", "WaitTimeout"]
 
@@ -260,6 +263,9 @@ _KEY = _As(KeyInfo)
 _KEYS = _As(list[KeyInfo])
 _NEW_KEY = _As(NewKey)
 _EVENTS = _As(list[AuditEvent])
+_REVIEW_ITEM = _As(ReviewItem)
+_REVIEW_ITEMS = _As(list[ReviewItem])
+_LOOP_REPORT = _As(LoopReport)
 
 
 # ----------------------------------------------------------------------- requests
@@ -400,6 +406,30 @@ class _Api:
     def audit_log(self, limit: int) -> Plan[list[AuditEvent]]:
         return self.call(_Call("GET", "/v1/audit-log", _EVENTS, params={"limit": limit}))
 
+    def review_items(self, status: ReviewStatus | str | None, topic: str | None,
+                     min_priority: float | None, limit: int) -> Plan[list[ReviewItem]]:
+        params: dict[str, str | int] = {"limit": limit}
+        if status is not None:
+            params["status"] = ReviewStatus(status).value
+        if topic is not None:
+            params["topic"] = topic
+        if min_priority is not None:
+            params["min_priority"] = str(min_priority)
+        return self.call(_Call("GET", "/v1/review/items", _REVIEW_ITEMS, params=params))
+
+    def review_item(self, item_id: str) -> Plan[ReviewItem]:
+        return self.call(_Call("GET", f"/v1/review/items/{_segment(item_id)}", _REVIEW_ITEM))
+
+    def label(self, item_id: str, label: ReviewLabel | str, correction: str | None,
+              source_url: str | None, note: str | None) -> Plan[ReviewItem]:
+        body = LabelRequest(label=ReviewLabel(label), correction=correction,
+                            source_url=source_url, note=note)
+        return self.call(_Call("POST", f"/v1/review/items/{_segment(item_id)}/labels",
+                               _REVIEW_ITEM, body=body))
+
+    def review_progress(self) -> Plan[LoopReport]:
+        return self.call(_Call("GET", "/v1/review/progress", _LOOP_REPORT))
+
 
 # ----------------------------------------------------------------------- clients
 
@@ -520,6 +550,26 @@ class Client(_Base):
         """The latest audit-log events (admin)."""
         return self._run(self._api.audit_log(limit))
 
+    def review_items(self, status: ReviewStatus | str | None = None, topic: str | None = None,
+                     min_priority: float | None = None, limit: int = 50) -> list[ReviewItem]:
+        """The review queue (reviewer or admin key), highest priority first; filters as
+        ``GET /v1/review/items``."""
+        return self._run(self._api.review_items(status, topic, min_priority, limit))
+
+    def review_item(self, item_id: str) -> ReviewItem:
+        """One review item with everything a reviewer needs to decide it."""
+        return self._run(self._api.review_item(item_id))
+
+    def label(self, item_id: str, label: ReviewLabel | str, correction: str | None = None,
+              source_url: str | None = None, note: str | None = None) -> ReviewItem:
+        """Label a review item as this key's reviewer; returns the item as it is now
+        (a closing label with a correction, or FACT with a source URL, teaches the KB)."""
+        return self._run(self._api.label(item_id, label, correction, source_url, note))
+
+    def review_progress(self) -> LoopReport:
+        """The clinical loop report (per week, with the totals and the queue now)."""
+        return self._run(self._api.review_progress())
+
 
 class AsyncClient(_Base):
     """The asyncio twin of :class:`Client`: the same methods, awaited (one
@@ -610,3 +660,19 @@ class AsyncClient(_Base):
 
     async def audit_log(self, limit: int = 100) -> list[AuditEvent]:
         return await self._run(self._api.audit_log(limit))
+
+    async def review_items(self, status: ReviewStatus | str | None = None,
+                           topic: str | None = None, min_priority: float | None = None,
+                           limit: int = 50) -> list[ReviewItem]:
+        return await self._run(self._api.review_items(status, topic, min_priority, limit))
+
+    async def review_item(self, item_id: str) -> ReviewItem:
+        return await self._run(self._api.review_item(item_id))
+
+    async def label(self, item_id: str, label: ReviewLabel | str,
+                    correction: str | None = None, source_url: str | None = None,
+                    note: str | None = None) -> ReviewItem:
+        return await self._run(self._api.label(item_id, label, correction, source_url, note))
+
+    async def review_progress(self) -> LoopReport:
+        return await self._run(self._api.review_progress())

@@ -20,15 +20,18 @@ before a claim the KB merely does not cover.
 
 from __future__ import annotations
 
+import logging
+from collections import Counter
+from collections.abc import Iterable
 from datetime import UTC, date, datetime, timedelta
 from pathlib import Path
-from typing import Literal
+from typing import TYPE_CHECKING, Literal
 
 from pydantic import BaseModel, ConfigDict
 
 from medverify.arbitration import arbitrate, confidence
 from medverify.config import ArbitrationPolicy
-from medverify.errors import InputError
+from medverify.errors import InputError, MedverifyError
 from medverify.kb import KnowledgeBase
 from medverify.records import Category, ClaimResult, Decision, Document, Report, utcnow
 from medverify.store.review import (
@@ -43,6 +46,9 @@ from medverify.store.review import (
     review_item_id,
 )
 
+if TYPE_CHECKING:
+    from medverify.risk.records import LabeledExample
+
 PRIORITY_BONUS = 0.5
 """Added to the priority of a claim the judge called HALLUCINATION or JUDGMENT_ERROR, or
 could not judge (ERROR)."""
@@ -53,6 +59,8 @@ DOC_PREFIX = "review-"
 """A taught document's id: ``review-<item id>``."""
 
 Period = Literal["day", "week", "month"]
+
+log = logging.getLogger(__name__)
 
 
 class _Record(BaseModel):
@@ -189,6 +197,23 @@ def teach(item: ReviewItem, kb: KnowledgeBase, store: ReviewStore) -> KBChange |
         raise
 
 
+def finish_teaching(store: ReviewStore, kb: KnowledgeBase) -> int:
+    """Teach what closed items settled but a crash left untaught (the label was recorded,
+    the process died before its KB document or its change record): the service runs this
+    at start-up. A document already in the KB is not added twice (same id and text), and an
+    item whose change was reverted is never taught again. Returns how many were taught."""
+    taught = 0
+    for item in store.list(status=ReviewStatus.CLOSED, limit=None):
+        if lesson(item) is None or store.kb_changes(include_reverted=True, item_id=item.id):
+            continue
+        try:
+            teach(item, kb, store)
+            taught += 1
+        except MedverifyError as exc:
+            log.warning("review item %s: not taught: %s", item.id, exc)
+    return taught
+
+
 def revert(change_id: int, kb: KnowledgeBase, store: ReviewStore) -> KBChange:
     """Take a taught document out of the knowledge base again and record the change as
     reverted (a reverted change is returned as it is). KBChangeNotFound for an unknown id;
@@ -201,6 +226,46 @@ def revert(change_id: int, kb: KnowledgeBase, store: ReviewStore) -> KBChange:
                          f"{kb.path}: open that knowledge base to revert it")
     kb.remove_documents([change.doc_id])
     return store.mark_reverted(change_id)
+
+
+# ----------------------------------------------------------------------- risk training data
+
+RISK_LABELS = {ReviewLabel.FACT: "FACT", ReviewLabel.HALLUCINATION: "HALLUCINATION"}
+"""The settled labels that are risk-classifier examples (the rest are skipped)."""
+
+
+def risk_examples(items: Iterable[ReviewItem]) -> tuple[list[LabeledExample], Counter[str]]:
+    """Closed items settled FACT or HALLUCINATION as labelled examples for the risk
+    classifier (text: the claim; question: the answer's question; id ``review:<item id>``;
+    the label's provenance), and the items skipped by reason: ``not closed``, or the final
+    label (JUDGMENT_ERROR, COVERAGE_GAP, CANNOT_TELL: no FACT/HALLUCINATION to learn)."""
+    from medverify.risk.records import LabeledExample, RiskLabel
+
+    examples: list[LabeledExample] = []
+    skipped: Counter[str] = Counter()
+    for item in items:
+        label = deciding_label(item) if item.status is ReviewStatus.CLOSED else None
+        if label is None:
+            skipped["not closed"] += 1
+            continue
+        if label.label not in RISK_LABELS:
+            skipped[label.label.value] += 1
+            continue
+        examples.append(LabeledExample(
+            id=f"review:{item.id}", question=item.question, text=item.claim.text,
+            label=RiskLabel(RISK_LABELS[label.label]),
+            provenance={"source": "clinician_review", "review_item": item.id,
+                        "label_id": label.id, "reviewer": label.reviewer,
+                        "reviewed_at": label.created_at.isoformat(),
+                        "judge_category": item.category, "run_id": item.run_id,
+                        "answer_id": item.answer_id, "claim_id": item.claim.id}))
+    return examples, skipped
+
+
+def judged_example_id(item: ReviewItem) -> str:
+    """The id ``risk data kb`` gives the judge's example of the same claim of the same run
+    (so a reviewed label can replace the judge's)."""
+    return f"kb:{item.run_id or 'no-run'}:{item.answer_id}:{item.claim.id}"
 
 
 # ----------------------------------------------------------------------- the loop report

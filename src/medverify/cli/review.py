@@ -3,7 +3,8 @@
 ``export`` writes the queue (CSV for spreadsheets, one row per label; JSONL, one item per
 line), ``import`` reads labels given elsewhere (columns ``item_id``, ``reviewer``,
 ``label``, ``correction``, ``source_url``, ``note``; an exported CSV with its label
-columns filled in is such a file) and ``report`` prints the loop report.
+columns filled in is such a file), ``report`` prints the loop report and ``calibrate``
+suggests the built-in judge's thresholds from reviewed labels.
 """
 
 from __future__ import annotations
@@ -246,3 +247,97 @@ def report(by: str, as_json: bool, config_path: Path | None, store: Path | None)
     console.print("rate: escalated / claims checked; judge: final labels that agree with the "
                   "judge's category; KB +/-: documents taught and reverted")
     console.print(f"queue now: {queue}")
+
+
+CALIBRATION_GOLD = {"FACT": "SUPPORTED", "HALLUCINATION": "CONTRADICTED",
+                    "COVERAGE_GAP": "NOT_ENOUGH_INFO"}
+MIN_CALIBRATION_ITEMS = 30
+
+
+def calibration_rows(items: list[ReviewItem]) -> tuple[list[list[float]], list[str],
+                                                       dict[str, int]]:
+    """(probability rows, gold labels, skipped by reason) of the closed items that can
+    calibrate the built-in judge: those judged against exactly one passage, whose recorded
+    probabilities are then that passage's (the judge's threshold rule is per passage; a
+    claim's probabilities are the maxima over its passages, and its label does not say
+    which passage decides), with a final label FACT, HALLUCINATION or COVERAGE_GAP."""
+    from medverify.verifier.model import LABELS
+
+    rows: list[list[float]] = []
+    gold: list[str] = []
+    skipped: dict[str, int] = {}
+
+    def skip(reason: str) -> None:
+        skipped[reason] = skipped.get(reason, 0) + 1
+
+    for item in items:
+        final = item.final_label.value if item.final_label is not None else None
+        if item.status is not ReviewStatus.CLOSED or final is None:
+            skip("not closed")
+        elif final not in CALIBRATION_GOLD:
+            skip(f"final label {final}")
+        elif not all(label in item.probabilities for label in LABELS):
+            skip("no built-in judge probabilities")
+        elif len(item.passages) != 1:
+            skip("judged against several passages")
+        else:
+            rows.append([float(item.probabilities[label]) for label in LABELS])
+            gold.append(CALIBRATION_GOLD[final])
+    return rows, gold, skipped
+
+
+@review.command("calibrate")
+@click.option("--min-items", type=click.IntRange(min=1), default=MIN_CALIBRATION_ITEMS,
+              show_default=True, help="Fewest usable items to suggest thresholds from.")
+@config_option
+@store_option
+def calibrate_cmd(min_items: int, config_path: Path | None, store: Path | None) -> None:
+    """Suggest support/contradict thresholds for the built-in judge from reviewed labels.
+
+    The verifier's own calibration (the grid that maximises the 3-way macro-F1, as after
+    training) runs on closed items judged against exactly one passage: only for those do
+    the recorded probabilities say what the per-passage rule saw. Reviewed items are the
+    escalated claims, not a sample of all claims: treat the suggestion as a check of the
+    shipped thresholds, not a replacement. Exits 1 when too few items can be used."""
+    import numpy as np
+
+    from medverify.verifier.infer import decide
+    from medverify.verifier.metrics import classification_metrics
+    from medverify.verifier.model import LABELS
+    from medverify.verifier.train import calibrate
+
+    config = load_config(config_path, store=store)
+    with RunStore(config.store_path) as db:
+        items = ReviewStore(db).list(status=ReviewStatus.CLOSED, limit=None)
+    rows, gold, skipped = calibration_rows(items)
+    shown = ", ".join(f"{reason} {n}" for reason, n in sorted(skipped.items())) or "none"
+    click.echo(f"{len(items)} closed item(s); usable: {len(rows)}; skipped: {shown}")
+    present = sorted(set(gold))
+    if len(rows) < min_items or len(present) < 2:
+        click.echo(f"not enough to calibrate: need at least {min_items} usable items with "
+                   f"two or more labels (got {len(rows)}: {', '.join(present) or 'none'})",
+                   err=True)
+        sys.exit(1)
+    probs = np.array(rows, dtype=np.float64)
+    current = {key: value for key, value in (
+        ("support", _recorded(items, "threshold_support")),
+        ("contradict", _recorded(items, "threshold_contradict"))) if value is not None}
+    suggested, f1 = calibrate(probs, gold)
+    if len(current) == 2:
+        now = classification_metrics(gold, decide(probs, current), LABELS)["macro_f1"]
+        click.echo(f"current:   support {current['support']:.3f}, contradict "
+                   f"{current['contradict']:.3f} (macro-F1 {now:.3f} on these items)")
+    click.echo(f"suggested: support {suggested['support']:.3f}, contradict "
+               f"{suggested['contradict']:.3f} (macro-F1 {f1:.3f} on these items; fitted on "
+               "them, so optimistic)")
+    click.echo("to use them: [judge_settings] support_threshold / contradict_threshold. "
+               "Reviewed items are escalated claims, not a random sample.")
+
+
+def _recorded(items: list[ReviewItem], key: str) -> float | None:
+    """The threshold the judge recorded with most of the items (None: none recorded)."""
+    from collections import Counter
+
+    seen = Counter(float(item.probabilities[key]) for item in items
+                   if key in item.probabilities)
+    return seen.most_common(1)[0][0] if seen else None

@@ -2,6 +2,7 @@
 
     medverify risk data kb RUN --out examples.jsonl            # labels from a check run
     medverify risk data synthetic facts.jsonl -m SPEC --out false.jsonl
+    medverify risk data reviews --merge examples.jsonl --out all.jsonl  # + clinicians' labels
     medverify risk features examples.jsonl --scorer hf:/models/a --scorer hf:/models/b \
         --out features.jsonl
     medverify risk train features.jsonl --out classifier/
@@ -45,7 +46,8 @@ def risk() -> None:
 
 @risk.group()
 def data() -> None:
-    """Labelled examples for training: from a check run, or synthetic false text."""
+    """Labelled examples for training: from a check run, the review queue, or synthetic
+    false text."""
 
 
 @data.command("kb")
@@ -65,6 +67,46 @@ def data_kb(run_id: str, out: Path, store: Path | None, config_path: Path | None
     write_examples(out, harvest.examples)
     skipped = ", ".join(f"{k} {v}" for k, v in harvest.skipped.items()) or "none"
     console.print(f"wrote {len(harvest.examples)} examples to {out} (skipped: {skipped})")
+
+
+@data.command("reviews")
+@click.option("--out", required=True, type=click.Path(path_type=Path, dir_okay=False))
+@click.option("--merge", "merge_file", type=click.Path(path_type=Path, exists=True,
+              dir_okay=False), metavar="EXAMPLES.jsonl",
+              help="Examples to add the reviewed ones to (e.g. from `risk data kb`): the "
+              "judge's example of a claim a clinician settled is left out (the reviewed "
+              "label, when FACT or HALLUCINATION, stands instead).")
+@store_option
+@config_option
+def data_reviews(out: Path, merge_file: Path | None, store: Path | None,
+                 config_path: Path | None) -> None:
+    """Claims clinicians settled FACT or HALLUCINATION in the review queue, as examples
+    (then `risk features` and `risk train` as for any examples). Items not closed, and those
+    closed JUDGMENT_ERROR, COVERAGE_GAP or CANNOT_TELL, are skipped and counted."""
+    from medverify.learning import judged_example_id, risk_examples
+    from medverify.risk.data import read_examples, write_examples
+    from medverify.store.review import ReviewStatus, ReviewStore
+    from medverify.store.runs import RunStore
+
+    config = load_config(config_path, store=store)
+    with RunStore(config.store_path) as runs:
+        items = ReviewStore(runs).list(limit=None)
+    examples, skipped = risk_examples(items)
+    replaced = 0
+    if merge_file is not None:
+        reviewed = {judged_example_id(item) for item in items
+                    if item.status is ReviewStatus.CLOSED}
+        base = read_examples(merge_file)
+        kept = [e for e in base if e.id not in reviewed]
+        replaced = len(base) - len(kept)
+        ids = {e.id for e in kept}
+        examples = kept + [e for e in examples if e.id not in ids]
+    write_examples(out, examples)
+    shown = ", ".join(f"{k} {v}" for k, v in sorted(skipped.items())) or "none"
+    merged = (f"; merged with {merge_file}: {replaced} judge example(s) of claims a "
+              "clinician settled left out" if merge_file is not None else "")
+    console.print(f"wrote {len(examples)} examples to {out} (reviewed items skipped: "
+                  f"{shown}){merged}")
 
 
 @data.command("synthetic")

@@ -103,6 +103,7 @@ def create_app(config: Config, *, run_jobs: bool = True) -> FastAPI:
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         state = ServiceState.open(config)
         await asyncio.to_thread(state.load)
+        state.finish_teaching()
         app.state.service = state
         runner = JobRunner(state)
         if run_jobs:

@@ -20,7 +20,7 @@ from medverify.errors import MedverifyError
 from medverify.factcheck.loop import FactChecker, ScopedLedger, metered
 from medverify.harness import close_owned
 from medverify.kb import KnowledgeBase
-from medverify.learning import items_from_report, teach
+from medverify.learning import finish_teaching, items_from_report, teach
 from medverify.llm.facade import Model, UsageLedger, model_from_config
 from medverify.pipeline import Checker
 from medverify.records import Report
@@ -80,6 +80,15 @@ class ServiceState:
                 self.config, kb=self.checker.kb, model=self.model, judge=shared)  # type: ignore[arg-type]
         except MedverifyError as exc:
             self.problems["factcheck"] = str(exc)
+
+    def finish_teaching(self) -> None:
+        """Teach what closed review items settled but a stopped worker left untaught (on
+        this thread: the run store's connection belongs to the event loop's)."""
+        if (self.config.review.enabled and self.checker is not None
+                and isinstance(self.checker.kb, KnowledgeBase)):
+            taught = finish_teaching(self.review, self.checker.kb)
+            if taught:
+                log.warning("taught %d reviewed item(s) a stopped worker left untaught", taught)
 
     @property
     def jobs_dir(self) -> Path:

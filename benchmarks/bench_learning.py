@@ -1,0 +1,337 @@
+"""The clinical loop, simulated: do reviewed labels, taught back into the knowledge base,
+make the built-in judge escalate less and agree more with the truth on claims it hears
+again?
+
+Design (recorded in the results):
+
+* Data: Check-COVID dev (``../shared/data/retrieval/checkcovid``: 207 labelled claims, each
+  written against one CORD-19 abstract of a 347-abstract corpus; dev only, used here to
+  measure, nothing is trained). ``--claims`` distinct claims are drawn (seeded).
+* Knowledge base: the corpus abstracts (MiniLM by default, ``--embedder hash`` for speed)
+  minus the abstracts of a seeded ``--held-out`` share of the drawn claims: those claims
+  start as coverage gaps (their evidence is not in the KB).
+* Stream: ``--batches`` batches of ``--batch-size`` claims; from the second batch on,
+  ``--repeat`` of each batch re-asks claims asked before (a chatbot hears the same questions
+  again; drawn uniformly from the claims already asked, seeded), the rest are new claims.
+  Each claim is one answer (its text), checked with the built-in judge.
+* Policy: the default ``[arbitration]`` policy with ``coverage_gap = "ESCALATE"`` (a claim
+  the KB does not cover goes to a clinician; JUDGMENT_ERROR and ERROR escalate as always).
+* Each batch: :meth:`Checker.run` (recorded in a run store), the escalations queued with
+  :func:`medverify.learning.items_from_report` into a :class:`ReviewStore`, a simulated
+  reviewer labels each item with its gold label (SUPPORTED -> FACT citing the claim's
+  evidence; CONTRADICTED -> HALLUCINATION, with no correction because Check-COVID carries
+  none, so it teaches nothing; NOT_ENOUGH_INFO -> COVERAGE_GAP, teaching nothing), and
+  :func:`medverify.learning.teach` adds what the label settled to the KB. The control arm
+  runs the same stream and labels without ``teach``.
+* Check-COVID has no URLs: the simulated reviewer cites ``https://example.org/cord19/<cord
+  uid>`` (a stand-in on a reserved domain; never fetched) with the abstract's title as the
+  note. A FACT label teaches the claim's own text (what :func:`learning.lesson` does for
+  FACT with a source).
+
+Per batch: claims, escalated share, the judge's agreement with gold (category FACT /
+HALLUCINATION / COVERAGE_GAP vs SUPPORTED / CONTRADICTED / NOT_ENOUGH_INFO) overall and on
+repeats vs new claims, and the KB documents added.
+
+    .venv/bin/python benchmarks/bench_learning.py [--claims 120] [--batches 5]
+        [--batch-size 40] [--repeat 0.5] [--held-out 0.5] [--embedder all-MiniLM-L6-v2|hash]
+
+Writes benchmarks/results/learning.json and learning.md.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import random
+import shutil
+import tempfile
+import time
+from collections import Counter
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from medverify.config import ArbitrationPolicy, Config, KBSettings, RetrievalSettings
+from medverify.kb import KnowledgeBase
+from medverify.learning import items_from_report, loop_report, teach
+from medverify.pipeline import Checker
+from medverify.records import Answer, Document
+from medverify.store.review import ReviewLabel, ReviewStore
+from medverify.store.runs import RunStore
+
+ROOT = Path(__file__).resolve().parents[1]
+DATA = ROOT.parent / "shared" / "data" / "retrieval" / "checkcovid"
+RESULTS = ROOT / "benchmarks" / "results"
+REVIEWER = "simulated-reviewer"
+GOLD_CATEGORY = {"SUPPORTED": "FACT", "CONTRADICTED": "HALLUCINATION",
+                 "NOT_ENOUGH_INFO": "COVERAGE_GAP"}
+REVIEW_LABEL = {"SUPPORTED": ReviewLabel.FACT, "CONTRADICTED": ReviewLabel.HALLUCINATION,
+                "NOT_ENOUGH_INFO": ReviewLabel.COVERAGE_GAP}
+
+
+@dataclass(frozen=True)
+class Query:
+    id: str
+    claim: str
+    doc_id: str
+    label: str
+
+
+def read_jsonl(path: Path) -> list[dict[str, Any]]:
+    return [json.loads(line) for line in path.read_text("utf-8").splitlines() if line.strip()]
+
+
+def stream(queries: list[Query], batches: int, size: int, repeat: float,
+           rng: random.Random) -> list[list[tuple[Query, bool]]]:
+    """Batches of (query, is_repeat): the first all new; later ones ``repeat`` re-asked."""
+    fresh = list(queries)
+    asked: list[Query] = []
+    out = []
+    for b in range(batches):
+        n_repeat = 0 if b == 0 else round(size * repeat)
+        batch = [(q, True) for q in (rng.choice(asked) for _ in range(n_repeat))]
+        new = fresh[: size - n_repeat]
+        del fresh[: len(new)]
+        batch += [(q, False) for q in new]
+        rng.shuffle(batch)
+        asked += new
+        out.append(batch)
+    return out
+
+
+def share(part: int, whole: int) -> float | None:
+    return part / whole if whole else None
+
+
+def run_arm(name: str, learn: bool, base_kb: Path, work: Path, config: Config,
+            batches: list[list[tuple[Query, bool]]], titles: dict[str, str],
+            held_out: set[str]) -> dict[str, Any]:
+    kb_dir = work / f"kb-{name}"
+    shutil.copytree(base_kb, kb_dir)
+    rows = []
+    started = time.perf_counter()
+    with KnowledgeBase.open(kb_dir) as kb, RunStore(work / f"runs-{name}.db") as runs:
+        queue = ReviewStore(runs)
+        checker = Checker.from_config(config.model_copy(update={"kb": kb_dir}), kb=kb)
+        try:
+            for number, batch in enumerate(batches, start=1):
+                answers = [Answer(id=f"b{number}-{i}-{q.id}", text=q.claim)
+                           for i, (q, _) in enumerate(batch)]
+                reports = asyncio.run(checker.run(answers, store=runs, concurrency=2))
+                stats: Counter[str] = Counter()
+                for (query, repeated), report in zip(batch, reports, strict=True):
+                    kind = "repeat" if repeated else "new"
+                    gold = GOLD_CATEGORY[query.label]
+                    for result in report.results:
+                        ok = result.category.value == gold
+                        stats["claims"] += 1
+                        stats[f"claims_{kind}"] += 1
+                        stats["agree"] += ok
+                        stats[f"agree_{kind}"] += ok
+                        stats[f"category_{result.category.value}"] += 1
+                        if query.doc_id in held_out:
+                            stats["claims_gap_doc"] += 1
+                            stats["agree_gap_doc"] += ok
+                    items = items_from_report(report)
+                    stats["escalated"] += len(items)
+                    stats[f"escalated_{kind}"] += len(items)
+                    queue.add_items(items)
+                    for item in items:
+                        label = REVIEW_LABEL[query.label]
+                        source = (f"https://example.org/cord19/{query.doc_id}"
+                                  if label is ReviewLabel.FACT else None)
+                        closed = queue.label(item.id, REVIEWER, label, source_url=source,
+                                             note=titles.get(query.doc_id) or None)
+                        stats["labels"] += 1
+                        if learn and teach(closed, kb, queue) is not None:
+                            stats["kb_added"] += 1
+                row = {
+                    "batch": number, "answers": len(batch),
+                    "repeats": sum(1 for _, r in batch if r),
+                    "claims": stats["claims"], "escalated": stats["escalated"],
+                    "escalated_share": share(stats["escalated"], stats["claims"]),
+                    "escalated_share_repeat": share(stats["escalated_repeat"],
+                                                    stats["claims_repeat"]),
+                    "escalated_share_new": share(stats["escalated_new"], stats["claims_new"]),
+                    "agreement": share(stats["agree"], stats["claims"]),
+                    "agreement_repeat": share(stats["agree_repeat"], stats["claims_repeat"]),
+                    "agreement_new": share(stats["agree_new"], stats["claims_new"]),
+                    "agreement_evidence_left_out": share(stats["agree_gap_doc"],
+                                                         stats["claims_gap_doc"]),
+                    "claims_repeat": stats["claims_repeat"], "claims_new": stats["claims_new"],
+                    "labels": stats["labels"], "kb_added": stats["kb_added"],
+                    "categories": {k.removeprefix("category_"): v for k, v in stats.items()
+                                   if k.startswith("category_")},
+                }
+                rows.append(row)
+                print(f"{name} batch {number}: {row['claims']} claims, escalated "
+                      f"{pct(row['escalated_share'])}, agreement {pct(row['agreement'])} "
+                      f"(repeat {pct(row['agreement_repeat'])}, new "
+                      f"{pct(row['agreement_new'])}), KB +{row['kb_added']}", flush=True)
+        finally:
+            asyncio.run(checker.aclose())
+        total = loop_report(queue, by="day").total.model_dump(mode="json")
+    return {"arm": name, "learn": learn, "batches": rows, "loop_report_total": total,
+            "seconds": round(time.perf_counter() - started, 1)}
+
+
+def pct(value: float | None) -> str:
+    return "—" if value is None else f"{100 * value:.1f}%"
+
+
+def markdown(payload: dict[str, Any]) -> str:
+    d = payload["design"]
+    lines = [
+        "# The clinical loop, simulated (Check-COVID dev, built-in judge)", "",
+        f"{d['claims']} distinct claims of Check-COVID dev (seed {d['seed']}); KB: "
+        f"{d['kb_documents']} of the {d['corpus_documents']} corpus abstracts "
+        f"({d['embedder']} embedder, top_k {d['top_k']}): the abstracts of "
+        f"{d['claims_evidence_left_out']} claims ({d['held_out_documents']} abstracts, "
+        f"{pct(d['held_out'])} of the claims' documents) left out, so those claims start as "
+        f"coverage gaps. Stream: {d['batches']} batches of {d['batch_size']} claims, from "
+        f"batch 2 on {pct(d['repeat'])} re-asked (drawn from the claims asked before). Policy: "
+        f"default with `coverage_gap = \"ESCALATE\"` (`{d['policy_id']}`). The simulated "
+        "reviewer labels every escalated claim with its gold label: SUPPORTED -> FACT citing "
+        "a stand-in URL for its abstract (`https://example.org/cord19/<cord uid>`: "
+        "Check-COVID has no URLs), which teaches the claim's text; CONTRADICTED -> "
+        "HALLUCINATION without a correction (the data has none): nothing taught; "
+        "NOT_ENOUGH_INFO -> COVERAGE_GAP: nothing taught. Learning: `learning.teach` after "
+        "each label; control: the same stream and labels, no teaching.", "",
+        "Agreement: the judge's category equals the gold one (FACT / HALLUCINATION / "
+        "COVERAGE_GAP for SUPPORTED / CONTRADICTED / NOT_ENOUGH_INFO), before review. "
+        "Escalated: share of claims queued for review.", "",
+    ]
+    head = ("| arm | batch | claims (repeat/new) | escalated | esc. repeat | esc. new | "
+            "agreement | agr. repeat | agr. new | agr. evidence left out | KB + |\n"
+            "|---|---|---|---|---|---|---|---|---|---|---|")
+    lines.append(head)
+    for arm in payload["arms"]:
+        for r in arm["batches"]:
+            lines.append(
+                f"| {arm['arm']} | {r['batch']} | {r['claims']} ({r['claims_repeat']}/"
+                f"{r['claims_new']}) | {pct(r['escalated_share'])} | "
+                f"{pct(r['escalated_share_repeat'])} | {pct(r['escalated_share_new'])} | "
+                f"{pct(r['agreement'])} | {pct(r['agreement_repeat'])} | "
+                f"{pct(r['agreement_new'])} | {pct(r['agreement_evidence_left_out'])} | "
+                f"{r['kb_added']} |")
+    lines += ["", "## Totals over the stream", "",
+              "| arm | claims | escalated | agreement | agreement on repeats | KB documents "
+              "added | seconds |", "|---|---|---|---|---|---|---|"]
+    for arm in payload["arms"]:
+        t = arm["totals"]
+        lines.append(f"| {arm['arm']} | {t['claims']} | {pct(t['escalated_share'])} | "
+                     f"{pct(t['agreement'])} | {pct(t['agreement_repeat'])} | "
+                     f"{t['kb_added']} | {arm['seconds']} |")
+    lines += ["", "## Reading", "", *payload["reading"], ""]
+    return "\n".join(lines)
+
+
+def totals(rows: list[dict[str, Any]]) -> dict[str, Any]:
+    def total(key: str) -> int:
+        return sum(r[key] for r in rows)
+
+    def weighted(rate: str, base: str) -> float | None:
+        n = total(base)
+        return sum((r[rate] or 0.0) * r[base] for r in rows) / n if n else None
+
+    return {"claims": total("claims"), "escalated": total("escalated"),
+            "escalated_share": share(total("escalated"), total("claims")),
+            "agreement": weighted("agreement", "claims"),
+            "agreement_repeat": weighted("agreement_repeat", "claims_repeat"),
+            "kb_added": total("kb_added")}
+
+
+def reading(arms: list[dict[str, Any]]) -> list[str]:
+    learn, control = arms
+    out = []
+    for arm in arms:
+        t, cats = arm["totals"], Counter()
+        for row in arm["batches"]:
+            cats.update(row["categories"])
+        out.append(f"- {arm['arm']}: {t['claims']} claims, escalated {pct(t['escalated_share'])}, "
+                   f"agreement {pct(t['agreement'])}, KB +{t['kb_added']}; the judge's "
+                   "categories: " + ", ".join(f"{k} {v}" for k, v in sorted(cats.items()))
+                   + ". HALLUCINATION is flagged, not escalated, by this policy: those claims "
+                   "never reach the reviewer, so nothing is learned from them.")
+    for a, b in zip(learn["batches"], control["batches"], strict=True):
+        if a["batch"] == 1:
+            continue
+        out.append(f"- batch {a['batch']}: escalated {pct(a['escalated_share'])} with "
+                   f"learning vs {pct(b['escalated_share'])} without; agreement on repeats "
+                   f"{pct(a['agreement_repeat'])} vs {pct(b['agreement_repeat'])}; on new "
+                   f"claims {pct(a['agreement_new'])} vs {pct(b['agreement_new'])}.")
+    return out
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--claims", type=int, default=120, help="distinct claims drawn")
+    parser.add_argument("--batches", type=int, default=5)
+    parser.add_argument("--batch-size", type=int, default=40)
+    parser.add_argument("--repeat", type=float, default=0.5)
+    parser.add_argument("--held-out", type=float, default=0.5,
+                        help="share of the drawn claims' abstracts left out of the KB")
+    parser.add_argument("--embedder", default="all-MiniLM-L6-v2")
+    parser.add_argument("--top-k", type=int, default=3)
+    parser.add_argument("--seed", type=int, default=0)
+    args = parser.parse_args()
+    rng = random.Random(args.seed)
+    queries = [Query(q["id"], q["query"], q["relevant"][0], q["label"])
+               for q in read_jsonl(DATA / "queries_dev.jsonl")]
+    rng.shuffle(queries)
+    queries = queries[: args.claims]
+    corpus = read_jsonl(DATA / "corpus.jsonl")
+    titles = {d["doc_id"]: d.get("title") or "" for d in corpus}
+    docs_of_claims = sorted({q.doc_id for q in queries})
+    held_out = set(rng.sample(docs_of_claims, round(len(docs_of_claims) * args.held_out)))
+    batches = stream(queries, args.batches, args.batch_size, args.repeat, rng)
+    policy = ArbitrationPolicy(coverage_gap="ESCALATE")
+    with tempfile.TemporaryDirectory(prefix="bench-learning-") as tmp:
+        work = Path(tmp)
+        config = Config(judge="builtin", decomposer="rules", store=work / "unused.db",
+                        kb_settings=KBSettings(embedder=args.embedder),
+                        retrieval=RetrievalSettings(top_k=args.top_k), arbitration=policy)
+        started = time.perf_counter()
+        kept = [Document(doc_id=d["doc_id"], title=d.get("title") or None, text=d["text"],
+                         source="check-covid") for d in corpus if d["doc_id"] not in held_out]
+        with KnowledgeBase.create(work / "kb-base", embedder=args.embedder) as kb:
+            kb.ingest(kept)
+        build_s = time.perf_counter() - started
+        print(f"KB: {len(kept)} abstracts in {build_s:.1f} s", flush=True)
+        arms = [run_arm(name, learn, work / "kb-base", work, config, batches, titles,
+                        held_out) for name, learn in (("learning", True),
+                                                      ("control", False))]
+    from medverify.arbitration import policy_id
+
+    for arm in arms:
+        arm["totals"] = totals(arm["batches"])
+    payload = {
+        "design": {
+            "data": "Check-COVID dev (retrieval/checkcovid: queries_dev + corpus)",
+            "claims": len(queries), "seed": args.seed, "batches": args.batches,
+            "batch_size": args.batch_size, "repeat": args.repeat, "held_out": args.held_out,
+            "held_out_documents": len(held_out),
+            "claims_evidence_left_out": sum(1 for q in queries if q.doc_id in held_out),
+            "corpus_documents": len(corpus), "kb_documents": len(kept),
+            "embedder": args.embedder, "top_k": args.top_k, "judge": "builtin",
+            "decomposer": "rules", "policy": policy.model_dump(mode="json"),
+            "policy_id": policy_id(policy), "kb_build_seconds": round(build_s, 1),
+            "gold_labels": dict(Counter(q.label for q in queries)),
+            "reviewer": "gold label; SUPPORTED -> FACT + stand-in source URL "
+                        "https://example.org/cord19/<cord uid> (teaches the claim text); "
+                        "CONTRADICTED -> HALLUCINATION, no correction (none in the data); "
+                        "NOT_ENOUGH_INFO -> COVERAGE_GAP",
+        },
+        "arms": arms,
+        "reading": reading(arms),
+    }
+    RESULTS.mkdir(parents=True, exist_ok=True)
+    (RESULTS / "learning.json").write_text(json.dumps(payload, indent=2) + "\n")
+    text = markdown(payload)
+    (RESULTS / "learning.md").write_text(text)
+    print(text)
+
+
+if __name__ == "__main__":
+    main()
