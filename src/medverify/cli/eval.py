@@ -54,7 +54,7 @@ from medverify.injection import (
     measure_injection,
     rate_text,
 )
-from medverify.judge import judge_from_config, judge_options, make_judge
+from medverify.judge import Judge, judge_from_config, judge_options, make_judge
 from medverify.llm.facade import Model, model_from_config
 from medverify.retrieve import MODES
 
@@ -170,13 +170,19 @@ def _judge_model(config: Config) -> Model | None:
     return model_from_config(config)
 
 
+def _labelling_judge(config: Config, model: Model | None) -> Judge:
+    """The configured judge for scoring labelled pairs: labels and categories never depend
+    on the quoted sentence, so a local judge skips quoting."""
+    options = judge_options(config.judge_name, config, model)
+    if config.judge_name != "llm":
+        options["quotes"] = False
+    return make_judge(config.judge_name, **options)
+
+
 async def _eval_pairs(config: Config, files: list[Path], limit: int | None) -> PairsEval:
     model = _judge_model(config)
     try:
-        options = judge_options(config.judge_name, config, model)
-        if config.judge_name != "llm":
-            options["quotes"] = False  # labels never depend on the quoted sentence
-        judge = make_judge(config.judge_name, **options)
+        judge = _labelling_judge(config, model)
         total = sum(len(load_pairs(f, limit)) for f in files)
         with progress_bar("judging pairs", total) as bar:
             done = 0
@@ -558,10 +564,7 @@ async def _judge_sources(config: Config, sources: list[Source]
         return await judge_sources(sources, None), None
     model = _judge_model(config)
     try:
-        options = judge_options(config.judge_name, config, model)
-        if config.judge_name != "llm":
-            options["quotes"] = False  # categories never depend on the quoted sentence
-        judge = make_judge(config.judge_name, **options)
+        judge = _labelling_judge(config, model)
         with progress_bar("judging pairs", total) as bar:
             done = 0
 

@@ -11,8 +11,7 @@ from __future__ import annotations
 
 import secrets
 import sqlite3
-from collections.abc import Iterable, Iterator
-from contextlib import contextmanager
+from collections.abc import Iterable
 from datetime import UTC, datetime, timedelta
 from enum import StrEnum
 
@@ -111,23 +110,8 @@ class JobStore:
     """
 
     def __init__(self, runs: RunStore) -> None:
+        self.runs = runs
         self._db = runs._db
-
-    @contextmanager
-    def _immediate(self) -> Iterator[None]:
-        """A write transaction that takes the database's write lock at once, so that what
-        it reads cannot change before it writes (inside a caller's transaction: that one)."""
-        if self._db.in_transaction:
-            yield
-            return
-        self._db.execute("BEGIN IMMEDIATE")
-        try:
-            yield
-            self._db.execute("COMMIT")
-        except BaseException:
-            if self._db.in_transaction:
-                self._db.execute("ROLLBACK")
-            raise
 
     def _fetch(self, job_id: str) -> JobRow | None:
         row = self._db.execute(f"SELECT {_COLUMNS} FROM jobs WHERE id = ?", (job_id,)).fetchone()
@@ -191,7 +175,7 @@ class JobStore:
         """Take the oldest queued job for ``worker`` (running, one more attempt), or None
         when the queue is empty. No two callers, in any process, get the same job."""
         now = _stamp()
-        with self._immediate():
+        with self.runs.immediate():
             row = self._db.execute(
                 "SELECT id FROM jobs WHERE status = 'queued' ORDER BY created_at, rowid LIMIT 1"
             ).fetchone()
@@ -254,7 +238,7 @@ class JobStore:
         """Cancel a job: a queued one at once; a running one is marked (its worker sees
         :meth:`cancel_requested` and stops); a finished one is left as it is."""
         now = _stamp()
-        with self._immediate():
+        with self.runs.immediate():
             self._db.execute(
                 "UPDATE jobs SET status = 'cancelled', cancel_requested = 1, finished_at = ?"
                 " WHERE id = ? AND status = 'queued'",
@@ -305,7 +289,7 @@ class JobStore:
         # every worker calls this often: take the write lock only when there is work
         if not self._db.execute(f"SELECT 1 FROM jobs WHERE {stale} LIMIT 1", (cutoff,)).fetchall():
             return 0, 0
-        with self._immediate():
+        with self.runs.immediate():
             self._db.execute(
                 "UPDATE jobs SET status = 'cancelled', finished_at = ?, worker = NULL,"
                 f" heartbeat_at = NULL WHERE {stale} AND cancel_requested = 1",

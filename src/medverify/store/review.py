@@ -20,8 +20,7 @@ from __future__ import annotations
 import hashlib
 import sqlite3
 from collections import Counter
-from collections.abc import Iterable, Iterator, Sequence
-from contextlib import contextmanager
+from collections.abc import Iterable, Sequence
 from datetime import UTC, datetime
 from enum import StrEnum
 from itertools import combinations
@@ -250,29 +249,13 @@ class ReviewStore:
         self.runs = runs
         self._db = runs._db
 
-    @contextmanager
-    def _immediate(self) -> Iterator[None]:
-        """A write transaction that takes the write lock at once, so that what it reads
-        cannot change before it writes (inside a caller's transaction: that one)."""
-        if self._db.in_transaction:
-            yield
-            return
-        self._db.execute("BEGIN IMMEDIATE")
-        try:
-            yield
-            self._db.execute("COMMIT")
-        except BaseException:
-            if self._db.in_transaction:
-                self._db.execute("ROLLBACK")
-            raise
-
     # -- items -------------------------------------------------------------------------
 
     def add_items(self, items: Iterable[ReviewItem]) -> int:
         """Add items to the queue; an item whose id is there already is left as it is.
         Returns how many were added."""
         added = 0
-        with self._immediate():
+        with self.runs.immediate():
             for item in items:
                 if item.labels_needed not in (1, 2):
                     raise InputError(f"labels_needed is 1 or 2, not {item.labels_needed}")
@@ -371,7 +354,7 @@ class ReviewStore:
 
     def assign(self, item_id: str, reviewer: str | None) -> ReviewItem:
         """Give an open item to ``reviewer`` (None: to nobody). ItemClosed for a closed one."""
-        with self._immediate():
+        with self.runs.immediate():
             row = self._db.execute("SELECT status FROM review_items WHERE id = ?",
                                    (item_id,)).fetchone()
             if row is None:
@@ -403,7 +386,7 @@ class ReviewStore:
         source URL that is not a public http(s) address)."""
         checked = self._checked_label(item_id, reviewer, label, correction, source_url,
                                       source_passage_id, note)
-        with self._immediate():
+        with self.runs.immediate():
             row = self._db.execute(
                 "SELECT status, labels_needed FROM review_items WHERE id = ?",
                 (item_id,)).fetchone()

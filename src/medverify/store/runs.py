@@ -17,6 +17,7 @@ import sqlite3
 import time
 import uuid
 from collections.abc import Iterator, Sequence, Sized
+from contextlib import contextmanager
 from datetime import UTC, datetime
 from enum import Enum
 from importlib import metadata, resources
@@ -234,6 +235,23 @@ class RunStore:
 
     def _transaction(self) -> _Tx:
         return _Tx(self._db)
+
+    @contextmanager
+    def immediate(self) -> Iterator[None]:
+        """A write transaction that takes the write lock at once, so that what it reads
+        cannot change before it writes, in any process (inside a caller's transaction: that
+        one). Anything raised inside rolls it back whole."""
+        if self._db.in_transaction:
+            yield
+            return
+        self._db.execute("BEGIN IMMEDIATE")
+        try:
+            yield
+            self._db.execute("COMMIT")
+        except BaseException:
+            if self._db.in_transaction:
+                self._db.execute("ROLLBACK")
+            raise
 
     # -- writing -----------------------------------------------------------------------
 
