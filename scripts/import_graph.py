@@ -49,6 +49,7 @@ LAYERS: dict[str, int] = {
     "sources": 1,  # fetching and extracting cited pages (uses kb's chunking)
     "kb": 1,
     "verifier": 1,
+    "trials": 1,  # ClinicalTrials.gov API v2 study JSON: streaming reader, synthetic records
     # 2 stages: each turns records into records with the infrastructure.
     "decompose": 2,
     "retrieve": 2,

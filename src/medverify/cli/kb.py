@@ -14,7 +14,7 @@ from medverify.cli._names import EMBEDDERS, NamesHelpOption
 from medverify.config import KBSettings
 from medverify.kb import KnowledgeBase, LoadReport
 from medverify.kb.ingest import IngestStats
-from medverify.kb.loaders import iter_sources
+from medverify.kb.loaders import iter_ctgov, iter_sources
 from medverify.records import Passage
 from medverify.retrieve import MODES, Retriever
 
@@ -34,6 +34,15 @@ def kb_group() -> None:
 @click.option("--chunk-tokens", type=click.IntRange(16), help="Tokens per chunk (default 512).")
 @click.option("--chunk-overlap", type=click.IntRange(0), help="Overlap in tokens (default 100).")
 @click.option("--limit", type=click.IntRange(1), help="Ingest at most N documents.")
+@click.option("--format", "fmt", type=click.Choice(["auto", "ctgov"]), default="auto",
+              show_default=True,
+              help="auto: by file suffix; ctgov: ClinicalTrials.gov API v2 study records, "
+              "curated into 15-section summaries (one document per section).")
+@click.option("--condition", help="ctgov: keep studies whose conditions, keywords or title "
+              "contain this text (case-insensitive).")
+@click.option("--results-only", is_flag=True, help="ctgov: keep studies with posted results.")
+@click.option("--sample", type=click.IntRange(1), help="ctgov: a seeded sample of N studies.")
+@click.option("--seed", type=int, default=0, show_default=True, help="ctgov: sampling seed.")
 def ingest(
     paths: tuple[Path, ...],
     kb_dir: Path,
@@ -41,8 +50,18 @@ def ingest(
     chunk_tokens: int | None,
     chunk_overlap: int | None,
     limit: int | None,
+    fmt: str,
+    condition: str | None,
+    results_only: bool,
+    sample: int | None,
+    seed: int,
 ) -> None:
-    """Load, chunk, embed and store documents (txt, md, html, pdf, MedQuAD xml, jsonl)."""
+    """Load, chunk, embed and store documents (txt, md, html, pdf, MedQuAD xml, jsonl).
+
+    With --format ctgov, PATHS hold ClinicalTrials.gov API v2 study records (JSON files,
+    JSONL, bulk zips), each curated into a 15-section summary (docs/trials.md)."""
+    if fmt != "ctgov" and (condition or results_only or sample is not None):
+        raise click.UsageError("--condition, --results-only and --sample need --format ctgov")
     given = {
         k: v
         for k, v in {"chunk_tokens": chunk_tokens, "chunk_overlap": chunk_overlap}.items()
@@ -51,7 +70,10 @@ def ingest(
     settings = KBSettings(**given) if given else None  # an existing KB keeps its own
     report = LoadReport()
     with KnowledgeBase.open_or_create(kb_dir, settings, embedder) as kb:
-        stats = _ingest_with_progress(kb, iter_sources(paths, report, limit))
+        documents = (iter_ctgov(paths, report, limit, condition=condition,
+                                results_only=results_only, sample=sample, seed=seed)
+                     if fmt == "ctgov" else iter_sources(paths, report, limit))
+        stats = _ingest_with_progress(kb, documents)
         summary = kb.stats()
     for skipped in report.skipped[:20]:
         console.print(f"[yellow]skipped[/] {skipped.path}: {skipped.reason}")

@@ -10,6 +10,10 @@ one bad file. Loaders are generators: a corpus is never held in memory.
 Text and Markdown files larger than :data:`STREAM_BYTES` are not read into one string:
 :func:`iter_sources` yields them as :class:`TextFile` (the file, its title and how it
 decodes), which the knowledge base reads, hashes and chunks piece by piece.
+
+ClinicalTrials.gov study records (``kb ingest --format ctgov``) go through
+:func:`iter_ctgov`: each study is curated into its 15-section summary
+(:mod:`medverify.trials.curate`), one document per section.
 """
 
 from __future__ import annotations
@@ -22,7 +26,7 @@ import xml.etree.ElementTree as ET
 from collections.abc import Callable, Iterable, Iterator
 from html.parser import HTMLParser
 from pathlib import Path
-from typing import ClassVar, Literal
+from typing import Any, ClassVar, Literal
 
 from pydantic import BaseModel, Field
 
@@ -403,3 +407,36 @@ _LOADERS: dict[str, Callable[[Path, str, LoadReport], Iterator[KBInput]]] = {
     ".xml": _load_medquad,
     ".jsonl": _load_jsonl,
 }
+
+
+def iter_ctgov(paths: Iterable[str | Path], report: LoadReport | None = None,
+               limit: int | None = None, *, condition: str | None = None,
+               results_only: bool = False, sample: int | None = None,
+               seed: int = 0) -> Iterator[Document]:
+    """ClinicalTrials.gov API v2 records (files, directories, JSONL, bulk zips) as curated
+    summaries: one document per section (``<NCT>#<section>``). ``condition``,
+    ``results_only``, ``sample`` and ``seed`` select studies as
+    :func:`medverify.trials.curate.select_studies` does (a sample is drawn in one
+    streaming pass, holding at most ``sample`` studies); ``limit`` caps documents.
+    Records the reader cannot use are reported as skipped."""
+    from medverify.trials.curate import iter_summary_documents, matches, select_studies
+    from medverify.trials.reader import ReadReport, iter_studies
+
+    report = report if report is not None else LoadReport()
+    read = ReadReport()
+    results = True if results_only else None
+    studies: Iterable[Any] = iter_studies([Path(p) for p in paths], report=read)
+    if sample is not None:
+        studies = select_studies(studies, condition=condition, results_posted=results,
+                                 n=sample, seed=seed)
+    else:
+        studies = (s for s in studies if matches(s.data, condition, results))
+    for count, doc in enumerate(iter_summary_documents(studies)):
+        if limit is not None and count >= limit:
+            break
+        report.documents += 1
+        yield doc
+    for kind, messages in sorted(read.examples.items()):
+        for message in messages:
+            where, _, what = message.partition(": ")
+            report.skip(where, f"{kind}: {what}")
