@@ -2,6 +2,7 @@ from __future__ import annotations
 
 import sqlite3
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -155,3 +156,33 @@ def test_a_run_whose_process_was_killed_is_told_apart_and_recorded_as_interrupte
         after = {i.id: i for i in store.list_runs()}
     assert after[alive].status == "running"
     assert after[dead].status == "interrupted" and "stopped while running" in after[dead].error
+
+
+def _open_store(path: str, barrier: Any, results: Any) -> None:
+    barrier.wait()
+    try:
+        RunStore(Path(path)).close()
+        results.put("ok")
+    except Exception as exc:  # reported to the test, which fails on it
+        results.put(repr(exc))
+
+
+def test_workers_opening_a_new_store_at_once_all_succeed(tmp_path: Path) -> None:
+    """The service's workers create and migrate one store together: each migration is
+    applied once, and the switch to WAL is retried while another process holds it."""
+    import multiprocessing
+
+    context = multiprocessing.get_context("spawn")
+    for trial in range(3):
+        path = str(tmp_path / f"runs{trial}.db")
+        barrier, results = context.Barrier(4), context.Queue()
+        workers = [context.Process(target=_open_store, args=(path, barrier, results))
+                   for _ in range(4)]
+        for worker in workers:
+            worker.start()
+        outcomes = [results.get(timeout=60) for _ in workers]
+        for worker in workers:
+            worker.join(60)
+        assert outcomes == ["ok"] * 4
+        with RunStore(Path(path)) as store:
+            assert store.schema_version == len(migrations())

@@ -132,13 +132,6 @@ def items_from_report(report: Report, *, labels_needed: int = 1, topic: str | No
     return items
 
 
-def queue_report(store: ReviewStore, report: Report, *, labels_needed: int = 1,
-                 policy: ArbitrationPolicy | None = None) -> int:
-    """Add a report's escalated claims to the queue; returns how many items were new."""
-    return store.add_items(items_from_report(report, labels_needed=labels_needed,
-                                             policy=policy))
-
-
 # ----------------------------------------------------------------------- teaching
 
 

@@ -50,7 +50,7 @@ from medverify.service.records import (
 from medverify.service.state import ServiceState
 from medverify.service.ui import router as review_pages
 from medverify.store.access import AuditEvent, KeyInfo, KeyNotFound, NewKey, Role
-from medverify.store.jobs import JobKind, JobNotFound, JobRow, JobStatus
+from medverify.store.jobs import JobKind, JobNotFound, JobRow, JobState, JobStatus
 from medverify.store.review import (
     AlreadyLabelled,
     ItemClosed,
@@ -155,7 +155,7 @@ def _state(request: Request) -> ServiceState:
 def _job(row: JobRow) -> Job:
     """The job as the API shows it: the stored row without its request, worker and
     heartbeat, with its result parsed."""
-    fields = row.model_dump(include=set(Job.model_fields) - {"result"})
+    fields = row.model_dump(include=set(JobState.model_fields))
     return Job(**fields, result=json.loads(row.result) if row.result else None)
 
 

@@ -8,7 +8,6 @@ Every error has one shape, :class:`ErrorResponse`.
 
 from __future__ import annotations
 
-from datetime import datetime
 from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
@@ -19,7 +18,7 @@ from medverify.records import Answer, Report
 from medverify.risk.records import RiskScore
 from medverify.risk.stage import RiskText
 from medverify.store.access import Role
-from medverify.store.jobs import JobKind, JobProgress, JobStatus
+from medverify.store.jobs import JobState
 from medverify.store.review import ReviewLabel
 
 
@@ -114,22 +113,10 @@ class FactCheckResult(_Record):
 JobResult = Annotated[CheckResult | AuditResult | FactCheckResult, Field(discriminator="kind")]
 
 
-class Job(_Record):
+class Job(JobState):
     """Work that may outlast a request: poll ``GET /v1/jobs/{id}`` until ``status`` is
     ``done``, ``failed`` or ``cancelled``."""
 
-    id: str
-    kind: JobKind
-    status: JobStatus
-    key_id: str | None = None
-    created_at: datetime
-    started_at: datetime | None = None
-    finished_at: datetime | None = None
-    progress: JobProgress = Field(default_factory=JobProgress)
-    attempts: int = 0  # times a worker started it (a restart after a crash adds one)
-    run_id: str | None = None
-    error: str | None = None
-    cancel_requested: bool = False
     result: JobResult | None = None
 
 

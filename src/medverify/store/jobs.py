@@ -44,8 +44,8 @@ class JobProgress(_Record):
     total: int = 0
 
 
-class JobRow(_Record):
-    """One row of ``jobs``: a job as stored (``request`` and ``result`` are JSON text)."""
+class JobState(_Record):
+    """What a job is and where it stands: the fields the store keeps and the API shows."""
 
     id: str
     kind: JobKind
@@ -54,13 +54,19 @@ class JobRow(_Record):
     created_at: datetime
     started_at: datetime | None = None
     finished_at: datetime | None = None
-    heartbeat_at: datetime | None = None
-    worker: str | None = None
-    attempts: int = 0  # times a worker took it (a restart after a crash adds one)
     progress: JobProgress = Field(default_factory=JobProgress)
+    attempts: int = 0  # times a worker took it (a restart after a crash adds one)
     run_id: str | None = None
     error: str | None = None
     cancel_requested: bool = False
+
+
+class JobRow(JobState):
+    """One row of ``jobs``: a job as stored (``request`` and ``result`` are JSON text), with
+    the worker running it and its last heartbeat."""
+
+    heartbeat_at: datetime | None = None
+    worker: str | None = None
     request: str
     result: str | None = None
 
