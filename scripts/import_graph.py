@@ -71,6 +71,7 @@ LAYERS: dict[str, int] = {
     "arbitration_eval": 4,  # measures arbitration policies on labelled, judged claims
     "injection": 4,
     "demo": 4,
+    "trialstudy": 4,  # CHECK's 15-question clinical-trial study (asks, judges, reports)
     "learning": 4,  # the clinical loop: review items from reports, teach and revert the KB
     # 5 entry points.
     "cli": 5,

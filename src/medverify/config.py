@@ -107,6 +107,18 @@ class BenchSettings(_Section):
     prices: dict[str, tuple[float, float]] = Field(default_factory=dict)
 
 
+class TrialStudySettings(_Section):
+    """``medverify trials study``: CHECK's 15-question clinical-trial study (docs/trials.md).
+    Models under test are asked with the ``[bench]`` settings (concurrency, max_tokens,
+    temperature, retries)."""
+
+    json_chars: int = Field(120_000, ge=1_000)  # the raw-record context is cut beyond this
+    evidence_k: int = Field(4, ge=1, le=15)  # summary sections shown to the judge per unit
+    bootstrap: int = Field(2_000, ge=100)  # resamples of trials for the CIs
+    seed: int = 0  # of the bootstrap
+    examples: int = Field(3, ge=0)  # hallucinated units quoted per model and context
+
+
 class AnswerSettings(_Section):
     """``medverify answer``: the RAG answer generated from the top chunks."""
 
@@ -207,6 +219,7 @@ class Config(_Section):
     fetch: FetchSettings = Field(default_factory=FetchSettings)
     audit: AuditSettings = Field(default_factory=AuditSettings)
     bench: BenchSettings = Field(default_factory=BenchSettings)
+    trials: TrialStudySettings = Field(default_factory=TrialStudySettings)
     answer: AnswerSettings = Field(default_factory=AnswerSettings)
     factcheck: FactCheckSettings = Field(default_factory=FactCheckSettings)
     risk: RiskSettings = Field(default_factory=RiskSettings)
