@@ -80,3 +80,18 @@ def test_bench_example_resumed_gives_the_same_numbers(tmp_path: Path) -> None:
     assert careful < whole["overall"]["citer-careful"]["url_validity"]["value"]
     assert broken["notes"]["fetch_changes"]  # ... and the run says so
     assert any("different fetch outcome" in w for w in broken["notes"]["run_warnings"])
+
+
+def test_trials_example_runs_the_study_on_made_up_records(tmp_path: Path) -> None:
+    from medverify.testing.trial_models import make_record
+
+    records = tmp_path / "records"
+    records.mkdir()
+    (records / "a.json").write_text(json.dumps(make_record("NCT90000001", "A trial")), "utf-8")
+    out = tmp_path / "trials"
+    main = _main("trials_offline/run_study.py")
+    assert main(["--out", str(out), "--records", str(records), "--judge", "numbers",  # type: ignore[operator]
+                 "--levels", "paragraph,sentence"]) == 0
+    summary = json.loads((out / "summary.json").read_text("utf-8"))
+    assert summary["n_trials"] == 1 and summary["granularities"] == ["paragraph", "sentence"]
+    assert "Scripted models" in (out / "report.md").read_text("utf-8")

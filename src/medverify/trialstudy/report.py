@@ -313,7 +313,24 @@ def _question_tables(summary: dict[str, Any]) -> list[str]:
             name = next(iter(by_q[number].values()))["name"]
             lines.append(f"| {number} | {_cell(name)} | " + " | ".join(cells) + " |")
         lines.append("")
+        for c in contexts:
+            worst = most_hallucinated([r for r in rows if r["model"] == model
+                                       and r["context"] == c])
+            if worst:
+                lines.append(f"Most hallucinated with the {c} context: " + ", ".join(
+                    f"Q{r['question']} {_cell(r['name'])} "
+                    f"({100 * r['rates'][Category.HALLUCINATION.value]:.0f}%)" for r in worst))
+                lines.append("")
     return lines
+
+
+def most_hallucinated(rows: Sequence[dict[str, Any]], n: int = 3) -> list[dict[str, Any]]:
+    """The ``n`` questions with the highest hallucination share (ties: question order),
+    among those with a hallucination."""
+    hit = [r for r in rows if r["units_scored"]
+           and (r["rates"][Category.HALLUCINATION.value] or 0) > 0]
+    return sorted(hit, key=lambda r: (-r["rates"][Category.HALLUCINATION.value],
+                                      r["question"]))[:n]
 
 
 def charts(summary: dict[str, Any]) -> dict[str, str]:

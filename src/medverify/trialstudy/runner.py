@@ -456,7 +456,9 @@ class TrialStudy:
 
     async def judge_all(self, trials: Sequence[StudyTrial],
                         answers: Sequence[TrialAnswer]) -> list[AnswerJudgment]:
-        """Judge every OK answer at every granularity not judged yet (see the module doc)."""
+        """Judge every OK answer at every granularity not judged yet (see the module doc).
+        An answer's granularities still to judge go to the judge in one call (bigger
+        batches for a local verifier)."""
         started = time.perf_counter()
         by_trial = {t.nct_id: t for t in trials}
         by_number = {q.number: q for q in self.questions}
@@ -468,19 +470,22 @@ class TrialStudy:
         judged = {j.key: j for j in found
                   if current.get(j.key) == j.answer_sha256 and j.error is None
                   and j.judge == self.judge_id}
-        todo = [(a, g) for a, g in wanted if (a.id, g.value) not in judged]
-        self.counts["judgments_resumed"] = len(wanted) - len(todo)
-        self.counts["judgments_made"] = len(todo)
+        todo = [(a, [g for g in self.granularities if (a.id, g.value) not in judged])
+                for a in ok]
+        todo = [(a, grans) for a, grans in todo if grans]
+        made = sum(len(grans) for _, grans in todo)
+        self.counts["judgments_resumed"] = len(wanted) - made
+        self.counts["judgments_made"] = made
         with (self.root / JUDGMENTS).open("a", encoding="utf-8") as handle:
-            async def one(_: int, item: tuple[TrialAnswer, Granularity]) -> None:
-                answer, granularity = item
-                judgment = await self.judge_answer(
-                    by_trial[answer.nct_id], by_number[answer.question], answer, granularity)
-                append_record(handle, judgment)
-                judged[judgment.key] = judgment
+            async def one(_: int, item: tuple[TrialAnswer, list[Granularity]]) -> None:
+                answer, grans = item
+                for judgment in await self.judge_answer(
+                        by_trial[answer.nct_id], by_number[answer.question], answer, grans):
+                    append_record(handle, judgment)
+                    judged[judgment.key] = judgment
 
             await run_each(todo, one, concurrency=max(1, min(self.config.bench.concurrency, 8)),
-                           done=len(wanted) - len(todo), total=len(wanted),
+                           done=len(ok) - len(todo), total=len(ok),
                            cancel=self.cancel, progress=self._progress("judge"))
         self.timing["judge_s"] = round(time.perf_counter() - started, 3)
         return [judged[(a.id, g.value)] for a, g in wanted]
@@ -504,28 +509,50 @@ class TrialStudy:
         return [c.text for c in claims], errors
 
     async def judge_answer(self, trial: StudyTrial, question: TrialQuestion,
-                           answer: TrialAnswer, granularity: Granularity) -> AnswerJudgment:
-        """One answer judged at one granularity; never raises for a problem of this answer
-        (an ERROR unit, or a judgment with ``error`` set when it has no units)."""
-        common = {"answer_id": answer.id, "granularity": granularity,
-                  "answer_sha256": text_sha256(answer.answer), "judge": self.judge_id}
-        texts, notes = await self.units(answer, question, granularity)
-        if not texts:
-            error = "; ".join(notes) or "no unit to judge in the answer"
-            return AnswerJudgment(error=error, notes=notes, **common)
+                           answer: TrialAnswer, granularities: Sequence[Granularity]) \
+            -> list[AnswerJudgment]:
+        """One answer judged at each of ``granularities`` (one judge call for all); never
+        raises for a problem of this answer: an ERROR unit, or a judgment with ``error``
+        set when it has no units."""
+        common = {"answer_sha256": text_sha256(answer.answer), "judge": self.judge_id,
+                  "answer_id": answer.id}
         evidence = self.evidence(trial)
-        passages = evidence.for_units(texts, question, self.config.trials.evidence_k)
-        items = [JudgeItem(claim=Claim(id=f"u{n}", text=text), passages=shown)
-                 for n, (text, shown) in enumerate(zip(texts, passages, strict=True))]
+        cut: list[tuple[Granularity, list[str], list[str]]] = []
+        for granularity in granularities:
+            texts, notes = await self.units(answer, question, granularity)
+            cut.append((granularity, texts, notes))
+        items: list[JudgeItem] = []
+        for granularity, texts, _ in cut:
+            shown = evidence.for_units(texts, question, self.config.trials.evidence_k)
+            items += [JudgeItem(claim=Claim(id=f"{granularity.value}-{n}", text=text),
+                                passages=passages)
+                      for n, (text, passages) in enumerate(zip(texts, shown, strict=True))]
+        units = await self._judge_units(items, evidence)
+        out = []
+        for granularity, texts, notes in cut:
+            if not texts:
+                error = "; ".join(notes) or "no unit to judge in the answer"
+                out.append(AnswerJudgment(granularity=granularity, error=error, notes=notes,
+                                          **common))
+                continue
+            mine = [units[i.claim.id] for i in items
+                    if i.claim.id.startswith(f"{granularity.value}-")]
+            out.append(AnswerJudgment(granularity=granularity, units=mine, notes=notes,
+                                      **common))
+        return out
+
+    async def _judge_units(self, items: list[JudgeItem],
+                           evidence: TrialEvidence) -> dict[str, UnitResult]:
+        if not items:
+            return {}
         try:
             verdicts = await self.judge.judge(items)
         except MedverifyError as exc:
-            units = [UnitResult(text=i.claim.text, category=Category.ERROR,
-                                sections=_sections(evidence, i), error=f"judge: {exc}")
-                     for i in items]
-            return AnswerJudgment(units=units, notes=notes, **common)
+            return {i.claim.id: UnitResult(text=i.claim.text, category=Category.ERROR,
+                                           sections=_sections(evidence, i),
+                                           error=f"judge: {exc}") for i in items}
         by_id = {v.claim_id: v for v in verdicts}
-        units = []
+        units = {}
         for item in items:
             verdict = by_id.get(item.claim.id)
             if verdict is None:
@@ -533,13 +560,13 @@ class TrialStudy:
                                             item.passages)
             else:
                 result = ClaimResult.from_verdict(item.claim, item.passages, verdict)
-            units.append(UnitResult(
+            units[item.claim.id] = UnitResult(
                 text=item.claim.text, category=result.category,
                 sections=_sections(evidence, item),
                 evidence_section=evidence.section_of(result.evidence_passage_id),
                 evidence_quote=result.evidence_quote, error=result.error,
-                warnings=result.warnings, verdict=result.verdict))
-        return AnswerJudgment(units=units, notes=notes, **common)
+                warnings=result.warnings, verdict=result.verdict)
+        return units
 
     # -- progress and timing -------------------------------------------------------------
 
