@@ -344,3 +344,26 @@ def test_answer_records_keep_their_key() -> None:
     answer = TrialAnswer(model="m", spec="fake:m", nct_id="NCT1", question=3,
                          context=Context.JSON, status=AnswerStatus.OK, answer="x")
     assert answer.id == "m|NCT1|q03|json" and Granularity("claim") is Granularity.CLAIM
+
+
+def test_mismatched_result_group_ids_are_reported_not_fatal(tmp_path: Path) -> None:
+    record = make_record("NCT90000005", "Mismatched groups")
+    measure = record["resultsSection"]["outcomeMeasuresModule"]["outcomeMeasures"][0]
+    measure["classes"][0]["categories"][0]["measurements"][1]["groupId"] = "OG009"
+    record["resultsSection"]["adverseEventsModule"]["seriousEvents"][0]["stats"][0][
+        "groupId"] = "EG777"
+    trial = study_trials([record])[0]
+    assert len(trial.summary.problems) == 2 and "OG009" in trial.summary.problems[0]
+    results = trial.summary.section("primary outcome results").sentences[0].text
+    assert "Placebo 18; 31" in results  # the row is kept, without a group title
+    specs = register_trial_models(["grounded"], prefix="ts-groups-")
+    study = _study(tmp_path, specs, granularities=["paragraph"], contexts=["summary"])
+    summary = asyncio.run(_run(study, [record]))
+    assert list(summary["curation_problems"]) == ["NCT90000005"]
+    assert "## Curation problems" in (tmp_path / "run" / "report.md").read_text()
+    from medverify.kb.loaders import LoadReport, iter_ctgov
+
+    data = _write_records(tmp_path / "data", [record])
+    report = LoadReport()
+    assert len(list(iter_ctgov([data], report))) == 15
+    assert len(report.warnings) == 2 and report.warnings[0].startswith("NCT90000005: ")

@@ -79,6 +79,10 @@ def ingest(
         console.print(f"[yellow]skipped[/] {skipped.path}: {skipped.reason}")
     if len(report.skipped) > 20:
         console.print(f"... and {len(report.skipped) - 20} more skipped")
+    for warning in report.warnings[:10]:
+        console.print(f"[yellow]warning[/] {warning}")
+    if len(report.warnings) > 10:
+        console.print(f"... and {len(report.warnings) - 10} more warnings")
     if report.files_with_replacements:
         console.print(
             f"{report.replaced_chars} undecodable bytes replaced in "

@@ -55,6 +55,7 @@ class LoadReport(BaseModel):
     skipped: list[SkippedFile] = Field(default_factory=list)
     files_with_replacements: int = 0
     replaced_chars: int = 0
+    warnings: list[str] = Field(default_factory=list)  # kept, but with a problem noted
 
     def skip(self, path: Path | str, reason: str) -> None:
         self.skipped.append(SkippedFile(path=str(path), reason=reason))
@@ -419,7 +420,7 @@ def iter_ctgov(paths: Iterable[str | Path], report: LoadReport | None = None,
     :func:`medverify.trials.curate.select_studies` does (a sample is drawn in one
     streaming pass, holding at most ``sample`` studies); ``limit`` caps documents.
     Records the reader cannot use are reported as skipped."""
-    from medverify.trials.curate import iter_summary_documents, matches, select_studies
+    from medverify.trials.curate import curate, matches, select_studies, summary_documents
     from medverify.trials.reader import ReadReport, iter_studies
 
     report = report if report is not None else LoadReport()
@@ -431,11 +432,18 @@ def iter_ctgov(paths: Iterable[str | Path], report: LoadReport | None = None,
                                  n=sample, seed=seed)
     else:
         studies = (s for s in studies if matches(s.data, condition, results))
-    for count, doc in enumerate(iter_summary_documents(studies)):
+    count = 0
+    for study in studies:
+        summary = curate(study.data)
+        report.warnings += [f"{summary.nct_id}: {problem}" for problem in summary.problems]
+        for doc in summary_documents(summary, study.data):
+            if limit is not None and count >= limit:
+                break
+            count += 1
+            report.documents += 1
+            yield doc
         if limit is not None and count >= limit:
             break
-        report.documents += 1
-        yield doc
     for kind, messages in sorted(read.examples.items()):
         for message in messages:
             where, _, what = message.partition(": ")

@@ -71,6 +71,7 @@ class TrialSummary(_Model):
     nct_id: str
     title: str
     sections: list[Section]
+    problems: list[str] = []  # e.g. a result row naming a group the record does not list
 
     def section(self, name: str) -> Section:
         for section in self.sections:
@@ -202,7 +203,50 @@ def curate(study: dict[str, Any]) -> TrialSummary:
     )
     sections = [Section(name=name, sentences=build(study))
                 for name, build in zip(SECTIONS, builders, strict=True)]
-    return TrialSummary(nct_id=nct_id, title=title, sections=sections)
+    return TrialSummary(nct_id=nct_id, title=title, sections=sections,
+                        problems=group_problems(study))
+
+
+def group_problems(study: dict[str, Any]) -> list[str]:
+    """Result rows that name a group their module does not list (the registry's group ids
+    are per module: ``FG``/``OG``/``EG``). Such a row is still written, without a group
+    title; each one is reported here, never a crash."""
+    line = _Line(study)
+    problems: list[str] = []
+
+    def check(where: str, known: set[Any], refs: list[Any]) -> None:
+        bad = sorted({str(r) for r in refs if r is not None and r not in known})
+        if bad:
+            problems.append(f"{where}: group id(s) {', '.join(bad[:5])} not among the "
+                            f"{len(known)} groups listed")
+
+    flow = {g.get("id") for g in line.get((*FLOW, "groups")) or [] if isinstance(g, dict)}
+    for p, period in enumerate(line.get((*FLOW, "periods")) or []):
+        if not isinstance(period, dict):
+            continue
+        refs = [a.get("groupId") for m in period.get("milestones") or [] if isinstance(m, dict)
+                for a in m.get("achievements") or [] if isinstance(a, dict)]
+        refs += [r.get("groupId") for w in period.get("dropWithdraws") or []
+                 if isinstance(w, dict) for r in w.get("reasons") or [] if isinstance(r, dict)]
+        check(f"participant flow period {p}", flow, refs)
+    for m, measure in enumerate(line.get(MEASURES) or []):
+        if not isinstance(measure, dict):
+            continue
+        known = {g.get("id") for g in measure.get("groups") or [] if isinstance(g, dict)}
+        refs = [c.get("groupId") for d in measure.get("denoms") or [] if isinstance(d, dict)
+                for c in d.get("counts") or [] if isinstance(c, dict)]
+        refs += [x.get("groupId") for k in measure.get("classes") or [] if isinstance(k, dict)
+                 for c in k.get("categories") or [] if isinstance(c, dict)
+                 for x in c.get("measurements") or [] if isinstance(x, dict)]
+        refs += [g for a in measure.get("analyses") or [] if isinstance(a, dict)
+                 for g in a.get("groupIds") or []]
+        check(f"outcome measure {m}", known, refs)
+    events = {g.get("id") for g in line.get((*AE, "eventGroups")) or [] if isinstance(g, dict)}
+    for key in ("seriousEvents", "otherEvents"):
+        refs = [st.get("groupId") for e in line.get((*AE, key)) or [] if isinstance(e, dict)
+                for st in e.get("stats") or [] if isinstance(st, dict)]
+        check(f"adverse events ({key})", events, refs)
+    return problems
 
 
 # --- protocol sections ---------------------------------------------------------------

@@ -35,6 +35,7 @@ from medverify.trialstudy.records import (
     Context,
     Granularity,
     StudyManifest,
+    StudyTrial,
     TrialAnswer,
 )
 from medverify.trialstudy.runner import read_run, text_sha256
@@ -86,7 +87,7 @@ def current_judgments(answers: Sequence[TrialAnswer],
 
 def summarize(manifest: StudyManifest, answers: Sequence[TrialAnswer],
               judgments: Sequence[AnswerJudgment], *, n_boot: int = 2000, seed: int = 0,
-              n_examples: int = 3) -> dict[str, Any]:
+              n_examples: int = 3, records: Sequence[StudyTrial] = ()) -> dict[str, Any]:
     """The study's summary (``summary.json``) from its records (see the module doc)."""
     trials = list(manifest.trials)
     index = {t: i for i, t in enumerate(trials)}
@@ -192,6 +193,8 @@ def summarize(manifest: StudyManifest, answers: Sequence[TrialAnswer],
         "rates": rates, "contrasts": contrasts, "per_question": questions,
         "examples": [{"model": m, "context": c, "granularity": example_gran, **e}
                      for (m, c), found in sorted(examples.items()) for e in found[:n_examples]],
+        "curation_problems": {t.nct_id: t.summary.problems for t in records
+                              if t.summary.problems},
     }
 
 
@@ -283,6 +286,13 @@ def markdown(summary: dict[str, Any], warnings: Sequence[str] = ()) -> str:
                          f"\"{_cell(e['evidence_quote'])}\"")
             lines.append(f"- {_cell(e['model'])}, {e['context']}, {e['nct_id']} Q{e['question']}: "
                          f"\"{_cell(e['unit'])}\".{quote}")
+    problems = summary.get("curation_problems") or {}
+    if problems:
+        lines += ["", "## Curation problems", "",
+                  f"{len(problems)} trial record(s) have result rows naming a group their "
+                  "module does not list; those rows are in the summaries without a group "
+                  "title:", ""]
+        lines += [f"- {nct}: {_cell('; '.join(found))}" for nct, found in problems.items()]
     if warnings:
         lines += ["", "## Warnings", ""] + [f"- {_cell(w)}" for w in warnings]
     return "\n".join(lines) + "\n"
@@ -354,10 +364,10 @@ def charts(summary: dict[str, Any]) -> dict[str, str]:
 def finish(root: Path, config: Config) -> dict[str, Any]:
     """Compute and write the study's summary, report and charts from its run directory."""
     warnings: list[str] = []
-    manifest, _, answers, judgments = read_run(root, warnings)
+    manifest, trials, answers, judgments = read_run(root, warnings)
     settings = config.trials
     summary = summarize(manifest, answers, judgments, n_boot=settings.bootstrap,
-                        seed=settings.seed, n_examples=settings.examples)
+                        seed=settings.seed, n_examples=settings.examples, records=trials)
     summary["warnings"] = warnings
     atomic_write_text(root / "summary.json", json.dumps(summary, indent=2) + "\n")
     atomic_write_text(root / "report.md", markdown(summary, warnings))
