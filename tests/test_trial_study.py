@@ -367,3 +367,44 @@ def test_mismatched_result_group_ids_are_reported_not_fatal(tmp_path: Path) -> N
     report = LoadReport()
     assert len(list(iter_ctgov([data], report))) == 15
     assert len(report.warnings) == 2 and report.warnings[0].startswith("NCT90000005: ")
+
+
+# -- a trial knowledge base filtered by trial ------------------------------------------------
+
+
+def test_trial_kb_search_filters_by_document_metadata(tmp_path: Path) -> None:
+    from medverify.errors import KBError
+    from medverify.kb import KnowledgeBase
+    from medverify.kb.loaders import iter_ctgov
+    from medverify.retrieve import Retriever
+
+    data = _write_records(tmp_path / "data", [
+        *RECORDS, make_record("NCT90000004", "Examplimab without results", with_results=False)])
+    kb_dir = tmp_path / "kb"
+    with KnowledgeBase.open_or_create(kb_dir, None, "hash-384") as kb:
+        kb.ingest(iter_ctgov([data]))
+        retriever = Retriever(kb)
+        query = "serious adverse events pneumonitis participants affected"
+        unfiltered = retriever.search_many([query], k=5, mode="hybrid")[0]
+        assert len({p.doc_id.split("#")[0] for p in unfiltered}) > 1
+        for mode in ("hybrid", "lexical", "dense"):
+            only = retriever.search_many([query], k=5, mode=mode,  # type: ignore[arg-type]
+                                         where={"nct_id": "NCT90000002"})[0]
+            assert only and all(p.doc_id.startswith("NCT90000002#") for p in only), mode
+        section = retriever.search_many([query], k=5, where={
+            "section": "Serious Adverse Events", "has_results": "true"})[0]
+        assert {p.doc_id.split("#")[1] for p in section} == {"serious-adverse-events"}
+        assert len(section) == 3  # the 4th trial's section says "no results": filtered out
+        melanoma = retriever.search_many([query], k=20, where={"conditions": "melanoma"})[0]
+        assert {p.doc_id.split("#")[0] for p in melanoma} == {"NCT90000002"}
+        assert retriever.search_many([query], where={"nct_id": "NCT0"})[0] == []
+        with pytest.raises(KBError, match="metadata key"):
+            retriever.search_many([query], where={"a') OR 1=1 --": "x"})
+        with pytest.raises(KBError, match="narrow it"):
+            kb.subset({"has_results": "true"}, limit=10)
+    result = CliRunner().invoke(main, ["kb", "search", "--kb", str(kb_dir), query, "--where",
+                                       "nct_id=NCT90000003", "--json"])
+    assert result.exit_code == 0, result.output
+    assert all(p["doc_id"].startswith("NCT90000003#") for p in json.loads(result.output))
+    bad = CliRunner().invoke(main, ["kb", "search", "--kb", str(kb_dir), query, "--where", "x"])
+    assert bad.exit_code == 2

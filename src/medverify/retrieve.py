@@ -113,15 +113,57 @@ class Retriever:
         return self.search_many([query], k, mode)[0]
 
     def search_many(self, queries: Sequence[str], k: int | None = None,
-                    mode: Mode | None = None) -> list[list[Passage]]:
+                    mode: Mode | None = None, *,
+                    where: Mapping[str, str] | None = None) -> list[list[Passage]]:
         """Top ``k`` passages per query (default ``settings.top_k``, ``settings.mode``);
-        the queries are embedded in one batch."""
+        the queries are embedded in one batch. ``where`` keeps only chunks of documents
+        whose metadata matches every ``key=value`` (e.g. ``{"nct_id": "NCT02210780"}`` in
+        a trial KB), ranked exactly among themselves (see :meth:`rank_subset`)."""
         k = self.settings.top_k if k is None else k
         mode = self.settings.mode if mode is None else mode
         if mode not in MODES:
             raise ConfigError(f"unknown search mode {mode!r}: use one of {', '.join(MODES)}")
+        if where:
+            return self.rank_subset(queries, k, mode, where)
         with self.store.reading():
             return [self._passages(ranked) for ranked in self.rank_many(queries, k, mode)]
+
+    def rank_subset(self, queries: Sequence[str], k: int, mode: Mode,
+                    where: Mapping[str, str]) -> list[list[Passage]]:
+        """Search only the chunks the metadata filter ``where`` selects: BM25 over their
+        texts (and titles) and inner products with their stored vectors, fused as in
+        :meth:`rank_many`. Exact, in memory: the store refuses a filter that matches more
+        chunks than it ranks that way."""
+        select = getattr(self.store, "subset", None)
+        if select is None:
+            raise ConfigError(f"this knowledge base store ({type(self.store).__name__}) "
+                              "cannot filter by document metadata")
+        subset = select(where)
+        if not subset.chunks:
+            return [[] for _ in queries]
+        texts = [f"{c.title or ''}\n{c.text}" for c in subset.chunks]
+        bm25 = BM25(texts) if mode != "dense" else None
+        vectors = None
+        if mode != "lexical":
+            embedder = getattr(self.store, "embedder", None)
+            if embedder is None:
+                raise ConfigError("this knowledge base store has no embedder for dense search")
+            vectors = np.asarray(embedder.embed(list(queries)), dtype=np.float32)
+        depth = max(k, self.settings.candidates)
+        out = []
+        for n, query in enumerate(queries):
+            lexical = dense = None
+            if bm25 is not None:
+                scores = bm25.scores(query)
+                lexical = [(subset.chunks[i].id, float(scores[i])) for i in order(scores)
+                           if scores[i] > 0][:depth]
+            if vectors is not None:
+                sims = subset.vectors @ vectors[n]
+                dense = [(subset.chunks[i].id, float(sims[i])) for i in order(sims)[:depth]]
+            ranked = fuse_candidates(lexical, dense, k, self.settings.rrf_k)
+            by_id = {c.id: c for c in subset.chunks}
+            out.append([passage(by_id[cid], scores) for cid, scores in ranked])
+        return out
 
     def rank_many(self, queries: Sequence[str], k: int, mode: Mode) -> list[list[Ranked]]:
         """Per query, the top ``k`` (chunk id, scores), best first (no passage fetched)."""

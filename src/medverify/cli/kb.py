@@ -121,10 +121,22 @@ def _ingest_with_progress(kb: KnowledgeBase, documents: object) -> IngestStats:
 @click.option("-k", "k", type=click.IntRange(1), default=7, show_default=True)
 @click.option("--mode", type=click.Choice(MODES), default="hybrid", show_default=True)
 @click.option("--json", "as_json", is_flag=True, help="Print passages as JSON.")
-def search(kb_dir: Path, query: str, k: int, mode: str, as_json: bool) -> None:
-    """Search the knowledge base."""
+@click.option("--where", "where", multiple=True, metavar="KEY=VALUE",
+              help="Only documents whose metadata matches, e.g. nct_id=NCT02210780, "
+              "section='primary outcome results', has_results=true (repeatable: all must "
+              "match).")
+def search(kb_dir: Path, query: str, k: int, mode: str, as_json: bool,
+           where: tuple[str, ...]) -> None:
+    """Search the knowledge base (optionally only documents whose metadata matches)."""
+    filters = {}
+    for item in where:
+        key, sep, value = item.partition("=")
+        if not sep or not key.strip():
+            raise click.BadParameter(f"{item!r}: expected KEY=VALUE", param_hint="--where")
+        filters[key.strip()] = value.strip()
     with KnowledgeBase.open(kb_dir) as kb:
-        passages = Retriever(kb).search(query, k=k, mode=mode)  # type: ignore[arg-type]
+        passages = Retriever(kb).search_many(  # type: ignore[arg-type]
+            [query], k=k, mode=mode, where=filters or None)[0]
     if as_json:
         click.echo(json.dumps([p.model_dump(mode="json") for p in passages], indent=2))
         return

@@ -11,12 +11,20 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from contextlib import AbstractContextManager
-from typing import NamedTuple, Protocol, runtime_checkable
+from typing import Any, NamedTuple, Protocol, runtime_checkable
 
 from medverify.config import RetrievalSettings
 
 Candidate = tuple[int, float]
 """(chunk id, score): a BM25 score (higher is better) or a vector similarity."""
+
+
+class Subset(NamedTuple):
+    """Chunks selected by document metadata, with their stored vectors (row per chunk):
+    what :meth:`medverify.retrieve.Retriever.search_many` ranks when given ``where``."""
+
+    chunks: list[StoredChunk]
+    vectors: Any  # numpy float32 array, (len(chunks), dim)
 
 
 class StoredChunk(NamedTuple):

@@ -19,9 +19,10 @@ from __future__ import annotations
 
 import hashlib
 import logging
+import re
 import sqlite3
 import threading
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
@@ -59,7 +60,7 @@ from medverify.kb.fts import (
 from medverify.kb.index import INDEX_META, INDEX_NAME, SMALL_BATCH, VectorIndex
 from medverify.kb.ingest import PARTIAL, Ingester, IngestStats, document_hash
 from medverify.kb.loaders import KBInput
-from medverify.kb.protocol import Candidate, StoredChunk
+from medverify.kb.protocol import Candidate, StoredChunk, Subset
 
 if TYPE_CHECKING:
     from medverify.config import Config
@@ -86,6 +87,8 @@ __all__ = [  # names other modules (and older code) import from here
     "select_terms",
 ]
 
+MAX_FILTERED = 20_000  # chunks a metadata filter may match (ranked exactly in memory)
+_META_KEY = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,63}")
 log = logging.getLogger(__name__)
 
 _SCHEMA = SCHEMA
@@ -381,6 +384,46 @@ class KnowledgeBase:
                 return [[] for _ in queries]
             vectors = np.asarray(self.embedder.embed(list(queries)), dtype=np.float32)
             return self._vectors.search(vectors, depth)
+
+    def subset(self, where: Mapping[str, str], limit: int = MAX_FILTERED) -> Subset:
+        """The chunks of the documents whose metadata matches every ``key=value`` of
+        ``where`` (a list-valued field matches when one element does; strings compare
+        case-insensitively; ``true``/``false`` match booleans), with their stored vectors,
+        for exact ranking in memory. KBError when more than ``limit`` chunks match."""
+        clauses, params = [], []
+        for key, value in where.items():
+            if not _META_KEY.fullmatch(key):
+                raise KBError(f"bad metadata key {key!r}: letters, digits and _ only")
+            wanted = {"true": "1", "false": "0"}.get(value.lower(), value)
+            path = f"$.{key}"
+            clauses.append(
+                "(CASE json_type(d.meta, ?) WHEN 'array' THEN EXISTS (SELECT 1 FROM "
+                "json_each(d.meta, ?) WHERE lower(CAST(value AS TEXT)) = lower(?)) "
+                "ELSE lower(CAST(json_extract(d.meta, ?) AS TEXT)) = lower(?) END)")
+            params += [path, path, wanted, path, wanted]
+            if key == "nct_id":  # trial KBs name documents "<NCT>#<section>": an index range
+                clauses.append("d.doc_id >= ? AND d.doc_id < ?")
+                params += [f"{value.upper()}#", f"{value.upper()}$"]
+        condition = " AND ".join(clauses) or "1"
+        with self.reading():
+            try:
+                count = self._conn.execute(
+                    f"SELECT COUNT(*) FROM chunks c JOIN documents d ON d.id = c.doc "
+                    f"WHERE {condition}", params).fetchone()[0]
+            except sqlite3.OperationalError as exc:
+                raise KBError(f"cannot filter this knowledge base ({exc})") from None
+            if count > limit:
+                raise KBError(f"the filter matches {count:,} chunks, more than the "
+                              f"{limit:,} ranked exactly in memory: narrow it")
+            rows = self._conn.execute(
+                f'SELECT c.id, c.ord, c.text, c.start, c."end", d.doc_id, d.title, d.url, '
+                f"d.source, c.vector FROM chunks c JOIN documents d ON d.id = c.doc "
+                f"WHERE {condition} ORDER BY c.id", params).fetchall()
+        chunks = [StoredChunk(*r[:9]) for r in rows]
+        vectors = (np.frombuffer(b"".join(r[9] for r in rows), dtype=np.float32)
+                   .reshape(len(rows), self.dim) if rows else np.zeros((0, self.dim),
+                                                                       dtype=np.float32))
+        return Subset(chunks, vectors)
 
     def chunks(self, ids: Sequence[int]) -> dict[int, StoredChunk]:
         """The stored chunks of ``ids``, with their documents' identity, by chunk id."""
