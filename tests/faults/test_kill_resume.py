@@ -470,14 +470,6 @@ def _stored_audits(ws: Workspace) -> list[dict[str, Any]]:
 
 BENCH_CONFIG = ('decomposer = "rules"\n[kb_settings]\nembedder = "hash"\n'
                 "[audit]\nbootstrap = 100\n[bench]\npermutations = 100\n")
-
-
-
-
-# -- bench run --------------------------------------------------------------------------------
-
-BENCH_CONFIG = ('decomposer = "rules"\n[kb_settings]\nembedder = "hash"\n'
-                "[audit]\nbootstrap = 100\n[bench]\npermutations = 100\n")
 HABITS = ("careful", "overreaching", "unreliable")
 
 
