@@ -105,6 +105,8 @@ def summarize(manifest: StudyManifest, answers: Sequence[TrialAnswer],
         counter = asked[(a.model, a.context.value)]
         counter[a.status.value] += 1
         counter["json_cut"] += a.context_truncated
+        counter["prompt_tokens"] += a.prompt_tokens or 0
+        counter["completion_tokens"] += a.completion_tokens or 0
     cells = {(m, c, g): _Cell(len(trials)) for m in models for c in contexts for g in grans}
     per_question: dict[tuple[str, str, str, int], Counter[str]] = defaultdict(Counter)
     examples: dict[tuple[str, str], list[dict[str, Any]]] = defaultdict(list)
@@ -187,7 +189,8 @@ def summarize(manifest: StudyManifest, answers: Sequence[TrialAnswer],
         "json_chars": manifest.json_chars, "selection": manifest.selection,
         "bootstrap": {"resamples": n_boot, "seed": seed, "unit": "trial"},
         "answers": [{"model": m, "context": c, **{k: asked[(m, c)][k] for k in
-                                                  ("ok", "empty", "error", "json_cut")},
+                                                  ("ok", "empty", "error", "json_cut",
+                                                   "prompt_tokens", "completion_tokens")},
                      "expected": len(trials) * len(manifest.questions)}
                     for m in models for c in contexts],
         "rates": rates, "contrasts": contrasts, "per_question": questions,
@@ -248,11 +251,12 @@ def markdown(summary: dict[str, Any], warnings: Sequence[str] = ()) -> str:
         lines += ["**Scripted models** (`fake:` specs) answered this study: its numbers show "
                   "what the machinery measures, not how any real language model behaves.", ""]
     lines += ["## Answers", "", "| model | context | answered | empty | failed (asked again "
-              "on rerun) | JSON context cut |", "|---|---|---|---|---|---|"]
+              "on rerun) | JSON context cut | tokens in / out |", "|---|---|---|---|---|---|---|"]
     for row in summary["answers"]:
         lines.append(f"| {_cell(row['model'])} | {row['context']} | {row['ok']} of "
                      f"{row['expected']} | {row['empty']} | {row['error']} | "
-                     f"{row['json_cut'] if row['context'] == 'json' else '-'} |")
+                     f"{row['json_cut'] if row['context'] == 'json' else '-'} | "
+                     f"{row['prompt_tokens']:,} / {row['completion_tokens']:,} |")
     for gran in summary["granularities"]:
         lines += ["", f"## Label distribution, {gran} level", "",
                   "| model | context | " + " | ".join(LABELS.values())

@@ -441,7 +441,7 @@ class TrialStudy:
             completion = await asked.model.complete(
                 messages, stage=asked.stage, max_tokens=settings.max_tokens,
                 temperature=settings.temperature)
-        except (ProviderError, ConfigError) as exc:
+        except ProviderError as exc:  # a ConfigError (no API key...) stops the study
             return TrialAnswer(status=AnswerStatus.ERROR, error=str(exc) or type(exc).__name__,
                                **common)
         text = completion.text.strip()
