@@ -14,7 +14,9 @@ writes the study report. The trials are the 7 real ClinicalTrials.gov records in
 The models are scripts: the report shows what the study measures and how it reads, not
 how any real language model behaves. The default judge is the built-in verifier (what a
 user without an API key gets; see docs/verifier.md for how far to trust it); ``--judge
-numbers`` is a rule-based test judge (a changed number is a contradiction), much faster.
+numbers`` is a rule-based test judge (a changed number is a contradiction). With the
+built-in judge the 945 answers take about 16 minutes of judging on 2 busy cores
+(benchmarks/results/trials_study_builtin.md), with ``--judge numbers`` a few seconds.
 Interrupted? Run the same command again: the study resumes.
 
 A real study is the same with real model specs and the registry's files:
