@@ -59,7 +59,7 @@ def test_every_endpoint_but_the_health_checks_needs_a_key(gen: dict[str, Any]) -
 
 
 def test_the_pinned_schema_holds_no_package_version(rendered: dict[Path, str]) -> None:
-    from medverify.service.app import version
+    from medverify.records import package_version as version
 
     schema = json.loads(rendered[ROOT / "docs" / "openapi.json"])
     assert schema["info"]["version"] == "v1"

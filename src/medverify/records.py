@@ -25,6 +25,16 @@ def utcnow() -> datetime:
     return datetime.now(UTC)
 
 
+def package_version() -> str:
+    """The installed medverify version ("unknown" when run from an uninstalled tree)."""
+    from importlib import metadata
+
+    try:
+        return metadata.version("medverify")
+    except metadata.PackageNotFoundError:
+        return "unknown"
+
+
 class EvidenceLabel(StrEnum):
     """Verdict of one claim against evidence."""
 

@@ -29,7 +29,6 @@ import time
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from importlib import metadata
 from pathlib import Path
 from types import TracebackType
 from typing import IO, Any
@@ -66,7 +65,7 @@ from medverify.judge import Judge
 from medverify.kb.embed import Embedder
 from medverify.llm.facade import model_from_config
 from medverify.llm.spec import parse_spec
-from medverify.records import Answer, Usage
+from medverify.records import Answer, Usage, package_version
 
 AskProgress = Callable[[str, int, int], None]
 """Called with (model label, questions done, questions total)."""
@@ -145,13 +144,6 @@ def _check_questions(questions: Sequence[Question]) -> None:
     repeated = sorted({i for i in ids if ids.count(i) > 1}) if len(set(ids)) < len(ids) else []
     if repeated:
         raise InputError(f"question ids must be unique; repeated: {', '.join(repeated[:10])}")
-
-
-def _version() -> str:
-    try:
-        return metadata.version("medverify")
-    except metadata.PackageNotFoundError:
-        return "unknown"
 
 
 # -- the runner ------------------------------------------------------------------------------
@@ -295,7 +287,7 @@ class BenchRunner:
             config=self.config.public(),
             prompt_versions=self.prompt_versions,
             judge=self.judge_id,
-            medverify_version=_version(),
+            medverify_version=package_version(),
         )
 
     @property

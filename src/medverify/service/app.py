@@ -13,7 +13,6 @@ import json
 import os
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
-from importlib import metadata
 from typing import Annotated, Any, Literal
 
 from fastapi import Depends, FastAPI, Query, Request, Response
@@ -27,7 +26,7 @@ from medverify.harness import validate_answer
 from medverify.kb import KnowledgeBase
 from medverify.learning import LoopReport, loop_report
 from medverify.learning import revert as revert_change
-from medverify.records import Answer, Report
+from medverify.records import Answer, Report, package_version
 from medverify.report.html import render_html
 from medverify.risk.stage import RiskText
 from medverify.service.auth import role
@@ -88,13 +87,6 @@ Reviewer = Annotated[KeyInfo, Depends(role(Role.REVIEWER))]
 Admin = Annotated[KeyInfo, Depends(role(Role.ADMIN))]
 
 
-def version() -> str:
-    try:
-        return metadata.version("medverify")
-    except metadata.PackageNotFoundError:
-        return "unknown"
-
-
 def create_app(config: Config, *, run_jobs: bool = True) -> FastAPI:
     """The service over ``config`` (its KB, model, judge, run store and ``[service]``
     limits). ``run_jobs=False`` leaves queued jobs to other workers (tests)."""
@@ -114,7 +106,7 @@ def create_app(config: Config, *, run_jobs: bool = True) -> FastAPI:
             await runner.stop()
             await state.aclose()
 
-    app = FastAPI(title="medverify", version=version(), lifespan=lifespan, responses=ERRORS,
+    app = FastAPI(title="medverify", version=package_version(), lifespan=lifespan, responses=ERRORS,
                   description="Checks what medical LLM answers claim. Every request but the "
                   "health checks needs an API key: `Authorization: Bearer <key>`.")
     install_error_handlers(app)
@@ -193,7 +185,7 @@ def _routes(app: FastAPI, config: Config) -> None:
     @app.get("/healthz", response_model=Health, tags=["health"])
     async def healthz() -> Health:
         """The process is up (no key needed)."""
-        return Health(version=version())
+        return Health(version=package_version())
 
     @app.get("/readyz", response_model=Readiness, tags=["health"], responses={
         503: {"model": Readiness, "description": "not ready: what is missing"}})

@@ -20,7 +20,7 @@ from collections.abc import Iterator, Sequence, Sized
 from contextlib import contextmanager
 from datetime import UTC, datetime
 from enum import Enum
-from importlib import metadata, resources
+from importlib import resources
 from pathlib import Path
 from typing import Any, Literal, Protocol, TypeVar
 
@@ -36,6 +36,7 @@ from medverify.records import (
     Report,
     Usage,
     Verdict,
+    package_version,
 )
 from medverify.report.metrics import compute_metrics
 
@@ -180,13 +181,6 @@ def _now() -> str:
     return datetime.now(UTC).isoformat(timespec="seconds")
 
 
-def _version() -> str:
-    try:
-        return metadata.version("medverify")
-    except metadata.PackageNotFoundError:
-        return "unknown"
-
-
 class RunStore:
     """SQLite-backed record of runs. Use as a context manager or call ``close()``."""
 
@@ -273,7 +267,7 @@ class RunStore:
                 run_id,
                 kind,
                 _now(),
-                _version(),
+                package_version(),
                 json.dumps(config),
                 json.dumps(models),
                 json.dumps(prompt_versions),

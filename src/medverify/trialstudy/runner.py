@@ -28,7 +28,6 @@ import shutil
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from importlib import metadata
 from pathlib import Path
 from types import TracebackType
 from typing import Any
@@ -54,7 +53,7 @@ from medverify.judge import Judge, JudgeItem, judge_from_config
 from medverify.kb.embed import Embedder, get_embedder
 from medverify.llm.facade import Model, model_from_config
 from medverify.prompts import load_prompt
-from medverify.records import Answer, Category, Claim, ClaimResult, Usage
+from medverify.records import Answer, Category, Claim, ClaimResult, Usage, package_version
 from medverify.text import sentence_spans
 from medverify.trials.curate import curate
 from medverify.trials.reader import ReadReport
@@ -180,13 +179,6 @@ def parse_models(models: Sequence[str]) -> list[StudyModel]:
     from medverify.bench.runner import parse_models as bench_models
 
     return [StudyModel(label=e.label, spec=e.spec) for e in bench_models(list(models))]
-
-
-def _version() -> str:
-    try:
-        return metadata.version("medverify")
-    except metadata.PackageNotFoundError:
-        return "unknown"
 
 
 @dataclass
@@ -372,7 +364,7 @@ class TrialStudy:
             json_chars=self.config.trials.json_chars, judge=self.judge_id,
             decomposer=self.decomposer_name, prompt_versions=self.prompt_versions,
             config=self.config.public(), selection=selection,
-            medverify_version=_version(),
+            medverify_version=package_version(),
         )
 
     def _check(self, before: StudyManifest, now: StudyManifest) -> None:
