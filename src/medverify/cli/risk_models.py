@@ -55,3 +55,50 @@ def check_cmd(model_dir: Path) -> None:
 
     architecture = check_model_dir(model_dir)
     console.print(f"{model_dir}: {architecture}; use --scorer hf:{model_dir}")
+
+
+@risk.command("compute")
+@click.argument("items_file", metavar="ITEMS.jsonl",
+                type=click.Path(exists=True, dir_okay=False, path_type=Path))
+@click.option("--budgets", default=None, metavar="0,0.1,...",
+              help="Shares of items given the expensive path (default 0 to 1 by 0.05).")
+@click.option("--json", "json_out", type=click.Path(dir_okay=False, path_type=Path),
+              help="Write the curve as JSON.")
+@click.option("--svg", "svg_out", type=click.Path(dir_okay=False, path_type=Path),
+              help="Write the accuracy-vs-budget chart.")
+def compute_command(items_file: Path, budgets: str | None, json_out: Path | None,
+                    svg_out: Path | None) -> None:
+    """Accuracy against the budget of risk-guided compute, with the random-allocation and
+    oracle baselines. ITEMS.jsonl rows: {"id", "risk" (P(HALLUCINATION) of the cheap
+    answer, or null), "cheap_correct", "expensive_correct"} (docs/risk.md)."""
+    from pydantic import ValidationError
+
+    from medverify.errors import InputError
+    from medverify.risk.compute import DEFAULT_BUDGETS, ComputeItem, budget_curve, curve_svg
+
+    items = []
+    for number, line in enumerate(items_file.read_text("utf-8", errors="replace")
+                                  .splitlines(), 1):
+        if not line.strip():
+            continue
+        try:
+            items.append(ComputeItem.model_validate_json(line))
+        except (ValidationError, ValueError) as exc:
+            raise InputError(f"{items_file}:{number}: not a compute item ({exc})") from None
+    try:
+        shares = ([float(b) for b in budgets.split(",")] if budgets else list(DEFAULT_BUDGETS))
+        curve = budget_curve(items, shares)
+    except ValueError as exc:
+        raise click.BadParameter(str(exc)) from None
+    if json_out:
+        json_out.write_text(curve.model_dump_json(indent=2) + "\n", "utf-8")
+    if svg_out:
+        svg_out.write_text(curve_svg(curve), "utf-8")
+    click.echo(f"{curve.n} items; cheap accuracy {curve.cheap_accuracy:.3f}, expensive "
+               f"{curve.expensive_accuracy:.3f}; {curve.unscored} without a risk")
+    click.echo("budget  escalated  guided  random  oracle")
+    for p in curve.points:
+        click.echo(f"{p.budget:6.2f}  {p.escalated:9d}  {p.accuracy:6.3f}  {p.random:6.3f}  "
+                   f"{p.oracle:6.3f}")
+    click.echo(f"mean gain over random allocation (0 < budget < 1): "
+               f"{curve.gain_over_random:+.4f}")
