@@ -130,3 +130,30 @@ def append_record(handle: IO[str], record: BaseModel) -> None:
     """Append one record as a JSONL line and flush it to the OS at once."""
     handle.write(record_json(record) + "\n")
     handle.flush()
+
+
+def read_json_record(path: Path, record: type[R], what: str) -> R | None:
+    """The record saved as JSON at ``path`` (None when there is no file); a file that is
+    not a readable ``record`` is a ConfigError that says how to go on."""
+    from pydantic import ValidationError
+
+    from medverify.errors import ConfigError
+
+    if not path.is_file():
+        return None
+    try:
+        return record.model_validate_json(path.read_text("utf-8"))
+    except (ValidationError, ValueError, UnicodeDecodeError) as exc:
+        raise ConfigError(f"{path} is not a readable {what} ({exc}); start over with --fresh "
+                          "or use another run directory") from None
+
+
+def file_sha256(path: Path) -> str:
+    """The SHA-256 of a file, read in 1 MiB blocks."""
+    import hashlib
+
+    digest = hashlib.sha256()
+    with path.open("rb") as handle:
+        for block in iter(lambda: handle.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()

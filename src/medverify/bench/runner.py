@@ -33,8 +33,6 @@ from pathlib import Path
 from types import TracebackType
 from typing import IO, Any
 
-from pydantic import ValidationError
-
 from medverify.audit.records import AnswerAudit, AuditInput
 from medverify.audit.runner import Auditor, FetcherFactory
 from medverify.bench.ask import Asker, CallClock
@@ -51,7 +49,13 @@ from medverify.bench.records import (
 )
 from medverify.config import Config
 from medverify.errors import ConfigError, InputError
-from medverify.files import append_record, atomic_write_text, read_records, write_records
+from medverify.files import (
+    append_record,
+    atomic_write_text,
+    read_json_record,
+    read_records,
+    write_records,
+)
 from medverify.harness import (
     CancelToken,
     Provenance,
@@ -300,14 +304,7 @@ class BenchRunner:
         return stage_id(self.auditor.judge)
 
     def _read_manifest(self) -> BenchManifest | None:
-        path = self.layout.manifest
-        if not path.is_file():
-            return None
-        try:
-            return BenchManifest.model_validate_json(path.read_text("utf-8"))
-        except (ValidationError, ValueError, UnicodeDecodeError) as exc:
-            raise ConfigError(f"{path} is not a readable run manifest ({exc}); "
-                              "start over with --fresh or use another run directory") from None
+        return read_json_record(self.layout.manifest, BenchManifest, "run manifest")
 
     def _check_manifest(self, manifest: BenchManifest, digest: str, n: int) -> None:
         root = self.layout.root

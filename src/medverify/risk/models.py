@@ -21,7 +21,6 @@ None of this is a runtime dependency of medverify: the GGUF package, ``gguf`` an
 from __future__ import annotations
 
 import contextlib
-import hashlib
 import importlib
 import importlib.util
 import json
@@ -35,6 +34,7 @@ from pathlib import Path
 from typing import Any
 
 from medverify.errors import ConfigError, InputError, MissingDependencyError
+from medverify.files import file_sha256
 
 GGUF_MAGIC = b"GGUF"
 PREPARE_FILE = "medverify_prepare.json"
@@ -109,14 +109,6 @@ def find_gguf(package: str, cache_dir: Path | None = None) -> Path:
         raise ConfigError(f"{package} contains {len(found)} .gguf files "
                           f"({', '.join(p.name for p in found)}): give one with --gguf FILE")
     return found[0]
-
-
-def sha256_file(path: Path) -> str:
-    digest = hashlib.sha256()
-    with path.open("rb") as handle:
-        for block in iter(lambda: handle.read(1 << 20), b""):
-            digest.update(block)
-    return digest.hexdigest()
 
 
 def check_gguf(path: Path) -> dict[str, Any]:
@@ -220,7 +212,7 @@ def prepare(out: Path, *, package: str | None = None, gguf: Path | None = None,
     for dep in ("accelerate",):
         if importlib.util.find_spec(dep) is None:
             raise MissingDependencyError(dep)
-    digest = sha256_file(path)
+    digest = file_sha256(path)
     started = time.perf_counter()
     model, tokenizer = _load_gguf(path, dtype)
     load_s = time.perf_counter() - started

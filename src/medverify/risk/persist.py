@@ -8,7 +8,6 @@ runs code from it; only load classifiers you trust.
 
 from __future__ import annotations
 
-import hashlib
 import json
 import logging
 import platform
@@ -17,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from medverify.errors import InputError
-from medverify.files import atomic_write_text
+from medverify.files import atomic_write_text, file_sha256
 from medverify.risk.classifier import LoadedRisk, TrainedRisk
 from medverify.risk.plots import plots_svg
 from medverify.risk.records import ClassifierCard
@@ -47,14 +46,6 @@ def save(trained: TrainedRisk, directory: str | Path) -> Path:
     for name, svg in plots_svg(trained).items():
         atomic_write_text(folder / PLOTS_DIR / f"{name}.svg", svg)
     return folder
-
-
-def file_sha256(path: Path) -> str:
-    digest = hashlib.sha256()
-    with path.open("rb") as handle:
-        for block in iter(lambda: handle.read(1 << 20), b""):
-            digest.update(block)
-    return digest.hexdigest()
 
 
 def read_card(directory: str | Path) -> tuple[ClassifierCard, dict[str, Any]]:

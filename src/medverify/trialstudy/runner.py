@@ -32,12 +32,16 @@ from pathlib import Path
 from types import TracebackType
 from typing import Any
 
-from pydantic import ValidationError
-
 from medverify.config import Config
 from medverify.decompose import Decomposer, make_decomposer
 from medverify.errors import ConfigError, InputError, MedverifyError, ProviderError
-from medverify.files import append_record, atomic_write_text, read_records, write_records
+from medverify.files import (
+    append_record,
+    atomic_write_text,
+    read_json_record,
+    read_records,
+    write_records,
+)
 from medverify.harness import (
     CancelToken,
     Provenance,
@@ -583,14 +587,7 @@ def _sections(evidence: TrialEvidence, item: JudgeItem) -> list[str]:
 
 
 def read_manifest(root: Path) -> StudyManifest | None:
-    path = root / MANIFEST
-    if not path.is_file():
-        return None
-    try:
-        return StudyManifest.model_validate_json(path.read_text("utf-8"))
-    except (ValidationError, ValueError, UnicodeDecodeError) as exc:
-        raise ConfigError(f"{path} is not a readable study manifest ({exc}); start over "
-                          "with --fresh or use another run directory") from None
+    return read_json_record(root / MANIFEST, StudyManifest, "study manifest")
 
 
 def read_run(root: Path, warnings: list[str] | None = None) -> tuple[
