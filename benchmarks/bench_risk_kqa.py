@@ -65,6 +65,7 @@ def _real_model_module() -> Any:
     spec = importlib.util.spec_from_file_location("bench_risk_real_model", path)
     assert spec and spec.loader
     module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module  # its dataclass resolves names through sys.modules
     spec.loader.exec_module(module)
     return module
 
@@ -244,68 +245,13 @@ def _ci_text(lo: float, hi: float) -> str:
 def analyse(
     args: argparse.Namespace, data: dict[str, Any], feats: Path, timing: dict[str, Any]
 ) -> None:
-    lines = [json.loads(x) for x in feats.read_text("utf-8").splitlines() if x.strip()]
-    schema_text = (feats.with_name(feats.name + ".schema.json")).read_text("utf-8")
-    qids = sorted({line["provenance"]["question_id"] for line in lines})
-    test_q = set(random.Random(args.seed + 1).sample(qids, round(len(qids) * args.test_share)))
-    train_lines = [x for x in lines if x["provenance"]["question_id"] not in test_q]
-    test_lines = [x for x in lines if x["provenance"]["question_id"] in test_q]
-    train_file, test_file = args.work / "train.jsonl", args.work / "test.jsonl"
-    for path, part in ((train_file, train_lines), (test_file, test_lines)):
-        path.write_text("".join(json.dumps(x) + "\n" for x in part), "utf-8")
-        path.with_name(path.name + ".schema.json").write_text(schema_text, "utf-8")
-    clf_dir = args.work / "classifier"
-    train_s = RM.run(
-        [
-            str(BIN / "medverify"),
-            "risk",
-            "train",
-            str(train_file),
-            "--out",
-            str(clf_dir),
-            "--seed",
-            str(args.seed),
-        ]
-    )
-
-    from medverify.risk.classifier import predict_proba
-    from medverify.risk.persist import load_classifier
-    from medverify.risk.records import FeatureExample, FeatureSchema
-
-    schema = FeatureSchema.model_validate_json(schema_text)
-    loaded = load_classifier(clf_dir)
-    test_rows = [FeatureExample.model_validate(x) for x in test_lines]
-    train_rows = [FeatureExample.model_validate(x) for x in train_lines]
-    p_hall = np.array(predict_proba(loaded, [e.row for e in test_rows], schema=schema))
-
-    def arrays(rows: list[FeatureExample]) -> dict[str, np.ndarray]:
-        return {
-            "y": np.array([e.label == "HALLUCINATION" for e in rows], dtype=int),
-            "group": np.array([e.provenance["question_id"] for e in rows]),
-            "length": np.array([len(e.row.text) for e in rows], dtype=float),
-            "logprob": np.array(
-                [
-                    np.nan
-                    if MEAN_LOGPROB in e.row.missing
-                    else e.row.values.get(MEAN_LOGPROB, np.nan)
-                    for e in rows
-                ]
-            ),
-        }
-
-    tr, te = arrays(train_rows), arrays(test_rows)
-    failed = int(np.isnan(te["logprob"]).sum() + np.isnan(tr["logprob"]).sum())
-    for part in (tr, te):  # failed traces (none expected): the training median
-        part["logprob"] = np.where(
-            np.isnan(part["logprob"]), np.nanmedian(tr["logprob"]), part["logprob"]
-        )
-
-    scores: dict[str, np.ndarray] = {"stacking classifier": p_hall}
-    orientation: dict[str, str] = {"stacking classifier": "P(HALLUCINATION)"}
-    for name, key in (("text length (chars)", "length"), ("mean token log-prob", "logprob")):
-        sign = 1.0 if RM.roc_auc(tr["y"], tr[key]) >= 0.5 else -1.0
-        scores[name] = sign * te[key]
-        orientation[name] = ("higher" if sign > 0 else "lower") + " -> hallucination (train)"
+    split = RM.split_and_score(args.work, feats, seed=args.seed, test_share=args.test_share,
+                               length_name="text length (chars)")
+    qids, test_q, train_lines, test_lines = (split.qids, split.test_q, split.train_lines,
+                                             split.test_lines)
+    clf_dir, train_s, schema, failed = split.clf_dir, split.train_s, split.schema, split.failed
+    test_rows, te, scores = split.test_rows, split.te, split.scores
+    orientation = split.orientation
 
     y, groups = te["y"], te["group"]
     edit_type = [e.provenance.get("edit_type") for e in test_rows]

@@ -35,6 +35,7 @@ import random
 import subprocess
 import sys
 import time
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -187,23 +188,43 @@ def extract(args: argparse.Namespace, ex_file: Path, feats: Path, n: int) -> dic
     return timing
 
 
-def analyse(args: argparse.Namespace, questions: list[dict[str, Any]],
-            chosen: list[dict[str, Any]], examples: list[dict[str, Any]], feats: Path,
-            timing: dict[str, Any]) -> None:
+@dataclass
+class Split:
+    """A features file split by question, the classifier trained on one side and every
+    scorer (classifier, length, mean log-prob; baselines oriented on train) on the other."""
+
+    qids: list[str]
+    test_q: set[str]
+    train_lines: list[dict[str, Any]]
+    test_lines: list[dict[str, Any]]
+    clf_dir: Path
+    train_s: float
+    schema: Any
+    failed: int
+    test_rows: list[Any]
+    tr: dict[str, np.ndarray]
+    te: dict[str, np.ndarray]
+    scores: dict[str, np.ndarray]
+    orientation: dict[str, str]
+
+
+def split_and_score(work: Path, feats: Path, *, seed: int, test_share: float,
+                    length_name: str) -> Split:
+    """Split ``feats`` by ``provenance.question_id`` (seeded), ``medverify risk train`` on
+    the train side, and score the test side with the classifier and the two baselines."""
     lines = [json.loads(x) for x in feats.read_text("utf-8").splitlines() if x.strip()]
     schema_text = (feats.with_name(feats.name + ".schema.json")).read_text("utf-8")
     qids = sorted({line["provenance"]["question_id"] for line in lines})
-    split_rng = random.Random(args.seed + 1)
-    test_q = set(split_rng.sample(qids, round(len(qids) * args.test_share)))
+    test_q = set(random.Random(seed + 1).sample(qids, round(len(qids) * test_share)))
     train_lines = [x for x in lines if x["provenance"]["question_id"] not in test_q]
     test_lines = [x for x in lines if x["provenance"]["question_id"] in test_q]
-    train_file, test_file = args.work / "train.jsonl", args.work / "test.jsonl"
+    train_file, test_file = work / "train.jsonl", work / "test.jsonl"
     for path, part in ((train_file, train_lines), (test_file, test_lines)):
         path.write_text("".join(json.dumps(x) + "\n" for x in part), "utf-8")
         path.with_name(path.name + ".schema.json").write_text(schema_text, "utf-8")
-    clf_dir = args.work / "classifier"
+    clf_dir = work / "classifier"
     train_s = run([str(BIN / "medverify"), "risk", "train", str(train_file), "--out",
-                   str(clf_dir), "--seed", str(args.seed)])
+                   str(clf_dir), "--seed", str(seed)])
 
     from medverify.risk.classifier import predict_proba
     from medverify.risk.persist import load_classifier
@@ -229,14 +250,25 @@ def analyse(args: argparse.Namespace, questions: list[dict[str, Any]],
     for part in (tr, te):  # failed traces (none expected): the training median
         part["logprob"] = np.where(np.isnan(part["logprob"]),
                                    np.nanmedian(tr["logprob"]), part["logprob"])
-
     scores: dict[str, np.ndarray] = {"stacking classifier": p_hall}
     orientation: dict[str, str] = {"stacking classifier": "P(HALLUCINATION)"}
-    for name, key in (("option length (chars)", "length"),
-                      ("mean token log-prob", "logprob")):
+    for name, key in ((length_name, "length"), ("mean token log-prob", "logprob")):
         sign = 1.0 if roc_auc(tr["y"], tr[key]) >= 0.5 else -1.0
         scores[name] = sign * te[key]
         orientation[name] = ("higher" if sign > 0 else "lower") + " -> hallucination (train)"
+    return Split(qids, test_q, train_lines, test_lines, clf_dir, train_s, schema, failed,
+                 test_rows, tr, te, scores, orientation)
+
+
+def analyse(args: argparse.Namespace, questions: list[dict[str, Any]],
+            chosen: list[dict[str, Any]], examples: list[dict[str, Any]], feats: Path,
+            timing: dict[str, Any]) -> None:
+    split = split_and_score(args.work, feats, seed=args.seed, test_share=args.test_share,
+                            length_name="option length (chars)")
+    qids, test_q, train_lines, test_lines = split.qids, split.test_q, split.train_lines, \
+        split.test_lines
+    clf_dir, train_s, schema, failed = split.clf_dir, split.train_s, split.schema, split.failed
+    tr, te, scores, orientation = split.tr, split.te, split.scores, split.orientation
 
     # Extra row, not a baseline the brief asked for: the mean log-prob minus the mean over
     # the question's options (uses the other options, so only for multiple choice).
