@@ -398,6 +398,9 @@ def test_trial_kb_search_filters_by_document_metadata(tmp_path: Path) -> None:
         melanoma = retriever.search_many([query], k=20, where={"conditions": "melanoma"})[0]
         assert {p.doc_id.split("#")[0] for p in melanoma} == {"NCT90000002"}
         assert retriever.search_many([query], where={"nct_id": "NCT0"})[0] == []
+        by_prefix = retriever.search_many([query], k=20,
+                                          where={"doc_id_prefix": "NCT90000003#"})[0]
+        assert by_prefix and {p.doc_id.split("#")[0] for p in by_prefix} == {"NCT90000003"}
         with pytest.raises(KBError, match="metadata key"):
             retriever.search_many([query], where={"a') OR 1=1 --": "x"})
         with pytest.raises(KBError, match="narrow it"):
@@ -408,3 +411,17 @@ def test_trial_kb_search_filters_by_document_metadata(tmp_path: Path) -> None:
     assert all(p["doc_id"].startswith("NCT90000003#") for p in json.loads(result.output))
     bad = CliRunner().invoke(main, ["kb", "search", "--kb", str(kb_dir), query, "--where", "x"])
     assert bad.exit_code == 2
+
+
+def test_metadata_filters_do_not_assume_trial_document_ids(tmp_path: Path) -> None:
+    from medverify.kb import KnowledgeBase
+    from medverify.records import Document
+    from medverify.retrieve import Retriever
+
+    docs = [Document(doc_id=f"note-{n}", text=f"Pneumonitis was reported in cohort {n}.",
+                     meta={"nct_id": f"NCT0000000{n}"}) for n in range(3)]
+    with KnowledgeBase.open_or_create(tmp_path / "kb", None, "hash-384") as kb:
+        kb.ingest(docs)
+        found = Retriever(kb).search_many(["pneumonitis"], k=5, mode="lexical",
+                                          where={"nct_id": "NCT00000001"})[0]
+    assert [p.doc_id for p in found] == ["note-1"]

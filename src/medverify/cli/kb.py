@@ -122,7 +122,8 @@ def _ingest_with_progress(kb: KnowledgeBase, documents: object) -> IngestStats:
 @click.option("--mode", type=click.Choice(MODES), default="hybrid", show_default=True)
 @click.option("--json", "as_json", is_flag=True, help="Print passages as JSON.")
 @click.option("--where", "where", multiple=True, metavar="KEY=VALUE",
-              help="Only documents whose metadata matches, e.g. nct_id=NCT02210780, "
+              help="Only documents whose metadata matches, e.g. nct_id=NCT02210780 "
+              "(or doc_id_prefix=NCT02210780#: by document id, through its index), "
               "section='primary outcome results', has_results=true (repeatable: all must "
               "match).")
 def search(kb_dir: Path, query: str, k: int, mode: str, as_json: bool,

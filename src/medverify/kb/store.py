@@ -88,6 +88,7 @@ __all__ = [  # names other modules (and older code) import from here
 ]
 
 MAX_FILTERED = 20_000  # chunks a metadata filter may match (ranked exactly in memory)
+DOC_ID_PREFIX = "doc_id_prefix"  # a where key over document ids, not metadata
 _META_KEY = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,63}")
 log = logging.getLogger(__name__)
 
@@ -389,9 +390,18 @@ class KnowledgeBase:
         """The chunks of the documents whose metadata matches every ``key=value`` of
         ``where`` (a list-valued field matches when one element does; strings compare
         case-insensitively; ``true``/``false`` match booleans), with their stored vectors,
-        for exact ranking in memory. KBError when more than ``limit`` chunks match."""
+        for exact ranking in memory. KBError when more than ``limit`` chunks match.
+
+        Metadata filters read every document's metadata (linear in the KB's documents);
+        the reserved key ``doc_id_prefix`` selects documents whose id starts with the value
+        through the document-id index (a trial KB's ``NCT02210780#``: one trial's sections,
+        at any KB size)."""
         clauses, params = [], []
         for key, value in where.items():
+            if key == DOC_ID_PREFIX:  # not metadata: a range of the indexed document ids
+                clauses.append("d.doc_id >= ? AND d.doc_id < ?")
+                params += [value, value + "\U0010ffff"]
+                continue
             if not _META_KEY.fullmatch(key):
                 raise KBError(f"bad metadata key {key!r}: letters, digits and _ only")
             wanted = {"true": "1", "false": "0"}.get(value.lower(), value)
@@ -401,9 +411,6 @@ class KnowledgeBase:
                 "json_each(d.meta, ?) WHERE lower(CAST(value AS TEXT)) = lower(?)) "
                 "ELSE lower(CAST(json_extract(d.meta, ?) AS TEXT)) = lower(?) END)")
             params += [path, path, wanted, path, wanted]
-            if key == "nct_id":  # trial KBs name documents "<NCT>#<section>": an index range
-                clauses.append("d.doc_id >= ? AND d.doc_id < ?")
-                params += [f"{value.upper()}#", f"{value.upper()}$"]
         condition = " AND ".join(clauses) or "1"
         with self.reading():
             try:
