@@ -150,6 +150,7 @@ class Retriever:
                 raise ConfigError("this knowledge base store has no embedder for dense search")
             vectors = np.asarray(embedder.embed(list(queries)), dtype=np.float32)
         depth = max(k, self.settings.candidates)
+        by_id = {c.id: c for c in subset.chunks}
         out = []
         for n, query in enumerate(queries):
             lexical = dense = None
@@ -161,7 +162,6 @@ class Retriever:
                 sims = subset.vectors @ vectors[n]
                 dense = [(subset.chunks[i].id, float(sims[i])) for i in order(sims)[:depth]]
             ranked = fuse_candidates(lexical, dense, k, self.settings.rrf_k)
-            by_id = {c.id: c for c in subset.chunks}
             out.append([passage(by_id[cid], scores) for cid, scores in ranked])
         return out
 

@@ -109,11 +109,6 @@ def context_block(trial: StudyTrial, context: Context, json_chars: int) -> tuple
     return fenced(fence_id([text]), _FENCE_HEADERS[context], text), cut
 
 
-def fence_header(context: Context) -> str:
-    """The header of the context's fence (scripted models read it)."""
-    return _FENCE_HEADERS[context]
-
-
 # -- the judge's evidence --------------------------------------------------------------
 
 

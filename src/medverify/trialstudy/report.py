@@ -65,10 +65,8 @@ def _estimate(num: np.ndarray, den: np.ndarray, weights: np.ndarray) -> Estimate
     total = float(den.sum())
     if total == 0:
         return Estimate(n=0, reason="no scored unit")
-    value = float(num.sum()) / total
-    with np.errstate(divide="ignore", invalid="ignore"):
-        resampled = (weights @ num) / (weights @ den)
-    return Estimate(value=value, ci=percentile_ci(resampled), n=int(total))
+    return Estimate(value=float(num.sum()) / total,
+                    ci=percentile_ci(_resampled(num, den, weights)), n=int(total))
 
 
 def _resampled(num: np.ndarray, den: np.ndarray, weights: np.ndarray) -> np.ndarray:

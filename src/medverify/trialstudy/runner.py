@@ -187,7 +187,7 @@ def parse_models(models: Sequence[str]) -> list[StudyModel]:
 
 @dataclass
 class Asked:
-    """A model under test with the prompt it is asked with."""
+    """A model under test, by its label in the study."""
 
     label: str
     model: Model

@@ -12,7 +12,8 @@ stage 2 on the real train pairs, on CUDA or CPU with the same code.
   decay per stage, gradient clipping, bf16 autocast on CUDA, fixed seeds.
 - A checkpoint (trainable weights, optimizer, scheduler, stage, step) is written atomically
   every ``checkpoint_every`` steps and at each stage's end; a rerun with the same config
-  resumes from it, so an interrupted run loses at most ``checkpoint_every`` steps.
+  resumes from it, so an interrupted run loses at most ``checkpoint_every`` steps (a
+  stage 2 resumed mid-way chooses its best epoch among those after the resume).
 - The result is saved in the shipped format (:func:`medverify.verifier.model.save_verifier`)
   with the recipe, counts, history and thresholds in ``verifier.json``.
 """
@@ -39,6 +40,7 @@ from medverify.verifier import data as vdata
 from medverify.verifier.infer import aggregate, decide, encode_pairs
 from medverify.verifier.metrics import classification_metrics, supported_vs_rest
 from medverify.verifier.model import (
+    FROZEN_PREFIX,
     LABELS,
     CrossEncoder,
     build_model,
@@ -154,7 +156,7 @@ def resolve_device(name: str) -> torch.device:
 
 def _trainable(model: CrossEncoder) -> dict[str, torch.Tensor]:
     return {k: v for k, v in model.state_dict().items()
-            if not k.startswith("encoder.embeddings.word_embeddings.")}
+            if not k.startswith(FROZEN_PREFIX)}
 
 
 def save_checkpoint(path: Path, model: CrossEncoder, optimizer: Any, scheduler: Any,
