@@ -38,6 +38,7 @@ import platform
 import random
 import sys
 from collections import Counter
+from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any
 
@@ -117,15 +118,15 @@ class Editor:
         return kind, options[kind]
 
 
-def drug_pool(rows: list[dict[str, Any]]) -> tuple[list[str], int]:
-    """MedQuAD drug lexicon names that occur in K-QA statements (the swap pool)."""
+def drug_pool(texts: Iterable[str]) -> tuple[list[str], int]:
+    """MedQuAD drug lexicon names that occur in ``texts`` (the swap pool) and the lexicon
+    size."""
     _, lex = load_medquad(MEDQUAD)
     matcher = _Matcher(lex.drugs)
     seen: dict[str, None] = {}
-    for row in rows:
-        for s in [*row["Must_have"], *row["Nice_to_have"]]:
-            for _, _, name in matcher.find(s):
-                seen[name] = None
+    for s in texts:
+        for _, _, name in matcher.find(s):
+            seen[name] = None
     return sorted(seen), len(lex.drugs)
 
 
@@ -195,7 +196,8 @@ def main() -> None:
     order = list(rows)
     random.Random(args.seed).shuffle(order)
     chosen = order[: args.questions] if args.questions else order
-    pool, lexicon_size = drug_pool(rows)
+    pool, lexicon_size = drug_pool(s for row in rows
+                                   for s in [*row["Must_have"], *row["Nice_to_have"]])
     editor = Editor(pool, args.seed)
     examples = make_examples(chosen, editor)
     ex_file = args.work / "examples.jsonl"
@@ -243,8 +245,13 @@ def _ci_text(lo: float, hi: float) -> str:
 
 
 def analyse(
-    args: argparse.Namespace, data: dict[str, Any], feats: Path, timing: dict[str, Any]
-) -> None:
+    args: argparse.Namespace, data: dict[str, Any], feats: Path, timing: dict[str, Any], *,
+    bench: str = "bench_risk_kqa", out: str = "risk_kqa", data_file: Path = KQA,
+    render: Callable[[dict[str, Any]], str] | None = None,
+) -> dict[str, Any]:
+    """Split, train, score (see the module doc) and write ``RESULTS/<out>.json`` and
+    ``.md`` (``render``, default :func:`markdown`); returns the report. Reused by the
+    PubMedQA benchmark, whose examples have the same pair layout."""
     split = RM.split_and_score(args.work, feats, seed=args.seed, test_share=args.test_share,
                                length_name="text length (chars)")
     qids, test_q, train_lines, test_lines = (split.qids, split.test_q, split.train_lines,
@@ -338,13 +345,13 @@ def analyse(
     card = json.loads((clf_dir / "card.json").read_text("utf-8"))
     prep = args.model / "medverify_prepare.json"
     report = {
-        "benchmark": "bench_risk_kqa",
+        "benchmark": bench,
         "model": {
             "dir": str(args.model),
             "prepare": json.loads(prep.read_text("utf-8")) if prep.is_file() else None,
         },
         "data": {
-            "file": str(KQA.relative_to(ROOT.parent)),
+            "file": str(data_file.relative_to(ROOT.parent)),
             **data,
             "seed": args.seed,
             "split": "by question",
@@ -384,15 +391,14 @@ def analyse(
         "bootstrap": "2000 resamples of test questions (clusters), percentile 95 % CI",
     }
     RESULTS.mkdir(parents=True, exist_ok=True)
-    (RESULTS / "risk_kqa.json").write_text(json.dumps(report, indent=2) + "\n")
-    (RESULTS / "risk_kqa.md").write_text(markdown(report))
-    print(f"wrote {RESULTS / 'risk_kqa.json'} and .md")
+    (RESULTS / f"{out}.json").write_text(json.dumps(report, indent=2) + "\n")
+    (RESULTS / f"{out}.md").write_text((render or markdown)(report))
+    print(f"wrote {RESULTS / out}.json and .md")
+    return report
 
 
 def markdown(r: dict[str, Any]) -> str:
-    d, c = r["data"], r["cost"]
-    res = r["test_split"]
-    lp = r["logprob_lower_for_counterfactual"]
+    d = r["data"]
     lines = [
         "# Hallucination risk with a real model: Gemma 3 270M on K-QA counterfactuals",
         "",
@@ -412,6 +418,15 @@ def markdown(r: dict[str, Any]) -> str:
         f"facts, {d['test_counterfactuals']} counterfactuals, {d['test_pairs']} pairs). "
         "Classifier: `medverify risk train` on the train file; all numbers on test.",
         "",
+    ]
+    return "\n".join(lines + body(r))
+
+
+def body(r: dict[str, Any]) -> list[str]:
+    """The tables, reading, caveats and cost of a paired report (K-QA, PubMedQA)."""
+    c, res = r["cost"], r["test_split"]
+    lp = r["logprob_lower_for_counterfactual"]
+    lines = [
         "| scorer (test) | ROC AUC | 95 % CI | AUC, paired rows only | paired: CF scored "
         "more hallucinated | 95 % CI |",
         "|---|---|---|---|---|---|",
@@ -457,6 +472,8 @@ def markdown(r: dict[str, Any]) -> str:
         "|---|---|" + "---|" * (len(res) + 1),
     ]
     first = next(iter(res.values()))["per_edit_type"]
+    if not first:  # header and separator of an empty table -> a sentence
+        lines[-2:] = ["(no edit type has that many test pairs here)"]
     for t, m in first.items():
         cells = [
             f"{res[n]['per_edit_type'][t]['roc_auc']:.3f} / "
@@ -486,7 +503,7 @@ def markdown(r: dict[str, Any]) -> str:
         f"the load; `risk train` {c['train_s']} s.",
         "",
     ]
-    return "\n".join(lines)
+    return lines
 
 
 if __name__ == "__main__":

@@ -208,14 +208,20 @@ class Split:
     orientation: dict[str, str]
 
 
+def split_questions(lines: list[dict[str, Any]], *, seed: int,
+                    test_share: float) -> tuple[list[str], set[str]]:
+    """All question ids of the feature lines (sorted) and the seeded held-out ones."""
+    qids = sorted({line["provenance"]["question_id"] for line in lines})
+    return qids, set(random.Random(seed + 1).sample(qids, round(len(qids) * test_share)))
+
+
 def split_and_score(work: Path, feats: Path, *, seed: int, test_share: float,
                     length_name: str) -> Split:
     """Split ``feats`` by ``provenance.question_id`` (seeded), ``medverify risk train`` on
     the train side, and score the test side with the classifier and the two baselines."""
     lines = [json.loads(x) for x in feats.read_text("utf-8").splitlines() if x.strip()]
     schema_text = (feats.with_name(feats.name + ".schema.json")).read_text("utf-8")
-    qids = sorted({line["provenance"]["question_id"] for line in lines})
-    test_q = set(random.Random(seed + 1).sample(qids, round(len(qids) * test_share)))
+    qids, test_q = split_questions(lines, seed=seed, test_share=test_share)
     train_lines = [x for x in lines if x["provenance"]["question_id"] not in test_q]
     test_lines = [x for x in lines if x["provenance"]["question_id"] in test_q]
     train_file, test_file = work / "train.jsonl", work / "test.jsonl"

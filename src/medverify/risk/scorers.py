@@ -10,11 +10,15 @@ exception (configuration problems, e.g. a missing model directory or API key, do
     A local Hugging Face causal LM directory (never downloaded: ``local_files_only``).
     float32 on a CPU, bfloat16 on CUDA (``risk.device``: auto, cpu or cuda).
 ``vllm:MODEL@URL`` / ``openai-compatible:MODEL@URL``
-    ``POST {URL}/completions`` with ``prompt_logprobs`` (vLLM's extension). Endpoints that do
-    not return prompt log-probabilities (OpenAI, Ollama, llama.cpp, most hosted APIs) give
-    an error trace: the log-probabilities of *generated* text (``logprobs``/``top_logprobs``)
-    are not those of a given answer, so they are not substituted here (the API-only variant
-    that rephrases the question and asks a judge is another module).
+    ``POST {URL}/completions`` with ``prompt_logprobs`` (vLLM's extension). A server that
+    answers without them is asked once more the legacy OpenAI way, ``echo: true`` with
+    ``logprobs: k`` (the prompt's tokens come back in ``choices[0].logprobs``:
+    llama-cpp-python's server does this), and then only that way. Endpoints that return
+    neither (the OpenAI chat models, Ollama, llama.cpp's own ``llama-server``, most hosted
+    APIs) give an error trace: the log-probabilities of *generated* text
+    (``logprobs``/``top_logprobs``) are not those of a given answer, so they are not
+    substituted here (the API-only variant that rephrases the question and asks a judge is
+    another module).
 
 The prompt (:func:`render_prompt`, the same for every scorer)::
 
@@ -403,6 +407,7 @@ class OpenAICompatScorer:
         self.concurrency = concurrency
         self.max_retries = max_retries
         self.backoff_s = backoff_s
+        self.echo = False  # the server answered the legacy echo request, not prompt_logprobs
 
     def __repr__(self) -> str:
         return f"OpenAICompatScorer({self.id!r}, key_env={self.key_env!r})"
@@ -434,12 +439,19 @@ class OpenAICompatScorer:
         if not item.answer.strip():
             return _trace(self, item, error=EMPTY_ANSWER)
         prompt = render_prompt(item)
-        body = {"model": self.model, "prompt": prompt + item.answer, "max_tokens": 1,
-                "temperature": 0, "prompt_logprobs": self.k}
+        text = prompt + item.answer
+        body = {"model": self.model, "prompt": text, "max_tokens": 1, "temperature": 0}
         try:
-            data = await self._post(client, body)
-            steps = steps_from_prompt_logprobs(data, prompt + item.answer, len(prompt),
-                                               self.k)
+            if not self.echo:
+                try:
+                    data = await self._post(client, {**body, "prompt_logprobs": self.k})
+                    steps = steps_from_prompt_logprobs(data, text, len(prompt), self.k)
+                    return _trace(self, item, steps=normalize_spans(steps, item.answer))
+                except _Unsupported:  # a 200 reply without them: try the legacy echo
+                    pass
+            data = await self._post(client, {**body, "echo": True, "logprobs": self.k})
+            steps = steps_from_echo_logprobs(data, text, len(prompt), self.k)
+            self.echo = True
         except ItemError as exc:
             return _trace(self, item, error=str(exc))
         return _trace(self, item, steps=normalize_spans(steps, item.answer))
@@ -503,7 +515,71 @@ def steps_from_prompt_logprobs(data: Any, text: str, answer_start: int,
     ``None`` (the first) or ``{token_id: {logprob, rank, decoded_token}}``: the prompt
     token itself (listed first by vLLM) and the top-k. The prompt tokens are found by
     walking their decoded texts back from the end of ``text``."""
-    entries = _prompt_logprobs(data)
+    return _walk(_prompt_logprobs(data), text, answer_start, k)
+
+
+def steps_from_echo_logprobs(data: Any, text: str, answer_start: int,
+                             k: int) -> list[TokenStep]:
+    """Answer steps from a legacy OpenAI completions reply to ``echo: true, logprobs: k``
+    over ``text``: ``choices[0].logprobs`` holds ``tokens``, ``token_logprobs`` (``None``
+    for the first) and ``top_logprobs`` (``{token text: logprob}``, the top-k plus the
+    token itself) for the prompt's tokens, then for the generated ones (dropped: as many as
+    ``usage.completion_tokens``, or those whose ``text_offset`` is past ``text``). The rank
+    is counted in the top-k: the position of the token among them, ``k + 1`` (a lower
+    bound) when it is not among them. Tokens with the same text share one key of
+    ``top_logprobs`` (llama-cpp-python), so then fewer than k alternatives come back and a
+    rank can be too small by the number of merged ones."""
+    return _walk(_echo_entries(data, len(text), k), text, answer_start, k)
+
+
+def _echo_entries(data: Any, n_chars: int, k: int) -> list[Any]:
+    choice: Any = None
+    if isinstance(data, dict) and isinstance(data.get("choices"), list) and data["choices"]:
+        choice = data["choices"][0]
+    raw = choice.get("logprobs") if isinstance(choice, dict) else None
+    tokens = raw.get("tokens") if isinstance(raw, dict) else None
+    values = raw.get("token_logprobs") if isinstance(raw, dict) else None
+    if not isinstance(tokens, list) or not isinstance(values, list) or len(tokens) < 2:
+        raise _Unsupported(NO_PROMPT_LOGPROBS)
+    tops = raw.get("top_logprobs") or [None] * len(tokens)
+    offsets = raw.get("text_offset")
+    usage = data.get("usage")
+    generated = usage.get("completion_tokens") if isinstance(usage, dict) else None
+    if isinstance(generated, int) and 0 <= generated < len(tokens):
+        n = len(tokens) - generated
+    elif isinstance(offsets, list) and len(offsets) == len(tokens):
+        n = sum(1 for off in offsets if isinstance(off, int) and off < n_chars)
+    else:
+        n = len(tokens)
+    if not (len(values) == len(tops) == len(tokens)):
+        raise ItemError(f"malformed echo logprobs: {_snippet(repr(raw))}")
+    entries: list[Any] = []
+    for token, value, top in zip(tokens[:n], values[:n], tops[:n], strict=True):
+        if value is None:
+            entries.append(None)
+            continue
+        try:
+            logprob = float(value)
+            listed = sorted(((str(t), float(v)) for t, v in (top or {}).items()),
+                            key=lambda tv: -tv[1])
+        except (AttributeError, TypeError, ValueError):
+            raise ItemError(f"malformed echo logprobs entry: {_snippet(repr(top))}") from None
+        alts = listed[:k]
+        better = sum(1 for _, v in alts if v > logprob)
+        # Inside the top-k for sure when a listed token is less likely; the least likely one
+        # is the k-th, or (fewer than k listed: tokens with the same text share one key)
+        # possibly beyond the top-k, which is what k + 1 says.
+        inside = any(v < logprob for _, v in listed) or better + 1 == k
+        entry = {"chosen": {"logprob": logprob, "rank": better + 1 if inside else k + 1,
+                            "decoded_token": str(token)}}
+        for i, (alt, v) in enumerate(alts):
+            if (alt, v) != (str(token), logprob):  # the token itself is listed once
+                entry[f"top{i}"] = {"logprob": v, "rank": i + 1, "decoded_token": alt}
+        entries.append(entry)
+    return entries
+
+
+def _walk(entries: list[Any], text: str, answer_start: int, k: int) -> list[TokenStep]:
     pos = len(text)
     steps: list[TokenStep] = []
     for entry in reversed(entries):
