@@ -9,7 +9,7 @@ $(BIN)/.installed: pyproject.toml
 	$(BIN)/pip install -q -e '.[dev]'
 	touch $@
 
-.PHONY: setup demo test lint test-faults test-browser
+.PHONY: setup demo test lint test-faults test-browser test-db
 setup: $(BIN)/.installed
 
 demo: setup
@@ -24,6 +24,10 @@ test: setup lint
 # The standing fault suite (kill -9 and resume, parser fuzzing, corrupted files, injection).
 test-faults: setup
 	$(BIN)/pytest -q -m faults
+
+# The stores on a throwaway PostgreSQL server (Debian's postgresql; docs/scale.md).
+test-db: setup
+	$(BIN)/pytest -q -m database
 
 # The review UI in a real browser (Playwright driving /usr/bin/chromium; see docs/review.md).
 test-browser: setup

@@ -5,6 +5,8 @@ from pathlib import Path
 
 import pytest
 
+from postgres_server import pg_cluster, pg_url, store_location  # noqa: F401 (fixtures)
+
 SHARED_DATA = Path(__file__).resolve().parents[1].parent / "shared" / "data"
 
 

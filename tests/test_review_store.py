@@ -30,6 +30,7 @@ from medverify.store.review import (
     review_item_id,
 )
 from medverify.store.runs import RunStore
+from postgres_server import as_location
 
 T0 = datetime(2026, 3, 2, 9, 0, tzinfo=UTC)
 
@@ -45,8 +46,8 @@ def item(n: int, *, priority: float = 0.5, labels_needed: int = 1, topic: str | 
 
 
 @pytest.fixture
-def runs(tmp_path: Path) -> Iterator[RunStore]:
-    with RunStore(tmp_path / "runs.db") as store:
+def runs(store_location: Path | str) -> Iterator[RunStore]:
+    with RunStore(store_location) as store:
         yield store
 
 
@@ -284,7 +285,7 @@ def test_kb_changes_are_recorded_listed_and_reverted_once(queue: ReviewStore) ->
 
 def _label_at_once(path: str, item_id: str, reviewer: str, label: str, start: object,
                    out: object) -> None:
-    with RunStore(Path(path)) as runs:
+    with RunStore(as_location(path)) as runs:
         queue = ReviewStore(runs)
         start.wait(60)  # type: ignore[attr-defined]  # all start together
         try:
@@ -295,7 +296,7 @@ def _label_at_once(path: str, item_id: str, reviewer: str, label: str, start: ob
     out.put((reviewer, result))  # type: ignore[attr-defined]
 
 
-def _race(path: Path, item_id: str, labels: list[str]) -> dict[str, str]:
+def _race(path: Path | str, item_id: str, labels: list[str]) -> dict[str, str]:
     ctx = multiprocessing.get_context("spawn")
     start, out = ctx.Barrier(len(labels)), ctx.Queue()
     procs = [ctx.Process(target=_label_at_once,
@@ -311,8 +312,8 @@ def _race(path: Path, item_id: str, labels: list[str]) -> dict[str, str]:
 
 
 def test_reviewers_labelling_at_once_from_processes_take_each_slot_once(
-        tmp_path: Path) -> None:
-    path = tmp_path / "runs.db"
+        store_location: Path | str) -> None:
+    path = store_location
     single, double = item(1), item(2, labels_needed=2)
     with RunStore(path) as runs:
         ReviewStore(runs).add_items([single, double])

@@ -18,6 +18,7 @@ from medverify.records import (
     Verdict,
 )
 from medverify.store.runs import RunStore, migrations
+from postgres_server import as_location, fresh_location
 
 
 def _results() -> list[ClaimResult]:
@@ -41,8 +42,8 @@ def _results() -> list[ClaimResult]:
     ]
 
 
-def test_round_trip_recomputes_report(tmp_path: Path) -> None:
-    with RunStore(tmp_path / "runs.db") as store:
+def test_round_trip_recomputes_report(store_location: Path | str) -> None:
+    with RunStore(store_location) as store:
         run_id = store.start_run(
             kind="check",
             config={"top_k": 7},
@@ -54,7 +55,7 @@ def test_round_trip_recomputes_report(tmp_path: Path) -> None:
         notes = {"judge.cascade": {"settled_by_builtin": 1, "model_calls_saved": 1}}
         store.save_answer(run_id, 0, answer, _results(), notes=notes)
         store.finish_run(run_id, status="done", usage={"judge": Usage(calls=1, prompt_tokens=10)})
-    with RunStore(tmp_path / "runs.db") as store:
+    with RunStore(store_location) as store:
         [info] = store.list_runs()
         assert info.status == "done" and info.n_claims == 3 and info.n_answers == 1
         assert info.usage["judge"].prompt_tokens == 10
@@ -84,8 +85,8 @@ def test_a_version_1_store_is_migrated_and_keeps_its_answers(tmp_path: Path) -> 
     assert report.answer.id == "a1" and report.notes == {}
 
 
-def test_resaving_an_answer_replaces_its_claims(tmp_path: Path) -> None:
-    with RunStore(tmp_path / "runs.db") as store:
+def test_resaving_an_answer_replaces_its_claims(store_location: Path | str) -> None:
+    with RunStore(store_location) as store:
         run_id = store.start_run(
             kind="check", config={}, models={}, prompt_versions={}, kb_snapshot=None
         )
@@ -95,15 +96,15 @@ def test_resaving_an_answer_replaces_its_claims(tmp_path: Path) -> None:
         assert store.get_run(run_id).n_claims == 1
 
 
-def test_migrations_are_recorded_and_idempotent(tmp_path: Path) -> None:
-    path = tmp_path / "runs.db"
+def test_migrations_are_recorded_and_idempotent(store_location: Path | str) -> None:
+    path = store_location
     RunStore(path).close()
     with RunStore(path) as store:
         assert store.schema_version == migrations()[-1][0]
 
 
-def test_unknown_or_ambiguous_run(tmp_path: Path) -> None:
-    with RunStore(tmp_path / "runs.db") as store:
+def test_unknown_or_ambiguous_run(store_location: Path | str) -> None:
+    with RunStore(store_location) as store:
         for n in range(2):
             store.start_run(
                 kind="check", config={}, models={}, prompt_versions={}, kb_snapshot=str(n)
@@ -137,12 +138,12 @@ def test_failed_migration_leaves_no_partial_schema(
 
 
 def test_a_run_whose_process_was_killed_is_told_apart_and_recorded_as_interrupted(
-        tmp_path: Path) -> None:
+        store_location: Path | str) -> None:
     import socket
 
     from medverify.store.runs import current_process
 
-    with RunStore(tmp_path / "runs.db") as store:
+    with RunStore(store_location) as store:
         alive = store.start_run(kind="check", config={}, models={}, prompt_versions={},
                                 kb_snapshot=None)
         dead = store.start_run(kind="check", config={}, models={}, prompt_versions={},
@@ -161,20 +162,21 @@ def test_a_run_whose_process_was_killed_is_told_apart_and_recorded_as_interrupte
 def _open_store(path: str, barrier: Any, results: Any) -> None:
     barrier.wait()
     try:
-        RunStore(Path(path)).close()
+        RunStore(as_location(path)).close()
         results.put("ok")
     except Exception as exc:  # reported to the test, which fails on it
         results.put(repr(exc))
 
 
-def test_workers_opening_a_new_store_at_once_all_succeed(tmp_path: Path) -> None:
+def test_workers_opening_a_new_store_at_once_all_succeed(
+        store_location: Path | str, request: pytest.FixtureRequest) -> None:
     """The service's workers create and migrate one store together: each migration is
     applied once, and the switch to WAL is retried while another process holds it."""
     import multiprocessing
 
     context = multiprocessing.get_context("spawn")
     for trial in range(3):
-        path = str(tmp_path / f"runs{trial}.db")
+        path = str(fresh_location(store_location, trial, request))
         barrier, results = context.Barrier(4), context.Queue()
         workers = [context.Process(target=_open_store, args=(path, barrier, results))
                    for _ in range(4)]
@@ -184,5 +186,5 @@ def test_workers_opening_a_new_store_at_once_all_succeed(tmp_path: Path) -> None
         for worker in workers:
             worker.join(60)
         assert outcomes == ["ok"] * 4
-        with RunStore(Path(path)) as store:
+        with RunStore(as_location(path)) as store:
             assert store.schema_version == len(migrations())

@@ -13,8 +13,9 @@ import tomllib
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
+from medverify.database import dialect_of, display, sqlite_path
 from medverify.errors import ConfigError
 
 DEFAULT_EMBEDDER = "all-MiniLM-L6-v2"
@@ -44,6 +45,17 @@ class KBSettings(_Section):
     chunk_overlap: int = Field(100, ge=0)
     embedder: str = DEFAULT_EMBEDDER
     batch_size: int = Field(64, ge=1)
+    # the model embedder's precision and device (docs/kb.md, "Embedding precision"): auto =
+    # int8 on the CPU, fp32 (computed in fp16) on a CUDA GPU. A KB records the precision of
+    # its vectors and queries it in that precision, whatever this says
+    embed_precision: Literal["auto", "fp32", "int8"] = "auto"
+    embed_device: Literal["auto", "cpu", "cuda"] = "auto"
+    # the vector index (docs/scale.md): auto = exact below index_threshold chunks, IVF above;
+    # a KB records its choice, and one built with another kind is refused (kb reindex)
+    index: Literal["auto", "flat", "ivf", "ivfpq", "hnsw"] = "auto"
+    index_threshold: int = Field(100_000, ge=1)
+    nprobe: int = Field(32, ge=1)  # IVF lists scanned per query
+    ef_search: int = Field(128, ge=1)  # HNSW candidate list size
 
 
 class RetrievalSettings(_Section):
@@ -151,6 +163,12 @@ class RiskSettings(_Section):
     classifier: Path | None = None
 
 
+ARBITRATION_RULES = frozenset({
+    "error", "judgment_error", "fact_high_risk", "hallucination_low_risk",
+    "coverage_gap_high_risk", "low_confidence", "coverage_gap", "hallucination"})
+"""The arbitration rules that can escalate a claim (``medverify.arbitration``)."""
+
+
 class ArbitrationPolicy(_Section):
     """How the KB judge and the risk classifier decide together (docs/arbitration.md).
     ``version`` names the policy; its id (version + a hash of every setting) is recorded on
@@ -168,6 +186,24 @@ class ArbitrationPolicy(_Section):
     # per category (FACT, HALLUCINATION, COVERAGE_GAP): escalate when the judge's probability
     # for the category it gave is below this
     min_confidence: dict[str, float] = Field(default_factory=dict)
+    # Re-check before escalating (risk-guided compute): a claim that would go to a clinician
+    # is first judged again by this registered judge over more passages, the riskiest first,
+    # and decided again on that verdict. None: off (and the recheck_* settings below are
+    # then left out of the policy id).
+    recheck_judge: str | None = None
+    recheck_top_k: int | None = Field(None, ge=1)  # None: twice [retrieval] top_k
+    recheck_budget: float = Field(1.0, ge=0, le=1)  # share of an answer's escalations
+    # the rules whose escalations are re-checked (default: every rule that can escalate)
+    recheck_rules: list[str] = Field(default_factory=lambda: sorted(ARBITRATION_RULES))
+
+    @field_validator("recheck_rules")
+    @classmethod
+    def _known_rules(cls, value: list[str]) -> list[str]:
+        unknown = sorted(set(value) - ARBITRATION_RULES)
+        if unknown:
+            raise ValueError(f"unknown arbitration rule(s) {unknown}; rules that can escalate: "
+                             f"{sorted(ARBITRATION_RULES)}")
+        return value
 
 
 class ServiceSettings(_Section):
@@ -210,8 +246,11 @@ class Config(_Section):
     max_answer_chars: int = Field(200_000, ge=1)
     max_claims: int = Field(200, ge=1)
     claims_per_call: int = Field(4, ge=1)
-    store: Path | None = None
-    cache_path: Path | None = None
+    # the run store (runs, jobs, keys, review queue) and the LLM request cache: a file, or a
+    # URL: sqlite:///PATH, or postgresql://USER:PASSWORD@HOST:PORT/DB for a database that
+    # several processes or machines share (docs/scale.md)
+    store: Path | str | None = None
+    cache_path: Path | str | None = None
     llm: ModelSettings = Field(default_factory=ModelSettings)
     kb_settings: KBSettings = Field(default_factory=KBSettings)
     retrieval: RetrievalSettings = Field(default_factory=RetrievalSettings)
@@ -236,12 +275,45 @@ class Config(_Section):
     def decomposer_name(self) -> str:
         return self.decomposer or ("llm" if self.model else "rules")
 
+    @field_validator("store", "cache_path", mode="plain")
+    @classmethod
+    def _location(cls, value: Any) -> Path | str | None:
+        """A path stays a path; a URL stays text (its scheme checked here)."""
+        if value is None or isinstance(value, Path):
+            return value
+        if not isinstance(value, str):
+            raise ValueError(f"a path or a URL, not {type(value).__name__}")
+        if "://" not in value:
+            return Path(value)
+        dialect_of(value)  # ValueError for an unknown scheme
+        return value
+
     @property
-    def store_path(self) -> Path:
+    def store_location(self) -> Path | str:
+        """Where the run store is: a SQLite file (default ``$MEDVERIFY_HOME/runs.db``) or a
+        database URL."""
         return self.store or home() / "runs.db"
 
     @property
-    def request_cache_path(self) -> Path:
+    def store_path(self) -> Path:
+        """The run store's file (ConfigError when the store is a database server)."""
+        location = self.store_location
+        if dialect_of(location) != "sqlite":
+            raise ConfigError(f"the run store is a database server ({display(location)}), "
+                              "not a file")
+        return sqlite_path(location)
+
+    @property
+    def local_dir(self) -> Path:
+        """Where this machine keeps files beside the run store: the SQLite file's folder,
+        or ``$MEDVERIFY_HOME`` when the store is a database server."""
+        location = self.store_location
+        return sqlite_path(location).parent if dialect_of(location) == "sqlite" else home()
+
+    @property
+    def request_cache_path(self) -> Path | str:
+        """The LLM request cache: a SQLite file (default ``$MEDVERIFY_HOME/cache.db``) or a
+        database URL."""
         return self.cache_path or home() / "cache.db"
 
     @property

@@ -159,7 +159,7 @@ class RunHarness:
         """A harness that opens the configured run store itself when ``record``."""
         from medverify.store.runs import RunStore
 
-        store = RunStore(config.store_path) if record else None
+        store = RunStore(config.store_location) if record else None
         return cls(kind, config, store=store, _owns_store=record, **kwargs)  # type: ignore[arg-type]
 
     def start(self, provenance: Provenance) -> str | None:

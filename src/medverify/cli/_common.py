@@ -37,11 +37,21 @@ def json_out_option(help_text: str) -> Callable[[F], F]:
                         help=help_text)
 
 
+def _store_location(ctx: click.Context, param: click.Parameter,
+                    value: str | None) -> Path | str | None:
+    """A file path stays a path; a URL (sqlite:///PATH, postgresql://...) stays text."""
+    if value is None or "://" in value:
+        return value
+    return Path(value)
+
+
 def store_option(func: F) -> F:
     return click.option(
         "--store",
-        type=click.Path(path_type=Path, dir_okay=False),
-        help="Run store database (default: $MEDVERIFY_HOME/runs.db).",
+        callback=_store_location,
+        metavar="PATH|URL",
+        help="Run store: a SQLite file (default: $MEDVERIFY_HOME/runs.db) or a database URL, "
+             "postgresql://USER:PASSWORD@HOST:PORT/DB (docs/scale.md).",
     )(func)
 
 

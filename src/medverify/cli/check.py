@@ -111,7 +111,7 @@ async def _run(config: Config, answers: list[Answer], *, record: bool) -> list[R
         with progress_bar("checking answers", len(answers)) as progress:
             if not record:
                 return await checker.run(answers, progress=progress)
-            with RunStore(config.store_path) as store:
+            with RunStore(config.store_location) as store:
                 return await checker.run(answers, store=store, progress=progress)
     finally:
         await checker.aclose()

@@ -193,7 +193,7 @@ async def _check(config: Config, kb: KnowledgeBase, model: Model | None,
         with progress_bar("fact-checking answers", len(answers)) as progress:
             if not record:
                 return await checker.run(answers, rags=rags, progress=progress)
-            with RunStore(config.store_path) as store:
+            with RunStore(config.store_location) as store:
                 return await checker.run(answers, rags=rags, store=store, progress=progress)
     finally:
         await checker.aclose()

@@ -43,7 +43,7 @@ def create(name: str, role: str, as_json: bool, config_path: Path | None,
            store: Path | None) -> None:
     """Create a key named NAME and print its secret (this once)."""
     config = load_config(config_path, store=store)
-    with RunStore(config.store_path) as db:
+    with RunStore(config.store_location) as db:
         new = KeyStore(db).create(name, Role(role))
         AuditLog(db).record(None, "keys.create", target=new.key.id, detail="cli")
     if as_json:
@@ -62,7 +62,7 @@ def create(name: str, role: str, as_json: bool, config_path: Path | None,
 def list_keys(as_json: bool, config_path: Path | None, store: Path | None) -> None:
     """List the keys, revoked ones included (never their secrets)."""
     config = load_config(config_path, store=store)
-    with RunStore(config.store_path) as db:
+    with RunStore(config.store_location) as db:
         infos = KeyStore(db).list()
         AuditLog(db).record(None, "keys.list", detail="cli")
     if as_json:
@@ -85,7 +85,7 @@ def list_keys(as_json: bool, config_path: Path | None, store: Path | None) -> No
 def revoke(key_id: str, config_path: Path | None, store: Path | None) -> None:
     """Revoke the key KEY_ID: it stops working at once (revoking it again changes nothing)."""
     config = load_config(config_path, store=store)
-    with RunStore(config.store_path) as db:
+    with RunStore(config.store_location) as db:
         keystore = KeyStore(db)
         before = keystore.get(key_id)
         info = keystore.revoke(key_id)

@@ -76,7 +76,7 @@ def export(out: Path, fmt: str, status: str | None, config_path: Path | None,
            store: Path | None) -> None:
     """Write the review items to OUT, highest priority first."""
     config = load_config(config_path, store=store)
-    with RunStore(config.store_path) as db:
+    with RunStore(config.store_location) as db:
         items = ReviewStore(db).list(status=status, limit=None)
     if fmt == "jsonl":
         atomic_write_text(out, "".join(item.model_dump_json() + "\n" for item in items))
@@ -153,7 +153,7 @@ def import_labels(file: Path, kb_path: Path | None, teach_kb: bool, config_path:
         kb = KnowledgeBase.open(config.kb)
     added, skipped, refused, taught, untaught = 0, 0, [], 0, 0
     try:
-        with RunStore(config.store_path) as db:
+        with RunStore(config.store_location) as db:
             queue = ReviewStore(db)
             for number, row in enumerate(rows, start=2 if file.suffix.lower() == ".csv"
                                          else 1):
@@ -236,7 +236,7 @@ def report(by: str, as_json: bool, config_path: Path | None, store: Path | None)
     """The clinical loop per period: claims checked and escalated, labels, items closed,
     agreement of the final labels with the judge, KB documents added and reverted."""
     config = load_config(config_path, store=store)
-    with RunStore(config.store_path) as db:
+    with RunStore(config.store_location) as db:
         result = loop_report(ReviewStore(db), by=by)  # type: ignore[arg-type]
     if as_json:
         click.echo(result.model_dump_json(indent=2))
@@ -307,7 +307,7 @@ def calibrate_cmd(min_items: int, config_path: Path | None, store: Path | None) 
     from medverify.verifier.train import calibrate
 
     config = load_config(config_path, store=store)
-    with RunStore(config.store_path) as db:
+    with RunStore(config.store_location) as db:
         items = ReviewStore(db).list(status=ReviewStatus.CLOSED, limit=None)
     rows, gold, skipped = calibration_rows(items)
     shown = ", ".join(f"{reason} {n}" for reason, n in sorted(skipped.items())) or "none"

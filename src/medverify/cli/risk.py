@@ -61,7 +61,7 @@ def data_kb(run_id: str, out: Path, store: Path | None, config_path: Path | None
     from medverify.store.runs import RunStore
 
     config = load_config(config_path, store=store)
-    with RunStore(config.store_path) as runs:
+    with RunStore(config.store_location) as runs:
         reports = runs.reports(run_id)
     harvest = collect_labels(reports)
     write_examples(out, harvest.examples)
@@ -89,7 +89,7 @@ def data_reviews(out: Path, merge_file: Path | None, store: Path | None,
     from medverify.store.runs import RunStore
 
     config = load_config(config_path, store=store)
-    with RunStore(config.store_path) as runs:
+    with RunStore(config.store_location) as runs:
         items = ReviewStore(runs).list(limit=None)
     examples, skipped = risk_examples(items)
     replaced = 0

@@ -28,7 +28,7 @@ def runs() -> None:
 def list_runs(limit: int, as_json: bool, config_path: Path | None, store: Path | None) -> None:
     """List the most recent runs."""
     config = load_config(config_path, store=store)
-    with RunStore(config.store_path) as db:
+    with RunStore(config.store_location) as db:
         infos = db.list_runs(limit)
     if as_json:
         click.echo(json.dumps([i.model_dump(mode="json") for i in infos], indent=2))
@@ -72,7 +72,7 @@ def show(
 ) -> None:
     """Rebuild a run's reports and metrics from the store (no model is called)."""
     config = load_config(config_path, store=store)
-    with RunStore(config.store_path) as db:
+    with RunStore(config.store_location) as db:
         info = db.get_run(run_id)
         reports = db.reports(info.id)
     click.echo(

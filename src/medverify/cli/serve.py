@@ -10,6 +10,7 @@ import click
 
 from medverify.cli import main
 from medverify.cli._common import config_option, load_config, store_option
+from medverify.database import display
 from medverify.errors import ConfigError
 from medverify.store.runs import RunStore
 
@@ -48,11 +49,12 @@ def serve(kb: Path | None, store: Path | None, host: str | None, port: int | Non
     if config.kb is None:
         raise ConfigError("no knowledge base: pass --kb DIR (build one with "
                           "`medverify kb ingest PATH --kb DIR`)")
-    RunStore(config.store_path).close()  # created and migrated once, before the workers
+    RunStore(config.store_location).close()  # created and migrated once, before the workers
     os.environ[CONFIG_ENV] = json.dumps(config.model_dump(mode="json"))
     settings = config.service
     click.echo(f"medverify serving on http://{settings.host}:{settings.port} "
-               f"(store {config.store_path}, KB {config.kb}, {settings.workers} worker(s)); "
+               f"(store {display(config.store_location)}, KB {config.kb}, "
+               f"{settings.workers} worker(s)); "
                "OpenAPI page: /docs", err=True)
     uvicorn.run("medverify.service.app:app_from_env", factory=True, host=settings.host,
                 port=settings.port, workers=settings.workers, log_level="warning",

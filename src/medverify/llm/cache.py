@@ -1,9 +1,12 @@
-"""Persistent request cache: one SQLite file, key = ``ChatRequest.cache_key(provider_id)``.
+"""Persistent request cache: one SQLite file, or a table in a PostgreSQL database that
+several processes or machines share (a ``postgresql://`` URL, docs/scale.md); key =
+``ChatRequest.cache_key(provider_id)``.
 
 Only successful completions are stored. The cache is safe for concurrent use from one
 process (one connection guarded by a lock; WAL mode lets other processes read meanwhile).
 A cache file that cannot be opened or read is never fatal: a warning is logged and the run
-continues without a cache.
+continues without a cache. A PostgreSQL server that is down is a miss (and a put not kept)
+until it is back, with a warning.
 """
 
 from __future__ import annotations
@@ -17,6 +20,7 @@ from pathlib import Path
 
 from pydantic import ValidationError
 
+from medverify.database import PostgresDatabase, StoreUnavailable, dialect_of, display
 from medverify.llm.base import Completion
 
 log = logging.getLogger("medverify.llm.cache")
@@ -32,6 +36,9 @@ CREATE TABLE IF NOT EXISTS completions (
 """
 
 
+_COLUMNS = ("key", "provider", "completion", "created_at", "sha256")
+
+
 def _digest(payload: str) -> str:
     """The checksum stored beside a completion: SQLite keeps none of cell contents, so a
     byte flipped inside a stored reply would otherwise read back as a valid, wrong reply."""
@@ -41,14 +48,44 @@ def _digest(payload: str) -> str:
 class RequestCache:
     """Completions by request key. ``enabled`` is False when the file was unusable."""
 
-    def __init__(self, path: Path) -> None:
-        self.path = Path(path)
+    def __init__(self, path: Path | str) -> None:
         self._lock = threading.Lock()
         self._conn: sqlite3.Connection | None = None
+        self._server: PostgresDatabase | None = None
+        self._server_down = False
+        if dialect_of(path) == "postgresql":
+            self.path: Path | str = display(path)
+            self._open_server(str(path))
+            return
+        self.path = Path(path)
         try:
             self._conn = self._open()
         except (sqlite3.Error, OSError) as exc:
             self._disable(exc)
+
+    def _open_server(self, url: str) -> None:
+        try:
+            server = PostgresDatabase(url)
+        except StoreUnavailable as exc:  # down now: no cache for this process
+            self._disable(exc)
+            return
+        try:
+            server.execute(_SCHEMA)
+        except server.Error as exc:
+            server.close()
+            self._disable(exc)
+            return
+        self._server = server
+
+    def _server_failed(self, exc: Exception) -> None:
+        """A server call failed: down (a miss, said once until it is back) or broken."""
+        if isinstance(exc, StoreUnavailable):
+            if not self._server_down:
+                log.warning("request cache %s: %s; calls go uncached until it is back",
+                            self.path, exc)
+            self._server_down = True
+            return
+        self._disable(exc)
 
     def _open(self) -> sqlite3.Connection:
         self.path.parent.mkdir(parents=True, exist_ok=True)
@@ -73,10 +110,13 @@ class RequestCache:
         if self._conn is not None:
             self._conn.close()
         self._conn = None
+        if self._server is not None:
+            self._server.close()
+        self._server = None
 
     @property
     def enabled(self) -> bool:
-        return self._conn is not None
+        return self._conn is not None or self._server is not None
 
     def get(self, key: str) -> Completion | None:
         """The cached completion for ``key`` (marked ``cached=True``), or None."""
@@ -96,6 +136,16 @@ class RequestCache:
 
     def _fetch(self, key: str) -> tuple[object, str | None] | None:
         with self._lock:
+            if self._server is not None:
+                try:
+                    row = self._server.execute(
+                        "SELECT completion, sha256 FROM completions WHERE key = ?",
+                        (key,)).fetchone()
+                    self._server_down = False
+                except (StoreUnavailable, self._server.Error) as exc:
+                    self._server_failed(exc)
+                    return None
+                return (row[0], row[1]) if row else None
             if self._conn is None:
                 return None
             try:
@@ -112,6 +162,15 @@ class RequestCache:
         payload = completion.model_copy(update={"cached": False}).model_dump_json()
         now = datetime.now(UTC).isoformat()
         with self._lock:
+            if self._server is not None:
+                try:
+                    self._server.execute(
+                        self._server.upsert_sql("completions", _COLUMNS, ("key",)),
+                        (key, provider_id, payload, now, _digest(payload)))
+                    self._server_down = False
+                except (StoreUnavailable, self._server.Error) as exc:
+                    self._server_failed(exc)
+                return
             if self._conn is None:
                 return
             try:
@@ -126,6 +185,13 @@ class RequestCache:
     def count(self) -> int:
         """Number of stored completions (0 when disabled)."""
         with self._lock:
+            if self._server is not None:
+                try:
+                    row = self._server.execute("SELECT COUNT(*) FROM completions").fetchone()
+                    return int(row[0])
+                except (StoreUnavailable, self._server.Error) as exc:
+                    self._server_failed(exc)
+                    return 0
             if self._conn is None:
                 return 0
             try:
@@ -140,6 +206,9 @@ class RequestCache:
             if self._conn is not None:
                 self._conn.close()
                 self._conn = None
+            if self._server is not None:
+                self._server.close()
+                self._server = None
 
     def __repr__(self) -> str:
         state = "enabled" if self.enabled else "disabled"

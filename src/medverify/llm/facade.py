@@ -247,12 +247,13 @@ def _log_call(stage: str, model_id: str, completion: Completion) -> None:
 
 
 def get_model(spec: str | ModelSpec, settings: ModelSettings | None = None, *,
-              cache_path: Path | None = None, ledger: UsageLedger | None = None) -> Model:
+              cache_path: Path | str | None = None, ledger: UsageLedger | None = None) -> Model:
     """Make a :class:`Model` from a spec string such as ``openai:gpt-4o-mini``.
 
     ``settings`` (default :class:`ModelSettings`) are overridden by the spec's options.
-    ``cache_path`` names the SQLite request cache (None: no persistent cache, e.g.
-    ``Config.request_cache_path`` in a pipeline). Raises :class:`ConfigError` for a bad spec.
+    ``cache_path`` names the request cache, a SQLite file or a PostgreSQL URL (None: no
+    persistent cache, e.g. ``Config.request_cache_path`` in a pipeline). Raises
+    :class:`ConfigError` for a bad spec.
     """
     parsed = parse_spec(spec) if isinstance(spec, str) else spec
     effective = parsed.apply(settings)

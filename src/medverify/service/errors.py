@@ -17,6 +17,7 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
+from medverify.database import StoreUnavailable
 from medverify.errors import ConfigError, InputError, MedverifyError
 from medverify.service.records import ErrorBody, ErrorResponse
 
@@ -92,6 +93,10 @@ def install_error_handlers(app: FastAPI) -> None:
     @app.exception_handler(ConfigError)
     async def config_error(_: Request, exc: ConfigError) -> JSONResponse:
         return error_response(409, "not_configured", str(exc))
+
+    @app.exception_handler(StoreUnavailable)
+    async def store_unavailable(_: Request, exc: StoreUnavailable) -> JSONResponse:
+        return error_response(503, "store_unavailable", str(exc), headers={"Retry-After": "5"})
 
     @app.exception_handler(MedverifyError)
     async def medverify_error(_: Request, exc: MedverifyError) -> JSONResponse:

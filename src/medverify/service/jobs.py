@@ -21,6 +21,7 @@ from dataclasses import dataclass, field
 
 from pydantic import BaseModel
 
+from medverify.database import StoreUnavailable
 from medverify.harness import CancelToken, RunCancelled, cause
 from medverify.service.records import (
     AuditBatch,
@@ -45,6 +46,7 @@ class JobRunner:
     stopping: bool = False
     _tasks: list[asyncio.Task[None]] = field(default_factory=list)
     _freed: asyncio.Event = field(default_factory=asyncio.Event)
+    _store_was_down: bool = False  # a warning said the store is unavailable
 
     @property
     def settings(self):  # type: ignore[no-untyped-def]
@@ -58,7 +60,10 @@ class JobRunner:
         while not self.stopping:
             row = None
             if len(self.active) < self.settings.job_concurrency:
-                row = self.state.jobs.claim(self.state.worker)
+                try:
+                    row = self.state.jobs.claim(self.state.worker)
+                except StoreUnavailable as exc:  # the database server is down: wait for it
+                    self._store_down(exc)
             if row is None:  # full or nothing queued: until a slot frees up, or a poll later
                 self._freed.clear()
                 with contextlib.suppress(TimeoutError):
@@ -70,8 +75,18 @@ class JobRunner:
 
     async def _heartbeat_loop(self) -> None:
         while not self.stopping:
-            self._tick()
+            try:
+                self._tick()
+                self._store_was_down = False
+            except StoreUnavailable as exc:
+                self._store_down(exc)
             await asyncio.sleep(self.settings.heartbeat_s)
+
+    def _store_down(self, exc: StoreUnavailable) -> None:
+        """Say once that the store is unavailable; the loops go on and resume with it."""
+        if not self._store_was_down:
+            log.warning("jobs wait for the store: %s", exc)
+        self._store_was_down = True
 
     def _tick(self) -> None:
         jobs = self.state.jobs
@@ -100,6 +115,10 @@ class JobRunner:
         except asyncio.CancelledError:
             jobs.requeue(row.id, SHUTDOWN)
             raise
+        except StoreUnavailable as exc:  # not the job's fault: queued again, or (while the
+            log.warning("job %s stopped: %s", row.id, exc)  # store is down) recovered later
+            with contextlib.suppress(StoreUnavailable):
+                jobs.requeue(row.id, f"the store was unavailable: {exc}")
         except Exception as exc:
             log.warning("job %s failed: %s", row.id, cause(exc))
             jobs.finish(row.id, JobStatus.FAILED, error=cause(exc))

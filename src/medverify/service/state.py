@@ -57,7 +57,7 @@ class ServiceState:
 
     @classmethod
     def open(cls, config: Config) -> ServiceState:
-        runs = RunStore(config.store_path)
+        runs = RunStore(config.store_location)
         runs.interrupt_orphans()  # runs of killed processes of this host
         settings = config.service
         limiter = TokenBucket(rate=settings.rate_per_minute / 60.0, burst=settings.rate_burst)
@@ -93,7 +93,7 @@ class ServiceState:
     @property
     def jobs_dir(self) -> Path:
         """Where audit jobs keep their outputs (answers.jsonl resumes them after a crash)."""
-        return self.config.store_path.parent / "service-jobs"
+        return self.config.local_dir / "service-jobs"
 
     def readiness(self) -> dict[str, str]:
         checks = {"store": "ok"}

@@ -13,7 +13,6 @@ import hashlib
 import hmac
 import re
 import secrets
-import sqlite3
 from datetime import UTC, datetime, timedelta
 from enum import StrEnum
 
@@ -130,7 +129,7 @@ class KeyStore:
                     " VALUES (?, ?, ?, ?, ?)",
                     (key_id, name, role.value, _digest(secret), created),
                 )
-            except sqlite3.IntegrityError:
+            except self._db.IntegrityError:
                 continue
             return NewKey(key=self.get(key_id), secret=secret)
         raise MedverifyError("could not find a free API key id; try again")
@@ -206,13 +205,12 @@ class AuditLog:
         detail: str | None = None,
     ) -> AuditEvent:
         at = _now()
-        cursor = self._db.execute(
+        event_id = self._db.insert_id(
             "INSERT INTO audit_log (at, key_id, action, target, status, detail)"
             " VALUES (?, ?, ?, ?, ?, ?)",
             (_stamp(at), key_id, action, target, status, detail),
         )
-        assert cursor.lastrowid is not None
-        return AuditEvent(id=cursor.lastrowid, at=at, key_id=key_id, action=action,
+        return AuditEvent(id=event_id, at=at, key_id=key_id, action=action,
                           target=target, status=status, detail=detail)
 
     def touched(self, key_id: str, target: str) -> bool:

@@ -2,7 +2,8 @@
 
 :class:`JobStore` keeps the queue in the table ``jobs`` (migration 0006). Several processes
 (``uvicorn --workers N``) may share the database file: a job is taken by one worker only
-(:meth:`JobStore.claim` takes it in a ``BEGIN IMMEDIATE`` transaction), a finished job is
+(:meth:`JobStore.claim` takes it in a ``BEGIN IMMEDIATE`` transaction, or under the store's
+write lock in PostgreSQL), a finished job is
 never overwritten (:meth:`JobStore.finish` changes only a queued or running one), and a job
 whose worker died (no heartbeat) goes back to the queue (:meth:`JobStore.recover`).
 """
@@ -10,7 +11,6 @@ whose worker died (no heartbeat) goes back to the queue (:meth:`JobStore.recover
 from __future__ import annotations
 
 import secrets
-import sqlite3
 from collections.abc import Iterable
 from datetime import UTC, datetime, timedelta
 from enum import StrEnum
@@ -137,7 +137,7 @@ class JobStore:
                     " VALUES (?, ?, 'queued', ?, ?, ?)",
                     (job_id, kind.value, key_id, _stamp(now), request_json),
                 )
-            except sqlite3.IntegrityError:
+            except self._db.IntegrityError:
                 continue
             return self.get(job_id)
         raise MedverifyError("could not find a free job id; try again")
@@ -187,12 +187,12 @@ class JobStore:
             ).fetchone()
             if row is None:
                 return None
-            self._db.execute(
+            taken = self._db.execute(
                 "UPDATE jobs SET status = 'running', worker = ?, started_at = ?,"
-                " heartbeat_at = ?, attempts = attempts + 1 WHERE id = ?",
+                " heartbeat_at = ?, attempts = attempts + 1 WHERE id = ? AND status = 'queued'",
                 (worker, now, now, row[0]),
-            )
-            return self._fetch(row[0])
+            ).rowcount
+            return self._fetch(row[0]) if taken else None
 
     def heartbeat(self, job_ids: Iterable[str], worker: str) -> int:
         """Mark ``worker``'s running jobs alive; returns how many are still its own (a job

@@ -18,7 +18,6 @@ with it teaches nothing).
 from __future__ import annotations
 
 import hashlib
-import sqlite3
 from collections import Counter
 from collections.abc import Iterable, Sequence
 from datetime import UTC, datetime
@@ -200,6 +199,9 @@ _LABEL_COLUMNS = ("id, item_id, reviewer, role, label, correction, source_url, "
                   "source_passage_id, note, created_at")
 _CHANGE_COLUMNS = ("id, item_id, label_id, doc_id, kb_path, reviewer, text, source_url, "
                    "created_at, reverted_at")
+_ITEM_INSERT = ("id", "run_id", "answer_id", "claim_id", "topic", "category", "priority",
+                "status", "assignee", "labels_needed", "created_at", "item")
+_NO_LIMIT = 2**62  # LIMIT for "all of them" (SQLite's -1 is not PostgreSQL's)
 _STATE_FIELDS = {"labels", "status", "assignee", "final_label", "closed_at"}
 
 
@@ -261,12 +263,10 @@ class ReviewStore:
                     raise InputError(f"labels_needed is 1 or 2, not {item.labels_needed}")
                 body = item.model_dump_json(exclude=_STATE_FIELDS)
                 cursor = self._db.execute(
-                    "INSERT OR IGNORE INTO review_items (id, run_id, answer_id, claim_id,"
-                    " topic, category, priority, status, assignee, labels_needed, created_at,"
-                    " item) VALUES (?, ?, ?, ?, ?, ?, ?, 'open', NULL, ?, ?, ?)",
+                    self._db.insert_ignore_sql("review_items", _ITEM_INSERT),
                     (item.id, item.run_id, item.answer_id, item.claim.id, item.topic,
-                     item.category, item.priority, item.labels_needed,
-                     _stamp(item.created_at), body))
+                     item.category, item.priority, ReviewStatus.OPEN.value, None,
+                     item.labels_needed, _stamp(item.created_at), body))
                 added += cursor.rowcount
         return added
 
@@ -284,7 +284,7 @@ class ReviewStore:
         rows = self._db.execute(
             f"SELECT {_ITEM_COLUMNS} FROM review_items{where}"
             " ORDER BY priority DESC, created_at, id LIMIT ? OFFSET ?",
-            (*args, -1 if limit is None else max(0, limit), max(0, offset))).fetchall()
+            (*args, _NO_LIMIT if limit is None else max(0, limit), max(0, offset))).fetchall()
         labels = self._labels_of([row[0] for row in rows])
         return [self._item(row, labels.get(row[0], [])) for row in rows]
 
@@ -471,16 +471,16 @@ class ReviewStore:
     def record_kb_change(self, change: KBChange) -> KBChange:
         """Record a document added to the KB from a review; returns it with its id."""
         try:
-            cursor = self._db.execute(
+            change_id = self._db.insert_id(
                 "INSERT INTO kb_changes (item_id, label_id, doc_id, kb_path, reviewer, text,"
                 " source_url, created_at, reverted_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
                 (change.item_id, change.label_id, change.doc_id, change.kb_path,
                  change.reviewer, change.text, change.source_url, _stamp(change.created_at),
                  _stamp(change.reverted_at) if change.reverted_at else None))
-        except sqlite3.IntegrityError as exc:
+        except self._db.IntegrityError as exc:
             raise InputError(f"cannot record the KB change of item {change.item_id} "
                              f"(label {change.label_id}): {exc}") from None
-        return self.kb_change(int(cursor.lastrowid or 0))
+        return self.kb_change(change_id)
 
     def kb_change(self, change_id: int) -> KBChange:
         row = self._db.execute(f"SELECT {_CHANGE_COLUMNS} FROM kb_changes WHERE id = ?",

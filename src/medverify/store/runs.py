@@ -1,10 +1,13 @@
-"""The run store: every run recorded in SQLite with its config, model ids, prompt versions,
-KB snapshot, records, raw outputs and token counts, so that reports and metrics can be
+"""The run store: every run recorded with its config, model ids, prompt versions, KB
+snapshot, records, raw outputs and token counts, so that reports and metrics can be
 recomputed without calling a model.
 
-Schema changes are forward migrations in ``store/migrations/NNNN_name.sql``, applied in
-order and tracked with ``PRAGMA user_version``. One connection per store; the pipeline
-writes from one task (one writer per database).
+The store is a SQLite file (the default) or a PostgreSQL database shared by several
+processes or machines, named by a URL (``postgresql://...``; ``medverify.database`` adapts the
+few SQL differences, so both run the same queries and migrations). Schema changes are
+forward migrations in ``store/migrations/NNNN_name.sql``, applied in order and tracked with
+``PRAGMA user_version`` (PostgreSQL: the table ``medverify_schema``). One connection per
+store; the pipeline writes from one task (one writer per connection).
 """
 
 from __future__ import annotations
@@ -14,7 +17,6 @@ import os
 import re
 import socket
 import sqlite3
-import time
 import uuid
 from collections.abc import Iterator, Sequence, Sized
 from contextlib import contextmanager
@@ -26,6 +28,16 @@ from typing import Any, Literal, Protocol, TypeVar
 
 from pydantic import BaseModel, ConfigDict, TypeAdapter
 
+from medverify.database import (
+    Database,
+    Dialect,
+    PostgresDatabase,
+    SqliteDatabase,
+    StoreUnavailable,
+    dialect_of,
+    display,
+    sqlite_path,
+)
 from medverify.errors import MedverifyError
 from medverify.records import (
     Answer,
@@ -129,22 +141,15 @@ class RunInfo(BaseModel):
     process_gone: bool = False  # running, but its process on this host is gone (killed)
 
 
-def _wal(db: sqlite3.Connection, tries: int = 50) -> None:
-    """Switch to WAL. Processes opening a new file at once race for this switch, which
-    SQLite answers with "locked" at once (no busy wait): retry for up to ~5 s."""
-    for attempt in range(tries):
-        try:
-            db.execute("PRAGMA journal_mode=WAL")
-            return
-        except sqlite3.OperationalError as exc:
-            if "locked" not in str(exc) or attempt == tries - 1:
-                raise
-            time.sleep(0.1)
-
-
 _RUN_COLUMNS = ("r.id, r.kind, r.status, r.created_at, r.finished_at, r.medverify_version, "
                 "r.config, r.models, r.prompt_versions, r.kb_snapshot, r.usage, r.error, "
                 "r.process")
+
+
+_ANSWER_COLUMNS = ("run_id", "position", "answer_id", "answer", "status", "error", "notes")
+_AUDIT_COLUMNS = ("run_id", "answer_id", "position", "audit", "n_claims", "error")
+_BENCH_COLUMNS = ("run_id", "model", "question_id", "status", "reply", "created_at")
+_FACTCHECK_COLUMNS = ("run_id", "position", "answer_id", "report", "n_facts", "error")
 
 
 def current_process() -> str:
@@ -182,20 +187,36 @@ def _now() -> str:
 
 
 class RunStore:
-    """SQLite-backed record of runs. Use as a context manager or call ``close()``."""
+    """The record of runs, in SQLite or PostgreSQL. Use as a context manager or call
+    ``close()``.
 
-    def __init__(self, path: Path) -> None:
-        self.path = Path(path)
-        self.path.parent.mkdir(parents=True, exist_ok=True)
+    ``location`` is a path or a URL (``sqlite:///PATH``, ``postgresql://...``)."""
+
+    def __init__(self, location: Path | str) -> None:
         try:
-            self._db = sqlite3.connect(self.path, isolation_level=None, timeout=30.0)
-            _wal(self._db)
-            self._db.execute("PRAGMA foreign_keys=ON")
+            dialect = dialect_of(location)
+        except ValueError as exc:
+            raise MedverifyError(str(exc)) from None
+        self.location = display(location)
+        self.path: Path | None = sqlite_path(location) if dialect == "sqlite" else None
+        if self.path is not None:
+            try:
+                self._db: Database = SqliteDatabase(self.path)
+                self._migrate()
+            except sqlite3.DatabaseError as exc:
+                raise MedverifyError(
+                    f"cannot open run store {self.path}: {exc}; move it aside to start a new "
+                    "one") from exc
+            return
+        self._db = PostgresDatabase(str(location))
+        try:
             self._migrate()
-        except sqlite3.DatabaseError as exc:
-            raise MedverifyError(
-                f"cannot open run store {self.path}: {exc}; move it aside to start a new one"
-            ) from exc
+        except StoreUnavailable:
+            self._db.close()
+            raise
+        except self._db.Error as exc:
+            self._db.close()
+            raise MedverifyError(f"cannot open run store {self.location}: {exc}") from exc
 
     def __enter__(self) -> RunStore:
         return self
@@ -207,25 +228,18 @@ class RunStore:
         self._db.close()
 
     @property
+    def dialect(self) -> Dialect:
+        return self._db.dialect
+
+    @property
     def schema_version(self) -> int:
-        return int(self._db.execute("PRAGMA user_version").fetchone()[0])
+        return self._db.schema_version()
 
     def _migrate(self) -> None:
-        """Apply the migrations this file lacks, each whole or not at all. Several
-        processes may open a new or old store at once (the service's workers): a migration
-        that fails because another process applied it first is skipped."""
-        for version, sql in migrations():
-            if version <= self.schema_version:
-                continue
-            try:
-                self._db.executescript(
-                    f"BEGIN IMMEDIATE;\n{sql}\nPRAGMA user_version = {version};\nCOMMIT;")
-            except sqlite3.Error:
-                if self._db.in_transaction:
-                    self._db.execute("ROLLBACK")
-                if self.schema_version >= version:
-                    continue
-                raise
+        """Apply the migrations this store lacks, each whole or not at all. Several
+        processes may open a new or old store at once (the service's workers): each
+        migration is applied once."""
+        self._db.migrate(migrations())
 
     def _transaction(self) -> _Tx:
         return _Tx(self._db)
@@ -238,13 +252,12 @@ class RunStore:
         if self._db.in_transaction:
             yield
             return
-        self._db.execute("BEGIN IMMEDIATE")
+        self._db.begin(immediate=True)
         try:
             yield
-            self._db.execute("COMMIT")
+            self._db.commit()
         except BaseException:
-            if self._db.in_transaction:
-                self._db.execute("ROLLBACK")
+            self._db.rollback()
             raise
 
     # -- writing -----------------------------------------------------------------------
@@ -290,9 +303,7 @@ class RunStore:
         """Record one answer, its claim results and its stage notes in one transaction."""
         with self._transaction():
             self._db.execute(
-                "INSERT OR REPLACE INTO answers"
-                " (run_id, position, answer_id, answer, status, error, notes)"
-                " VALUES (?, ?, ?, ?, ?, ?, ?)",
+                self._db.upsert_sql("answers", _ANSWER_COLUMNS, ("run_id", "position")),
                 (
                     run_id,
                     position,
@@ -328,7 +339,7 @@ class RunStore:
     def save_audit(self, run_id: str, position: int, audit: AuditRecord) -> None:
         """Record one audited answer (citation audit) of run ``run_id``."""
         self._db.execute(
-            "INSERT OR REPLACE INTO audits VALUES (?, ?, ?, ?, ?, ?)",
+            self._db.upsert_sql("audits", _AUDIT_COLUMNS, ("run_id", "answer_id")),
             (
                 run_id,
                 audit.answer.id,
@@ -343,7 +354,8 @@ class RunStore:
         """Record one model's reply to one question of benchmark run ``run_id`` (a redone
         reply replaces the earlier one)."""
         self._db.execute(
-            "INSERT OR REPLACE INTO bench_replies VALUES (?, ?, ?, ?, ?, ?)",
+            self._db.upsert_sql("bench_replies", _BENCH_COLUMNS,
+                                ("run_id", "model", "question_id")),
             (
                 run_id,
                 reply.model,
@@ -359,7 +371,7 @@ class RunStore:
     ) -> None:
         """Record one fact-checked answer of run ``run_id`` (a redone one replaces it)."""
         self._db.execute(
-            "INSERT OR REPLACE INTO factchecks VALUES (?, ?, ?, ?, ?, ?)",
+            self._db.upsert_sql("factchecks", _FACTCHECK_COLUMNS, ("run_id", "position")),
             (
                 run_id,
                 position,
@@ -402,7 +414,7 @@ class RunStore:
     # -- reading -----------------------------------------------------------------------
 
     def _readable(self) -> _Readable:
-        return _Readable(self.path)
+        return _Readable(self.location, self._db.Error)
 
     def list_runs(self, limit: int = 50) -> list[RunInfo]:
         with self._readable():
@@ -542,18 +554,21 @@ class RunStore:
 
 
 class _Readable:
-    """Turns a damaged record or database page met while reading into a MedverifyError."""
+    """Turns a damaged record or database page met while reading into a MedverifyError (a
+    server that cannot be reached is a StoreUnavailable error already)."""
 
-    def __init__(self, path: Path) -> None:
+    def __init__(self, path: str, database_error: type[Exception]) -> None:
         self.path = path
+        self.database_error = database_error
 
     def __enter__(self) -> None:
         return None
 
     def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
                  tb: object) -> None:
-        if exc is not None and isinstance(
-                exc, sqlite3.DatabaseError | ValueError | TypeError | AttributeError):
+        if exc is not None and not isinstance(exc, MedverifyError) and isinstance(
+                exc, sqlite3.DatabaseError | self.database_error | ValueError | TypeError
+                | AttributeError):
             detail = " ".join(str(exc).split())[:160]
             raise MedverifyError(f"run store {self.path} has a damaged record "
                                  f"({type(exc).__name__}: {detail}); move it aside to start "
@@ -561,16 +576,22 @@ class _Readable:
 
 
 class _Tx:
-    """BEGIN/COMMIT around a block, ROLLBACK on error (connection is in autocommit mode)."""
+    """BEGIN/COMMIT around a block, ROLLBACK on error (connection is in autocommit mode);
+    inside a caller's transaction: that one."""
 
-    def __init__(self, db: sqlite3.Connection) -> None:
+    def __init__(self, db: Database) -> None:
         self._db = db
+        self._outer = False
 
     def __enter__(self) -> None:
-        if not self._db.in_transaction:
-            self._db.execute("BEGIN")
+        self._outer = self._db.in_transaction
+        if not self._outer:
+            self._db.begin()
 
     def __exit__(self, exc_type: object, *rest: object) -> None:
-        if not self._db.in_transaction:
+        if self._outer or not self._db.in_transaction:
             return
-        self._db.execute("ROLLBACK" if exc_type else "COMMIT")
+        if exc_type:
+            self._db.rollback()
+        else:
+            self._db.commit()

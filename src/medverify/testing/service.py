@@ -60,7 +60,7 @@ class ServiceProcess:
     """``medverify serve --kb KB --store STORE`` on a free loopback port, in a subprocess
     with ``MEDVERIFY_HOME=home`` (its request cache and fetch cache)."""
 
-    def __init__(self, *, kb: Path, store: Path, home: Path, workers: int = 1,
+    def __init__(self, *, kb: Path, store: Path | str, home: Path, workers: int = 1,
                  args: Sequence[str] = (), env: dict[str, str] | None = None,
                  log: Path | None = None) -> None:
         self.kb, self.store, self.home, self.workers = kb, store, home, workers
