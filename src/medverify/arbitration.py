@@ -22,6 +22,14 @@ Rules, first match wins:
    ``min_confidence[category]`` -> escalate;
 5. ``coverage_gap`` -> ``policy.coverage_gap``; ``hallucination`` -> ``policy.hallucination``;
    ``fact`` -> accept.
+
+Re-check before escalating (``[arbitration] recheck_judge``; CHECK's risk-guided compute,
+:mod:`medverify.risk.compute`): a claim a rule in ``recheck_rules`` would escalate is first
+judged again by a second judge over more passages, the riskiest of an answer's escalations
+first up to ``recheck_budget`` of them (:func:`recheck_candidates`); the rules above then
+decide again on that verdict, and the decision records what the first check had decided
+(:class:`~medverify.records.Recheck`). The flow that has the judges runs it
+(``medverify.pipeline.Checker``).
 """
 
 from __future__ import annotations
@@ -31,7 +39,8 @@ import json
 from collections.abc import Sequence
 
 from medverify.config import ArbitrationPolicy
-from medverify.records import Arbitration, Category, ClaimResult, Decision
+from medverify.records import Arbitration, Category, ClaimResult, Decision, Recheck
+from medverify.risk.compute import escalate
 
 CONFIDENCE_OF = {Category.FACT: "SUPPORTED", Category.HALLUCINATION: "CONTRADICTED",
                  Category.COVERAGE_GAP: "NOT_ENOUGH_INFO"}
@@ -41,7 +50,10 @@ CONFIDENCE_OF = {Category.FACT: "SUPPORTED", Category.HALLUCINATION: "CONTRADICT
 def policy_id(policy: ArbitrationPolicy) -> str:
     """``arbitration/<version>+<hash of every setting>``: two policies that decide
     differently never share an id."""
-    body = json.dumps(policy.model_dump(mode="json"), sort_keys=True)
+    settings = policy.model_dump(mode="json")
+    if policy.recheck_judge is None:  # off: its settings decide nothing (ids stay as before)
+        settings = {k: v for k, v in settings.items() if not k.startswith("recheck_")}
+    body = json.dumps(settings, sort_keys=True)
     return f"arbitration/{policy.version}+{hashlib.sha256(body.encode()).hexdigest()[:8]}"
 
 
@@ -99,3 +111,36 @@ def _rule(category: Category, risk: float | None, conf: float | None,
 def arbitrate_all(results: Sequence[ClaimResult], policy: ArbitrationPolicy) -> list[ClaimResult]:
     """Each result with its decision attached."""
     return [r.model_copy(update={"arbitration": arbitrate(r, policy)}) for r in results]
+
+
+def recheck_candidates(results: Sequence[ClaimResult], policy: ArbitrationPolicy) -> list[int]:
+    """Indices of the arbitrated ``results`` to re-check before escalating: escalations by a
+    rule in ``recheck_rules``, the riskiest ``recheck_budget`` share of them (no risk counts
+    as the riskiest), in input order. Empty when ``recheck_judge`` is off."""
+    if policy.recheck_judge is None:
+        return []
+    pool = [i for i, r in enumerate(results)
+            if r.arbitration is not None and r.arbitration.decision is Decision.ESCALATE
+            and r.arbitration.rule in policy.recheck_rules]
+    chosen = escalate([results[i].hallucination_risk for i in pool], policy.recheck_budget)
+    return [pool[j] for j in chosen]
+
+
+def after_recheck(before: ClaimResult, rechecked: ClaimResult, policy: ArbitrationPolicy,
+                  judge: str) -> ClaimResult:
+    """The claim's result once re-checked: the re-check's verdict decided again by the rules
+    (same risk), with what the first check decided recorded; a failed re-check (``ERROR``)
+    keeps the first result and decision."""
+    assert before.arbitration is not None
+    note = Recheck(judge=judge, passages=len(rechecked.passages),
+                   category_before=before.category, decision_before=before.arbitration.decision,
+                   rule_before=before.arbitration.rule,
+                   error=(rechecked.error or "the re-check judge failed")
+                   if rechecked.category is Category.ERROR else None)
+    if note.error is not None:
+        return before.model_copy(update={"arbitration": before.arbitration.model_copy(
+            update={"recheck": note})})
+    result = rechecked.model_copy(update={"hallucination_risk": before.hallucination_risk})
+    decided = arbitrate(result, policy)
+    return result.model_copy(update={"arbitration": decided.model_copy(
+        update={"recheck": note})})

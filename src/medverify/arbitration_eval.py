@@ -466,7 +466,8 @@ def policy_toml(policy: ArbitrationPolicy, point: PolicyPoint | None = None) -> 
                      f"catches {_pct(point.caught)} of judge errors (n={point.n})")
     lines.append("[arbitration]")
     for name, value in policy.model_dump(mode="json").items():
-        lines.append(f"{name} = {_toml_value(value)}")
+        if value is not None:  # TOML has no null: an unset optional setting is left out
+            lines.append(f"{name} = {_toml_value(value)}")
     return "\n".join(lines) + "\n"
 
 

@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from medverify.arbitration import arbitrate_all
+from medverify.arbitration import after_recheck, arbitrate_all, recheck_candidates
 from medverify.config import Config
 from medverify.decompose import Decomposer, make_decomposer
 from medverify.errors import MedverifyError
@@ -26,6 +26,7 @@ from medverify.harness import (
     Provenance,
     Resources,
     RunHarness,
+    Stage,
     close_owned,
     decompose_answer,
     prompt_versions,
@@ -56,6 +57,7 @@ class Checker:
     model: Model | None = None
     owned: tuple[object, ...] = ()
     risk: RiskStage | None = None
+    recheck: Judge | None = None  # [arbitration] recheck_judge: re-checks before escalating
     retriever: Retriever = field(init=False)
 
     def __post_init__(self) -> None:
@@ -82,6 +84,8 @@ class Checker:
             model=model,
             decomposer=make_decomposer(config.decomposer_name, model, config),
             judge=judge_from_config(config, model),
+            recheck=(judge_from_config(config, model, config.arbitration.recheck_judge)
+                     if config.arbitration.recheck_judge else None),
             owned=tuple(owned),
         )
 
@@ -93,6 +97,8 @@ class Checker:
     def models(self) -> dict[str, str]:
         spec = self.model.spec if self.model else None
         out = {"judge": stage_id(self.judge)}
+        if self.recheck is not None:
+            out["recheck"] = stage_id(self.recheck)
         if self.decomposer.name == "llm" and spec:
             out["decompose"] = spec
         if self.risk is not None and self.risk.classifier is not None:
@@ -102,7 +108,11 @@ class Checker:
 
     @property
     def prompt_versions(self) -> dict[str, str]:
-        return prompt_versions({"decompose": self.decomposer, "judge": self.judge})
+        stages: dict[str, Stage | str | None] = {"decompose": self.decomposer,
+                                                 "judge": self.judge}
+        if self.recheck is not None:
+            stages["recheck"] = self.recheck
+        return prompt_versions(stages)
 
     @property
     def provenance(self) -> Provenance:
@@ -117,7 +127,30 @@ class Checker:
         results = await self._retrieve_and_judge(claims)
         if self.risk is not None and results:
             results = await self._add_risk(answer, results, errors)
-        return arbitrate_all(results, self.config.arbitration), errors
+        results = arbitrate_all(results, self.config.arbitration)
+        return await self._recheck(results), errors
+
+    async def _recheck(self, results: list[ClaimResult]) -> list[ClaimResult]:
+        """Re-check the claims arbitration would escalate (``[arbitration] recheck_*``):
+        more passages, the second judge, decided again (:func:`after_recheck`)."""
+        chosen = recheck_candidates(results, self.config.arbitration)
+        if self.recheck is None or not chosen:
+            return results
+        claims = [results[i].claim for i in chosen]
+        top_k = self.config.arbitration.recheck_top_k or 2 * self.config.retrieval.top_k
+        passages = await asyncio.to_thread(self.retriever.search_many,
+                                           [c.text for c in claims], top_k,
+                                           self.config.retrieval.mode)
+        try:
+            rechecked = await self._judge(claims, passages, self.recheck)
+        except MedverifyError as exc:  # the re-check failed: the claims stay escalated
+            rechecked = [ClaimResult.failed(c, f"re-check failed: {exc}", p)
+                         for c, p in zip(claims, passages, strict=True)]
+        out = list(results)
+        for i, again in zip(chosen, rechecked, strict=True):
+            out[i] = after_recheck(results[i], again, self.config.arbitration,
+                                   stage_id(self.recheck))
+        return out
 
     async def _add_risk(self, answer: Answer, results: list[ClaimResult],
                         errors: list[str]) -> list[ClaimResult]:
@@ -160,10 +193,12 @@ class Checker:
         )
 
     async def _judge(
-        self, claims: Sequence[Claim], passages: Sequence[list[Passage]]
+        self, claims: Sequence[Claim], passages: Sequence[list[Passage]],
+        judge: Judge | None = None,
     ) -> list[ClaimResult]:
+        judge = judge or self.judge
         items = [JudgeItem(claim=c, passages=p) for c, p in zip(claims, passages, strict=True)]
-        verdicts = await self.judge.judge(items) if items else []
+        verdicts = await judge.judge(items) if items else []
         by_claim = {v.claim_id: v for v in verdicts}
         results = []
         for item in items:
@@ -243,7 +278,7 @@ async def acheck(
     """Check one answer against a knowledge base and return its report.
 
     ``kb`` and ``model`` override the config's; the run is recorded in the run store
-    (``config.store_path``) unless ``record`` is False."""
+    (``config.store_location``) unless ``record`` is False."""
     config = (config or Config.load()).model_copy(
         update={k: v for k, v in {"kb": Path(kb) if kb else None, "model": model}.items() if v}
     )
@@ -251,7 +286,7 @@ async def acheck(
     try:
         if not record:
             return (await checker.run([_as_answer(answer, question)]))[0]
-        with RunStore(config.store_path) as store:
+        with RunStore(config.store_location) as store:
             return (await checker.run([_as_answer(answer, question)], store=store))[0]
     finally:
         await checker.aclose()

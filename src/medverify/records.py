@@ -314,14 +314,30 @@ class Verdict(_Record):
         return categorize(self.factual.counts, self.counterfactual.counts)
 
 
+class Recheck(_Record):
+    """A claim re-checked before it was escalated (``[arbitration] recheck_judge``): what
+    the first check decided, and who re-checked it. The claim result then holds the
+    re-check's passages and verdict, and the arbitration its decision; a re-check that
+    failed (``error``) changes nothing and the claim stays escalated."""
+
+    judge: str
+    passages: int = Field(ge=0)  # passages the re-check judged
+    category_before: Category
+    decision_before: Decision
+    rule_before: str
+    error: str | None = None
+
+
 class Arbitration(_Record):
     """The decision on one claim: the rule that fired, the policy (its id names the exact
-    settings) and the inputs it saw (category, risk, the judge's confidence)."""
+    settings) and the inputs it saw (category, risk, the judge's confidence); ``recheck``
+    when the claim was re-checked before being escalated."""
 
     decision: Decision
     rule: str
     policy: str
     inputs: dict[str, float | str | None] = Field(default_factory=dict)
+    recheck: Recheck | None = None
 
 
 class ClaimResult(_Record):
