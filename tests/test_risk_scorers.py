@@ -174,6 +174,31 @@ def test_hf_bad_items_give_error_traces(tiny_models: dict[str, Path]) -> None:
     assert traces[3].error == EMPTY_ANSWER
 
 
+def test_hf_out_of_memory_fails_only_the_answer_that_needs_it(
+        tiny_models: dict[str, Path], monkeypatch: pytest.MonkeyPatch) -> None:
+    """A forward pass that runs out of memory (simulated: any batch holding the long answer)
+    is retried answer by answer; only the long answer fails, with the cause."""
+    import medverify.risk.scorers as scorers
+
+    real = scorers._forward
+    long_answer = "Metformin lowers glucose " * 20
+
+    def forward(lm: Any, batch: list[Any], k: int) -> Any:
+        if max(len(enc.ids) for enc in batch) > 300:
+            raise RuntimeError("CUDA out of memory. Tried to allocate 2.00 GiB")
+        return real(lm, batch, k)
+
+    monkeypatch.setattr(scorers, "_forward", forward)
+    items = [ITEMS[0], ScoreItem(answer=long_answer), ITEMS[1]]
+    traces = run(scorer_for(tiny_models["gpt2"], batch_size=3), items)
+    assert [t.answer for t in traces] == [i.answer for i in items]
+    assert traces[0].error is None and traces[0].steps
+    assert traces[2].error is None and traces[2].steps
+    assert traces[1].steps == []
+    assert "scoring failed" in (traces[1].error or "")
+    assert "out of memory" in (traces[1].error or "")
+
+
 def test_hf_scorer_is_a_scorer_and_runs_off_the_event_loop(
         tiny_models: dict[str, Path]) -> None:
     scorer = scorer_for(tiny_models["gpt2"])
