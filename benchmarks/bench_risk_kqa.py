@@ -200,27 +200,10 @@ def main() -> None:
                                    for s in [*row["Must_have"], *row["Nice_to_have"]])
     editor = Editor(pool, args.seed)
     examples = make_examples(chosen, editor)
-    ex_file = args.work / "examples.jsonl"
-    ex_file.write_text("".join(json.dumps(e) + "\n" for e in examples), "utf-8")
-    counts = Counter(e["provenance"]["edit_type"] or "FACT" for e in examples)
-    print(
-        f"{len(chosen)} questions, {len(examples)} examples -> {ex_file}; "
-        f"{dict(counts)}; drug pool {len(pool)}",
-        flush=True,
-    )
-    if args.count_only:
-        for e in examples[:60]:
-            print(e["label"], e["provenance"]["edit_type"], "|", e["text"])
+    found = features_for(args, examples, f"{len(chosen)} questions", len(pool), show=60)
+    if found is None:
         return
-
-    feats = args.work / "features.jsonl"
-    if args.reuse_features:
-        timing = json.loads((args.work / "timing.json").read_text("utf-8"))
-        assert timing["examples"] == len(examples), "features of other arguments"
-    else:
-        timing = RM.extract(args, ex_file, feats, len(examples))
-    if args.features_only:
-        return
+    feats, timing, counts = found
     data = {
         "questions_total": len(rows),
         "questions_used": len(chosen),
@@ -230,6 +213,29 @@ def main() -> None:
         "drug_lexicon": lexicon_size,
     }
     analyse(args, data, feats, timing)
+
+
+def features_for(args: argparse.Namespace, examples: list[dict[str, Any]], what: str,
+                 pool: int, show: int) -> tuple[Path, dict[str, Any], Counter[str]] | None:
+    """Write the examples to WORK, then their features (or reuse the stored ones); None
+    when ``--count-only`` or ``--features-only`` stops the run there. Returns the features
+    file, the timing and the examples' count per edit type."""
+    ex_file = args.work / "examples.jsonl"
+    ex_file.write_text("".join(json.dumps(e) + "\n" for e in examples), "utf-8")
+    counts = Counter(e["provenance"]["edit_type"] or "FACT" for e in examples)
+    print(f"{what}, {len(examples)} examples -> {ex_file}; {dict(counts)}; drug pool {pool}",
+          flush=True)
+    if args.count_only:
+        for e in examples[:show]:
+            print(e["label"], e["provenance"]["edit_type"], "|", e["text"])
+        return None
+    feats = args.work / "features.jsonl"
+    if args.reuse_features:
+        timing = json.loads((args.work / "timing.json").read_text("utf-8"))
+        assert timing["examples"] == len(examples), "features of other arguments"
+    else:
+        timing = RM.extract(args, ex_file, feats, len(examples))
+    return None if args.features_only else (feats, timing, counts)
 
 
 def _paired(score: np.ndarray, pairs: list[tuple[int, int]], higher: bool) -> np.ndarray:

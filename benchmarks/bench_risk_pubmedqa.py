@@ -136,24 +136,10 @@ def main() -> None:
     chosen = order[: args.questions] if args.questions else order
     pool, lexicon_size = KQA.drug_pool(conclusion(r) for r in rows)
     examples = make_examples(chosen, KQA.Editor(pool, args.seed))
-    ex_file = args.work / "examples.jsonl"
-    ex_file.write_text("".join(json.dumps(e) + "\n" for e in examples), "utf-8")
-    counts = Counter(e["provenance"]["edit_type"] or "FACT" for e in examples)
-    print(f"{len(chosen)} questions, {len(examples)} examples -> {ex_file}; {dict(counts)}; "
-          f"drug pool {len(pool)}", flush=True)
-    if args.count_only:
-        for e in examples[:40]:
-            print(e["label"], e["provenance"]["edit_type"], "|", e["text"])
+    found = KQA.features_for(args, examples, f"{len(chosen)} questions", len(pool), show=40)
+    if found is None:
         return
-
-    feats = args.work / "features.jsonl"
-    if args.reuse_features:
-        timing = json.loads((args.work / "timing.json").read_text("utf-8"))
-        assert timing["examples"] == len(examples), "features of other arguments"
-    else:
-        timing = RM.extract(args, ex_file, feats, len(examples))
-    if args.features_only:
-        return
+    feats, timing, counts = found
     from transformers import AutoTokenizer
 
     lines, _ = load_features(args.work)

@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import asyncio
 import importlib.util
-import json
 import math
 import os
 import subprocess
@@ -40,7 +39,7 @@ from medverify.risk.scorers import (
     render_prompt,
     steps_from_echo_logprobs,
 )
-from medverify.testing.local_server import LocalServer, QuietHandler
+from medverify.testing.local_server import CompletionsServer
 
 ITEMS = [
     ScoreItem(question="What is the first-line drug for type 2 diabetes?",
@@ -59,37 +58,6 @@ def run(scorer: Scorer, items: list[ScoreItem]) -> list[TokenTrace]:
 
 
 # ------------------------------------------------------- offline: a llama.cpp-shaped server
-
-
-class _Server(LocalServer):
-    thread_name = "fake-llamacpp-server"
-
-    def __init__(self, reply: Reply) -> None:
-        self.reply = reply
-        self.bodies: list[dict[str, Any]] = []
-
-    @property
-    def base_url(self) -> str:
-        host, port = self.address
-        return f"http://{host}:{port}/v1"
-
-
-class _Handler(QuietHandler):
-    def do_POST(self) -> None:
-        owner: _Server = self.server.owner
-        body = json.loads(self.rfile.read(int(self.headers.get("Content-Length") or 0)))
-        owner.bodies.append(body)
-        status, payload = ((404, {"error": "no route"}) if self.path != "/v1/completions"
-                           else owner.reply(body))
-        data = json.dumps(payload).encode()
-        self.send_response(status)
-        self.send_header("Content-Type", "application/json")
-        self.send_header("Content-Length", str(len(data)))
-        self.end_headers()
-        self.wfile.write(data)
-
-
-_Server.handler = _Handler
 
 
 def llamacpp_reply(model_dir: Path) -> Reply:
@@ -148,7 +116,7 @@ def tiny_gpt2(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 def test_echo_fallback_matches_the_local_model(tiny_gpt2: Path) -> None:
     k = 5
-    with _Server(llamacpp_reply(tiny_gpt2)) as server:
+    with CompletionsServer(llamacpp_reply(tiny_gpt2)) as server:
         scorer = OpenAICompatScorer(kind="vllm", model="tiny", base_url=server.base_url, k=k,
                                     concurrency=1)
         remote = run(scorer, ITEMS)
@@ -207,7 +175,7 @@ def test_hand_built_echo_reply() -> None:
 
 def test_server_with_neither_shape_gives_the_honest_error() -> None:
     plain = {"choices": [{"index": 0, "text": " yes", "logprobs": None}]}
-    with _Server(lambda body: (200, plain)) as server:
+    with CompletionsServer(lambda body: (200, plain)) as server:
         scorer = OpenAICompatScorer(kind="vllm", model="m", base_url=server.base_url, k=3)
         [trace] = run(scorer, [ITEMS[0]])
     assert trace.error == NO_PROMPT_LOGPROBS and trace.steps == []
@@ -221,7 +189,7 @@ def test_echo_refused_keeps_the_server_message() -> None:
             return 400, {"error": {"message": "echo is not supported"}}
         return 200, {"choices": [{"index": 0, "text": "x"}]}
 
-    with _Server(reply) as server:
+    with CompletionsServer(reply) as server:
         [trace] = run(OpenAICompatScorer(kind="vllm", model="m", base_url=server.base_url,
                                          k=3, backoff_s=0.01), [ITEMS[0]])
     assert (trace.error or "").startswith(NO_PROMPT_LOGPROBS)

@@ -30,7 +30,7 @@ from medverify.risk.scorers import (  # noqa: E402
     make_scorer,
     render_prompt,
 )
-from medverify.testing.local_server import LocalServer, QuietHandler  # noqa: E402
+from medverify.testing.local_server import CompletionsServer  # noqa: E402
 from medverify.testing.tiny_lm import build_tiny_lm  # noqa: E402
 
 ARCHS = ("gpt2", "llama")
@@ -243,41 +243,6 @@ def test_cuda_request_without_cuda_is_a_config_error(tiny_models: dict[str, Path
 # ------------------------------------------------------------- vLLM-shaped test server
 
 Reply = Callable[[dict[str, Any]], tuple[int, Any]]
-
-
-class CompletionsServer(LocalServer):
-    """POST /v1/completions answered by ``reply(body) -> (status, json body)``."""
-
-    thread_name = "fake-completions-server"
-
-    def __init__(self, reply: Reply) -> None:
-        self.reply = reply
-        self.bodies: list[dict[str, Any]] = []
-        self.headers: list[dict[str, str]] = []
-
-    @property
-    def base_url(self) -> str:
-        host, port = self.address
-        return f"http://{host}:{port}/v1"
-
-
-class _CompletionsHandler(QuietHandler):
-    def do_POST(self) -> None:
-        owner: CompletionsServer = self.server.owner
-        body = json.loads(self.rfile.read(int(self.headers.get("Content-Length") or 0)))
-        owner.bodies.append(body)
-        owner.headers.append({k.lower(): v for k, v in self.headers.items()})
-        status, payload = ((404, {"error": "no route"}) if self.path != "/v1/completions"
-                           else owner.reply(body))
-        data = json.dumps(payload).encode()
-        self.send_response(status)
-        self.send_header("Content-Type", "application/json")
-        self.send_header("Content-Length", str(len(data)))
-        self.end_headers()
-        self.wfile.write(data)
-
-
-CompletionsServer.handler = _CompletionsHandler
 
 
 def vllm_reply(model_dir: Path) -> Reply:

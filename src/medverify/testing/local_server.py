@@ -3,8 +3,10 @@ served from a daemon thread, started and stopped as a context manager."""
 
 from __future__ import annotations
 
+import json
 import sys
 import threading
+from collections.abc import Callable
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from types import TracebackType
 from typing import Any, ClassVar, Self
@@ -79,3 +81,43 @@ class LocalServer:
     def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
                  tb: TracebackType | None) -> None:
         self.close()
+
+
+CompletionsReply = Callable[[dict[str, Any]], tuple[int, Any]]
+
+
+class CompletionsServer(LocalServer):
+    """A fake OpenAI-style completions endpoint: ``POST /v1/completions`` answered by
+    ``reply(body) -> (status, JSON body)`` (vLLM- or llama.cpp-shaped, as the test scripts
+    it); the bodies and headers it received are kept."""
+
+    thread_name = "fake-completions-server"
+
+    def __init__(self, reply: CompletionsReply) -> None:
+        self.reply = reply
+        self.bodies: list[dict[str, Any]] = []
+        self.headers: list[dict[str, str]] = []
+
+    @property
+    def base_url(self) -> str:
+        host, port = self.address
+        return f"http://{host}:{port}/v1"
+
+
+class _CompletionsHandler(QuietHandler):
+    def do_POST(self) -> None:
+        owner: CompletionsServer = self.server.owner
+        body = json.loads(self.rfile.read(int(self.headers.get("Content-Length") or 0)))
+        owner.bodies.append(body)
+        owner.headers.append({k.lower(): v for k, v in self.headers.items()})
+        status, payload = ((404, {"error": "no route"}) if self.path != "/v1/completions"
+                           else owner.reply(body))
+        data = json.dumps(payload).encode()
+        self.send_response(status)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(data)))
+        self.end_headers()
+        self.wfile.write(data)
+
+
+CompletionsServer.handler = _CompletionsHandler
