@@ -84,6 +84,8 @@ CODE_TEXT = {
     "the details",
     "not_ready": "the knowledge base or a model did not load; `GET /readyz` says what",
     "timeout": "no result within `request_timeout_s`: submit long work as a job",
+    "store_unavailable": "the shared store's database server (PostgreSQL) cannot be reached; "
+    "nothing was half-written, `Retry-After` says when to try again (docs/scale.md)",
 }
 
 FRAMEWORK_STATUSES = (404, 405)
