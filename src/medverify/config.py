@@ -46,8 +46,9 @@ class KBSettings(_Section):
     embedder: str = DEFAULT_EMBEDDER
     batch_size: int = Field(64, ge=1)
     # the model embedder's precision and device (docs/kb.md, "Embedding precision"): auto =
-    # int8 on the CPU, fp32 (computed in fp16) on a CUDA GPU. A KB records the precision of
-    # its vectors and queries it in that precision, whatever this says
+    # fp32 (computed in fp16 on a CUDA GPU); int8 (CPU only) is 2-3x faster, opt-in. A KB
+    # records the precision of its vectors and queries it in that precision, whatever
+    # this says
     embed_precision: Literal["auto", "fp32", "int8"] = "auto"
     embed_device: Literal["auto", "cpu", "cuda"] = "auto"
     # the vector index (docs/scale.md): auto = exact below index_threshold chunks, IVF above;

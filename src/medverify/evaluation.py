@@ -155,8 +155,11 @@ def evaluate_retrieval(corpus: str | Path, queries: str | Path,
                        retrieval: RetrievalSettings | None = None) -> RetrievalEval:
     """Build (or reuse) a KB over ``corpus`` and score each mode on ``queries``."""
     settings = settings or KBSettings()
-    emb = get_embedder(embedder if embedder is not None else settings.embedder)
-    target = Path(kb_dir) if kb_dir else default_kb_dir(corpus, emb.id, settings)
+    emb = get_embedder(embedder if embedder is not None else settings.embedder,
+                       settings.embed_precision, settings.embed_device)
+    precision = getattr(emb, "precision", "fp32")
+    target = Path(kb_dir) if kb_dir else default_kb_dir(
+        corpus, emb.id if precision == "fp32" else f"{emb.id}-{precision}", settings)
     query_list = load_queries(queries)
     ks = sorted(set(ks))
     with build_kb(corpus, target, settings, emb, retrieval) as kb:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import time
 from pathlib import Path
 
 import click
@@ -13,6 +14,7 @@ from medverify.cli._common import console
 from medverify.cli._names import EMBEDDERS, NamesHelpOption
 from medverify.config import KBSettings
 from medverify.kb import KnowledgeBase, LoadReport
+from medverify.kb.index import INDEX_NAME, INDEX_POLICIES
 from medverify.kb.ingest import IngestStats
 from medverify.kb.loaders import iter_ctgov, iter_sources
 from medverify.records import Passage
@@ -168,3 +170,21 @@ def stats(kb_dir: Path, as_json: bool) -> None:
         return
     for name, value in summary.model_dump().items():
         click.echo(f"{name:15} {value}")
+
+
+@kb_group.command("reindex")
+@click.option("--kb", "kb_dir", required=True, type=KB_DIR, help="Knowledge base directory.")
+@click.option("--index", "policy", type=click.Choice(INDEX_POLICIES),
+              help="Record this vector index in the KB before rebuilding: auto (exact below "
+              "100,000 chunks, IVF above), flat, ivf, ivfpq or hnsw. Default: the KB's own.")
+@click.option("--nlist", type=click.IntRange(1), help="IVF lists (default ~4 sqrt(chunks)).")
+def reindex(kb_dir: Path, policy: str | None, nlist: int | None) -> None:
+    """Rebuild the vector index from the vectors stored in the KB (docs/scale.md)."""
+    started = time.perf_counter()
+    with KnowledgeBase.open(kb_dir) as kb:
+        spec = kb.rebuild_index(policy, nlist=nlist)
+        summary = kb.stats()
+    size = (kb_dir / INDEX_NAME).stat().st_size
+    click.echo(f"rebuilt the vector index of {kb_dir} as {spec.describe()} over "
+               f"{summary.chunks} chunks in {time.perf_counter() - started:.1f}s "
+               f"({size / 1e6:.1f} MB; policy {summary.index_policy})")

@@ -14,10 +14,11 @@ from pathlib import Path
 
 from medverify.config import KBSettings
 from medverify.errors import KBError
-from medverify.kb.embed import Embedder
+from medverify.kb.embed import Embedder, precision_of
 
 SCHEMA_VERSION = 1
 DB_NAME = "kb.sqlite"
+PRECISION_KEY = "embed_precision"  # meta: fp32 or int8, the precision of the stored vectors
 BUILD_HINT = "build one with `medverify kb ingest PATH... --kb {path}`"
 
 SCHEMA = """
@@ -94,6 +95,7 @@ def initial_meta(settings: KBSettings, embedder: Embedder,
                  spec: Embedder | str | None) -> dict[str, str]:
     return {"schema_version": str(SCHEMA_VERSION), "embedder_id": embedder.id,
             "embedder_spec": spec_of(embedder, spec), "dim": str(embedder.dim),
+            PRECISION_KEY: precision_of(embedder),
             "chunk_tokens": str(settings.chunk_tokens),
             "chunk_overlap": str(settings.chunk_overlap),
             "generation": "0", "created_at": str(time.time())}
@@ -107,6 +109,13 @@ def spec_of(embedder: Embedder, spec: Embedder | str | None) -> str:
     if embedder.id.startswith("st:") and path is not None:
         return str(path)
     return embedder.id
+
+
+def read_precision(conn: sqlite3.Connection) -> str:
+    """The precision class of the KB's vectors (``fp32`` for a KB from before it was
+    recorded)."""
+    row = conn.execute("SELECT value FROM meta WHERE key=?", (PRECISION_KEY,)).fetchone()
+    return str(row[0]) if row else "fp32"
 
 
 def read_generation(conn: sqlite3.Connection) -> int:

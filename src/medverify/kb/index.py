@@ -1,10 +1,22 @@
 """The vector index of a KB directory: a faiss file kept in step with SQLite.
 
-``vectors.faiss`` is a faiss ``IndexIDMap2(IndexFlatIP)`` over the chunk vectors, keyed by
-chunk id; ``vectors.json`` records the SQLite generation and size it was written at. The
-file is trusted only when that record matches SQLite and it reads back as an index of the
-right dimension and size; otherwise it is rebuilt from the vectors stored in SQLite, so an
+``vectors.faiss`` is a faiss index over the chunk vectors, keyed by chunk id, of one of
+:data:`INDEX_KINDS`: ``flat`` (exact, ``IndexIDMap2(IndexFlatIP)``), ``ivf`` (IVF-flat:
+exact inner products inside the ``nprobe`` nearest of ``nlist`` k-means lists), ``ivfpq``
+(IVF with product-quantised codes, 8x smaller, lossy) or ``hnsw`` (``IndexIDMap2`` over
+``IndexHNSWFlat``). The KB's policy (SQLite meta ``vector_index``: ``auto`` or a kind)
+chooses it; ``auto`` is exact below :data:`EXACT_BELOW` chunks and IVF-flat above.
+
+``vectors.json`` records what the file is: the SQLite generation and size it was written
+at, its kind and parameters, and the embedder and dimension of its vectors. The file is
+trusted only when that record matches SQLite and it reads back as an index of that kind,
+dimension and size; otherwise it is rebuilt from the vectors stored in SQLite, so an
 interrupted ingest or a damaged file never leaves the two out of step.
+
+A trusted file is read memory-mapped (faiss ``IO_FLAG_MMAP`` for IVF inverted lists,
+``IO_FLAG_MMAP_IFC`` for flat and HNSW storage): opening a KB of millions of chunks costs
+milliseconds and pages come from the OS page cache, shared between processes. A mapped
+index is read-only, so it is loaded into memory before anything is added or removed.
 """
 
 from __future__ import annotations
@@ -15,6 +27,7 @@ import os
 import re
 import sqlite3
 from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
@@ -31,17 +44,102 @@ SMALL_BATCH = 8  # query batches below this size search the vector index on one 
 _FAISS_WHERE = re.compile(r"^Error in .*? at \S+:\d+: (?:Error: )?")  # faiss's C++ location
 
 IndexState = Literal["fresh", "stale", "missing"]
+IndexKind = Literal["flat", "ivf", "ivfpq", "hnsw"]
+INDEX_KINDS: tuple[IndexKind, ...] = ("flat", "ivf", "ivfpq", "hnsw")
+INDEX_POLICIES = ("auto", *INDEX_KINDS)
+EXACT_BELOW = 100_000  # auto: a flat (exact) index below this many chunks, IVF-flat above
+RETRAIN_GROWTH = 4  # auto: an IVF index is retrained once the KB is this many times larger
+TRAIN_PER_LIST = 40  # k-means training vectors per IVF list
+HNSW_M = 32
+MIN_TRAIN = {"ivf": 39, "ivfpq": 256 * 39}  # vectors k-means needs (one list; PQ codebooks)
+
+
+@dataclass(frozen=True)
+class IndexSpec:
+    """What a vector index is: its kind and the parameters it was built with."""
+
+    kind: IndexKind = "flat"
+    nlist: int = 0  # ivf, ivfpq: k-means lists
+    pq_m: int = 0  # ivfpq: sub-quantisers (8 bits each)
+    hnsw_m: int = 0  # hnsw: neighbours per node
+
+    def describe(self) -> str:
+        extra = {"ivf": f"nlist {self.nlist}", "ivfpq": f"nlist {self.nlist}, PQ{self.pq_m}",
+                 "hnsw": f"M {self.hnsw_m}"}.get(self.kind)
+        return f"{self.kind} ({extra})" if extra else self.kind
+
+    def record(self) -> dict[str, Any]:
+        return {"kind": self.kind, "nlist": self.nlist, "pq_m": self.pq_m,
+                "hnsw_m": self.hnsw_m}
+
+    @classmethod
+    def from_record(cls, record: dict[str, Any]) -> IndexSpec:
+        """The spec a ``vectors.json`` records (one written before index kinds: flat)."""
+        kind = record.get("kind", "flat")
+        if kind not in INDEX_KINDS:
+            raise ValueError(f"unknown vector index kind {kind!r}")
+        return cls(kind=kind, nlist=int(record.get("nlist", 0)),
+                   pq_m=int(record.get("pq_m", 0)), hnsw_m=int(record.get("hnsw_m", 0)))
+
+
+def auto_kind(count: int, threshold: int = EXACT_BELOW) -> IndexKind:
+    return "flat" if count < threshold else "ivf"
+
+
+def choose_spec(policy: str, count: int, dim: int, threshold: int = EXACT_BELOW,
+                nlist: int | None = None) -> IndexSpec:
+    """The index for ``count`` vectors of dimension ``dim`` under ``policy`` (``auto`` or
+    a kind). IVF lists: about 4 sqrt(count), a power of two, with at least 39 training
+    vectors per list (faiss's minimum for k-means). An IVF kind asked for a KB too small
+    to train one is built flat (exact) until the KB has grown enough."""
+    if policy not in INDEX_POLICIES:
+        raise KBError(f"unknown vector index {policy!r}: use one of {', '.join(INDEX_POLICIES)}")
+    kind: IndexKind = auto_kind(count, threshold) if policy == "auto" else policy  # type: ignore[assignment]
+    if kind in ("ivf", "ivfpq") and count < MIN_TRAIN[kind]:
+        return IndexSpec("flat")  # too few vectors to train: exact until there are enough
+    if kind in ("ivf", "ivfpq"):
+        if nlist is None:
+            target = max(1.0, 4 * count ** 0.5)
+            nlist = 1 << max(0, round(np.log2(target)))
+        nlist = max(1, min(nlist, max(1, count // 39), 1 << 16))
+        pq_m = next((m for m in (dim // 8, dim // 4, dim // 2, dim) if m and dim % m == 0), dim)
+        return IndexSpec(kind, nlist=nlist, pq_m=pq_m if kind == "ivfpq" else 0)
+    if kind == "hnsw":
+        return IndexSpec("hnsw", hnsw_m=HNSW_M)
+    return IndexSpec("flat")
+
+
+@dataclass
+class SearchKnobs:
+    """Query-time parameters of the approximate indexes (recall against latency)."""
+
+    nprobe: int = 32  # ivf, ivfpq: lists scanned per query
+    ef_search: int = 128  # hnsw: candidate list size
 
 
 class VectorIndex:
     """The faiss index of the KB directory ``path``, loaded (or rebuilt from the vectors
-    stored in SQLite, read through ``conn``) on first use."""
+    stored in SQLite, read through ``conn``) on first use.
 
-    def __init__(self, path: Path, dim: int, conn: sqlite3.Connection) -> None:
+    ``policy`` is the KB's recorded choice (``auto`` or a kind), ``embedder_id`` the KB's
+    embedder (recorded with the file), ``threshold`` where ``auto`` turns approximate,
+    ``knobs`` the query-time parameters, ``mmap`` whether a saved file is memory-mapped."""
+
+    def __init__(self, path: Path, dim: int, conn: sqlite3.Connection, policy: str = "auto",
+                 embedder_id: str = "", threshold: int = EXACT_BELOW,
+                 knobs: SearchKnobs | None = None, mmap: bool = True) -> None:
         self.path = path
         self.dim = dim
         self._conn = conn
+        self.policy = policy
+        self.embedder_id = embedder_id
+        self.threshold = threshold
+        self.knobs = knobs or SearchKnobs()
+        self.mmap = mmap
         self.loaded: Any = None  # the faiss index once read or built
+        self.spec: IndexSpec | None = None  # what the loaded index is
+        self.mapped = False  # whether the loaded index is memory-mapped (read-only)
+        self.trained_at = 0  # vectors an IVF index was trained for (its nlist's basis)
 
     def _generation(self) -> int:
         return read_generation(self._conn)
@@ -54,64 +152,176 @@ class VectorIndex:
             return "missing"
         return "fresh" if self._meta_matches() else "stale"
 
-    def _meta_matches(self) -> bool:
+    def recorded(self) -> dict[str, Any] | None:
+        """What ``vectors.json`` records, or None when it cannot be read."""
         try:
-            recorded = json.loads((self.path / INDEX_META).read_text("utf-8"))
+            record = json.loads((self.path / INDEX_META).read_text("utf-8"))
         except (OSError, ValueError):
+            return None
+        return record if isinstance(record, dict) else None
+
+    def _meta_matches(self) -> bool:
+        recorded = self.recorded()
+        if recorded is None:
             return False
-        return recorded == {"generation": self._generation(), "ntotal": self._count()}
+        if (recorded.get("generation"), recorded.get("ntotal")) != (self._generation(),
+                                                                     self._count()):
+            return False
+        # written by this version: the embedder and dimension must be the KB's too
+        return all(recorded.get(key, mine) == mine
+                   for key, mine in (("embedder_id", self.embedder_id), ("dim", self.dim))
+                   if mine)
+
+    def recorded_spec(self) -> IndexSpec | None:
+        """The kind of the saved file (None when there is no readable record)."""
+        recorded = self.recorded()
+        try:
+            return IndexSpec.from_record(recorded) if recorded is not None else None
+        except ValueError:
+            return None
+
+    def wanted_spec(self, count: int | None = None) -> IndexSpec:
+        """The index the policy asks for at ``count`` chunks (default: the KB's size)."""
+        return choose_spec(self.policy, self._count() if count is None else count, self.dim,
+                           self.threshold)
 
     def ensure(self) -> Any:
-        """The faiss index: the saved file when it can be trusted, else rebuilt (and saved
-        when the directory is writable)."""
+        """The faiss index: the saved file when it can be trusted (memory-mapped), else
+        rebuilt (and saved when the directory is writable)."""
         if self.loaded is None:
-            index = self._read() if self.state() == "fresh" else None
-            if index is not None:
-                self.loaded = index
-            else:
-                self.loaded = self._build()
+            index = self._read(self.mmap) if self.state() == "fresh" else None
+            if index is None:
+                self.loaded, self.mapped = self._build(), False
                 self._try_save()
         return self.loaded
 
-    def _read(self) -> Any | None:
-        """The saved faiss index, or None (with a warning) when it cannot be used: a
-        truncated, empty or foreign file, or one whose dimension or size is not the KB's."""
+    def writable(self) -> Any:
+        """The index loaded in memory (a memory-mapped one is read again without mmap:
+        faiss aborts the process on a write to a mapped index)."""
+        index = self.ensure()
+        if self.mapped:
+            self.loaded, self.mapped = None, False
+            index = self._read(mmap=False)
+            if index is None:
+                self.loaded = self._build()
+                self._try_save()
+            index = self.loaded
+        return index
+
+    def _read(self, mmap: bool) -> Any | None:
+        """Load the saved faiss index (sets ``loaded``), or None (with a warning) when it
+        cannot be used: a truncated, empty or foreign file, or one whose kind, dimension or
+        size is not the recorded one."""
         import faiss
 
         path = self.path / INDEX_NAME
+        spec = self.recorded_spec() or IndexSpec()
+        flags = 0
+        if mmap:
+            flags = faiss.IO_FLAG_MMAP if spec.kind in ("ivf", "ivfpq") else faiss.IO_FLAG_MMAP_IFC
         try:
-            index = faiss.read_index(str(path))
+            index = faiss.read_index(str(path), flags)
         except RuntimeError as exc:
             problem = f"cannot be read ({first_line(exc)})"
         else:
             chunks = self._count()
-            if (isinstance(index, faiss.IndexIDMap2) and index.d == self.dim
-                    and index.ntotal == chunks):
+            if (_is_kind(index, spec) and index.d == self.dim and index.ntotal == chunks):
+                self.loaded, self.spec, self.mapped = index, spec, bool(flags)
+                self.trained_at = int((self.recorded() or {}).get("trained_at", chunks))
+                self._apply_knobs()
                 return index
             problem = (f"holds {index.ntotal} vectors of dimension {index.d} "
-                       f"({type(index).__name__}), not {chunks} of dimension {self.dim}")
+                       f"({type(index).__name__}), not {chunks} of dimension {self.dim} "
+                       f"in a {spec.describe()} index")
         log.warning("the vector index %s %s: rebuilding it from %s", path, problem, DB_NAME)
         return None
 
-    def rebuild(self) -> None:
-        """Rebuild the index from the vectors stored in SQLite, and save it.
+    def rebuild(self, spec: IndexSpec | None = None) -> None:
+        """Rebuild the index from the vectors stored in SQLite (as ``spec``, default the
+        one the policy asks for at the KB's size), and save it.
 
         KBError when the stored vectors cannot be read (the KB must then be rebuilt)."""
-        self.loaded = self._build()
+        self.loaded, self.mapped = None, False
+        self.loaded = self._build(spec)
         self.save()
 
-    def _build(self) -> Any:
-        import faiss
-
-        index = faiss.IndexIDMap2(faiss.IndexFlatIP(self.dim))
+    def _build(self, spec: IndexSpec | None = None) -> Any:
+        spec = spec or self.wanted_spec()
         try:
+            index = self._make(spec)
+            if not index.is_trained:
+                self._train(index)
             for ids, vectors in self.stored_vectors():
                 index.add_with_ids(vectors, ids)
         except (sqlite3.DatabaseError, ValueError) as exc:
             raise KBError(f"the vector index of {self.path} cannot be rebuilt from {DB_NAME} "
                           f"({first_line(exc)}): delete {self.path} and "
                           + BUILD_HINT.format(path=self.path)) from exc
+        self.spec, self.trained_at = spec, self._count()
+        self._apply_knobs(index)
         return index
+
+    def _make(self, spec: IndexSpec) -> Any:
+        import faiss
+
+        ip = faiss.METRIC_INNER_PRODUCT
+        if spec.kind == "ivf":
+            return faiss.IndexIVFFlat(faiss.IndexFlatIP(self.dim), self.dim, spec.nlist, ip)
+        if spec.kind == "ivfpq":
+            return faiss.IndexIVFPQ(faiss.IndexFlatIP(self.dim), self.dim, spec.nlist,
+                                    spec.pq_m, 8, ip)
+        if spec.kind == "hnsw":
+            return faiss.IndexIDMap2(faiss.IndexHNSWFlat(self.dim, spec.hnsw_m, ip))
+        return faiss.IndexIDMap2(faiss.IndexFlatIP(self.dim))
+
+    def _train(self, index: Any) -> None:
+        """k-means on an evenly spaced sample of the stored vectors (one pass over them).
+        An empty KB trains on nothing: the index is then trained on first add."""
+        import faiss
+
+        count = self._count()
+        nlist = faiss.extract_index_ivf(index).nlist
+        want = max(TRAIN_PER_LIST * nlist, 256 * 39 if isinstance(index, faiss.IndexIVFPQ)
+                   else 0)
+        step = max(1, count // max(want, 1))
+        blocks = [vectors for _, vectors in self._strided(step)]
+        sample = (np.concatenate(blocks) if blocks
+                  else np.zeros((0, self.dim), dtype=np.float32))
+        if len(sample) < nlist:
+            raise ValueError(f"{len(sample)} vectors cannot train {nlist} IVF lists")
+        ivf = faiss.extract_index_ivf(index)
+        ivf.cp.niter = 10
+        ivf.cp.max_points_per_centroid = max(ivf.cp.max_points_per_centroid, TRAIN_PER_LIST)
+        index.train(np.ascontiguousarray(sample, dtype=np.float32))
+
+    def _strided(self, step: int) -> Iterator[tuple[np.ndarray, np.ndarray]]:
+        if step <= 1:
+            yield from self.stored_vectors()
+            return
+        for n, (ids, vectors) in enumerate(self.stored_vectors()):
+            keep = (np.arange(len(ids)) + n * 8192) % step == 0
+            yield ids[keep], vectors[keep]
+
+    def _apply_knobs(self, index: Any = None) -> None:
+        import faiss
+
+        index = self.loaded if index is None else index
+        if index is None:
+            return
+        if isinstance(index, faiss.IndexIVF):
+            index.nprobe = min(self.knobs.nprobe, index.nlist)
+        elif isinstance(index, faiss.IndexIDMap2):
+            inner = faiss.downcast_index(index.index)
+            if isinstance(inner, faiss.IndexHNSW):
+                inner.hnsw.efSearch = self.knobs.ef_search
+
+    def set_knobs(self, nprobe: int | None = None, ef_search: int | None = None) -> None:
+        """Change the query-time parameters of the loaded index (and later loads)."""
+        if nprobe is not None:
+            self.knobs.nprobe = nprobe
+        if ef_search is not None:
+            self.knobs.ef_search = ef_search
+        self._apply_knobs()
 
     def stored_vectors(self, block: int = 8192) -> Iterator[tuple[np.ndarray, np.ndarray]]:
         """(ids, vectors) of every chunk stored in SQLite, in blocks of ``block`` rows, by
@@ -138,21 +348,42 @@ class VectorIndex:
     def add(self, ids: list[int], vectors: np.ndarray, rebuild: bool) -> None:
         """Add committed chunks (``rebuild``: chunks were also deleted, so rebuild)."""
         if rebuild:
-            self.loaded = None
-            self.rebuild()
-        else:
-            self.ensure().add_with_ids(np.asarray(vectors, dtype=np.float32),
-                                       np.asarray(ids, dtype=np.int64))
+            self.rebuild(self.spec)
+            return
+        self.writable().add_with_ids(np.asarray(vectors, dtype=np.float32),
+                                     np.asarray(ids, dtype=np.int64))
+
+    def outgrown(self) -> IndexSpec | None:
+        """The index the policy now asks for, when the loaded one no longer fits the KB's
+        size (``auto`` crossed the threshold, or an IVF index's lists were trained for a
+        KB four times smaller); None when it still fits."""
+        count = self._count()
+        current = self.spec or self.recorded_spec() or IndexSpec()
+        kind: str = self.policy
+        if self.policy == "auto":  # hysteresis: back to exact only below half the threshold
+            kind = (auto_kind(count, self.threshold) if current.kind == "flat"
+                    else current.kind if count >= self.threshold // 2 else "flat")
+        wanted = choose_spec(kind, count, self.dim, self.threshold)
+        if wanted.kind != current.kind:
+            return wanted
+        if wanted.kind in ("ivf", "ivfpq") and count > RETRAIN_GROWTH * max(self.trained_at, 1):
+            return wanted
+        return None
 
     def save(self) -> None:
         import faiss
 
         if self.loaded is None:
             return
+        if self.mapped:  # a mapped index is the saved file itself
+            return
         tmp = self.path / (INDEX_NAME + ".tmp")
         faiss.write_index(self.loaded, str(tmp))
         os.replace(tmp, self.path / INDEX_NAME)
-        meta = {"generation": self._generation(), "ntotal": int(self.loaded.ntotal)}
+        spec = self.spec or IndexSpec()
+        meta = {"generation": self._generation(), "ntotal": int(self.loaded.ntotal),
+                **spec.record(), "embedder_id": self.embedder_id, "dim": self.dim,
+                "trained_at": self.trained_at}
         (self.path / (INDEX_META + ".tmp")).write_text(json.dumps(meta), "utf-8")
         os.replace(self.path / (INDEX_META + ".tmp"), self.path / INDEX_META)
 
@@ -164,6 +395,21 @@ class VectorIndex:
         scores, ids = faiss_search(index, vectors, depth)
         return [[(int(i), float(s)) for i, s in zip(row_ids, row_scores, strict=True) if i >= 0]
                 for row_ids, row_scores in zip(ids, scores, strict=True)]
+
+
+def _is_kind(index: Any, spec: IndexSpec) -> bool:
+    """Whether a faiss index read back is of the recorded kind (ids kept either way)."""
+    import faiss
+
+    if spec.kind in ("ivf", "ivfpq"):
+        cls = faiss.IndexIVFFlat if spec.kind == "ivf" else faiss.IndexIVFPQ
+        return isinstance(index, cls) and index.nlist == spec.nlist
+    if not isinstance(index, faiss.IndexIDMap2):
+        return False
+    inner = faiss.downcast_index(index.index)
+    if spec.kind == "hnsw":
+        return isinstance(inner, faiss.IndexHNSWFlat)
+    return isinstance(inner, faiss.IndexFlat)
 
 
 def faiss_search(index: Any, vectors: np.ndarray, depth: int) -> tuple[np.ndarray, np.ndarray]:

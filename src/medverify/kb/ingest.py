@@ -5,10 +5,17 @@ string), and chunks are embedded and committed in batches of ``flush_chunks``. E
 committed batch bumps ``generation`` in SQLite. A document whose chunks span several
 batches is stored with ``content_hash = "partial:<hash>"`` until its last chunk is
 committed; re-ingesting it resumes after the chunks already stored.
+
+Embedding overlaps the rest (issue 19): a full batch is handed to one embedding thread
+(torch releases the GIL) while this thread stores the previous batch and reads and chunks
+the next; batches are stored in order, one SQLite transaction each, with bulk inserts
+(``executemany``, chunk ids assigned in the transaction). ``Ingester.overlap = False``
+and ``Ingester.bulk = False`` give the serial, row-by-row path of before (benchmarks).
 """
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import functools
 import hashlib
@@ -17,6 +24,7 @@ import logging
 import sqlite3
 import time
 from collections.abc import Callable, Iterable, Iterator
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
@@ -67,6 +75,11 @@ class _Batch:
 
     docs: list[_Pending] = field(default_factory=list)
     chunks: list[tuple[_Pending, int, Chunk]] = field(default_factory=list)
+    finished: set[int] = field(default_factory=set)  # id() of the docs this batch completes,
+    # taken when it is handed over (the reader marks later documents done meanwhile)
+
+    def completes(self, pending: _Pending) -> bool:
+        return id(pending) in self.finished
 
     def touch(self, pending: _Pending) -> None:
         if not self.docs or self.docs[-1] is not pending:
@@ -95,10 +108,21 @@ def _pieces(doc: KBInput, size: int = 1 << 20) -> Iterator[str]:
     return (doc.text[i:i + size] for i in range(0, len(doc.text), size))
 
 
+@dataclass
+class _InFlight:
+    """A batch handed to the embedding thread, not stored yet."""
+
+    batch: _Batch
+    vectors: Future[np.ndarray]
+
+
 class Ingester:
     """One ingest run into ``kb`` through its connection ``conn`` (started by
     :meth:`KnowledgeBase.ingest`, which holds the KB's lock); ``kb.flush_chunks`` and
     ``kb.window_chars`` are read while it runs."""
+
+    overlap = True  # embed a batch in a thread while the next one is read and chunked
+    bulk = True  # executemany inserts (False: one INSERT per chunk, as before issue 19)
 
     def __init__(self, kb: KnowledgeBase, conn: sqlite3.Connection, chunk_tokens: int,
                  chunk_overlap: int) -> None:
@@ -106,19 +130,31 @@ class Ingester:
         self.conn = conn
         self.chunk_tokens = chunk_tokens
         self.chunk_overlap = chunk_overlap
+        self._pool: ThreadPoolExecutor | None = None
+        self._in_flight: _InFlight | None = None
 
     def run(self, documents: Iterable[KBInput],
             progress: Callable[[IngestStats], None] | None) -> IngestStats:
         stats, started = IngestStats(), time.perf_counter()
         self.kb.vector_index.ensure()
         batch = _Batch()
+        if self.overlap:
+            self._pool = ThreadPoolExecutor(1, thread_name_prefix="medverify-embed")
         try:
             for doc in documents:
                 self._ingest_one(doc, batch, stats, progress)
                 if progress is not None:
                     progress(stats)
             self._flush(batch, stats)
+            self._settle(stats)
+        except BaseException:
+            with contextlib.suppress(Exception):  # a batch handed over is committed, as
+                self._settle(stats)  # it was without overlap; the error is the one raised
+            raise
         finally:
+            if self._pool is not None:
+                self._pool.shutdown(wait=True, cancel_futures=True)
+                self._pool, self._in_flight = None, None
             stats.seconds = time.perf_counter() - started
             self.kb.vector_index.save()
         return stats
@@ -126,8 +162,10 @@ class Ingester:
     def _ingest_one(self, doc: KBInput, batch: _Batch, stats: IngestStats,
                     progress: Callable[[IngestStats], None] | None) -> None:
         stats.documents_seen += 1
-        if any(p.doc.doc_id == doc.doc_id for p in batch.docs):
+        held = batch.docs + (self._in_flight.batch.docs if self._in_flight else [])
+        if any(p.doc.doc_id == doc.doc_id for p in held):
             self._flush(batch, stats)  # an earlier copy in this run is settled first
+            self._settle(stats)
         pending = self._admit(doc, stats)
         if pending is None:
             return
@@ -184,23 +222,47 @@ class Ingester:
         return (int(row[0]), int(row[1])) if row else None
 
     def _flush(self, batch: _Batch, stats: IngestStats) -> None:
+        """Embed the batch and store it: at once without overlap; else hand it to the
+        embedding thread and store the batch handed over before (batches are stored in
+        order, so a document's chunks and rows are written as without overlap)."""
         if not batch.docs:
             return
         texts = [_embed_text(p.doc.title, c) for p, _, c in batch.chunks]
-        vectors = (self.kb.embedder.embed(texts) if texts
-                   else np.zeros((0, self.kb.dim), dtype=np.float32))
+        taken = _Batch(batch.docs, batch.chunks, {id(p) for p in batch.docs if p.done})
+        batch.docs, batch.chunks = [], []
+        if self._pool is None:
+            self._store(taken, self._embed(texts), stats)
+            return
+        submitted = _InFlight(taken, self._pool.submit(self._embed, texts))
+        self._settle(stats)
+        self._in_flight = submitted
+
+    def _settle(self, stats: IngestStats) -> None:
+        """Store the batch being embedded, once its vectors are there."""
+        if self._in_flight is not None:
+            pending, self._in_flight = self._in_flight, None
+            self._store(pending.batch, pending.vectors.result(), stats)
+
+    def _embed(self, texts: list[str]) -> np.ndarray:
+        if not texts:
+            return np.zeros((0, self.kb.dim), dtype=np.float32)
+        embedder = self.kb.embedder
+        if not self.bulk and hasattr(embedder, "embed_legacy"):
+            return embedder.embed_legacy(texts)  # type: ignore[no-any-return]
+        return embedder.embed(texts)
+
+    def _store(self, batch: _Batch, vectors: np.ndarray, stats: IngestStats) -> None:
         replaced = any(p.replace and p.row is None for p in batch.docs)
         with self.conn:
             ids = self._store_batch(batch, vectors)
             self.conn.execute("UPDATE meta SET value = CAST(value AS INTEGER) + 1 "
                               "WHERE key='generation'")
         stats.chunks_added += len(ids)
-        for pending in (p for p in batch.docs if p.done):
+        for pending in (p for p in batch.docs if batch.completes(p)):
             stats.documents_resumed += pending.resumed
             stats.documents_updated += pending.replace and not pending.resumed
             stats.documents_added += not pending.replace or pending.resumed
         self.kb.vector_index.add(ids, vectors, rebuild=replaced)
-        batch.docs, batch.chunks = [], []
         _release_free_memory()
 
     def _store_batch(self, batch: _Batch, vectors: np.ndarray) -> list[int]:
@@ -209,13 +271,19 @@ class Ingester:
                 if pending.replace:
                     self._delete_document(pending.doc.doc_id)
                 pending.row = self._insert_document(pending)
-        ids = [self._insert_chunk(p, order, chunk, vector)
-               for (p, order, chunk), vector in zip(batch.chunks, vectors, strict=True)]
+        if self.bulk:
+            ids = self._insert_chunks(batch, vectors)
+        else:
+            ids = [self._insert_chunk(p, order, chunk, vector)
+                   for (p, order, chunk), vector in zip(batch.chunks, vectors, strict=True)]
+        texts_of: dict[int, list[str]] = {}
+        for p, _, c in batch.chunks:
+            texts_of.setdefault(id(p), []).append(c.text)
         for pending in batch.docs:
-            texts = [c.text for p, _, c in batch.chunks if p is pending]
+            texts = texts_of.get(id(pending), [])
             self._count_terms(pending.doc.title, texts, +1)
             pending.stored += len(texts)
-            state = pending.digest if pending.done else PARTIAL + pending.digest
+            state = pending.digest if batch.completes(pending) else PARTIAL + pending.digest
             self.conn.execute("UPDATE documents SET content_hash=?, n_chunks=? WHERE id=?",
                               (state, pending.stored, pending.row))
         return ids
@@ -228,6 +296,29 @@ class Ingester:
             (doc.doc_id, PARTIAL + pending.digest, doc.title, doc.url, doc.source,
              json.dumps(doc.meta, default=str), 0, time.time()))
         return int(cursor.lastrowid or 0)
+
+    def _insert_chunks(self, batch: _Batch, vectors: np.ndarray) -> list[int]:
+        """Insert the batch's chunks and their full-text rows with two ``executemany``
+        calls. The ids are assigned here, in the transaction, as SQLite would (one past
+        the largest), so they equal those of inserting row by row."""
+        if not batch.chunks:
+            return []
+        vectors = np.ascontiguousarray(vectors, dtype=np.float32)
+        if len(vectors) != len(batch.chunks):
+            raise ValueError(f"{len(batch.chunks)} chunks but {len(vectors)} vectors")
+        first = int(self.conn.execute("SELECT COALESCE(MAX(id), 0) FROM chunks")
+                    .fetchone()[0]) + 1
+        ids = list(range(first, first + len(batch.chunks)))
+        self.conn.executemany(
+            'INSERT INTO chunks (id, doc, ord, text, start, "end", n_tokens, vector) '
+            "VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+            [(i, p.row, order, c.text, c.span.start, c.span.end, c.n_tokens, v.tobytes())
+             for i, (p, order, c), v in zip(ids, batch.chunks, vectors, strict=True)])
+        self.conn.executemany(
+            "INSERT INTO chunks_fts (rowid, title, body) VALUES (?, ?, ?)",
+            [(i, p.doc.title or "", c.text) for i, (p, _, c) in zip(ids, batch.chunks,
+                                                                     strict=True)])
+        return ids
 
     def _insert_chunk(self, pending: _Pending, order: int, chunk: Chunk,
                       vector: np.ndarray) -> int:

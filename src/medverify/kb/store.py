@@ -18,7 +18,9 @@ fusion, passages with scores) is :class:`medverify.retrieve.Retriever`'s.
 from __future__ import annotations
 
 import hashlib
+import heapq
 import logging
+import math
 import re
 import sqlite3
 import threading
@@ -43,10 +45,11 @@ from medverify.kb.database import (
     create_database,
     initial_meta,
     read_generation,
+    read_precision,
     remove_database,
     unfinished_creation,
 )
-from medverify.kb.embed import Embedder, get_embedder
+from medverify.kb.embed import Embedder, get_embedder, precision_of
 from medverify.kb.fts import (
     LEXICAL_BUDGET,
     MAX_QUERY_TERMS,
@@ -57,7 +60,15 @@ from medverify.kb.fts import (
     query_terms,
     select_terms,
 )
-from medverify.kb.index import INDEX_META, INDEX_NAME, SMALL_BATCH, VectorIndex
+from medverify.kb.index import (
+    INDEX_META,
+    INDEX_NAME,
+    SMALL_BATCH,
+    IndexSpec,
+    SearchKnobs,
+    VectorIndex,
+    choose_spec,
+)
 from medverify.kb.ingest import PARTIAL, Ingester, IngestStats, document_hash
 from medverify.kb.loaders import KBInput
 from medverify.kb.protocol import Candidate, StoredChunk, Subset
@@ -87,6 +98,9 @@ __all__ = [  # names other modules (and older code) import from here
     "select_terms",
 ]
 
+INDEX_POLICY_KEY = "vector_index"  # meta: the KB's vector index policy (auto or a kind)
+LEXICAL_EXACT = 1000  # postings past which a lexical query is ranked without bm25() ...
+LEXICAL_LARGE = 100_000  # ... on a KB of this many chunks or more
 MAX_FILTERED = 20_000  # chunks a metadata filter may match (ranked exactly in memory)
 DOC_ID_PREFIX = "doc_id_prefix"  # a where key over document ids, not metadata
 _META_KEY = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,63}")
@@ -109,27 +123,47 @@ class KBStats(BaseModel):
     snapshot_id: str
     vector_index: Literal["fresh", "stale", "missing"]
     size_bytes: int
+    index_policy: str = "auto"  # the KB's recorded choice: auto or a kind
+    index_kind: str = "flat"  # what the saved (or next built) index is, with its parameters
+    embed_precision: str = "fp32"  # the precision of the stored vectors (and of queries)
+
+
+def _recorded_precision(conn: sqlite3.Connection) -> str:
+    try:
+        return read_precision(conn)
+    except sqlite3.DatabaseError:
+        return "fp32"  # unreadable: KnowledgeBase() reports it
 
 
 class KnowledgeBase:
     """Documents, chunks, a full-text index and a vector index in one directory."""
 
     def __init__(self, path: Path, conn: sqlite3.Connection, embedder: Embedder | None,
-                 retrieval: RetrievalSettings | None = None) -> None:
+                 retrieval: RetrievalSettings | None = None,
+                 settings: KBSettings | None = None) -> None:
         self.path = path
         self._conn = conn
         self._meta = self._read_meta()
         self._embedder = embedder
         self.retrieval = retrieval or RetrievalSettings()
-        self._vectors = VectorIndex(path, self.dim, conn)
+        knobs = settings or KBSettings()
+        self._vectors = VectorIndex(path, self.dim, conn, policy=self.index_policy,
+                                    embedder_id=self.embedder_id,
+                                    threshold=knobs.index_threshold,
+                                    knobs=SearchKnobs(knobs.nprobe, knobs.ef_search))
         self._snapshot: tuple[int, str] | None = None
         self._vectors_at: int | None = None  # the generation the loaded index is in step with
         self._lock = threading.RLock()
         self.flush_chunks = KBSettings().batch_size * 4  # chunks per committed batch
         self.window_chars = WINDOW_CHARS  # characters of a document tokenized at once
+        self._embed_device = knobs.embed_device
         self.lexical_budget = LEXICAL_BUDGET
+        self.lexical_exact = LEXICAL_EXACT  # postings up to which FTS5 bm25() ranks
+        self.lexical_large = LEXICAL_LARGE  # chunks from which past that, it does not
         if embedder is not None:
             self._check_embedder(embedder)
+        if settings is not None:
+            self._check_index(settings.index)
 
     # ---- construction -------------------------------------------------------------
 
@@ -144,21 +178,29 @@ class KnowledgeBase:
                           "another --kb directory")
         if settings.chunk_overlap >= settings.chunk_tokens:
             raise ConfigError("chunk overlap must be smaller than the chunk size")
-        emb = get_embedder(embedder if embedder is not None else settings.embedder)
+        emb = get_embedder(embedder if embedder is not None else settings.embedder,
+                           settings.embed_precision, settings.embed_device)
         path.mkdir(parents=True, exist_ok=True)
-        create_database(path / DB_NAME, initial_meta(settings, emb, embedder))
-        return cls(path, connect(path / DB_NAME), emb, retrieval)
+        meta = initial_meta(settings, emb, embedder)
+        meta[INDEX_POLICY_KEY] = settings.index
+        create_database(path / DB_NAME, meta)
+        return cls(path, connect(path / DB_NAME), emb, retrieval, settings)
 
     @classmethod
     def open(cls, path: str | Path, embedder: Embedder | str | None = None,
-             retrieval: RetrievalSettings | None = None) -> KnowledgeBase:
-        """Open an existing KB. With ``embedder``, refuse it unless the KB was built with it."""
+             retrieval: RetrievalSettings | None = None,
+             settings: KBSettings | None = None) -> KnowledgeBase:
+        """Open an existing KB. With ``embedder``, refuse it unless the KB was built with it;
+        with ``settings``, refuse a KB whose vector index is not ``settings.index`` (unless
+        that is ``auto``), and take its query-time index parameters."""
         path = Path(path)
         if not (path / DB_NAME).is_file():
             raise KBError(f"no knowledge base at {path}: " + BUILD_HINT.format(path=path))
         conn = connect(path / DB_NAME)
-        emb = get_embedder(embedder) if embedder is not None else None
-        return cls(path, conn, emb, retrieval)
+        device = settings.embed_device if settings is not None else "auto"
+        emb = (get_embedder(embedder, _recorded_precision(conn), device)  # type: ignore[arg-type]
+               if embedder is not None else None)  # a name: in the KB's precision
+        return cls(path, conn, emb, retrieval, settings)
 
     @classmethod
     def open_or_create(cls, path: str | Path, settings: KBSettings | None = None,
@@ -169,7 +211,7 @@ class KnowledgeBase:
                         "it again", Path(path) / DB_NAME)
             remove_database(Path(path) / DB_NAME)
         if (Path(path) / DB_NAME).is_file():
-            kb = cls.open(path, embedder, retrieval)
+            kb = cls.open(path, embedder, retrieval, settings)
             if settings is not None:
                 kb._check_chunking(settings)
             return kb
@@ -178,8 +220,9 @@ class KnowledgeBase:
     @classmethod
     def from_config(cls, path: str | Path, config: Config) -> KnowledgeBase:
         """The ``embedded`` entry of :data:`medverify.kb.KB_STORES`: open the KB directory
-        at ``path`` with the configured retrieval settings (and the KB's own embedder)."""
-        return cls.open(path, retrieval=config.retrieval)
+        at ``path`` with the configured retrieval and index settings (and the KB's own
+        embedder); a KB built with another vector index than a configured kind is refused."""
+        return cls.open(path, retrieval=config.retrieval, settings=config.kb_settings)
 
     def _read_meta(self) -> dict[str, str]:
         try:
@@ -197,12 +240,34 @@ class KnowledgeBase:
         return meta
 
     def _check_embedder(self, embedder: Embedder) -> None:
+        if embedder.id == self.embedder_id and precision_of(embedder) != self.embed_precision:
+            raise KBError(
+                f"the knowledge base at {self.path} holds {self.embed_precision} vectors of "
+                f"{self.embedder_id!r}, and this embedder computes {precision_of(embedder)} "
+                "ones: queries must be embedded in the KB's precision (open the KB by "
+                "embedder name, or with embed_precision = "
+                f"\"{self.embed_precision}\"), or ingest into a new --kb directory")
         if embedder.id != self.embedder_id or embedder.dim != self.dim:
             raise KBError(
                 f"the knowledge base at {self.path} was built with embedder "
                 f"{self.embedder_id!r} (dim {self.dim}), not {embedder.id!r} (dim "
                 f"{embedder.dim}): use --embedder {self._meta.get('embedder_spec')} "
                 "or ingest into a new --kb directory")
+
+    def _check_index(self, wanted: str) -> None:
+        """Refuse a KB whose vector index is not the configured kind (``auto`` takes any):
+        searching it would silently trade recall (or latency) against what was asked."""
+        if wanted == "auto" or wanted == self.index_policy:
+            return
+        built = self._vectors.recorded_spec() if self._vectors.state() == "fresh" else None
+        if built is not None and built.kind == wanted:
+            return
+        have = built.describe() if built is not None else self._vectors.wanted_spec().kind
+        raise KBError(
+            f"the knowledge base at {self.path} has a {have} vector index (policy "
+            f"{self.index_policy!r}), not {wanted!r} as configured: rebuild it with "
+            f"`medverify kb reindex --kb {self.path} --index {wanted}`, or set the "
+            "index to auto to use it as it is")
 
     def _check_chunking(self, settings: KBSettings) -> None:
         have = (int(self._meta["chunk_tokens"]), int(self._meta["chunk_overlap"]))
@@ -222,6 +287,16 @@ class KnowledgeBase:
         return int(self._meta["dim"])
 
     @property
+    def embed_precision(self) -> str:
+        """The precision of the stored vectors (fp32 or int8); queries use the same."""
+        return self._meta.get("embed_precision", "fp32")
+
+    @property
+    def index_policy(self) -> str:
+        """The vector index this KB records: ``auto`` (by size) or a kind."""
+        return self._meta.get(INDEX_POLICY_KEY, "auto")
+
+    @property
     def settings(self) -> KBSettings:
         return KBSettings(chunk_tokens=int(self._meta["chunk_tokens"]),
                           chunk_overlap=int(self._meta["chunk_overlap"]),
@@ -231,7 +306,9 @@ class KnowledgeBase:
     def embedder(self) -> Embedder:
         """The KB's embedder, loaded on first use."""
         if self._embedder is None:
-            embedder = get_embedder(self._meta.get("embedder_spec") or self.embedder_id)
+            embedder = get_embedder(self._meta.get("embedder_spec") or self.embedder_id,
+                                    self.embed_precision,  # type: ignore[arg-type]
+                                    self._embed_device)
             self._check_embedder(embedder)
             self._embedder = embedder
         return self._embedder
@@ -252,6 +329,8 @@ class KnowledgeBase:
         digest = hashlib.sha256()
         for key in ("embedder_id", "dim", "chunk_tokens", "chunk_overlap"):
             digest.update(f"{key}={self._meta[key]}\n".encode())
+        if self.embed_precision != "fp32":  # (fp32 KBs keep the ids they had)
+            digest.update(f"embed_precision={self.embed_precision}\n".encode())
         rows = self._conn.execute("SELECT doc_id, content_hash FROM documents ORDER BY doc_id")
         for doc_id, digest_hex in rows:
             digest.update(f"{doc_id}\x00{digest_hex}\n".encode("utf-8", "surrogatepass"))
@@ -266,7 +345,17 @@ class KnowledgeBase:
                            chunk_tokens=int(self._meta["chunk_tokens"]),
                            chunk_overlap=int(self._meta["chunk_overlap"]),
                            snapshot_id=self.snapshot_id, vector_index=self._vectors.state(),
-                           size_bytes=size)
+                           size_bytes=size, index_policy=self.index_policy,
+                           index_kind=self._index_spec().describe(),
+                           embed_precision=self.embed_precision)
+
+    def _index_spec(self) -> IndexSpec:
+        """The loaded index's spec, else the saved file's, else what would be built."""
+        if self._vectors.spec is not None:
+            return self._vectors.spec
+        recorded = (self._vectors.recorded_spec() if self._vectors.state() == "fresh"
+                    else None)
+        return recorded or self._vectors.wanted_spec()
 
     def _counts(self) -> tuple[int, int]:
         return count_rows(self._conn)
@@ -286,10 +375,13 @@ class KnowledgeBase:
             ingester = Ingester(self, self._conn, int(self._meta["chunk_tokens"]),
                                 int(self._meta["chunk_overlap"]))
             self._current_vectors()
+            self._vectors.writable()
             try:
-                return ingester.run(documents, progress)
+                stats = ingester.run(documents, progress)
             finally:
                 self._vectors_at = self.generation
+            self._follow_size()
+            return stats
 
     def remove_documents(self, doc_ids: Iterable[str]) -> int:
         """Remove documents by id (their chunks from SQLite, the full-text index and the
@@ -300,10 +392,23 @@ class KnowledgeBase:
             ingester = Ingester(self, self._conn, int(self._meta["chunk_tokens"]),
                                 int(self._meta["chunk_overlap"]))
             self._current_vectors()
+            self._vectors.writable()
             try:
-                return ingester.remove(doc_ids)
+                removed = ingester.remove(doc_ids)
             finally:
                 self._vectors_at = self.generation
+            self._follow_size()
+            return removed
+
+    def _follow_size(self) -> None:
+        """After an ingest or a removal: rebuild the vector index when the KB's size calls
+        for another one (``auto`` crossing the threshold, IVF lists trained for a KB four
+        times smaller, or a kind asked for a KB that was too small to train it)."""
+        spec = self._vectors.outgrown()
+        if spec is not None:
+            log.warning("%s now holds %d chunks: rebuilding its vector index as %s",
+                        self.path, self._counts()[1], spec.describe())
+            self._vectors.rebuild(spec)
 
     # ---- vector index -------------------------------------------------------------
 
@@ -317,11 +422,26 @@ class KnowledgeBase:
         """The loaded faiss index (None until first used)."""
         return self._vectors.loaded
 
-    def rebuild_index(self) -> None:
-        """Rebuild the faiss index from the vectors stored in SQLite, and save it.
+    def rebuild_index(self, policy: str | None = None, nlist: int | None = None) -> IndexSpec:
+        """Rebuild the faiss index from the vectors stored in SQLite, and save it; with
+        ``policy`` (``auto`` or a kind), record that choice in the KB first. ``nlist``
+        overrides the IVF list count. Returns what was built.
 
         KBError when the stored vectors cannot be read (the KB must then be rebuilt)."""
-        self._vectors.rebuild()
+        with self._lock, self._damage_is_an_error():
+            if policy is not None:
+                spec = choose_spec(policy, self._counts()[1], self.dim,
+                                   self._vectors.threshold, nlist)  # KBError if unknown
+                with self._conn:
+                    self._conn.execute("INSERT OR REPLACE INTO meta (key, value) VALUES "
+                                       "(?, ?)", (INDEX_POLICY_KEY, policy))
+                self._meta[INDEX_POLICY_KEY] = policy
+                self._vectors.policy = policy
+            spec = choose_spec(self.index_policy, self._counts()[1], self.dim,
+                               self._vectors.threshold, nlist)
+            self._vectors.rebuild(spec)
+            self._vectors_at = self.generation
+            return spec
 
     # ---- primitive searches (ranking is the Retriever's) ---------------------------
 
@@ -345,16 +465,46 @@ class KnowledgeBase:
     def lexical_candidates(self, query: str, depth: int) -> list[Candidate]:
         """Up to ``depth`` (chunk id, BM25 score) of the chunks matching the query's terms,
         best first. The terms are quoted (inert FTS5 syntax); on a large KB the most common
-        ones are dropped past ``lexical_budget`` postings."""
+        ones are dropped past ``lexical_budget`` postings.
+
+        FTS5's ``bm25()`` costs tens of microseconds per matching row (measured at 1M
+        chunks: docs/scale.md), so on a KB of ``lexical_large`` chunks or more a query past
+        ``lexical_exact`` postings is ranked by a bounded rank query instead: each kept
+        word's posting list (at most ``lexical_budget`` rows), every chunk scored by the
+        summed idf of the words it contains (BM25 with term frequency one at average
+        length). Smaller KBs are always ranked by bm25()."""
         with self.reading():
             terms = query_terms(query)
             if not terms:
                 return []
-            terms = select_terms(terms, self._document_frequencies(terms), self.lexical_budget)
+            df = self._document_frequencies(terms)
+            terms = select_terms(terms, df, self.lexical_budget)
+            if (sum(df.get(t, 0) for t in terms) > self.lexical_exact
+                    and self._last_chunk_id() >= self.lexical_large):
+                return self._idf_ranked(terms, depth)
             rows = self._conn.execute(
                 "SELECT rowid, bm25(chunks_fts) AS s FROM chunks_fts WHERE chunks_fts MATCH ? "
                 "ORDER BY s LIMIT ?", (fts_match(terms), depth)).fetchall()
             return [(int(r[0]), -float(r[1])) for r in rows]
+
+    def _idf_ranked(self, terms: Sequence[str], depth: int) -> list[Candidate]:
+        """The bounded rank query of :meth:`lexical_candidates`: no bm25() call, each
+        word's posting list read once (its first ``lexical_budget`` rows)."""
+        total = self._last_chunk_id()
+        scores: dict[int, float] = {}
+        for term in terms:
+            ids = [r[0] for r in self._conn.execute(
+                "SELECT rowid FROM chunks_fts WHERE chunks_fts MATCH ? LIMIT ?",
+                (fts_match([term]), self.lexical_budget))]
+            idf = math.log(1.0 + (total - len(ids) + 0.5) / (len(ids) + 0.5))
+            for chunk_id in ids:
+                scores[chunk_id] = scores.get(chunk_id, 0.0) + idf
+        best = heapq.nlargest(depth, scores.items(), key=lambda item: (item[1], -item[0]))
+        return [(int(i), float(s)) for i, s in best]
+
+    def _last_chunk_id(self) -> int:
+        """The KB's size in chunks, near enough (ids only grow) and O(log n) to read."""
+        return int(self._conn.execute("SELECT max(id) FROM chunks").fetchone()[0] or 0)
 
     def _document_frequencies(self, terms: Sequence[str]) -> dict[str, int]:
         marks = ",".join("?" * len(terms))

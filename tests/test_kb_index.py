@@ -1,0 +1,222 @@
+"""The vector index a KB chooses, records, memory-maps, rebuilds and refuses (docs/scale.md)."""
+
+from __future__ import annotations
+
+import json
+import logging
+import sqlite3
+from pathlib import Path
+
+import faiss
+import numpy as np
+import pytest
+from click.testing import CliRunner
+
+from medverify.cli import main
+from medverify.config import Config, KBSettings
+from medverify.errors import KBError
+from medverify.kb import KnowledgeBase
+from medverify.kb.database import DB_NAME, connect, create_database
+from medverify.kb.index import IndexSpec, VectorIndex, choose_spec
+from medverify.records import Document
+from medverify.retrieve import Retriever
+
+TINY = KBSettings(chunk_tokens=32, chunk_overlap=4, embedder="hash-64", index_threshold=60)
+WORDS = (
+    "warfarin", "metformin", "statin", "asthma", "measles", "insulin", "aspirin", "fever",
+    "cough", "rash", "kidney", "liver", "heart", "lung", "bone", "blood", "sugar", "pressure",
+    "dose", "vaccine",
+)
+
+
+def corpus(n: int, start: int = 0) -> list[Document]:
+    return [Document(doc_id=f"d{i}", title=f"Topic {i % 7}",
+                     text=" ".join(np.random.default_rng(i).choice(WORDS, 12)) + f" marker{i}.")
+            for i in range(start, start + n)]
+
+
+def text_of(i: int) -> str:
+    """Document ``i``'s title and text: its own nearest neighbour under any embedder."""
+    doc = corpus(1, start=i)[0]
+    return f"{doc.title}\n{doc.text}"
+
+
+def test_choose_spec_by_size_and_policy() -> None:
+    assert choose_spec("auto", 99_999, 384).kind == "flat"
+    big = choose_spec("auto", 1_000_000, 384)
+    assert (big.kind, big.nlist) == ("ivf", 4096)
+    assert choose_spec("auto", 500, 384, threshold=100).nlist <= 500 // 39
+    assert choose_spec("ivfpq", 100_000, 384).pq_m == 48
+    assert choose_spec("ivfpq", 5_000, 384).kind == "flat"  # too few to train PQ codebooks
+    assert choose_spec("ivf", 20, 64).kind == "flat"
+    assert choose_spec("hnsw", 10, 64).describe() == "hnsw (M 32)"
+    assert choose_spec("ivf", 10_000, 64, nlist=77).nlist == 77
+    with pytest.raises(KBError, match="unknown vector index 'annoy'"):
+        choose_spec("annoy", 10, 64)
+
+
+def test_index_follows_size_is_recorded_and_reloads_mapped(tmp_path: Path) -> None:
+    kb_dir = tmp_path / "kb"
+    with KnowledgeBase.create(kb_dir, TINY) as kb:
+        kb.ingest(corpus(40))
+        assert kb.stats().index_kind == "flat"  # below the (tiny) threshold: exact
+        kb.ingest(corpus(80, start=40))  # crosses it: rebuilt as IVF at the end
+        stats = kb.stats()
+        assert stats.index_kind.startswith("ivf (nlist ") and stats.index_policy == "auto"
+        before = Retriever(kb).search(text_of(7), k=3, mode="dense")
+    record = json.loads((kb_dir / "vectors.json").read_text())
+    assert record["kind"] == "ivf" and record["embedder_id"] == "hash-64"
+    assert record["dim"] == 64 and record["ntotal"] == stats.chunks
+    with KnowledgeBase.open(kb_dir) as kb:
+        index = kb.vector_index.ensure()
+        assert kb.vector_index.mapped and isinstance(index, faiss.IndexIVFFlat)
+        assert index.nprobe == min(32, index.nlist)
+        after = Retriever(kb).search(text_of(7), k=3, mode="dense")
+        assert [p.id for p in after] == [p.id for p in before]
+        # writes go to an in-memory copy (faiss aborts on a write to a mapped index)
+        kb.ingest(corpus(5, start=200))
+        assert not kb.vector_index.mapped
+        assert kb.remove_documents(["d0", "d201"]) == 2
+        assert kb.vector_index.loaded.ntotal == kb.stats().chunks
+    with KnowledgeBase.open(kb_dir) as kb:
+        assert kb.stats().vector_index == "fresh"
+        assert kb.vector_index.ensure().ntotal == kb.stats().chunks
+        hits = Retriever(kb).search("marker203", k=1, mode="hybrid")
+        assert hits[0].doc_id == "d203"
+
+
+def test_flat_index_is_memory_mapped_too(tmp_path: Path) -> None:
+    with KnowledgeBase.create(tmp_path / "kb", TINY) as kb:
+        kb.ingest(corpus(10))
+    with KnowledgeBase.open(tmp_path / "kb") as kb:
+        assert kb.stats().index_kind == "flat"
+        assert Retriever(kb).search(text_of(3), k=1, mode="dense")[0].doc_id == "d3"
+        assert kb.vector_index.mapped
+        kb.ingest(corpus(2, start=10))
+        assert Retriever(kb).search(text_of(11), k=1, mode="dense")[0].doc_id == "d11"
+
+
+def test_reindex_records_the_kind_and_a_mismatch_is_refused(tmp_path: Path) -> None:
+    kb_dir = tmp_path / "kb"
+    with KnowledgeBase.create(kb_dir, TINY) as kb:
+        kb.ingest(corpus(200))  # (auto: IVF above the tiny threshold)
+        spec = kb.rebuild_index("hnsw")
+        assert spec == IndexSpec("hnsw", hnsw_m=32)
+        assert Retriever(kb).search(text_of(5), k=1, mode="dense")[0].doc_id == "d5"
+    with KnowledgeBase.open(kb_dir, settings=KBSettings(index="hnsw")) as kb:
+        assert kb.stats().index_policy == "hnsw"
+    with KnowledgeBase.open(kb_dir, settings=KBSettings(index="auto")) as kb:
+        assert kb.stats().index_kind == "hnsw (M 32)"
+    with pytest.raises(KBError) as caught:
+        KnowledgeBase.from_config(kb_dir, Config(kb_settings=KBSettings(index="ivf")))
+    message = str(caught.value)
+    assert "has a hnsw (M 32) vector index" in message and "not 'ivf'" in message
+    assert f"medverify kb reindex --kb {kb_dir} --index ivf" in message
+    result = CliRunner().invoke(main, ["kb", "reindex", "--kb", str(kb_dir), "--index", "ivf",
+                                       "--nlist", "4"])
+    assert result.exit_code == 0, result.output
+    assert "as ivf (nlist 4) over 200 chunks" in result.output
+    with KnowledgeBase.open(kb_dir, settings=KBSettings(index="ivf")) as kb:
+        assert isinstance(kb.vector_index.ensure(), faiss.IndexIVFFlat)
+        assert Retriever(kb).search(text_of(5), k=1, mode="dense")[0].doc_id == "d5"
+    result = CliRunner().invoke(main, ["kb", "stats", "--kb", str(kb_dir), "--json"])
+    assert json.loads(result.output)["index_kind"] == "ivf (nlist 4)"
+
+
+def test_a_kb_of_another_embedder_is_refused(tmp_path: Path) -> None:
+    with KnowledgeBase.create(tmp_path / "kb", TINY) as kb:
+        kb.ingest(corpus(5))
+    with pytest.raises(KBError, match="built with embedder 'hash-64'"):
+        KnowledgeBase.open(tmp_path / "kb", embedder="hash-32")
+
+
+def test_an_index_file_of_another_embedder_is_not_trusted(
+        tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    with KnowledgeBase.create(tmp_path / "kb", TINY) as kb:
+        kb.ingest(corpus(5))
+    meta = tmp_path / "kb" / "vectors.json"
+    record = json.loads(meta.read_text())
+    meta.write_text(json.dumps({**record, "embedder_id": "st:other-model"}))
+    with KnowledgeBase.open(tmp_path / "kb") as kb:
+        assert kb.stats().vector_index == "stale"
+        assert Retriever(kb).search(text_of(2), k=1, mode="dense")[0].doc_id == "d2"
+        assert kb.stats().vector_index == "fresh"
+    assert json.loads(meta.read_text())["embedder_id"] == "hash-64"
+
+
+def test_a_file_of_another_kind_than_recorded_is_rebuilt(
+        tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    with KnowledgeBase.create(tmp_path / "kb", TINY) as kb:
+        kb.ingest(corpus(20))
+    meta = tmp_path / "kb" / "vectors.json"
+    meta.write_text(json.dumps({**json.loads(meta.read_text()), "kind": "ivf", "nlist": 4}))
+    with KnowledgeBase.open(tmp_path / "kb") as kb, caplog.at_level(logging.WARNING):
+        assert Retriever(kb).search(text_of(4), k=1, mode="dense")[0].doc_id == "d4"
+    assert "in a ivf (nlist 4) index" in caplog.text and "rebuilding it" in caplog.text
+
+
+def _clustered(n: int, dim: int, seed: int = 0) -> np.ndarray:
+    """Points near an 8-dimensional subspace (embeddings have a low intrinsic dimension)."""
+    centres = np.random.default_rng(0).standard_normal((40, 8))
+    basis = np.random.default_rng(1).standard_normal((8, dim))
+    rng = np.random.default_rng(seed)
+    latent = centres[rng.integers(0, 40, n)] + 0.3 * rng.standard_normal((n, 8))
+    x = (latent @ basis + 0.05 * rng.standard_normal((n, dim))).astype(np.float32)
+    return x / np.linalg.norm(x, axis=1, keepdims=True)
+
+
+@pytest.mark.parametrize("policy", ["ivf", "hnsw"])
+def test_approximate_recall_against_exact(tmp_path: Path, policy: str) -> None:
+    n, dim = 6000, 32
+    base = _clustered(n, dim)
+    create_database(tmp_path / DB_NAME, {"schema_version": "1", "generation": "1"})
+    conn = connect(tmp_path / DB_NAME)
+    with conn:
+        conn.execute("INSERT INTO documents (id, doc_id, content_hash, n_chunks, added_at) "
+                     "VALUES (1, 'd', 'h', ?, 0)", (n,))
+        conn.executemany('INSERT INTO chunks (id, doc, ord, text, start, "end", n_tokens, '
+                         "vector) VALUES (?, 1, ?, '', 0, 0, 0, ?)",
+                         [(i + 1, i, v.tobytes()) for i, v in enumerate(base)])
+    queries = _clustered(100, dim, seed=1)
+    exact = VectorIndex(tmp_path, dim, conn, policy="flat")
+    exact.rebuild()
+    approx = VectorIndex(tmp_path, dim, conn, policy=policy)
+    approx.rebuild()
+    assert approx.spec is not None and approx.spec.kind == policy
+    truth = exact.search(queries, 10)
+    found = approx.search(queries, 10)
+    recall = np.mean([len({i for i, _ in f} & {i for i, _ in t}) / 10
+                      for f, t in zip(found, truth, strict=True)])
+    assert recall >= 0.9, recall
+    approx.set_knobs(nprobe=1, ef_search=10)  # the knobs reach the index: recall drops
+    if policy == "ivf":
+        low = np.mean([len({i for i, _ in f} & {i for i, _ in t}) / 10 for f, t in
+                       zip(approx.search(queries, 10), truth, strict=True)])
+        assert low < recall
+    conn.close()
+
+
+def test_ivf_policy_on_an_empty_kb_starts_flat(tmp_path: Path) -> None:
+    settings = KBSettings(chunk_tokens=32, chunk_overlap=4, embedder="hash-64", index="ivf")
+    with KnowledgeBase.create(tmp_path / "kb", settings) as kb:
+        assert kb.stats().index_kind == "flat"
+        kb.ingest(corpus(100))  # enough to train: rebuilt as IVF at the end
+        assert kb.stats().index_kind.startswith("ivf")
+    conn = sqlite3.connect(tmp_path / "kb" / DB_NAME)
+    assert conn.execute("SELECT value FROM meta WHERE key='vector_index'").fetchone() == ("ivf",)
+    conn.close()
+
+
+def test_lexical_ranking_past_the_exact_postings_is_bounded(tmp_path: Path) -> None:
+    with KnowledgeBase.create(tmp_path / "kb", TINY) as kb:
+        kb.ingest(corpus(40))
+        exact = kb.lexical_candidates("warfarin marker7 marker9", 5)
+        kb.lexical_exact = kb.lexical_large = 0  # every query takes the bounded rank query
+        ranked = kb.lexical_candidates("warfarin marker7 marker9", 5)
+        assert {ranked[0][0], ranked[1][0]} == {exact[0][0], exact[1][0]}  # the rare words
+        assert ranked[0][1] >= ranked[1][1] >= ranked[-1][1] > 0
+        kb.lexical_budget = 3  # a common word alone: at most the budget's postings
+        common = kb.lexical_candidates("topic", 50)
+        assert 0 < len(common) <= 3
+        hits = Retriever(kb).search("marker12 warfarin", k=3, mode="hybrid")
+        assert hits[0].doc_id == "d12"
