@@ -44,6 +44,7 @@ LAYERS: dict[str, int] = {
     "records": 0,  # the records passed between stages (and passage_label, their rule)
     "inputs": 0,  # reading answers from bytes: needs only errors and records
     "database": 0,  # SQL connections by location: a SQLite file or PostgreSQL (store, llm cache)
+    "executor": 0,  # local or Ray: maps a picklable function over chunks (imports errors only)
     # 1 infrastructure: models, prompts, fetched sources, the knowledge base, the verifier.
     "llm": 1,
     "prompts": 1,  # prompt files rendered as llm Messages (imports llm.base)

@@ -17,18 +17,21 @@ import re
 import time
 from collections import Counter
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-from medverify.config import KBSettings, RetrievalSettings, home
+from medverify.config import Config, KBSettings, RetrievalSettings, home
 from medverify.errors import InputError
+from medverify.executor import Executor
 from medverify.harness import stage_id
-from medverify.judge import Judge, JudgeItem
+from medverify.judge import JUDGES, Judge, JudgeItem, judge_options, make_judge
 from medverify.kb.embed import Embedder, get_embedder
 from medverify.kb.loaders import LoadReport, iter_documents
 from medverify.kb.store import KnowledgeBase
+from medverify.llm.facade import Model, model_from_config
 from medverify.records import Category, Claim, Passage, Verdict, utcnow
 from medverify.retrieve import MODES, Mode, Retriever, dedupe_documents
 
@@ -391,3 +394,101 @@ async def aevaluate_pairs(paths: Sequence[str | Path], judge: Judge, *,
 def evaluate_pairs(paths: Sequence[str | Path], judge: Judge, **options: Any) -> PairsEval:
     """Synchronous twin of :func:`aevaluate_pairs`."""
     return asyncio.run(aevaluate_pairs(paths, judge, **options))
+
+
+# ---- pairs on an executor (local or Ray) ---------------------------------------------------
+
+
+def pairs_model(config: Config) -> Model | None:
+    """The model a configured judge calls (None for the built-in judge or without a model)."""
+    if not config.model or config.judge_name == "builtin":
+        return None
+    return model_from_config(config)
+
+
+def pairs_judge(config: Config, model: Model | None) -> Judge:
+    """The configured judge for scoring labelled pairs: labels and categories never depend
+    on the quoted sentence, so a local judge skips quoting."""
+    options = judge_options(config.judge_name, config, model)
+    if config.judge_name != "llm":
+        options["quotes"] = False
+    return make_judge(config.judge_name, **options)
+
+
+_WORKER_JUDGES: dict[str, Judge] = {}
+"""Judges without a model, kept per worker process (a Ray worker judges many chunks)."""
+
+
+def _model_free_judge(config: Config) -> Judge:
+    key = f"{config.judge_name}|{config.model_dump_json()}"
+    judge = _WORKER_JUDGES.get(key)
+    if judge is None:
+        judge = _WORKER_JUDGES[key] = pairs_judge(config, None)
+    return judge
+
+
+@dataclass(frozen=True)
+class PairChunkJudge:
+    """The picklable chunk function of ``eval pairs`` on an executor: judges a chunk of
+    pairs with a judge made, in the process that runs it, from the config.
+
+    ``factory`` is the judge's registry factory as the driver resolved it; a worker that
+    does not know the judge's name (one registered in the driver's process only) registers
+    it, so every process judges with the same judge."""
+
+    config: Config
+    factory: Callable[..., Judge] | None = field(default=None, compare=False)
+
+    @classmethod
+    def for_config(cls, config: Config) -> PairChunkJudge:
+        return cls(config, JUDGES.get(config.judge_name))
+
+    def __call__(self, chunk: list[Pair]) -> list[Verdict | None]:
+        return asyncio.run(self._judge(chunk))
+
+    async def _judge(self, chunk: list[Pair]) -> list[Verdict | None]:
+        name = self.config.judge_name
+        if name not in JUDGES and self.factory is not None:
+            JUDGES.register(name, self.factory)
+        model = pairs_model(self.config)
+        try:
+            judge = _model_free_judge(self.config) if model is None else pairs_judge(
+                self.config, model)
+            verdicts = {v.claim_id: v for v in await judge.judge([pair_item(p) for p in chunk])}
+            return [verdicts.get(pair.id) for pair in chunk]
+        finally:
+            if model is not None:
+                await model.aclose()
+
+
+def evaluate_pairs_on(executor: Executor, paths: Sequence[str | Path], config: Config, *,
+                      limit: int | None = None, judge_id: str | None = None,
+                      progress: Callable[[int], None] | None = None) -> PairsEval:
+    """:func:`aevaluate_pairs` with the judging spread over ``executor``: chunks of
+    :data:`PAIR_CHUNK` pairs, each judged by a judge the worker makes from ``config``; the
+    verdicts come back to this process, which scores them (the same metrics)."""
+    task = PairChunkJudge.for_config(config)
+    files: list[PairScores] = []
+    all_pairs: list[Pair] = []
+    all_verdicts: list[Verdict | None] = []
+    total_seconds = 0.0
+    for path, pairs in [(Path(p), load_pairs(p, limit)) for p in paths]:
+        started = time.perf_counter()
+        verdicts = executor.map(task, pairs, chunk_size=PAIR_CHUNK, progress=progress)
+        seconds = time.perf_counter() - started
+        files.append(score_pairs(path.stem, pairs, verdicts, seconds))
+        all_pairs += pairs
+        all_verdicts += verdicts
+        total_seconds += seconds
+    overall = (score_pairs("all", all_pairs, all_verdicts, total_seconds)
+               if len(files) > 1 else None)
+    if judge_id is None:
+        model = pairs_model(config)
+        if model is None:
+            judge_id = stage_id(_model_free_judge(config))
+        else:
+            try:
+                judge_id = stage_id(pairs_judge(config, model))
+            finally:
+                asyncio.run(model.aclose())
+    return PairsEval(judge=judge_id, files=files, overall=overall, limit=limit)

@@ -39,9 +39,13 @@ from medverify.evaluation import (
     PairScores,
     PairsEval,
     aevaluate_pairs,
+    evaluate_pairs_on,
     evaluate_retrieval,
     load_pairs,
+    pairs_judge,
+    pairs_model,
 )
+from medverify.executor import LocalExecutor, executor_from_spec
 from medverify.factcheck.evaluate import evaluate as evaluate_factcheck
 from medverify.factcheck.evaluate import read_fact_labels, read_ratings, read_reports
 from medverify.factcheck.records import FactCheckScores
@@ -54,8 +58,7 @@ from medverify.injection import (
     measure_injection,
     rate_text,
 )
-from medverify.judge import Judge, judge_from_config, judge_options, make_judge
-from medverify.llm.facade import Model, model_from_config
+from medverify.judge import judge_from_config
 from medverify.retrieve import MODES
 
 
@@ -140,6 +143,14 @@ def retrieval(
 )
 @click.option("--model", "-m", help="Model spec (needed by --judge llm and cascade).")
 @click.option("--limit", type=click.IntRange(1), help="Only the first N pairs of each file.")
+@click.option(
+    "--executor",
+    "executor_spec",
+    default="local",
+    show_default=True,
+    help="Where the pairs are judged: local (this process), ray (a local Ray) or "
+    "ray:HOST:6379 (a Ray cluster; needs `pip install 'medverify[ray]'`).",
+)
 @json_out_option("Write the full result (confusion matrices included) as JSON here.")
 @config_option
 def pairs(
@@ -147,12 +158,30 @@ def pairs(
     judge_name: str,
     model: str | None,
     limit: int | None,
+    executor_spec: str,
     json_out: Path | None,
     config_path: Path | None,
 ) -> None:
     """Accuracy, macro-F1 and balanced accuracy of a judge on claim/evidence pairs (JSONL)."""
     config = load_config(config_path, model=model, judge=judge_name)
-    result = asyncio.run(_eval_pairs(config, list(files), limit))
+    executor = executor_from_spec(executor_spec)
+    if isinstance(executor, LocalExecutor):
+        result = asyncio.run(_eval_pairs(config, list(files), limit))
+    else:
+        try:
+            total = sum(len(load_pairs(f, limit)) for f in files)
+            with progress_bar(f"judging pairs ({executor.name})", total) as bar:
+                done = 0
+
+                def advance(n: int) -> None:
+                    nonlocal done
+                    done += n
+                    bar(done, total)
+
+                result = evaluate_pairs_on(executor, list(files), config, limit=limit,
+                                           progress=advance)
+        finally:
+            executor.close()
     if json_out is not None:
         atomic_write_text(json_out, result.model_dump_json(indent=2) + "\n")
     out = Console()
@@ -163,20 +192,8 @@ def pairs(
         console.print(f"JSON result: {json_out}")
 
 
-def _judge_model(config: Config) -> Model | None:
-    """The model a configured judge calls (None for the built-in judge)."""
-    if not config.model or config.judge_name == "builtin":
-        return None
-    return model_from_config(config)
-
-
-def _labelling_judge(config: Config, model: Model | None) -> Judge:
-    """The configured judge for scoring labelled pairs: labels and categories never depend
-    on the quoted sentence, so a local judge skips quoting."""
-    options = judge_options(config.judge_name, config, model)
-    if config.judge_name != "llm":
-        options["quotes"] = False
-    return make_judge(config.judge_name, **options)
+_judge_model = pairs_model
+_labelling_judge = pairs_judge
 
 
 async def _eval_pairs(config: Config, files: list[Path], limit: int | None) -> PairsEval:

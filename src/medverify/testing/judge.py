@@ -125,3 +125,9 @@ class WordJudge:
         holds = all(w in text for w in item.claim.text.lower().rstrip(".").split())
         return Verdict(claim_id=item.claim.id, factual=Analysis(holds=holds),
                        counterfactual=Analysis(holds=False))
+
+
+def word_judge(config: Any = None, model: Any = None) -> WordJudge:
+    """A judge-registry factory of :class:`WordJudge` (``JUDGES.register("words",
+    word_judge)``): importable by name, so worker processes (Ray) can make the same judge."""
+    return WordJudge()

@@ -1,0 +1,190 @@
+"""Where the heavy stages run: in this process, or as tasks on a Ray cluster.
+
+An :class:`Executor` maps a picklable function over chunks of items and gives the results
+back in input order, calling ``progress(n)`` as each chunk of ``n`` items completes. The
+function takes one chunk (a list) and returns one result per item.
+
+* :class:`LocalExecutor` runs the chunks one after another in this process.
+* :class:`RayExecutor` runs each chunk as a Ray task (``pip install 'medverify[ray]'``). A
+  task whose worker dies is run again (``max_retries``); results are kept by chunk index,
+  so a chunk that comes back twice is counted once.
+
+:func:`executor_from_spec` reads the CLI's ``--executor`` value: ``local``, ``ray`` (a
+local Ray, or the cluster named by ``RAY_ADDRESS``) or ``ray:ADDRESS`` (``ray:HOST:6379``,
+``ray:auto``).
+"""
+
+from __future__ import annotations
+
+import socket
+import time
+from collections.abc import Callable, Sequence
+from typing import Any, Protocol, TypeVar, runtime_checkable
+
+from medverify.errors import ConfigError
+
+T = TypeVar("T")
+R = TypeVar("R")
+
+Progress = Callable[[int], None]
+"""Called with the number of items of each chunk as it completes."""
+
+DEFAULT_CHUNK = 256
+
+
+def chunked(items: Sequence[T], size: int) -> list[list[T]]:
+    """``items`` cut into lists of ``size`` (the last may be shorter)."""
+    if size < 1:
+        raise ValueError(f"chunk size must be positive, not {size}")
+    return [list(items[start:start + size]) for start in range(0, len(items), size)]
+
+
+def _checked(index: int, chunk: Sequence[Any], results: Sequence[R]) -> list[R]:
+    if len(results) != len(chunk):
+        raise RuntimeError(f"chunk {index}: {len(chunk)} items gave {len(results)} results")
+    return list(results)
+
+
+@runtime_checkable
+class Executor(Protocol):
+    """Runs ``fn`` over chunks of ``items``; results in input order."""
+
+    name: str
+
+    def map(self, fn: Callable[[list[T]], Sequence[R]], items: Sequence[T], *,
+            chunk_size: int = DEFAULT_CHUNK, progress: Progress | None = None) -> list[R]: ...
+
+    def close(self) -> None: ...
+
+
+class LocalExecutor:
+    """Every chunk in this process, in order (the behaviour without ``--executor``)."""
+
+    name = "local"
+
+    def map(self, fn: Callable[[list[T]], Sequence[R]], items: Sequence[T], *,
+            chunk_size: int = DEFAULT_CHUNK, progress: Progress | None = None) -> list[R]:
+        out: list[R] = []
+        for index, chunk in enumerate(chunked(items, chunk_size)):
+            out += _checked(index, chunk, fn(chunk))
+            if progress is not None:
+                progress(len(chunk))
+        return out
+
+    def close(self) -> None:
+        return None
+
+
+def _run_chunk(fn: Callable[[list[Any]], Sequence[Any]], index: int,
+               chunk: list[Any]) -> tuple[int, list[Any], float]:
+    """The Ray task: one chunk, tagged with its index (and the seconds it took)."""
+    started = time.perf_counter()
+    return index, list(fn(chunk)), time.perf_counter() - started
+
+
+def _import_ray() -> Any:
+    try:
+        import ray  # type: ignore[import-not-found,unused-ignore]
+    except ImportError as exc:
+        raise ConfigError("ray is required for --executor ray: run "
+                          "`pip install 'medverify[ray]'`") from exc
+    return ray
+
+
+def check_reachable(address: str, timeout: float = 5.0) -> None:
+    """Raise a :class:`ConfigError` naming ``address`` (``HOST:PORT``, optionally
+    ``ray://HOST:PORT``) when nothing listens there: Ray itself would retry for a minute
+    or more before failing. Addresses without a port (``auto``) are left to Ray."""
+    host, sep, port = address.split("://", 1)[-1].rpartition(":")
+    if not sep or not host or not port.isdigit():
+        return
+    try:
+        with socket.create_connection((host.strip("[]"), int(port)), timeout=timeout):
+            pass
+    except OSError as exc:
+        raise ConfigError(
+            f"no Ray cluster answers at {address} ({exc}): start one there with "
+            "`ray start --head --port PORT`, or check the host and port of --executor ray:ADDRESS"
+        ) from exc
+
+
+class RayExecutor:
+    """Each chunk a Ray task. ``address``: a running cluster (``HOST:6379``, ``auto``), or
+    None for a local Ray started here with ``num_cpus`` CPUs (or the cluster named by
+    ``RAY_ADDRESS``). Ray is imported and connected on first use."""
+
+    name = "ray"
+
+    def __init__(self, address: str | None = None, num_cpus: int | None = None,
+                 max_retries: int = 3) -> None:
+        self.address = address
+        self.num_cpus = num_cpus
+        self.max_retries = max_retries
+        self._started = False
+        self._ray: Any = None
+
+    def _connect(self) -> Any:
+        if self._ray is not None:
+            return self._ray
+        ray = _import_ray()
+        if not ray.is_initialized():
+            options: dict[str, Any] = {"include_dashboard": False, "ignore_reinit_error": True,
+                                       "log_to_driver": False}
+            if self.address is not None:
+                check_reachable(self.address)
+                options["address"] = self.address
+            else:  # CPUs can only be set for a Ray started here, not for a cluster joined
+                options["num_cpus"] = self.num_cpus
+            try:
+                ray.init(**options)
+            except Exception as exc:
+                where = f"the Ray cluster at {self.address}" if self.address else "a local Ray"
+                raise ConfigError(
+                    f"cannot connect to {where} ({type(exc).__name__}: {exc}); start it with "
+                    "`ray start --head` and pass --executor ray:HOST:6379"
+                ) from exc
+            self._started = True
+        self._ray = ray
+        return ray
+
+    def map(self, fn: Callable[[list[T]], Sequence[R]], items: Sequence[T], *,
+            chunk_size: int = DEFAULT_CHUNK, progress: Progress | None = None) -> list[R]:
+        chunks = chunked(items, chunk_size)
+        if not chunks:
+            return []
+        ray = self._connect()
+        task = ray.remote(max_retries=self.max_retries)(_run_chunk)
+        fn_ref = ray.put(fn)
+        pending = [task.remote(fn_ref, index, chunk) for index, chunk in enumerate(chunks)]
+        results: dict[int, list[R]] = {}
+        while pending:
+            done, pending = ray.wait(pending, num_returns=1)
+            for ref in done:
+                index, out, _seconds = ray.get(ref)
+                if index in results:  # the same chunk twice: count it once
+                    continue
+                results[index] = _checked(index, chunks[index], out)
+                if progress is not None:
+                    progress(len(chunks[index]))
+        return [result for index in range(len(chunks)) for result in results[index]]
+
+    def close(self) -> None:
+        """Shut down the Ray this executor started (a joined cluster keeps running)."""
+        if self._started and self._ray is not None:
+            self._ray.shutdown()
+        self._started = False
+        self._ray = None
+
+
+def executor_from_spec(spec: str, num_cpus: int | None = None) -> LocalExecutor | RayExecutor:
+    """``local``, ``ray`` or ``ray:ADDRESS`` (e.g. ``ray:10.0.0.5:6379``, ``ray:auto``)."""
+    text = spec.strip()
+    if text == "local":
+        return LocalExecutor()
+    kind, sep, address = text.partition(":")
+    if kind == "ray":
+        if sep and not address:
+            raise ConfigError("--executor ray: needs an address after the colon, "
+                              "e.g. ray:HOST:6379 (or plain `ray` for a local Ray)")
+        return RayExecutor(address or None, num_cpus=num_cpus)
+    raise ConfigError(f"unknown executor {spec!r}: use local, ray or ray:HOST:PORT")
