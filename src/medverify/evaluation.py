@@ -16,10 +16,10 @@ import json
 import re
 import time
 from collections import Counter
-from collections.abc import Callable, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Literal, TypeVar
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
@@ -34,6 +34,8 @@ from medverify.kb.store import KnowledgeBase
 from medverify.llm.facade import Model, model_from_config
 from medverify.records import Category, Claim, Passage, Verdict, utcnow
 from medverify.retrieve import MODES, Mode, Retriever, dedupe_documents
+
+T = TypeVar("T")
 
 CHUNKS_PER_DOC = 5
 QUERY_BATCH = 256
@@ -372,23 +374,31 @@ async def aevaluate_pairs(paths: Sequence[str | Path], judge: Judge, *,
                           judge_id: str | None = None, limit: int | None = None,
                           progress: Callable[[int], None] | None = None) -> PairsEval:
     """Judge every pair of every file and score them, per file and pooled."""
-    loaded = [(Path(p), load_pairs(p, limit)) for p in paths]
-    files: list[PairScores] = []
-    all_pairs: list[Pair] = []
-    all_verdicts: list[Verdict | None] = []
-    total_seconds = 0.0
-    for path, pairs in loaded:
+    runs = []
+    for path, pairs in [(Path(p), load_pairs(p, limit)) for p in paths]:
         started = time.perf_counter()
         verdicts = await judge_pairs(judge, pairs, progress)
-        seconds = time.perf_counter() - started
-        files.append(score_pairs(path.stem, pairs, verdicts, seconds))
-        all_pairs += pairs
-        all_verdicts += verdicts
-        total_seconds += seconds
-    overall = (score_pairs("all", all_pairs, all_verdicts, total_seconds)
-               if len(files) > 1 else None)
-    name = judge_id or stage_id(judge)
-    return PairsEval(judge=name, files=files, overall=overall, limit=limit)
+        runs.append(_Judged(path.stem, pairs, verdicts, time.perf_counter() - started))
+    return _pairs_eval(judge_id or stage_id(judge), runs, limit)
+
+
+@dataclass(frozen=True)
+class _Judged:
+    """One pairs file's verdicts and the seconds they took."""
+
+    name: str
+    pairs: list[Pair]
+    verdicts: list[Verdict | None]
+    seconds: float
+
+
+def _pairs_eval(judge_id: str, runs: Sequence[_Judged], limit: int | None) -> PairsEval:
+    """Scores per file, and pooled when there are several files."""
+    files = [score_pairs(r.name, r.pairs, r.verdicts, r.seconds) for r in runs]
+    overall = (score_pairs("all", [p for r in runs for p in r.pairs],
+                           [v for r in runs for v in r.verdicts],
+                           sum(r.seconds for r in runs)) if len(runs) > 1 else None)
+    return PairsEval(judge=judge_id, files=files, overall=overall, limit=limit)
 
 
 def evaluate_pairs(paths: Sequence[str | Path], judge: Judge, **options: Any) -> PairsEval:
@@ -444,21 +454,33 @@ class PairChunkJudge:
         return cls(config, JUDGES.get(config.judge_name))
 
     def __call__(self, chunk: list[Pair]) -> list[Verdict | None]:
-        return asyncio.run(self._judge(chunk))
+        return asyncio.run(self._with_judge(lambda judge: self._judge(judge, chunk)))
 
-    async def _judge(self, chunk: list[Pair]) -> list[Verdict | None]:
+    def describe(self, chunk: list[Any]) -> list[str]:
+        """The judge's recorded id (``stage_id``), once per item of ``chunk``."""
+
+        async def name(judge: Judge) -> list[str]:
+            return [stage_id(judge)] * len(chunk)
+
+        return asyncio.run(self._with_judge(name))
+
+    async def _with_judge(self, use: Callable[[Judge], Awaitable[list[T]]]) -> list[T]:
+        """``use`` the judge of this process (made once without a model, per call with one)."""
         name = self.config.judge_name
         if name not in JUDGES and self.factory is not None:
             JUDGES.register(name, self.factory)
         model = pairs_model(self.config)
         try:
-            judge = _model_free_judge(self.config) if model is None else pairs_judge(
-                self.config, model)
-            verdicts = {v.claim_id: v for v in await judge.judge([pair_item(p) for p in chunk])}
-            return [verdicts.get(pair.id) for pair in chunk]
+            return await use(_model_free_judge(self.config) if model is None
+                             else pairs_judge(self.config, model))
         finally:
             if model is not None:
                 await model.aclose()
+
+    @staticmethod
+    async def _judge(judge: Judge, chunk: list[Pair]) -> list[Verdict | None]:
+        verdicts = {v.claim_id: v for v in await judge.judge([pair_item(p) for p in chunk])}
+        return [verdicts.get(pair.id) for pair in chunk]
 
 
 def evaluate_pairs_on(executor: Executor, paths: Sequence[str | Path], config: Config, *,
@@ -468,27 +490,11 @@ def evaluate_pairs_on(executor: Executor, paths: Sequence[str | Path], config: C
     :data:`PAIR_CHUNK` pairs, each judged by a judge the worker makes from ``config``; the
     verdicts come back to this process, which scores them (the same metrics)."""
     task = PairChunkJudge.for_config(config)
-    files: list[PairScores] = []
-    all_pairs: list[Pair] = []
-    all_verdicts: list[Verdict | None] = []
-    total_seconds = 0.0
+    runs = []
     for path, pairs in [(Path(p), load_pairs(p, limit)) for p in paths]:
         started = time.perf_counter()
         verdicts = executor.map(task, pairs, chunk_size=PAIR_CHUNK, progress=progress)
-        seconds = time.perf_counter() - started
-        files.append(score_pairs(path.stem, pairs, verdicts, seconds))
-        all_pairs += pairs
-        all_verdicts += verdicts
-        total_seconds += seconds
-    overall = (score_pairs("all", all_pairs, all_verdicts, total_seconds)
-               if len(files) > 1 else None)
-    if judge_id is None:
-        model = pairs_model(config)
-        if model is None:
-            judge_id = stage_id(_model_free_judge(config))
-        else:
-            try:
-                judge_id = stage_id(pairs_judge(config, model))
-            finally:
-                asyncio.run(model.aclose())
-    return PairsEval(judge=judge_id, files=files, overall=overall, limit=limit)
+        runs.append(_Judged(path.stem, pairs, verdicts, time.perf_counter() - started))
+    if judge_id is None:  # named where the judge is made: no judge (or weights) in the driver
+        [judge_id] = executor.map(task.describe, [None])
+    return _pairs_eval(judge_id, runs, limit)
