@@ -207,12 +207,17 @@ def test_pair_chunk_judge_registers_the_judge_in_a_fresh_process(
 
 def test_cli_executor_local_equals_the_old_path(words: Config, pair_files: list[Path],
                                                 tmp_path: Path) -> None:
-    out = tmp_path / "local.json"
-    result = CliRunner().invoke(main, ["eval", "pairs", *map(str, pair_files), "--judge",
-                                       "words", "--executor", "local", "--json", str(out)])
-    assert result.exit_code == 0, result.output
-    cli = PairsEval.model_validate_json(out.read_text("utf-8"))
+    cli = _eval_cli(pair_files, tmp_path, "local")
     assert _stable(cli) == _stable(evaluate_pairs(pair_files, WordJudge()))
+
+
+def _eval_cli(pair_files: list[Path], tmp_path: Path, executor: str) -> PairsEval:
+    """``eval pairs --judge words --executor EXECUTOR --json``, read back."""
+    out = tmp_path / f"{executor}.json"
+    result = CliRunner().invoke(main, ["eval", "pairs", *map(str, pair_files), "--judge",
+                                       "words", "--executor", executor, "--json", str(out)])
+    assert result.exit_code == 0, result.output
+    return PairsEval.model_validate_json(out.read_text("utf-8"))
 
 
 # ---- Ray (slow: starts a local Ray with 2 CPUs) ---------------------------------------------
@@ -280,10 +285,6 @@ def test_ray_redoes_the_task_of_a_dead_worker_and_counts_it_once(
 def test_cli_executor_ray_writes_the_same_result(ray_executor: RayExecutor, words: Config,
                                                  pair_files: list[Path],
                                                  tmp_path: Path) -> None:
-    out = tmp_path / "ray.json"
-    result = CliRunner().invoke(main, ["eval", "pairs", *map(str, pair_files), "--judge",
-                                       "words", "--executor", "ray", "--json", str(out)])
-    assert result.exit_code == 0, result.output
-    on_ray = PairsEval.model_validate_json(out.read_text("utf-8"))
+    on_ray = _eval_cli(pair_files, tmp_path, "ray")
     assert _stable(on_ray) == _stable(evaluate_pairs(pair_files, WordJudge()))
 
