@@ -171,26 +171,28 @@ def make_examples(rows: list[dict[str, Any]], editor: Editor) -> list[dict[str, 
     return out
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+def parse_args(description: str, total: int, work: str) -> argparse.Namespace:
+    """The options of the statement-vs-counterfactual benchmarks (K-QA, PubMedQA); makes
+    the work folder."""
+    parser = argparse.ArgumentParser(description=description)
     parser.add_argument("--model", type=Path, required=True, help="hf model directory")
-    parser.add_argument("--questions", type=int, default=0, help="0 = all 201")
-    parser.add_argument("--work", type=Path, default=Path("/tmp/bench_risk_kqa"))
+    parser.add_argument("--questions", type=int, default=0, help=f"0 = all {total}")
+    parser.add_argument("--work", type=Path, default=Path(work))
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--test-share", type=float, default=0.3)
-    parser.add_argument(
-        "--count-only", action="store_true", help="Build and count the examples, no model."
-    )
-    parser.add_argument(
-        "--features-only", action="store_true", help="Pilot: time the features, write no results."
-    )
-    parser.add_argument(
-        "--reuse-features",
-        action="store_true",
-        help="Analyse WORK/features.jsonl and timing.json of an earlier run.",
-    )
+    parser.add_argument("--count-only", action="store_true",
+                        help="Build and count the examples, no model.")
+    parser.add_argument("--features-only", action="store_true",
+                        help="Pilot: time the features, write no results.")
+    parser.add_argument("--reuse-features", action="store_true",
+                        help="Analyse WORK/features.jsonl and timing.json of an earlier run.")
     args = parser.parse_args()
     args.work.mkdir(parents=True, exist_ok=True)
+    return args
+
+
+def main() -> None:
+    args = parse_args(__doc__.split("\n")[0], 201, "/tmp/bench_risk_kqa")
 
     rows = load_kqa()
     order = list(rows)

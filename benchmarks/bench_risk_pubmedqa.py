@@ -30,7 +30,6 @@ Cite: Jin et al., PubMedQA: A Dataset for Biomedical Research Question Answering
 
 from __future__ import annotations
 
-import argparse
 import importlib.util
 import json
 import random
@@ -115,20 +114,7 @@ def token_cost(work: Path, lines: list[dict[str, Any]], tokenizer: Any) -> dict[
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--model", type=Path, required=True, help="hf model directory")
-    parser.add_argument("--questions", type=int, default=0, help="0 = all 500")
-    parser.add_argument("--work", type=Path, default=Path("/tmp/bench_risk_pubmedqa"))
-    parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--test-share", type=float, default=0.3)
-    parser.add_argument("--count-only", action="store_true",
-                        help="Build and count the examples, no model.")
-    parser.add_argument("--features-only", action="store_true",
-                        help="Pilot: time the features, write no results.")
-    parser.add_argument("--reuse-features", action="store_true",
-                        help="Analyse WORK/features.jsonl and timing.json of an earlier run.")
-    args = parser.parse_args()
-    args.work.mkdir(parents=True, exist_ok=True)
+    args = KQA.parse_args(__doc__.split("\n")[0], 500, "/tmp/bench_risk_pubmedqa")
 
     rows = load_pubmedqa()
     order = list(rows)
