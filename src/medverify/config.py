@@ -57,6 +57,9 @@ class KBSettings(_Section):
     index_threshold: int = Field(100_000, ge=1)
     nprobe: int = Field(32, ge=1)  # IVF lists scanned per query
     ef_search: int = Field(128, ge=1)  # HNSW candidate list size
+    # rank lexical queries past 1,000 postings without bm25() on KBs of at least this many
+    # chunks (fast, but its top 10 agrees poorly with bm25's: docs/scale.md); None: off
+    lexical_bounded_from: int | None = Field(None, ge=0)
 
 
 class RetrievalSettings(_Section):

@@ -100,7 +100,6 @@ __all__ = [  # names other modules (and older code) import from here
 
 INDEX_POLICY_KEY = "vector_index"  # meta: the KB's vector index policy (auto or a kind)
 LEXICAL_EXACT = 1000  # postings past which a lexical query is ranked without bm25() ...
-LEXICAL_LARGE = 100_000  # ... on a KB of this many chunks or more
 MAX_FILTERED = 20_000  # chunks a metadata filter may match (ranked exactly in memory)
 DOC_ID_PREFIX = "doc_id_prefix"  # a where key over document ids, not metadata
 _META_KEY = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,63}")
@@ -159,7 +158,9 @@ class KnowledgeBase:
         self._embed_device = knobs.embed_device
         self.lexical_budget = LEXICAL_BUDGET
         self.lexical_exact = LEXICAL_EXACT  # postings up to which FTS5 bm25() ranks
-        self.lexical_large = LEXICAL_LARGE  # chunks from which past that, it does not
+        # chunks from which past that, it does not: off (None) unless configured, because
+        # its top 10 agrees poorly with bm25's (benchmarks/results/lexical_ranking.md)
+        self.lexical_large: int | None = knobs.lexical_bounded_from
         if embedder is not None:
             self._check_embedder(embedder)
         if settings is not None:
@@ -468,18 +469,21 @@ class KnowledgeBase:
         ones are dropped past ``lexical_budget`` postings.
 
         FTS5's ``bm25()`` costs tens of microseconds per matching row (measured at 1M
-        chunks: docs/scale.md), so on a KB of ``lexical_large`` chunks or more a query past
-        ``lexical_exact`` postings is ranked by a bounded rank query instead: each kept
+        chunks: docs/scale.md), so on a KB of ``lexical_large`` chunks or more (``[kb_settings]
+        lexical_bounded_from``; off by default) a query past ``lexical_exact`` postings is
+        ranked by a bounded rank query instead: each kept
         word's posting list (at most ``lexical_budget`` rows), every chunk scored by the
         summed idf of the words it contains (BM25 with term frequency one at average
-        length). Smaller KBs are always ranked by bm25()."""
+        length). Its top 10 keeps about a fifth of bm25's at 1M chunks, so it trades ranking
+        for speed and is opt-in; otherwise bm25() ranks."""
         with self.reading():
             terms = query_terms(query)
             if not terms:
                 return []
             df = self._document_frequencies(terms)
             terms = select_terms(terms, df, self.lexical_budget)
-            if (sum(df.get(t, 0) for t in terms) > self.lexical_exact
+            if (self.lexical_large is not None
+                    and sum(df.get(t, 0) for t in terms) > self.lexical_exact
                     and self._last_chunk_id() >= self.lexical_large):
                 return self._idf_ranked(terms, depth)
             rows = self._conn.execute(
