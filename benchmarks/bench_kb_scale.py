@@ -560,14 +560,6 @@ def markdown(r: dict[str, Any]) -> str:
                                  f"{sw['recall_at_10']} | {sw['p50']} | {sw['p95']} |")
         lines.append("")
     lines += ["## Notes", ""] + [f"- {note}" for note in r.get("notes", [])]
-    lex = r.get("lexical_before_after")
-    if lex:
-        lines.append(
-            f"- Lexical before/after at {r['n']:,}, back to back in one process ({lex['queries']} "
-            f"queries, depth {lex['depth']}, load {lex['load_avg']}): FTS5 bm25() over the "
-            f"budgeted words p50 {lex['fts5_bm25_same_terms']['p50']} ms / p95 "
-            f"{lex['fts5_bm25_same_terms']['p95']} ms; the bounded rank query p50 "
-            f"{lex['bounded_rank_query']['p50']} ms / p95 {lex['bounded_rank_query']['p95']} ms.")
     for key, label in (("search_first_run", "First search run"),
                        ("search_second_run", "Second search run")):
         run = r.get(key)
