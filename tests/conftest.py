@@ -6,6 +6,7 @@ from pathlib import Path
 import pytest
 
 from postgres_server import pg_cluster, pg_url, store_location  # noqa: F401 (fixtures)
+from ray_cluster import ray_executor  # noqa: F401 (fixture)
 
 SHARED_DATA = Path(__file__).resolve().parents[1].parent / "shared" / "data"
 
@@ -27,3 +28,4 @@ def shared_data() -> Path:
     if not SHARED_DATA.is_dir():
         pytest.skip("../shared/data is not available")
     return SHARED_DATA
+

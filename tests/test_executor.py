@@ -2,12 +2,10 @@
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import os
 import socket
 import sys
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -35,10 +33,7 @@ from medverify.executor import (
 )
 from medverify.judge import JUDGES
 from medverify.testing.judge import WordJudge, word_judge
-
-HAS_RAY = importlib.util.find_spec("ray") is not None
-needs_ray = pytest.mark.skipif(not HAS_RAY, reason="ray is not installed "
-                               "(pip install 'medverify[ray]')")
+from ray_cluster import needs_ray
 
 EVIDENCE = "The usual starting dose of metformin is 500 mg daily with meals."
 CLAIMS = [
@@ -221,16 +216,6 @@ def _eval_cli(pair_files: list[Path], tmp_path: Path, executor: str) -> PairsEva
 
 
 # ---- Ray (slow: starts a local Ray with 2 CPUs) ---------------------------------------------
-
-
-@pytest.fixture(scope="module")
-def ray_executor() -> Iterator[RayExecutor]:
-    executor = RayExecutor(num_cpus=2)
-    executor._connect()
-    try:
-        yield executor
-    finally:
-        executor.close()
 
 
 @pytest.mark.slow

@@ -4,6 +4,15 @@ An :class:`Executor` maps a picklable function over chunks of items and gives th
 back in input order, calling ``progress(n)`` as each chunk of ``n`` items completes. The
 function takes one chunk (a list) and returns one result per item.
 
+Three ways to use one:
+
+* ``map(fn, items)``: every result, in input order (``eval pairs``).
+* ``imap(fn, items)``: ``(chunk index, results)`` as chunks complete, each chunk once (in
+  order locally, in completion order on Ray), for stages that write each chunk's results
+  as they come so that a rerun resumes after them (audits, risk features).
+* ``submit(fn, chunk)``: one chunk, as a :class:`concurrent.futures.Future`, for stages
+  that feed work as they read it and keep ``slots`` chunks in flight (ingest).
+
 * :class:`LocalExecutor` runs the chunks one after another in this process.
 * :class:`RayExecutor` runs each chunk as a Ray task (``pip install 'medverify[ray]'``). A
   task whose worker dies is run again (``max_retries``); results are kept by chunk index,
@@ -18,7 +27,8 @@ from __future__ import annotations
 
 import socket
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
+from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any, Protocol, TypeVar, runtime_checkable
 
 from medverify.errors import ConfigError
@@ -51,8 +61,20 @@ class Executor(Protocol):
 
     name: str
 
+    @property
+    def slots(self) -> int:
+        """How many chunks are worth keeping in flight at once."""
+        ...
+
     def map(self, fn: Callable[[list[T]], Sequence[R]], items: Sequence[T], *,
             chunk_size: int = DEFAULT_CHUNK, progress: Progress | None = None) -> list[R]: ...
+
+    def imap(self, fn: Callable[[list[T]], Sequence[R]], items: Sequence[T], *,
+             chunk_size: int = DEFAULT_CHUNK,
+             progress: Progress | None = None) -> Iterator[tuple[int, list[R]]]: ...
+
+    def submit(self, fn: Callable[[list[T]], Sequence[R]],
+               chunk: list[T]) -> Future[Sequence[R]]: ...
 
     def close(self) -> None: ...
 
@@ -61,25 +83,53 @@ class LocalExecutor:
     """Every chunk in this process, in order (the behaviour without ``--executor``)."""
 
     name = "local"
+    slots = 1
+
+    def __init__(self) -> None:
+        self._pool: ThreadPoolExecutor | None = None
 
     def map(self, fn: Callable[[list[T]], Sequence[R]], items: Sequence[T], *,
             chunk_size: int = DEFAULT_CHUNK, progress: Progress | None = None) -> list[R]:
         out: list[R] = []
-        for index, chunk in enumerate(chunked(items, chunk_size)):
-            out += _checked(index, chunk, fn(chunk))
-            if progress is not None:
-                progress(len(chunk))
+        for _, results in self.imap(fn, items, chunk_size=chunk_size, progress=progress):
+            out += results
         return out
 
+    def imap(self, fn: Callable[[list[T]], Sequence[R]], items: Sequence[T], *,
+             chunk_size: int = DEFAULT_CHUNK,
+             progress: Progress | None = None) -> Iterator[tuple[int, list[R]]]:
+        for index, chunk in enumerate(chunked(items, chunk_size)):
+            results = _checked(index, chunk, fn(chunk))
+            if progress is not None:
+                progress(len(chunk))
+            yield index, results
+
+    def submit(self, fn: Callable[[list[T]], Sequence[R]],
+               chunk: list[T]) -> Future[Sequence[R]]:
+        """The chunk on one background thread (torch and I/O release the GIL, so the
+        caller goes on reading meanwhile); chunks submitted run one after another."""
+        if self._pool is None:
+            self._pool = ThreadPoolExecutor(1, thread_name_prefix="medverify-local")
+        return self._pool.submit(_run_checked, fn, chunk)
+
     def close(self) -> None:
-        return None
+        if self._pool is not None:
+            self._pool.shutdown(wait=True, cancel_futures=True)
+            self._pool = None
+
+
+def _run_checked(fn: Callable[[list[T]], Sequence[R]], chunk: list[T]) -> Sequence[R]:
+    results = fn(chunk)
+    if len(results) != len(chunk):
+        raise RuntimeError(f"{len(chunk)} items gave {len(results)} results")
+    return results
 
 
 def _run_chunk(fn: Callable[[list[Any]], Sequence[Any]], index: int,
-               chunk: list[Any]) -> tuple[int, list[Any], float]:
+               chunk: list[Any]) -> tuple[int, Sequence[Any], float]:
     """The Ray task: one chunk, tagged with its index (and the seconds it took)."""
     started = time.perf_counter()
-    return index, list(fn(chunk)), time.perf_counter() - started
+    return index, fn(chunk), time.perf_counter() - started
 
 
 def _import_ray() -> Any:
@@ -122,6 +172,7 @@ class RayExecutor:
         self.max_retries = max_retries
         self._started = False
         self._ray: Any = None
+        self._remote: Any = None
 
     def _connect(self) -> Any:
         if self._ray is not None:
@@ -147,26 +198,68 @@ class RayExecutor:
         self._ray = ray
         return ray
 
+    @property
+    def slots(self) -> int:
+        """The cluster's CPUs (one task per CPU)."""
+        ray = self._connect()
+        return max(1, int(ray.cluster_resources().get("CPU", 1)))
+
     def map(self, fn: Callable[[list[T]], Sequence[R]], items: Sequence[T], *,
             chunk_size: int = DEFAULT_CHUNK, progress: Progress | None = None) -> list[R]:
+        results = dict(self.imap(fn, items, chunk_size=chunk_size, progress=progress))
+        return [result for index in range(len(results)) for result in results[index]]
+
+    def imap(self, fn: Callable[[list[T]], Sequence[R]], items: Sequence[T], *,
+             chunk_size: int = DEFAULT_CHUNK,
+             progress: Progress | None = None) -> Iterator[tuple[int, list[R]]]:
+        """Every chunk submitted at once; yielded as each completes (each index once)."""
         chunks = chunked(items, chunk_size)
         if not chunks:
-            return []
+            return
         ray = self._connect()
-        task = ray.remote(max_retries=self.max_retries)(_run_chunk)
+        task = self._task(ray)
         fn_ref = ray.put(fn)
         pending = [task.remote(fn_ref, index, chunk) for index, chunk in enumerate(chunks)]
-        results: dict[int, list[R]] = {}
-        while pending:
-            done, pending = ray.wait(pending, num_returns=1)
-            for ref in done:
-                index, out, _seconds = ray.get(ref)
-                if index in results:  # the same chunk twice: count it once
-                    continue
-                results[index] = _checked(index, chunks[index], out)
-                if progress is not None:
-                    progress(len(chunks[index]))
-        return [result for index in range(len(chunks)) for result in results[index]]
+        seen: set[int] = set()
+        try:
+            while pending:
+                done, pending = ray.wait(pending, num_returns=1)
+                for ref in done:
+                    index, out, _seconds = ray.get(ref)
+                    if index in seen:  # the same chunk twice: count it once
+                        continue
+                    seen.add(index)
+                    results = _checked(index, chunks[index], out)
+                    if progress is not None:
+                        progress(len(chunks[index]))
+                    yield index, results
+        finally:
+            for ref in pending:  # the caller stopped early (an error, a break)
+                ray.cancel(ref)
+
+    def submit(self, fn: Callable[[list[T]], Sequence[R]],
+               chunk: list[T]) -> Future[Sequence[R]]:
+        """One chunk as a Ray task (retried if its worker dies)."""
+        ray = self._connect()
+        ref = self._task(ray).remote(fn, 0, chunk)
+        out: Future[Sequence[R]] = Future()
+
+        def settle(done: Future[Any]) -> None:
+            try:
+                _, results, _seconds = done.result()
+                if len(results) != len(chunk):
+                    raise RuntimeError(f"{len(chunk)} items gave {len(results)} results")
+                out.set_result(results)
+            except BaseException as exc:  # the task's error, or Ray's
+                out.set_exception(exc)
+
+        ref.future().add_done_callback(settle)
+        return out
+
+    def _task(self, ray: Any) -> Any:
+        if self._remote is None:
+            self._remote = ray.remote(max_retries=self.max_retries)(_run_chunk)
+        return self._remote
 
     def close(self) -> None:
         """Shut down the Ray this executor started (a joined cluster keeps running)."""
@@ -174,6 +267,7 @@ class RayExecutor:
             self._ray.shutdown()
         self._started = False
         self._ray = None
+        self._remote = None
 
 
 def executor_from_spec(spec: str, num_cpus: int | None = None) -> LocalExecutor | RayExecutor:

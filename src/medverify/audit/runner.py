@@ -9,11 +9,21 @@ configured, its unsupported statements cleaned up. Each finished answer is appen
 ``DIR/summary.json`` (metrics with bootstrap CIs, breakdowns, URL analysis, provenance)
 and ``DIR/report.html`` are written, and the run is recorded in the run store.
 
+With an ``executor`` other than the local one (``medverify audit --executor ray``), the
+answers still to do are cut into chunks of :data:`AUDIT_CHUNK`; each chunk is an
+:class:`AuditChunk` task that builds its own :class:`Auditor` from the config in the
+process that runs it (judge, model, fetcher: fetching happens there) and returns the
+chunk's :class:`AnswerAudit` records. This process appends each chunk's audits to
+``answers.jsonl`` as the chunk comes back (so a rerun resumes after them) and builds the
+summary exactly as a local run does.
+
 One failing answer is recorded in its ``AnswerAudit.errors`` and the others go on.
 """
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import logging
 import time
 from collections import Counter
@@ -45,6 +55,7 @@ from medverify.audit.verify import PairVerifier
 from medverify.config import Config
 from medverify.decompose import Decomposer, make_decomposer
 from medverify.errors import ConfigError
+from medverify.executor import Executor, LocalExecutor
 from medverify.files import append_record, atomic_write_text, read_records
 from medverify.harness import (
     CancelToken,
@@ -55,12 +66,13 @@ from medverify.harness import (
     close_owned,
     decompose_answer,
     prompt_versions,
+    run_each,
     stage_id,
 )
-from medverify.judge import Judge, judge_from_config
+from medverify.judge import JUDGES, Judge, judge_from_config
 from medverify.kb.embed import Embedder, get_embedder
 from medverify.llm.facade import Model, UsageLedger
-from medverify.records import Claim, Source
+from medverify.records import Claim, Source, Usage
 
 if TYPE_CHECKING:
     from medverify.audit.cleanup import SourceCleanup
@@ -74,6 +86,13 @@ REPORT_FILE = "report.html"
 Progress = Callable[[int, int], None]
 """Called with (answers done, answers total)."""
 
+AUDIT_CHUNK = 8
+"""Answers per executor task. An answer costs seconds to minutes (its URLs fetched, every
+claim-source pair judged), so 8 amortise what a task sets up (judge, model client,
+fetcher and its cache) while the answers of a chunk overlap their fetches and judge calls
+(``concurrency``); a dead worker costs at most 8 answers redone, a killed driver at most
+the chunks in flight, and 100 answers still make 13 tasks to spread over a cluster."""
+
 
 class Fetcher(Protocol):
     """What the audit needs from the source fetcher (``medverify.sources.SourceFetcher``)."""
@@ -84,17 +103,26 @@ class Fetcher(Protocol):
 FetcherFactory = Callable[[], AbstractAsyncContextManager[Fetcher]]
 
 
-def default_fetcher(config: Config) -> FetcherFactory:
-    """The safe fetcher with the config's settings, cache and offline flag."""
+@dataclass(frozen=True)
+class ConfigFetcher:
+    """The fetcher factory of a config: picklable, so an executor's worker makes the same
+    fetcher (its fetch cache is the worker's ``fetch.cache_path`` or
+    ``$MEDVERIFY_HOME/fetch-cache.db``)."""
 
-    def make() -> AbstractAsyncContextManager[Fetcher]:
+    config: Config
+
+    def __call__(self) -> AbstractAsyncContextManager[Fetcher]:
         from medverify.sources import SourceFetcher
 
+        config = self.config
         return SourceFetcher(  # type: ignore[return-value]
             config.fetch, cache_path=config.fetch_cache_path, offline=config.fetch.offline
         )
 
-    return make
+
+def default_fetcher(config: Config) -> FetcherFactory:
+    """The safe fetcher with the config's settings, cache and offline flag."""
+    return ConfigFetcher(config)
 
 
 @dataclass
@@ -118,6 +146,8 @@ class Auditor:
     input_path: str | None = None
     owned: tuple[object, ...] = ()
     warnings: list[str] = field(default_factory=list)
+    executor: Executor | None = None
+    chunk_size: int = AUDIT_CHUNK
 
     @classmethod
     def from_config(
@@ -133,9 +163,13 @@ class Auditor:
         embedder: Embedder | None = None,
         fetcher_factory: FetcherFactory | None = None,
         record: bool = True,
+        executor: Executor | None = None,
     ) -> Auditor:
         """Build the audit from the config. ``judge``, ``embedder`` and ``fetcher_factory``
-        replace the configured ones (tests, benchmarks)."""
+        replace the configured ones (tests, benchmarks). With an ``executor`` (not the
+        local one) the answers are audited by :class:`AuditChunk` tasks there, each with
+        the judge and embedder of ``config`` and this ``fetcher_factory`` (which must
+        pickle); ``judge`` and ``embedder`` then only name them in the summary."""
         opened = Resources.open(config, model=model, need_kb=False)
         model, ledger = opened.model, opened.ledger
         judge = judge or judge_from_config(config, model)
@@ -160,6 +194,7 @@ class Auditor:
             limit=limit,
             record=record,
             owned=opened.owned,
+            executor=executor,
         )
 
     async def aclose(self) -> None:
@@ -192,7 +227,10 @@ class Auditor:
                                      ledger=self.ledger, progress=self.progress, cancel=cancel,
                                      always_id=True)
         with harness.recording(self.provenance):
-            new = await self._audit_all(todo, path, harness, len(chosen))
+            if self.executor is None or isinstance(self.executor, LocalExecutor):
+                new = await self._audit_all(todo, path, harness, len(chosen))
+            else:
+                new = await self._audit_on(self.executor, todo, path, harness, len(chosen))
             audits = [kept.get(i.answer.id) or new[i.answer.id] for i in chosen]
             run_id = harness.run_id or ""
             if harness.store is not None:
@@ -228,6 +266,56 @@ class Auditor:
 
                 await harness.each(todo, one, concurrency=self.concurrency,
                                    done=total - len(todo), total=total)
+        return results
+
+    async def _audit_on(
+        self,
+        executor: Executor,
+        todo: Sequence[tuple[int, AuditInput]],
+        path: Path,
+        harness: RunHarness,
+        total: int,
+    ) -> dict[str, AnswerAudit]:
+        """:meth:`_audit_all` on ``executor``: chunks of :attr:`chunk_size` answers, each
+        audited by an :class:`AuditChunk` task; each chunk's audits are appended to
+        ``answers.jsonl`` (and recorded, and their token usage added to the ledger) as the
+        chunk comes back (each chunk once, in completion order), then progress."""
+        results: dict[str, AnswerAudit] = {}
+        if not todo:
+            return results
+        store, run_id = harness.store, harness.run_id or ""
+        if harness.cancel is not None:
+            harness.cancel.check()
+        executor.slots  # noqa: B018 (connects here, in this thread, before any task is sent)
+        task = AuditChunk.for_auditor(self)
+        chunks = executor.imap(task, [item for _, item in todo], chunk_size=self.chunk_size)
+        count = total - len(todo)
+        try:
+            with path.open("a", encoding="utf-8") as handle:
+                # the executor blocks while it waits for a chunk: wait in a thread
+                while (done := await asyncio.to_thread(next, chunks, None)) is not None:
+                    index, audited = done
+                    start = index * self.chunk_size
+                    for (position, item), result in zip(todo[start:start + len(audited)],
+                                                        audited, strict=True):
+                        if result.audit.answer.id != item.answer.id:
+                            raise RuntimeError(f"chunk {index} sent back answer "
+                                               f"{result.audit.answer.id!r} for {item.answer.id!r}")
+                        append_record(handle, result.audit)
+                        if store is not None:
+                            store.save_audit(run_id, position, result.audit)
+                        results[item.answer.id] = result.audit
+                        for stage, usage in result.usage.items():
+                            self.ledger.add(stage, usage)
+                    count += len(audited)
+                    if harness.progress is not None:
+                        harness.progress(count, total)
+                    if harness.cancel is not None:
+                        harness.cancel.check()
+        finally:
+            # cancels the chunks still pending (a ValueError: a wait still runs in its thread)
+            with contextlib.suppress(ValueError):
+                chunks.close()  # type: ignore[attr-defined]
         return results
 
     async def audit_answer(self, item: AuditInput, fetcher: Fetcher) -> AnswerAudit:
@@ -393,6 +481,59 @@ class Auditor:
 
         atomic_write_text(out / SUMMARY_FILE, summary.model_dump_json(indent=2) + "\n")
         write_audit_html(out / REPORT_FILE, summary, audits)
+
+
+@dataclass(frozen=True)
+class AuditedAnswer:
+    """What an :class:`AuditChunk` task returns per answer: its audit, and on the chunk's
+    first answer the tokens the whole chunk used (per stage; ``{}`` on the others)."""
+
+    audit: AnswerAudit
+    usage: dict[str, Usage] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class AuditChunk:
+    """The picklable task of an audit on an executor: audits a chunk of answers with an
+    :class:`Auditor` it builds, in the process that runs it, from ``config`` (judge, model,
+    decomposer, embedder, passage selection) and ``fetcher_factory`` (None: the config's
+    fetcher), closes what it opened and returns one :class:`AuditedAnswer` per answer.
+
+    ``judge_factory`` is the judge's registry factory as the driver resolved it; a worker
+    that does not know the judge's name (one registered in the driver only) registers it."""
+
+    config: Config
+    cleanup: bool = False
+    concurrency: int = 4
+    fetcher_factory: FetcherFactory | None = None
+    judge_factory: Callable[..., Judge] | None = field(default=None, compare=False)
+
+    @classmethod
+    def for_auditor(cls, auditor: Auditor) -> AuditChunk:
+        return cls(auditor.config, cleanup=auditor.cleanup is not None,
+                   concurrency=auditor.concurrency, fetcher_factory=auditor.fetcher_factory,
+                   judge_factory=JUDGES.get(auditor.config.judge_name))
+
+    def __call__(self, chunk: list[AuditInput]) -> list[AuditedAnswer]:
+        return asyncio.run(self.audit(chunk))
+
+    async def audit(self, chunk: Sequence[AuditInput]) -> list[AuditedAnswer]:
+        name = self.config.judge_name
+        if name not in JUDGES and self.judge_factory is not None:
+            JUDGES.register(name, self.judge_factory)
+        auditor = Auditor.from_config(self.config, out_dir=Path(), cleanup=self.cleanup,
+                                      fetcher_factory=self.fetcher_factory, record=False)
+        try:
+            async with auditor.fetcher_factory() as fetcher:
+
+                async def one(_: int, item: AuditInput) -> AnswerAudit:
+                    return await auditor.audit_answer(item, fetcher)
+
+                audits = await run_each(chunk, one, concurrency=self.concurrency)
+        finally:
+            await auditor.aclose()
+        usage = auditor.ledger.as_dict()
+        return [AuditedAnswer(audit, usage if n == 0 else {}) for n, audit in enumerate(audits)]
 
 
 def _make_cleanup(

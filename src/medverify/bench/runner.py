@@ -49,6 +49,7 @@ from medverify.bench.records import (
 )
 from medverify.config import Config
 from medverify.errors import ConfigError, InputError
+from medverify.executor import Executor
 from medverify.files import (
     append_record,
     atomic_write_text,
@@ -187,12 +188,14 @@ class BenchRunner:
         embedder: Embedder | None = None,
         fetcher_factory: FetcherFactory | None = None,
         record: bool = True,
+        executor: Executor | None = None,
     ) -> BenchRunner:
         """The study of ``models`` (specs or ``label=spec``) in ``run_dir``. Each model
         under test gets its own facade model (with the persistent request cache when
         ``config.llm.cache``, so a rerun is free); ``config.model`` (judge, decomposer)
         goes to the auditor. ``judge``, ``embedder`` and ``fetcher_factory`` replace the
-        configured ones (tests, benchmarks)."""
+        configured ones (tests, benchmarks). With an ``executor`` the replies are audited
+        there (``Auditor(executor=...)``); the models under test are asked from here."""
         entries = parse_models(models)
         layout = RunLayout(Path(run_dir))
         clock = CallClock()
@@ -203,7 +206,7 @@ class BenchRunner:
         ]
         auditor = Auditor.from_config(
             config, out_dir=layout.audit_dir, judge=judge, embedder=embedder,
-            fetcher_factory=fetcher_factory, record=record,
+            fetcher_factory=fetcher_factory, record=record, executor=executor,
         )
         return cls(config=config, layout=layout, models=entries, askers=askers,
                    auditor=auditor, fresh=fresh, limit=limit, record=record, clock=clock)

@@ -55,6 +55,19 @@ def store_option(func: F) -> F:
     )(func)
 
 
+def executor_option(what: str) -> Callable[[F], F]:
+    """``--executor local|ray|ray:ADDRESS`` (``medverify.executor``): where ``what`` runs."""
+    return click.option(
+        "--executor",
+        "executor_spec",
+        default="local",
+        show_default=True,
+        metavar="local|ray|ray:HOST:PORT",
+        help=f"Where {what}: local (this process), ray (a local Ray) or ray:HOST:6379 "
+        "(a Ray cluster; needs `pip install 'medverify[ray]'`; docs/scale.md).",
+    )
+
+
 def load_config(config_path: Path | None, **overrides: Any) -> Config:
     return Config.load(config_path, **overrides)
 

@@ -17,10 +17,18 @@ from medverify.audit.records import AnswerAudit, AuditInput, AuditSummary, Estim
 from medverify.audit.runner import ANSWERS_FILE, REPORT_FILE, SUMMARY_FILE, Auditor
 from medverify.audit.urls import fetch_change_lines
 from medverify.cli import main
-from medverify.cli._common import config_option, console, load_config, progress_bar, store_option
+from medverify.cli._common import (
+    config_option,
+    console,
+    executor_option,
+    load_config,
+    progress_bar,
+    store_option,
+)
 from medverify.cli._names import JUDGES, RegistryChoice
 from medverify.config import Config
 from medverify.errors import InputError
+from medverify.executor import Executor, LocalExecutor, executor_from_spec
 from medverify.report.view import counted_lines, percent
 
 
@@ -46,6 +54,7 @@ from medverify.report.view import counted_lines, percent
 @click.option("--limit", type=click.IntRange(min=1), help="Audit only the first N answers.")
 @click.option("--fresh", is_flag=True, help="Start over instead of resuming DIR/answers.jsonl.")
 @click.option("--no-record", is_flag=True, help="Do not record the run in the run store.")
+@executor_option("the answers are audited (fetched and judged) in chunks of 8")
 @config_option
 @store_option
 def audit(
@@ -60,6 +69,7 @@ def audit(
     limit: int | None,
     fresh: bool,
     no_record: bool,
+    executor_spec: str,
     config_path: Path | None,
     store: Path | None,
 ) -> None:
@@ -80,11 +90,17 @@ def audit(
         config = _with_allowed(config, allow)
     inputs = _read(input_file)
     out_dir = out_dir or default_out_dir(input_file)
-    auditor = Auditor.from_config(
-        config, out_dir=out_dir, fresh=fresh, cleanup=cleanup, limit=limit, record=not no_record
-    )
-    auditor.input_path = str(input_file)
-    audits, summary = asyncio.run(_run(auditor, inputs))
+    executor = executor_from_spec(executor_spec)
+    try:
+        remote = connected_executor(executor)
+        auditor = Auditor.from_config(
+            config, out_dir=out_dir, fresh=fresh, cleanup=cleanup, limit=limit,
+            record=not no_record, executor=remote,
+        )
+        auditor.input_path = str(input_file)
+        audits, summary = asyncio.run(_run(auditor, inputs))
+    finally:
+        executor.close()
     print_audit_summary(summary, audits, Console())
     console.print(
         f"outputs: {out_dir / ANSWERS_FILE}, {out_dir / SUMMARY_FILE}, {out_dir / REPORT_FILE}"
@@ -96,6 +112,16 @@ def audit(
             "'attribution', see docs/audit.md) and that they can be read (online, or "
             "given texts / the fetch cache with --offline).", style="bold red"))
         raise SystemExit(EXIT_NOT_MEASURED)
+
+
+def connected_executor(executor: Executor) -> Executor | None:
+    """None for the local executor (the audit runs here, as without --executor); another
+    executor connected now, so that a missing Ray or an unreachable cluster fails before
+    anything is opened or audited."""
+    if isinstance(executor, LocalExecutor):
+        return None
+    console.print(f"auditing on {executor.name} ({executor.slots} CPUs)")
+    return executor
 
 
 def default_out_dir(input_file: Path) -> Path:

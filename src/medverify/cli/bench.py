@@ -26,10 +26,18 @@ from rich.text import Text
 from medverify.bench.layout import RunLayout
 from medverify.bench.records import BenchManifest, BenchSummary, ImportReport, Question
 from medverify.cli import main
-from medverify.cli._common import config_option, console, load_config, store_option
+from medverify.cli._common import (
+    config_option,
+    console,
+    executor_option,
+    load_config,
+    store_option,
+)
 from medverify.cli._names import JUDGES, RegistryChoice
+from medverify.cli.audit import connected_executor
 from medverify.config import Config
 from medverify.errors import InputError
+from medverify.executor import Executor, executor_from_spec
 from medverify.report.view import percent, shorten
 
 if TYPE_CHECKING:
@@ -198,12 +206,13 @@ def _split_models(values: tuple[str, ...]) -> list[str]:
 @click.option("--limit", type=click.IntRange(min=1), help="Ask only the first N questions.")
 @click.option("--fresh", is_flag=True, help="Start over instead of resuming RUN.")
 @click.option("--no-record", is_flag=True, help="Do not record the run in the run store.")
+@executor_option("the replies are audited (fetched and judged; the models are asked here)")
 @config_option
 @store_option
 def run_bench(models: tuple[str, ...], questions_path: Path, run_dir: Path, judge: str | None,
               judge_model: str | None, offline: bool, allow: tuple[str, ...],
-              limit: int | None, fresh: bool, no_record: bool, config_path: Path | None,
-              store: Path | None) -> None:
+              limit: int | None, fresh: bool, no_record: bool, executor_spec: str,
+              config_path: Path | None, store: Path | None) -> None:
     """Ask every model every question (a short answer plus a JSON list of URL sources),
     audit the citations and report the metrics per model and per question source.
 
@@ -219,8 +228,13 @@ def run_bench(models: tuple[str, ...], questions_path: Path, run_dir: Path, judg
     if not found:
         raise InputError(f"no question in {questions_path}")
     specs = _split_models(models)
-    summary = asyncio.run(_run(config, specs, found, report, run_dir, questions_path, limit,
-                               fresh, not no_record))
+    executor = executor_from_spec(executor_spec)
+    try:
+        remote = connected_executor(executor)
+        summary = asyncio.run(_run(config, specs, found, report, run_dir, questions_path,
+                                   limit, fresh, not no_record, remote))
+    finally:
+        executor.close()
     print_bench_summary(summary, Console())
     console.print(f"report: {RunLayout(run_dir).report}")
     _exit_if_nothing_measured(summary)
@@ -247,11 +261,11 @@ def _bench_config(config_path: Path | None, judge: str | None, judge_model: str 
 
 async def _run(config: Config, specs: list[str], found: list[Question], report: ImportReport,
                run_dir: Path, questions_path: Path, limit: int | None, fresh: bool,
-               record: bool) -> BenchSummary:
+               record: bool, executor: Executor | None = None) -> BenchSummary:
     from medverify.bench.runner import BenchRunner
 
     runner = BenchRunner.from_config(config, models=specs, run_dir=run_dir, fresh=fresh,
-                                     limit=limit, record=record)
+                                     limit=limit, record=record, executor=executor)
     with _bars() as bar:
         runner.on_ask = bar("asking")
         runner.auditor.progress = bar("auditing answers")

@@ -10,9 +10,10 @@ import click
 from rich.progress import Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
 
 from medverify.cli import main
-from medverify.cli._common import console
+from medverify.cli._common import console, executor_option
 from medverify.cli._names import EMBEDDERS, NamesHelpOption
 from medverify.config import KBSettings
+from medverify.executor import Executor, LocalExecutor, executor_from_spec
 from medverify.kb import KnowledgeBase, LoadReport
 from medverify.kb.index import INDEX_NAME, INDEX_POLICIES
 from medverify.kb.ingest import IngestStats
@@ -45,6 +46,7 @@ def kb_group() -> None:
 @click.option("--results-only", is_flag=True, help="ctgov: keep studies with posted results.")
 @click.option("--sample", type=click.IntRange(1), help="ctgov: a seeded sample of N studies.")
 @click.option("--seed", type=int, default=0, show_default=True, help="ctgov: sampling seed.")
+@executor_option("the chunks are embedded (this process reads, chunks and stores them)")
 def ingest(
     paths: tuple[Path, ...],
     kb_dir: Path,
@@ -57,6 +59,7 @@ def ingest(
     results_only: bool,
     sample: int | None,
     seed: int,
+    executor_spec: str,
 ) -> None:
     """Load, chunk, embed and store documents (txt, md, html, pdf, MedQuAD xml, jsonl).
 
@@ -71,11 +74,16 @@ def ingest(
     }
     settings = KBSettings(**given) if given else None  # an existing KB keeps its own
     report = LoadReport()
+    executor = executor_from_spec(executor_spec)
     with KnowledgeBase.open_or_create(kb_dir, settings, embedder) as kb:
         documents = (iter_ctgov(paths, report, limit, condition=condition,
                                 results_only=results_only, sample=sample, seed=seed)
                      if fmt == "ctgov" else iter_sources(paths, report, limit))
-        stats = _ingest_with_progress(kb, documents)
+        try:
+            stats = _ingest_with_progress(
+                kb, documents, None if isinstance(executor, LocalExecutor) else executor)
+        finally:
+            executor.close()
         summary = kb.stats()
     for skipped in report.skipped[:20]:
         console.print(f"[yellow]skipped[/] {skipped.path}: {skipped.reason}")
@@ -100,7 +108,8 @@ def ingest(
     )
 
 
-def _ingest_with_progress(kb: KnowledgeBase, documents: object) -> IngestStats:
+def _ingest_with_progress(kb: KnowledgeBase, documents: object,
+                          executor: Executor | None = None) -> IngestStats:
     columns = (SpinnerColumn(), TextColumn("{task.description}"), TimeElapsedColumn())
     with Progress(
         *columns, console=console, transient=True, disable=not console.is_terminal
@@ -114,7 +123,8 @@ def _ingest_with_progress(kb: KnowledgeBase, documents: object) -> IngestStats:
                 f"{stats.chunks_added} new chunks",
             )
 
-        return kb.ingest(documents, progress=update)  # type: ignore[arg-type]
+        return kb.ingest(documents, progress=update,  # type: ignore[arg-type]
+                         executor=executor)
 
 
 @kb_group.command("search")

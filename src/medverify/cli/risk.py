@@ -16,7 +16,7 @@ import asyncio
 import hashlib
 import sys
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import click
 import numpy as np
@@ -27,6 +27,7 @@ from medverify.cli import main
 from medverify.cli._common import (
     config_option,
     console,
+    executor_option,
     load_config,
     progress_bar,
     store_option,
@@ -34,6 +35,9 @@ from medverify.cli._common import (
 from medverify.config import Config
 from medverify.errors import InputError
 from medverify.risk.records import FeatureExample, FeatureSchema, RiskLabel, RiskMetrics
+
+if TYPE_CHECKING:
+    from medverify.executor import Executor
 
 
 @main.group()
@@ -156,11 +160,14 @@ def schema_path(features: Path) -> Path:
 @click.option("--rephrasings", type=click.IntRange(0, 10), default=0, show_default=True,
               help="Also score each text under N rephrased questions (needs --model).")
 @click.option("--model", "-m", "rephraser", help="Model spec that rephrases questions.")
+@executor_option("the features are computed")
 @config_option
 def features_cmd(input_file: Path, scorers: tuple[str, ...], out: Path, rephrasings: int,
-                 rephraser: str | None, config_path: Path | None) -> None:
+                 rephraser: str | None, executor_spec: str, config_path: Path | None) -> None:
     """Force-decode every example's text through each scorer and write its features
-    (granularity: the example's text as the answer to its question)."""
+    (granularity: the example's text as the answer to its question). With --executor ray,
+    each block of examples is a Ray task; the file written is the same."""
+    from medverify.executor import LocalExecutor, executor_from_spec
     from medverify.files import atomic_write_text, write_records
     from medverify.risk.data import read_examples
     from medverify.risk.stage import partial_path
@@ -171,8 +178,16 @@ def features_cmd(input_file: Path, scorers: tuple[str, ...], out: Path, rephrasi
     examples = read_examples(input_file)
     if not examples:
         raise InputError(f"no example in {input_file}")
-    lines, schema, resumed = asyncio.run(
-        _features(config, list(scorers), examples, rephraser, input_file, out))
+    executor = executor_from_spec(executor_spec)
+    if isinstance(executor, LocalExecutor):
+        lines, schema, resumed = asyncio.run(
+            _features(config, list(scorers), examples, rephraser, input_file, out))
+    else:
+        try:
+            lines, schema, resumed = _features_on(executor, config, list(scorers), examples,
+                                                  rephraser, input_file, out)
+        finally:
+            executor.close()
     write_records(out, lines)
     atomic_write_text(schema_path(out), schema.model_dump_json(indent=2) + "\n")
     partial_path(out).unlink(missing_ok=True)
@@ -208,6 +223,35 @@ async def _features(config: Config, scorers: list[str], examples: list[Any],
     finally:
         if rephraser is not None:
             await rephraser.aclose()
+
+
+def _features_on(executor: Executor, config: Config, scorers: list[str], examples: list[Any],
+                 rephraser_spec: str | None, input_file: Path,
+                 out: Path) -> tuple[list[FeatureExample], FeatureSchema, int]:
+    """:func:`_features` with the blocks computed on ``executor``: the stage made here
+    gives the schema and the resume key only (local models are loaded by the workers)."""
+    from medverify.llm.facade import get_model
+    from medverify.risk.stage import FeatureBlockTask, RiskStage, feature_blocks_on
+
+    rephraser = get_model(rephraser_spec, config.llm) if rephraser_spec else None
+    try:
+        stage = RiskStage.from_config(config, scorers=scorers, rephraser=rephraser)
+    finally:
+        if rephraser is not None:
+            asyncio.run(rephraser.aclose())
+    key = _resume_key(stage, input_file, rephraser_spec)
+    task = FeatureBlockTask.for_config(config, scorers, rephraser_spec)
+    with progress_bar(f"risk features ({executor.name})", len(examples)) as bar:
+        done = 0
+
+        def advance(n: int) -> None:
+            nonlocal done
+            done += n
+            bar(done, len(examples))
+
+        lines, resumed = feature_blocks_on(executor, task, examples, out, key=key,
+                                           progress=advance)
+    return lines, stage.schema, resumed
 
 
 def _resume_key(stage: Any, input_file: Path, rephraser: str | None) -> str:

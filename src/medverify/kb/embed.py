@@ -15,7 +15,8 @@ import hashlib
 import itertools
 import os
 import re
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Literal, Protocol, runtime_checkable
 
@@ -449,3 +450,57 @@ def embedder_for_id(embedder_id: str, precision: Precision = "fp32") -> Embedder
 def precision_of(embedder: Embedder) -> str:
     """The precision class of an embedder's vectors (``fp32`` unless it says otherwise)."""
     return str(getattr(embedder, "precision", "fp32"))
+
+
+# ---- embedding in another process (ingest on an executor) ------------------------------------
+
+_WORKER_EMBEDDERS: dict[tuple[str, str, str], Embedder] = {}
+"""Embedders made by :class:`EmbedTask`, kept per process (a Ray worker embeds many batches)."""
+
+
+@dataclass(frozen=True)
+class EmbedTask:
+    """The picklable chunk function of an ingest on an executor: embeds a batch of texts
+    with the KB's embedder, made once per process from its recorded spec, precision and
+    device, and refused unless it is the embedder the KB was built with.
+
+    ``factory`` is the embedder's registry factory as the driver resolved it, for an
+    embedder registered in the driver's process only (a worker registers it too)."""
+
+    spec: str
+    embedder_id: str
+    dim: int
+    precision: str = "fp32"
+    device: str = "auto"
+    factory: Callable[..., Embedder] | None = field(default=None, compare=False)
+
+    @classmethod
+    def for_kb(cls, spec: str, embedder_id: str, dim: int, precision: str,
+               device: str) -> EmbedTask:
+        factory = EMBEDDERS.get(spec) if spec in EMBEDDERS.names() else None
+        return cls(spec, embedder_id, dim, precision, device, factory)
+
+    def embedder(self) -> Embedder:
+        key = (self.spec, self.precision, self.device)
+        embedder = _WORKER_EMBEDDERS.get(key)
+        if embedder is None:
+            if self.spec not in EMBEDDERS.names() and self.factory is not None:
+                EMBEDDERS.register(self.spec, self.factory)
+            embedder = get_embedder(self.spec, self.precision,  # type: ignore[arg-type]
+                                    self.device)  # type: ignore[arg-type]
+            if embedder.id != self.embedder_id or embedder.dim != self.dim:
+                raise KBError(
+                    f"the embedder {self.spec!r} here is {embedder.id!r} (dim {embedder.dim}), "
+                    f"not the knowledge base's {self.embedder_id!r} (dim {self.dim}): install "
+                    "the same model on every worker")
+            if precision_of(embedder) != self.precision:
+                raise KBError(f"the embedder {self.spec!r} here computes "
+                              f"{precision_of(embedder)}, not the knowledge base's "
+                              f"{self.precision}")
+            _WORKER_EMBEDDERS[key] = embedder
+        return embedder
+
+    def __call__(self, texts: list[str]) -> np.ndarray:
+        if not texts:
+            return np.zeros((0, self.dim), dtype=np.float32)
+        return np.ascontiguousarray(self.embedder().embed(texts), dtype=np.float32)

@@ -11,6 +11,12 @@ Embedding overlaps the rest (issue 19): a full batch is handed to one embedding 
 the next; batches are stored in order, one SQLite transaction each, with bulk inserts
 (``executemany``, chunk ids assigned in the transaction). ``Ingester.overlap = False``
 and ``Ingester.bulk = False`` give the serial, row-by-row path of before (benchmarks).
+
+On an executor (``kb ingest --executor ray``, :mod:`medverify.executor`) the batches are
+embedded by :class:`~medverify.kb.embed.EmbedTask` tasks instead of the thread, up to the
+executor's ``slots`` batches at once; this process still reads, chunks and stores them, in
+order, so the KB is the one the local path writes. A batch whose worker dies is embedded
+again by Ray; a batch is stored once.
 """
 
 from __future__ import annotations
@@ -23,7 +29,8 @@ import json
 import logging
 import sqlite3
 import time
-from collections.abc import Callable, Iterable, Iterator
+from collections import deque
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
@@ -32,15 +39,19 @@ import numpy as np
 from pydantic import BaseModel
 
 from medverify.kb.chunking import Chunk, iter_chunks
+from medverify.kb.embed import EmbedTask
 from medverify.kb.fts import chunk_terms
 from medverify.kb.loaders import KBInput, TextFile
 
 if TYPE_CHECKING:
+    from medverify.executor import Executor
     from medverify.kb.store import KnowledgeBase
 
 log = logging.getLogger(__name__)
 
 PARTIAL = "partial:"  # content_hash prefix of a document whose chunks are not all stored
+EXECUTOR_BATCH = 64  # chunks per task on an executor (and per commit): ~8 s of MiniLM on
+# one core, so a few workers get several tasks each even from a small ingest
 
 
 class IngestStats(BaseModel):
@@ -113,7 +124,7 @@ class _InFlight:
     """A batch handed to the embedding thread, not stored yet."""
 
     batch: _Batch
-    vectors: Future[np.ndarray]
+    vectors: Future[np.ndarray] | Future[Sequence[np.ndarray]]
 
 
 class Ingester:
@@ -125,20 +136,26 @@ class Ingester:
     bulk = True  # executemany inserts (False: one INSERT per chunk, as before issue 19)
 
     def __init__(self, kb: KnowledgeBase, conn: sqlite3.Connection, chunk_tokens: int,
-                 chunk_overlap: int) -> None:
+                 chunk_overlap: int, executor: Executor | None = None) -> None:
         self.kb = kb
         self.conn = conn
         self.chunk_tokens = chunk_tokens
         self.chunk_overlap = chunk_overlap
+        self.executor = executor
         self._pool: ThreadPoolExecutor | None = None
-        self._in_flight: _InFlight | None = None
+        self._in_flight: deque[_InFlight] = deque()
+        self._depth = 1  # batches embedding at once
+        self._task: EmbedTask | None = None
 
     def run(self, documents: Iterable[KBInput],
             progress: Callable[[IngestStats], None] | None) -> IngestStats:
         stats, started = IngestStats(), time.perf_counter()
         self.kb.vector_index.ensure()
         batch = _Batch()
-        if self.overlap:
+        if self.executor is not None:
+            self._task = self.kb.embed_task()
+            self._depth = max(1, self.executor.slots)
+        elif self.overlap:
             self._pool = ThreadPoolExecutor(1, thread_name_prefix="medverify-embed")
         try:
             for doc in documents:
@@ -152,17 +169,27 @@ class Ingester:
                 self._settle(stats)  # it was without overlap; the error is the one raised
             raise
         finally:
+            for waiting in self._in_flight:  # (only after an error)
+                waiting.vectors.cancel()
+            self._in_flight.clear()
             if self._pool is not None:
                 self._pool.shutdown(wait=True, cancel_futures=True)
-                self._pool, self._in_flight = None, None
+                self._pool = None
             stats.seconds = time.perf_counter() - started
             self.kb.vector_index.save()
         return stats
 
+    def _batch_chunks(self) -> int:
+        """Chunks per batch: ``kb.flush_chunks``, at most :data:`EXECUTOR_BATCH` on an
+        executor (read each time: tests change it while an ingest runs)."""
+        if self.executor is None:
+            return self.kb.flush_chunks
+        return min(self.kb.flush_chunks, EXECUTOR_BATCH)
+
     def _ingest_one(self, doc: KBInput, batch: _Batch, stats: IngestStats,
                     progress: Callable[[IngestStats], None] | None) -> None:
         stats.documents_seen += 1
-        held = batch.docs + (self._in_flight.batch.docs if self._in_flight else [])
+        held = batch.docs + [p for f in self._in_flight for p in f.batch.docs]
         if any(p.doc.doc_id == doc.doc_id for p in held):
             self._flush(batch, stats)  # an earlier copy in this run is settled first
             self._settle(stats)
@@ -172,7 +199,7 @@ class Ingester:
         found = False
         for order, chunk in self._new_chunks(pending):
             found = True
-            if len(batch.chunks) >= self.kb.flush_chunks:  # flushed only once more is coming,
+            if len(batch.chunks) >= self._batch_chunks():  # flushed only once more is coming,
                 self._flush(batch, stats)  # so a document's last batch also completes it
                 if progress is not None:
                     progress(stats)
@@ -182,7 +209,7 @@ class Ingester:
             return
         pending.done = True
         batch.touch(pending)
-        if len(batch.chunks) >= self.kb.flush_chunks:
+        if len(batch.chunks) >= self._batch_chunks():
             self._flush(batch, stats)
 
     def _admit(self, doc: KBInput, stats: IngestStats) -> _Pending | None:
@@ -223,25 +250,45 @@ class Ingester:
 
     def _flush(self, batch: _Batch, stats: IngestStats) -> None:
         """Embed the batch and store it: at once without overlap; else hand it to the
-        embedding thread and store the batch handed over before (batches are stored in
-        order, so a document's chunks and rows are written as without overlap)."""
+        embedding thread (or the executor) and store the oldest batch handed over once
+        more than ``_depth`` are out (batches are stored in order, so a document's chunks
+        and rows are written as without overlap)."""
         if not batch.docs:
             return
         texts = [_embed_text(p.doc.title, c) for p, _, c in batch.chunks]
         taken = _Batch(batch.docs, batch.chunks, {id(p) for p in batch.docs if p.done})
         batch.docs, batch.chunks = [], []
-        if self._pool is None:
+        if self.executor is not None and self._task is not None:
+            vectors: Future[np.ndarray] | Future[Sequence[np.ndarray]] = (
+                self.executor.submit(self._task, texts))
+        elif self._pool is not None:
+            vectors = self._pool.submit(self._embed, texts)
+        else:
             self._store(taken, self._embed(texts), stats)
             return
-        submitted = _InFlight(taken, self._pool.submit(self._embed, texts))
-        self._settle(stats)
-        self._in_flight = submitted
+        self._in_flight.append(_InFlight(taken, vectors))
+        while len(self._in_flight) > self._depth:
+            self._store_oldest(stats)
 
     def _settle(self, stats: IngestStats) -> None:
-        """Store the batch being embedded, once its vectors are there."""
-        if self._in_flight is not None:
-            pending, self._in_flight = self._in_flight, None
-            self._store(pending.batch, pending.vectors.result(), stats)
+        """Store every batch being embedded, in order, once its vectors are there."""
+        while self._in_flight:
+            self._store_oldest(stats)
+
+    def _store_oldest(self, stats: IngestStats) -> None:
+        """Store the oldest batch out. If its embedding failed, the later batches are
+        dropped too (never stored past a gap): the KB keeps a prefix, which a rerun
+        resumes."""
+        pending = self._in_flight.popleft()
+        try:
+            vectors = np.asarray(pending.vectors.result(), dtype=np.float32)
+        except BaseException:
+            for later in self._in_flight:
+                later.vectors.cancel()
+            self._in_flight.clear()
+            raise
+        self._store(pending.batch, vectors.reshape(len(pending.batch.chunks), self.kb.dim),
+                    stats)
 
     def _embed(self, texts: list[str]) -> np.ndarray:
         if not texts:

@@ -49,7 +49,7 @@ from medverify.kb.database import (
     remove_database,
     unfinished_creation,
 )
-from medverify.kb.embed import Embedder, get_embedder, precision_of
+from medverify.kb.embed import Embedder, EmbedTask, get_embedder, precision_of
 from medverify.kb.fts import (
     LEXICAL_BUDGET,
     MAX_QUERY_TERMS,
@@ -75,6 +75,7 @@ from medverify.kb.protocol import Candidate, StoredChunk, Subset
 
 if TYPE_CHECKING:
     from medverify.config import Config
+    from medverify.executor import Executor
 
 __all__ = [  # names other modules (and older code) import from here
     "DB_NAME",
@@ -314,6 +315,14 @@ class KnowledgeBase:
             self._embedder = embedder
         return self._embedder
 
+    def embed_task(self) -> EmbedTask:
+        """The picklable embedding function of an ingest on an executor: this KB's embedder
+        by its recorded spec, precision and device (a worker makes it, and refuses one
+        that is not the KB's)."""
+        spec = self._meta.get("embedder_spec") or self.embedder_id
+        return EmbedTask.for_kb(str(spec), self.embedder_id, self.dim, self.embed_precision,
+                                self._embed_device)
+
     @property
     def generation(self) -> int:
         return read_generation(self._conn)
@@ -364,17 +373,20 @@ class KnowledgeBase:
     # ---- ingest -------------------------------------------------------------------
 
     def ingest(self, documents: Iterable[KBInput],
-               progress: Callable[[IngestStats], None] | None = None) -> IngestStats:
+               progress: Callable[[IngestStats], None] | None = None,
+               executor: Executor | None = None) -> IngestStats:
         """Add documents; unchanged ones (same doc_id and content hash) are skipped.
 
         Chunks are embedded and committed in batches of ``flush_chunks`` while documents
         are read, so memory does not grow with document size. A document counts as stored
         once its last chunk is committed; an interrupted ingest resumes where it stopped,
-        inside a large document too (see :mod:`medverify.kb.ingest`).
+        inside a large document too (see :mod:`medverify.kb.ingest`). With ``executor``
+        (e.g. a :class:`~medverify.executor.RayExecutor`) the batches are embedded by its
+        workers, with the KB's embedder made there (:meth:`embed_task`).
         """
         with self._lock, self._damage_is_an_error():
             ingester = Ingester(self, self._conn, int(self._meta["chunk_tokens"]),
-                                int(self._meta["chunk_overlap"]))
+                                int(self._meta["chunk_overlap"]), executor)
             self._current_vectors()
             self._vectors.writable()
             try:

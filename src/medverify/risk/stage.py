@@ -8,16 +8,19 @@ training and scoring see the same features. With ``rephrasings`` and a rephraser
 text is also scored under rephrased questions (features across rephrasings).
 
 Used by ``medverify risk features|score`` and by the ``check`` pipeline when
-``[risk] classifier`` is set.
+``[risk] classifier`` is set. ``risk features --executor ray`` computes the blocks of a
+feature file on an executor (:class:`FeatureBlockTask`, :func:`feature_blocks_on`).
 """
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import os
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from pydantic import BaseModel, ConfigDict, ValidationError
 
@@ -36,7 +39,10 @@ from medverify.risk.records import (
     RiskScore,
     TokenTrace,
 )
-from medverify.risk.scorers import ScoreItem, Scorer, make_scorer
+from medverify.risk.scorers import SCORERS, ScoreItem, Scorer, make_scorer
+
+if TYPE_CHECKING:
+    from medverify.executor import Executor
 
 log = logging.getLogger(__name__)
 
@@ -269,3 +275,111 @@ def _read_partial(path: Path, key: str) -> list[FeatureExample]:
             break
     return done
 
+
+
+# -------------------------------------------------------- feature files on an executor
+
+
+_WORKER_STAGES: dict[str, RiskStage] = {}
+"""Stages without a rephraser, kept per worker process (a Ray worker computes many blocks;
+local models stay loaded). A stage with a rephraser is made per block: the rephraser's
+client belongs to the event loop of that block."""
+
+
+@dataclass(frozen=True)
+class FeatureBlockTask:
+    """The picklable chunk function of ``risk features`` on an executor: the feature lines
+    of a block of examples, computed by a :class:`RiskStage` made, in the process that runs
+    it, from the config, the scorer specs and the rephraser spec.
+
+    ``factories`` are the scorer factories (spec prefix, factory) as the driver resolved
+    them; the process that runs a block registers them (a worker may not know a prefix
+    registered in the driver's process only, or know another factory by that name), so
+    every process makes the driver's scorers."""
+
+    config: Config
+    scorers: tuple[str, ...]
+    rephraser: str | None = None
+    factories: tuple[tuple[str, Callable[..., Scorer]], ...] = field(default=(),
+                                                                      compare=False)
+
+    @classmethod
+    def for_config(cls, config: Config, scorers: Sequence[str],
+                   rephraser: str | None = None) -> FeatureBlockTask:
+        prefixes = dict.fromkeys(spec.strip().partition(":")[0] for spec in scorers)
+        return cls(config, tuple(scorers), rephraser,
+                   tuple((prefix, SCORERS.get(prefix)) for prefix in prefixes))
+
+    def __call__(self, chunk: list[LabeledExample]) -> list[FeatureExample]:
+        return asyncio.run(self._lines(chunk))
+
+    async def _lines(self, chunk: list[LabeledExample]) -> list[FeatureExample]:
+        for prefix, factory in self.factories:
+            SCORERS.register(prefix, factory)
+        if self.rephraser is None:
+            return await _block_lines(self._cached_stage(), chunk)
+        from medverify.llm.facade import get_model
+
+        model = get_model(self.rephraser, self.config.llm)
+        try:
+            stage = RiskStage.from_config(self.config, scorers=list(self.scorers),
+                                          rephraser=model)
+            return await _block_lines(stage, chunk)
+        finally:
+            await model.aclose()
+
+    def _cached_stage(self) -> RiskStage:
+        key = "\x00".join([self.config.model_dump_json(), *self.scorers])
+        stage = _WORKER_STAGES.get(key)
+        if stage is None:
+            stage = RiskStage.from_config(self.config, scorers=list(self.scorers))
+            _WORKER_STAGES[key] = stage
+        return stage
+
+
+def feature_blocks_on(
+    executor: Executor,
+    task: Callable[[list[LabeledExample]], Sequence[FeatureExample]],
+    examples: Sequence[LabeledExample],
+    out: Path,
+    *,
+    key: str,
+    block: int = FEATURE_BLOCK,
+    progress: Callable[[int], None] | None = None,
+) -> tuple[list[FeatureExample], int]:
+    """:func:`feature_blocks` with the blocks computed by ``task`` on ``executor`` (one
+    chunk per block). Blocks come back in any order; each is appended to the partial file
+    in input order (later blocks are held until the earlier ones arrive), so the partial
+    file, and what a rerun after a kill resumes from, are those of :func:`feature_blocks`.
+    ``progress`` is called as blocks complete (resumed blocks first)."""
+    path = partial_path(out)
+    done = _read_partial(path, key)
+    by_id = {line.id: line for line in done}
+    parts = [list(examples[start:start + block]) for start in range(0, len(examples), block)]
+    todo = [part for part in parts if not all(e.id in by_id for e in part)]
+    resumed = sum(len(part) for part in parts) - sum(len(part) for part in todo)
+    if progress is not None and resumed:
+        progress(resumed)
+    if todo:
+        executor.slots  # noqa: B018  (connects now: a cluster that is not there writes nothing)
+    mode = "a" if done else "w"
+    with path.open(mode, encoding="utf-8") as handle:
+        if not done:
+            append_record(handle, _PartialHeader(partial=key))
+        # Every block but the input's last is full, so the blocks to do, one after the
+        # other, are cut by the executor into the same blocks: chunk i is todo[i].
+        flat = [example for part in todo for example in part]
+        arrived: dict[int, list[FeatureExample]] = {}
+        written = 0
+        for index, lines in executor.imap(task, flat, chunk_size=block, progress=progress):
+            part = todo[index]
+            if [line.id for line in lines] != [e.id for e in part]:
+                raise RuntimeError(f"block {index}: the lines do not follow its examples")
+            arrived[index] = lines
+            while written in arrived:
+                for line in arrived.pop(written):
+                    append_record(handle, line)
+                    by_id[line.id] = line
+                os.fsync(handle.fileno())
+                written += 1
+    return [by_id[e.id] for e in examples], resumed
