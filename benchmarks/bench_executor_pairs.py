@@ -4,9 +4,15 @@ what is measured is the executor's own overhead: reading, shipping chunks, colle
 scoring. Each configuration runs twice; the second run (warm workers) is the one compared.
 The verdicts of every run are checked equal to the local ones.
 
-    python benchmarks/bench_executor_pairs.py [--pairs 100000]
+``--judge builtin`` measures a judge that costs per pair instead: the built-in verifier
+(its shipped weights, loaded once per process: the first run includes each worker's
+load), where Ray's 1 vs 2 workers show the speed-up a per-pair cost allows.
 
-Needs ``pip install 'medverify[ray]'``. Writes benchmarks/results/executor_pairs.{json,md}.
+    python benchmarks/bench_executor_pairs.py [--pairs 100000]
+    python benchmarks/bench_executor_pairs.py --judge builtin --pairs 1024
+
+Needs ``pip install 'medverify[ray]'``. Writes benchmarks/results/executor_pairs.{json,md}
+(``executor_pairs_builtin.{json,md}`` with ``--judge builtin``).
 """
 
 from __future__ import annotations
@@ -51,12 +57,17 @@ def timed(executor: Executor, path: Path, config: Config) -> tuple[float, list[A
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--pairs", type=int, default=100_000)
+    parser.add_argument("--judge", choices=["words", "builtin"], default="words")
     args = parser.parse_args(argv)
     if not PAIRS.is_file():
         print(f"no pairs at {PAIRS}", file=sys.stderr)
         return 2
     JUDGES.register("words", word_judge)
-    config = Config(judge="words")
+    config = Config(judge=args.judge)
+    name_of = "" if args.judge == "words" else f"_{args.judge}"
+    judge_text = ("the `words` test judge (no model: the executor's own overhead is what is "
+                  "measured)" if args.judge == "words" else
+                  "the built-in verifier (shipped weights, CPU; each process loads it once)")
     load_before = os.getloadavg()
     runs: dict[str, Any] = {}
     with tempfile.TemporaryDirectory() as tmp:
@@ -79,22 +90,23 @@ def main(argv: list[str] | None = None) -> int:
                           "with_start_s": round(time.perf_counter() - started, 2),
                           "same_scores_as_local": scores == reference == again}
             print(name, runs[name], flush=True)
-    result = {"benchmark": "executor_pairs", "pairs": args.pairs, "judge": "words (test judge)",
+    result = {"benchmark": f"executor_pairs{name_of}", "pairs": args.pairs,
+              "judge": args.judge,
               "cpus": os.cpu_count(), "load_before": load_before,
               "load_after": os.getloadavg(), "runs": runs}
-    (OUT / "executor_pairs.json").write_text(json.dumps(result, indent=2) + "\n", "utf-8")
+    (OUT / f"executor_pairs{name_of}.json").write_text(json.dumps(result, indent=2) + "\n", "utf-8")
     lines = ["# `eval pairs` on the executors", "",
-             f"{args.pairs:,} pairs (Check-COVID dev repeated), the `words` test judge (no model: "
-             "the executor's own overhead is what is measured), "
+             f"{args.pairs:,} pairs (Check-COVID dev repeated), {judge_text}, "
              f"{os.cpu_count()} CPUs, load average {load_before[0]:.2f} before, "
-             f"{result['load_after'][0]:.2f} after. `python benchmarks/bench_executor_pairs.py`.",
+             f"{result['load_after'][0]:.2f} after. `python benchmarks/bench_executor_pairs.py "
+             f"--judge {args.judge} --pairs {args.pairs}`.",
              "", "| executor | first run s | second run s (warm) | pairs/s (second) "
              "| with start-up and shutdown s | scores equal to local |",
              "|---|---|---|---|---|---|"]
     for name, r in runs.items():
         lines.append(f"| {name} | {r['first_s']} | {r['second_s']} | {r['pairs_per_s']:,} | "
                      f"{r['with_start_s']} | {r['same_scores_as_local']} |")
-    (OUT / "executor_pairs.md").write_text("\n".join(lines) + "\n", "utf-8")
+    (OUT / f"executor_pairs{name_of}.md").write_text("\n".join(lines) + "\n", "utf-8")
     print("\n".join(lines))
     return 0
 

@@ -9,15 +9,20 @@ Stages run as child processes of this script (so each one's peak RSS is its own)
 3. ``reindex``: the approximate index the KB chooses by size (IVF-flat above 100k), trained
    and saved, then reloaded memory-mapped.
 4. ``search``: 200 real queries (Check-COVID and Citation-Integrity claims); dense exact
-   (flat scan) vs IVF at several nprobe; lexical (FTS5); hybrid (RRF); recall@10 of the
-   approximate dense top 10 against the exact one. Query embedding excluded (vectors are
-   computed first; the timed search reads them from a cache).
+   (flat scan) vs IVF at several nprobe; lexical (the default ranking: the KB's stored
+   postings, built first when not fresh; ``--lexical-postings-from none`` for FTS5
+   bm25()); hybrid (RRF); recall@10 of the approximate dense top 10 against the exact one.
+   Query embedding excluded (vectors are computed first; the timed search reads them from
+   a cache).
 5. ``minilm``: the same index types over real MiniLM geometry: a pool of real sentences
    embedded with all-MiniLM-L6-v2, each synthetic passage's vector the normalised mean
    of its sentences' vectors (1M passages), plus directly embedded passages at a small
    size. Index-level recall and latency (no SQLite).
 
     .venv/bin/python benchmarks/bench_kb_scale.py [--n 1000000] [--work /tmp/kbscale]
+
+``--search-only`` reruns the search stage alone on the KB already in ``--work`` and merges
+it into the results (the earlier search kept as ``search_previous``).
 
 Writes benchmarks/results/kb_scale.json and kb_scale.md.
 """
@@ -312,10 +317,22 @@ def stage_search(args: argparse.Namespace) -> dict[str, Any]:
     from medverify.retrieve import Retriever
 
     queries = load_queries(args.queries)
-    out: dict[str, Any] = {"queries": len(queries)}
+    out: dict[str, Any] = {"queries": len(queries), "load_before": os.getloadavg()}
+    out["lexical_settings"] = {"lexical_bounded_from": args.lexical_bounded_from,
+                               "lexical_postings_from": args.lexical_postings_from}
+    settings = KBSettings(nprobe=args.nprobe, lexical_bounded_from=args.lexical_bounded_from,
+                          lexical_postings_from=args.lexical_postings_from)
+    if args.lexical_postings_from is not None:  # the stored postings, built when not fresh
+        with KnowledgeBase.open(args.kb, settings=settings) as kb:
+            if (kb.stats().chunks >= args.lexical_postings_from
+                    and kb.lexical_postings_state() != "fresh"):
+                started = time.perf_counter()
+                out["lexical_postings_build"] = kb.build_lexical_postings()
+                out["lexical_postings_build"]["seconds"] = round(
+                    time.perf_counter() - started, 1)
+            out["lexical_postings"] = kb.lexical_postings_state()
     started = time.perf_counter()
-    kb = KnowledgeBase.open(args.kb, settings=KBSettings(
-        nprobe=args.nprobe, lexical_bounded_from=args.lexical_bounded_from))
+    kb = KnowledgeBase.open(args.kb, settings=settings)
     kb._embedder = CachedEmbedder(kb.embedder, queries)
     vectors = np.stack([kb._embedder.vectors[q] for q in queries])
     index = kb.vector_index.ensure()
@@ -356,6 +373,7 @@ def stage_search(args: argparse.Namespace) -> dict[str, Any]:
         [q], 7, "hybrid"))[0] for q in queries])
     out["memory_end_mb"] = _memory()
     out["peak_rss_mb"] = peak_mb()
+    out["load_after"] = os.getloadavg()
     kb.close()
     return out
 
@@ -459,7 +477,8 @@ def run_stage(name: str, args: argparse.Namespace, **extra: Any) -> dict[str, An
     argv = [sys.executable, str(Path(__file__).resolve()), "--stage", name, "--n", str(args.n),
             "--seed", str(args.seed), "--work", str(args.work), "--queries", str(args.queries),
             "--nprobe", str(args.nprobe), "--pool", str(args.pool), "--slice", str(args.slice),
-            "--lexical-bounded-from", str(args.lexical_bounded_from)]
+            "--lexical-bounded-from", str(args.lexical_bounded_from),
+            "--lexical-postings-from", str(args.lexical_postings_from)]
     for key, value in extra.items():
         argv += [f"--{key}", str(value)]
     log(f"stage {name} ...")
@@ -511,7 +530,22 @@ def markdown(r: dict[str, Any]) -> str:
                   f"rate {r['n']:,} passages take {r['n'] / s['passages_per_s'] / 60:.0f} min "
                   "(extrapolated, on this loaded machine).", ""]
     sr = r["search"]
-    lines += [f"## Search over the {r['n']:,}-passage KB (hash-384 vectors)", "",
+    lines += [f"## Search over the {r['n']:,}-passage KB (hash-384 vectors)", ""]
+    if "search_only" in r:
+        load = f"{sr['load_before'][0]:.2f} before, {sr['load_after'][0]:.2f} after"
+        busy = " (above 3: latencies inflated)" if max(sr["load_before"][0],
+                                                        sr["load_after"][0]) > 3 else ""
+        prev = r["search_previous"]["modes"]
+        lines += [f"This search is a rerun of the search stage alone "
+                  f"({r['search_only']['date']}: `{r['search_only']['command']}`) on the KB "
+                  f"built above, with the default lexical ranking (stored postings "
+                  f"{sr.get('lexical_postings', 'off')}); load average {load}{busy}. The build, "
+                  "reindex, ingest and MiniLM sections are from the earlier full run. The "
+                  "earlier search (bounded lexical ranking on, `search_previous` in the JSON): "
+                  f"hybrid p50 {prev['hybrid_rank']['p50']} / p95 {prev['hybrid_rank']['p95']} "
+                  f"ms, lexical candidates {prev['lexical_candidates_50']['p50']} / "
+                  f"{prev['lexical_candidates_50']['p95']} ms.", ""]
+    lines += [
               f"Index {sr['index']}, memory-mapped: {sr['mapped']}; open + first load "
               f"{sr['open_ms']} ms; memory after open {sr['memory_after_open_mb']}; at the end "
               f"{sr['memory_end_mb']}, peak RSS {sr['peak_rss_mb']} MB (includes the exact "
@@ -522,8 +556,15 @@ def markdown(r: dict[str, Any]) -> str:
     for row in sr["dense_approx"]:
         lines.append(f"| dense, IVF nprobe {row['param']} (depth 50): recall@10 "
                      f"{row['recall_at_10']} | {row['p50']} | {row['p95']} |")
-    names = {"lexical_candidates_50": "lexical candidates (depth 50; bounded rank query past "
-             "1,000 postings)",
+    lex = sr.get("lexical_settings", {"lexical_bounded_from": 100_000,
+                                      "lexical_postings_from": None})
+    if lex["lexical_postings_from"] is not None and sr.get("lexical_postings") == "fresh":
+        ranking = "stored postings: bm25 in numpy, equal to bm25()"
+    elif lex["lexical_bounded_from"] is not None:
+        ranking = "bounded rank query past 1,000 postings"
+    else:
+        ranking = "FTS5 bm25()"
+    names = {"lexical_candidates_50": f"lexical candidates (depth 50; {ranking})",
              "lexical_rank": "lexical, k=7 (Retriever)",
              "dense_rank": f"dense, k=7 (Retriever, nprobe {r['nprobe']})",
              "hybrid_rank": f"hybrid = dense + lexical + fusion (nprobe {r['nprobe']})",
@@ -574,6 +615,32 @@ def markdown(r: dict[str, Any]) -> str:
     return "\n".join(lines) + "\n"
 
 
+def optional_int(text: str) -> int | None:
+    return None if text.lower() in ("none", "off", "") else int(text)
+
+
+def search_only(args: argparse.Namespace, argv: Sequence[str] | None) -> int:
+    """The search stage alone on the KB already built in ``--work``, merged into the results
+    file: the earlier search is kept as ``search_previous``."""
+    kb = args.work / f"kb_{args.n}"
+    if not kb.is_dir() or not (args.work / f"flat_{args.n}.faiss").is_file():
+        raise SystemExit(f"no KB (or flat index) in {args.work}: run the full benchmark first")
+    name = "kb_scale" if args.n == 1_000_000 else f"kb_scale_{args.n}"
+    result = json.loads((RESULTS / f"{name}.json").read_text())
+    command = " ".join([".venv/bin/python benchmarks/bench_kb_scale.py",
+                        *(argv if argv is not None else sys.argv[1:])])
+    if "search_previous" not in result:
+        result["search_previous"] = {**result["search"], "command": result["command"]}
+    result["search"] = run_stage("search", args, kb=kb)
+    result["search"]["command"] = command
+    result["search_only"] = {"command": command, "date": time.strftime("%Y-%m-%d %H:%M UTC",
+                                                                       time.gmtime())}
+    (RESULTS / f"{name}.json").write_text(json.dumps(result, indent=1) + "\n")
+    (RESULTS / f"{name}.md").write_text(markdown(result))
+    log(f"wrote {RESULTS / name}.json and .md")
+    return 0
+
+
 def machine(load_before: str) -> dict[str, Any]:
     import faiss
 
@@ -589,9 +656,18 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--work", type=Path, default=Path("/tmp/kbscale"))
     parser.add_argument("--queries", type=int, default=200)
     parser.add_argument("--nprobe", type=int, default=32)
-    parser.add_argument("--lexical-bounded-from", type=int, default=100_000,
+    parser.add_argument("--lexical-bounded-from", type=optional_int, default=None,
                         help="[kb_settings] lexical_bounded_from for the search stage (the "
-                        "bounded lexical ranking, opt-in since; 100000 is what was measured)")
+                        "opt-in bounded lexical ranking; the first 1M runs used 100000); "
+                        "default none, as the configuration")
+    parser.add_argument("--lexical-postings-from", type=optional_int, default=100_000,
+                        help="[kb_settings] lexical_postings_from for the search stage (the "
+                        "default; the stored postings are built first when not fresh); none: "
+                        "bm25()")
+    parser.add_argument("--search-only", action="store_true",
+                        help="run the search stage alone on the existing KB (WORK/kb_N, "
+                        "WORK/flat_N.faiss) and merge it into benchmarks/results/kb_scale"
+                        ".json, keeping the other stages and the earlier search")
     parser.add_argument("--pool", type=int, default=12_000,
                         help="sentences embedded with MiniLM for the index-level part")
     parser.add_argument("--slice", type=int, default=20_000,
@@ -617,6 +693,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.stage:
         print(json.dumps(stages[args.stage](args)))
         return 0
+    if args.search_only:
+        return search_only(args, argv)
     args.work.mkdir(parents=True, exist_ok=True)
     kb = args.work / f"kb_{args.n}"
     corpus = args.work / f"corpus_{args.n}.jsonl"

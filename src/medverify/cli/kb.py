@@ -10,7 +10,7 @@ import click
 from rich.progress import Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
 
 from medverify.cli import main
-from medverify.cli._common import console, executor_option
+from medverify.cli._common import config_option, console, executor_option, load_config
 from medverify.cli._names import EMBEDDERS, NamesHelpOption
 from medverify.config import KBSettings
 from medverify.executor import Executor, LocalExecutor, executor_from_spec
@@ -188,13 +188,24 @@ def stats(kb_dir: Path, as_json: bool) -> None:
               help="Record this vector index in the KB before rebuilding: auto (exact below "
               "100,000 chunks, IVF above), flat, ivf, ivfpq or hnsw. Default: the KB's own.")
 @click.option("--nlist", type=click.IntRange(1), help="IVF lists (default ~4 sqrt(chunks)).")
-def reindex(kb_dir: Path, policy: str | None, nlist: int | None) -> None:
-    """Rebuild the vector index from the vectors stored in the KB (docs/scale.md)."""
+@config_option
+def reindex(kb_dir: Path, policy: str | None, nlist: int | None,
+            config_path: Path | None) -> None:
+    """Rebuild the vector index from the vectors stored in the KB, and on a KB of
+    [kb_settings] lexical_postings_from chunks or more the stored lexical postings when
+    they are not fresh (docs/scale.md)."""
+    settings = load_config(config_path).kb_settings  # its thresholds and search knobs
     started = time.perf_counter()
-    with KnowledgeBase.open(kb_dir) as kb:
+    with KnowledgeBase.open(kb_dir, settings=settings) as kb:
         spec = kb.rebuild_index(policy, nlist=nlist)
+        vectors_s = time.perf_counter() - started
+        lexical = kb.follow_lexical()
         summary = kb.stats()
     size = (kb_dir / INDEX_NAME).stat().st_size
     click.echo(f"rebuilt the vector index of {kb_dir} as {spec.describe()} over "
-               f"{summary.chunks} chunks in {time.perf_counter() - started:.1f}s "
+               f"{summary.chunks} chunks in {vectors_s:.1f}s "
                f"({size / 1e6:.1f} MB; policy {summary.index_policy})")
+    if lexical is not None:
+        click.echo(f"built the lexical postings ({lexical.get('postings', 0)} postings) in "
+                   f"{time.perf_counter() - started - vectors_s:.1f}s")
+    click.echo(f"lexical postings: {summary.lexical_postings}")

@@ -24,6 +24,7 @@ import math
 import re
 import sqlite3
 import threading
+import time
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from pathlib import Path
@@ -51,14 +52,25 @@ from medverify.kb.database import (
 )
 from medverify.kb.embed import Embedder, EmbedTask, get_embedder, precision_of
 from medverify.kb.fts import (
+    DOC_DTYPE,
+    LEN_DTYPE,
     LEXICAL_BUDGET,
     MAX_QUERY_TERMS,
+    POSTINGS_GENERATION,
+    POSTINGS_ROWS,
+    POSTINGS_TOKENS,
     STOPWORDS,
+    TF_DTYPE,
+    Bm25Ranker,
+    FtsTokenizer,
+    build_postings,
     chunk_terms,
+    drop_postings,
     fts_match,
     fts_query,
     query_terms,
     select_terms,
+    tokenizer_spec,
 )
 from medverify.kb.index import (
     INDEX_META,
@@ -126,6 +138,8 @@ class KBStats(BaseModel):
     index_policy: str = "auto"  # the KB's recorded choice: auto or a kind
     index_kind: str = "flat"  # what the saved (or next built) index is, with its parameters
     embed_precision: str = "fp32"  # the precision of the stored vectors (and of queries)
+    lexical_postings: Literal["fresh", "stale", "missing"] = "missing"  # stored postings
+    # ranking lexical queries on a large KB (docs/scale.md); bm25() ranks unless fresh
 
 
 def _recorded_precision(conn: sqlite3.Connection) -> str:
@@ -162,6 +176,12 @@ class KnowledgeBase:
         # chunks from which past that, it does not: off (None) unless configured, because
         # its top 10 agrees poorly with bm25's (benchmarks/results/lexical_ranking.md)
         self.lexical_large: int | None = knobs.lexical_bounded_from
+        # chunks from which a lexical query is ranked from the stored postings (bm25() in
+        # numpy, equal to FTS5's) when the KB has them at its generation; None: never
+        self.lexical_postings_from: int | None = knobs.lexical_postings_from
+        self._fts_tokenizer: FtsTokenizer | None = None
+        self._postings_at: tuple[int, Bm25Ranker] | None = None  # (generation, ranker)
+        self._phrases_at: tuple[int, set[str]] = (-1, set())  # phrases matching nothing
         if embedder is not None:
             self._check_embedder(embedder)
         if settings is not None:
@@ -357,7 +377,8 @@ class KnowledgeBase:
                            snapshot_id=self.snapshot_id, vector_index=self._vectors.state(),
                            size_bytes=size, index_policy=self.index_policy,
                            index_kind=self._index_spec().describe(),
-                           embed_precision=self.embed_precision)
+                           embed_precision=self.embed_precision,
+                           lexical_postings=self.lexical_postings_state())
 
     def _index_spec(self) -> IndexSpec:
         """The loaded index's spec, else the saved file's, else what would be built."""
@@ -422,6 +443,23 @@ class KnowledgeBase:
             log.warning("%s now holds %d chunks: rebuilding its vector index as %s",
                         self.path, self._counts()[1], spec.describe())
             self._vectors.rebuild(spec)
+        self.follow_lexical()
+
+    def follow_lexical(self) -> dict[str, int] | None:
+        """On a KB of ``lexical_postings_from`` chunks or more whose stored postings are not
+        fresh (an ingest or a removal made them stale, or they were never built), build
+        them (:meth:`build_lexical_postings`: 43-111 s at 1M chunks); below the threshold
+        or with the switch off, nothing. Returns the build's counts, or None."""
+        with self._lock:
+            if (self.lexical_postings_from is None
+                    or self._last_chunk_id() < self.lexical_postings_from
+                    or self.lexical_postings_state() == "fresh"):
+                return None
+            started = time.perf_counter()
+            built = self.build_lexical_postings()
+            log.info("%s: lexical postings built in %.1fs (%d postings)", self.path,
+                     time.perf_counter() - started, built.get("postings", 0))
+            return built
 
     # ---- vector index -------------------------------------------------------------
 
@@ -477,31 +515,142 @@ class KnowledgeBase:
 
     def lexical_candidates(self, query: str, depth: int) -> list[Candidate]:
         """Up to ``depth`` (chunk id, BM25 score) of the chunks matching the query's terms,
-        best first. The terms are quoted (inert FTS5 syntax); on a large KB the most common
-        ones are dropped past ``lexical_budget`` postings.
+        best first (ties by chunk id). The terms are quoted (inert FTS5 syntax); on a large
+        KB the most common ones are dropped past ``lexical_budget`` postings.
 
         FTS5's ``bm25()`` costs tens of microseconds per matching row (measured at 1M
-        chunks: docs/scale.md), so on a KB of ``lexical_large`` chunks or more (``[kb_settings]
-        lexical_bounded_from``; off by default) a query past ``lexical_exact`` postings is
-        ranked by a bounded rank query instead: each kept
-        word's posting list (at most ``lexical_budget`` rows), every chunk scored by the
-        summed idf of the words it contains (BM25 with term frequency one at average
-        length). Its top 10 keeps about a fifth of bm25's at 1M chunks, so it trades ranking
-        for speed and is opt-in; otherwise bm25() ranks."""
+        chunks: docs/scale.md), so on a KB of ``lexical_postings_from`` chunks or more
+        (``[kb_settings] lexical_postings_from``, 100,000 by default) that holds stored
+        postings built at its current generation (:meth:`build_lexical_postings`), the same
+        bm25 is computed from them in numpy: the same scores and order as bm25() (a word
+        FTS5 splits into several tokens adds FTS5's bm25() of that phrase alone).
+        Without fresh postings, bm25() ranks; with ``lexical_bounded_from`` set (opt-in),
+        a query past ``lexical_exact`` postings on a KB that large is ranked by the bounded
+        rank query instead (summed idf: fast, but it agrees poorly with bm25)."""
         with self.reading():
             terms = query_terms(query)
             if not terms:
                 return []
             df = self._document_frequencies(terms)
             terms = select_terms(terms, df, self.lexical_budget)
+            if (self.lexical_postings_from is not None
+                    and self._last_chunk_id() >= self.lexical_postings_from):
+                ranked = self._postings_ranked(terms, depth)
+                if ranked is not None:
+                    return ranked
             if (self.lexical_large is not None
                     and sum(df.get(t, 0) for t in terms) > self.lexical_exact
                     and self._last_chunk_id() >= self.lexical_large):
                 return self._idf_ranked(terms, depth)
             rows = self._conn.execute(
                 "SELECT rowid, bm25(chunks_fts) AS s FROM chunks_fts WHERE chunks_fts MATCH ? "
-                "ORDER BY s LIMIT ?", (fts_match(terms), depth)).fetchall()
+                "ORDER BY s, rowid LIMIT ?", (fts_match(terms), depth)).fetchall()
             return [(int(r[0]), -float(r[1])) for r in rows]
+
+    def build_lexical_postings(self) -> dict[str, int]:
+        """Write the stored postings (every FTS5 token's chunk ids and hits, every chunk's
+        length) that rank lexical queries on a large KB, recorded at the KB's generation:
+        any later change to the KB makes them stale, and stale postings are never read
+        (bm25() ranks until they are built again). Holds the KB's write lock meanwhile
+        (43-111 s at 1M chunks, measured). Returns counts (terms, postings, rows, tokens)."""
+        with self._lock, self._damage_is_an_error():
+            self._conn.execute("BEGIN IMMEDIATE")
+            try:
+                stats = build_postings(self._conn, self.generation)
+                self._conn.commit()
+            except BaseException:
+                self._conn.rollback()
+                raise
+            self._postings_at = None
+            return stats
+
+    def drop_lexical_postings(self) -> None:
+        """Remove the stored postings (bm25() ranks every lexical query again)."""
+        with self._lock, self._damage_is_an_error(), self._conn:
+            drop_postings(self._conn)
+            self._postings_at = None
+
+    def lexical_postings_state(self) -> Literal["fresh", "stale", "missing"]:
+        """Whether the KB holds stored postings at its current generation."""
+        with self.reading():
+            built = self._postings_meta().get(POSTINGS_GENERATION)
+            if built is None:
+                return "missing"
+            return "fresh" if self._postings_lengths() is not None else "stale"
+
+    def _postings_meta(self) -> dict[str, str]:
+        keys = ("generation", POSTINGS_GENERATION, POSTINGS_ROWS, POSTINGS_TOKENS)
+        return dict(self._conn.execute("SELECT key, value FROM meta WHERE key IN (?, ?, ?, ?)",
+                                       keys).fetchall())
+
+    def _postings_lengths(self) -> Bm25Ranker | None:
+        """The ranker of the stored postings (their rows' lengths) when they were built at
+        the KB's current generation; None when stale or absent."""
+        meta = self._postings_meta()
+        built = meta.get(POSTINGS_GENERATION)
+        if built is None or built != meta.get("generation"):
+            return None
+        if self._postings_at is None or self._postings_at[0] != int(built):
+            try:
+                row = self._conn.execute(
+                    "SELECT lens FROM lexical_lengths WHERE id = 0").fetchone()
+            except sqlite3.OperationalError:
+                return None  # (the tables were dropped by hand)
+            if row is None:
+                return None
+            rows, tokens = int(meta[POSTINGS_ROWS]), int(meta[POSTINGS_TOKENS])
+            self._postings_at = (int(built), Bm25Ranker(
+                rows, np.frombuffer(row[0], dtype=LEN_DTYPE),
+                float(tokens) / float(max(rows, 1))))
+        return self._postings_at[1]
+
+    def _postings_ranked(self, terms: Sequence[str], depth: int) -> list[Candidate] | None:
+        """bm25 over the stored postings (see :class:`medverify.kb.fts.Bm25Ranker`); None
+        when there are no fresh postings (or a query word has no FTS5 token). A word FTS5
+        splits into several tokens is a phrase: its share of each row's score is FTS5's
+        bm25() of that phrase alone (the same double), and a phrase that matches nothing
+        (the usual case, remembered for the generation) adds nothing."""
+        ranker = self._postings_lengths()
+        if ranker is None:
+            return None
+        if self._fts_tokenizer is None:
+            self._fts_tokenizer = FtsTokenizer(tokenizer_spec(self._conn))
+        phrases = []
+        for term, tokens in zip(terms, self._fts_tokenizer.tokens(terms), strict=True):
+            if not tokens:
+                return None
+            if len(tokens) > 1:
+                parts = self._phrase_parts(term)
+                if parts is not None:
+                    phrases.append(parts)
+                continue
+            try:
+                row = self._conn.execute("SELECT docs, tfs FROM lexical_postings WHERE "
+                                         "term = ?", tokens).fetchone()
+            except sqlite3.OperationalError:
+                return None
+            if row is not None:
+                phrases.append((np.frombuffer(row[0], dtype=DOC_DTYPE),
+                                np.frombuffer(row[1], dtype=TF_DTYPE)))
+        return ranker.top(phrases, depth)
+
+    def _phrase_parts(self, term: str) -> tuple[np.ndarray, np.ndarray] | None:
+        """(row ids, bm25 parts) of a word FTS5 reads as a phrase of several tokens, from
+        FTS5's bm25() of that phrase alone; None when it matches no row."""
+        generation = self._postings_at[0] if self._postings_at is not None else -1
+        if self._phrases_at[0] != generation:
+            self._phrases_at = (generation, set())
+        if term in self._phrases_at[1]:
+            return None
+        rows = self._conn.execute(
+            "SELECT rowid, bm25(chunks_fts) FROM chunks_fts WHERE chunks_fts MATCH ? "
+            "ORDER BY rowid", (fts_match([term]),)).fetchall()
+        if not rows:
+            if len(self._phrases_at[1]) < 10_000:
+                self._phrases_at[1].add(term)
+            return None
+        ids = np.fromiter((r[0] for r in rows), dtype=np.int64, count=len(rows))
+        return ids, -np.fromiter((r[1] for r in rows), dtype=np.float64, count=len(rows))
 
     def _idf_ranked(self, terms: Sequence[str], depth: int) -> list[Candidate]:
         """The bounded rank query of :meth:`lexical_candidates`: no bm25() call, each
