@@ -18,8 +18,10 @@ demo: setup
 lint: setup
 	$(BIN)/ruff check src tests benchmarks scripts examples
 
+# Two pytest-xdist workers, one test file each at a time (module fixtures built once per file);
+# plain `pytest -q` still runs serially.
 test: setup lint
-	$(BIN)/pytest -q
+	$(BIN)/pytest -q -n 2 --dist loadfile
 
 # The standing fault suite (kill -9 and resume, parser fuzzing, corrupted files, injection).
 test-faults: setup

@@ -19,6 +19,16 @@ from medverify.verifier.model import load_model
 
 pytestmark = pytest.mark.timeout(300)
 
+
+@pytest.fixture(autouse=True)
+def _torch_threads() -> Any:
+    """finetune() sets torch's (process-wide) thread count; one thread is far faster on a busy
+    2-core machine (and under pytest-xdist), and the count is put back for later tests."""
+    before = torch.get_num_threads()
+    yield
+    torch.set_num_threads(before)
+
+
 CLAIMS = [
     ("Metformin lowers blood glucose in type 2 diabetes.",
      "Metformin lowers blood glucose in adults with type 2 diabetes.", "SUPPORTED"),
@@ -64,7 +74,7 @@ def _config(tmp: Path, **kwargs: Any) -> ft.FinetuneConfig:
                                                                        tmp / "corpus.jsonl.gz")
     base: dict[str, Any] = dict(data_dir=pairs, out=tmp / "out", corpus=corpus, batch_size=8,
                                 stage1_epochs=1, stage2_epochs=1, checkpoint_every=1,
-                                swap_nei={}, device="cpu", threads=2, max_tokens=64,
+                                swap_nei={}, device="cpu", threads=1, max_tokens=64,
                                 eval_files=[pairs / "scifact_train.jsonl"])
     base.update(kwargs)
     return ft.FinetuneConfig(**base)
@@ -80,7 +90,8 @@ def test_corpus_reading_limits_and_leaves_out_edit_types(tmp_path: Path) -> None
 
 
 def test_finetune_trains_saves_and_a_rerun_returns_the_result(tmp_path: Path) -> None:
-    config = _config(tmp_path)
+    quick = dict(real_limit=60, checkpoint_every=100)  # a few steps, two checkpoint writes
+    config = _config(tmp_path, **quick)
     meta = ft.finetune(config)
     assert meta["name"] == "medverify-verifier-v3" and meta["counts"]["corpus_pairs"] == 24
     assert [h["stage"] for h in meta["history"]] == ["stage1", "stage2"]
@@ -89,7 +100,7 @@ def test_finetune_trains_saves_and_a_rerun_returns_the_result(tmp_path: Path) ->
     assert saved["thresholds"] == meta["thresholds"] and model.n_layers == 4
     assert ft.finetune(config)["weights_sha256"] == saved["weights_sha256"]  # not retrained
     with pytest.raises(ConfigError, match="another recipe"):
-        ft.finetune(_config(tmp_path, lr=1e-4))
+        ft.finetune(_config(tmp_path, **quick, lr=1e-4))
 
 
 def test_an_interrupted_run_resumes_from_its_checkpoint(tmp_path: Path,
