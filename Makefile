@@ -9,7 +9,7 @@ $(BIN)/.installed: pyproject.toml
 	$(BIN)/pip install -q -e '.[dev]'
 	touch $@
 
-.PHONY: setup demo test lint test-faults test-browser test-db
+.PHONY: setup demo test lint test-faults test-browser test-db test-ray
 setup: $(BIN)/.installed
 
 demo: setup
@@ -30,6 +30,14 @@ test-faults: setup
 # The stores on a throwaway PostgreSQL server (Debian's postgresql; docs/scale.md).
 test-db: setup
 	$(BIN)/pytest -q -m database
+
+# The executors on a local Ray with 2 CPUs (the optional ray extra; docs/scale.md): equal
+# outputs to the local run and a worker killed mid-task, for every stage that takes --executor.
+RAY_TESTS = tests/test_executor.py tests/test_kb_executor.py tests/test_risk_executor.py \
+	tests/test_audit_executor.py
+test-ray: setup
+	$(BIN)/pip install -q 'ray>=2.9'
+	$(BIN)/pytest -q -m slow $(RAY_TESTS)
 
 # The review UI in a real browser (Playwright driving /usr/bin/chromium; see docs/review.md).
 test-browser: setup
