@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import importlib.util
 from collections.abc import Iterator
+from typing import Any
 
 import pytest
 
@@ -24,3 +25,15 @@ def ray_executor() -> Iterator[RayExecutor]:
         yield executor
     finally:
         executor.close()
+
+
+class NoRay:
+    """Stands in for the ray module: never initialized, and ray.init must not be reached."""
+
+    @staticmethod
+    def is_initialized() -> bool:
+        return False
+
+    @staticmethod
+    def init(**options: Any) -> None:
+        raise AssertionError(f"ray.init called with {options}")

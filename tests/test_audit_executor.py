@@ -39,7 +39,7 @@ from medverify.store.runs import RunStore
 from medverify.testing import ScriptedProvider, register_fake, unregister_fake
 from medverify.testing.fetchers import StaticFetcher, StaticPages
 from medverify.testing.judge import keyword_rule, scripted_judge, word_judge
-from ray_cluster import needs_ray
+from ray_cluster import NoRay, needs_ray
 
 PAGES = {
     "https://a.org/aspirin": "aspirin thins blood and prevents clots",
@@ -304,22 +304,10 @@ def _cli(data: Path, config: Path, out: Path, *extra: str) -> Any:
                                      "--judge", "words", "--config", str(config), *extra])
 
 
-class _NoRay:
-    """Stands in for the ray module: never initialized, and ray.init must not be reached."""
-
-    @staticmethod
-    def is_initialized() -> bool:
-        return False
-
-    @staticmethod
-    def init(**options: Any) -> None:
-        raise AssertionError(f"ray.init called with {options}")
-
-
 def test_cli_unreachable_cluster_names_the_address(
         words: Config, cli_files: tuple[Path, Path], tmp_path: Path,
         monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr("medverify.executor._import_ray", lambda: _NoRay)
+    monkeypatch.setattr("medverify.executor._import_ray", lambda: NoRay)
     result = _cli(*cli_files, tmp_path / "out", "--executor", "ray:127.0.0.1:1")
     assert result.exit_code == 2, result.output
     assert "no Ray cluster answers at 127.0.0.1:1" in result.output

@@ -33,7 +33,7 @@ from medverify.executor import (
 )
 from medverify.judge import JUDGES
 from medverify.testing.judge import WordJudge, word_judge
-from ray_cluster import needs_ray
+from ray_cluster import NoRay, needs_ray
 
 EVIDENCE = "The usual starting dose of metformin is 500 mg daily with meals."
 CLAIMS = [
@@ -151,23 +151,11 @@ def test_cli_missing_ray_and_bad_spec(monkeypatch: pytest.MonkeyPatch, words: Co
     assert bad.exit_code != 0 and "unknown executor" in bad.output
 
 
-class _NoRay:
-    """Stands in for the ray module: never initialized, and ray.init must not be reached."""
-
-    @staticmethod
-    def is_initialized() -> bool:
-        return False
-
-    @staticmethod
-    def init(**options: Any) -> None:
-        raise AssertionError(f"ray.init called with {options}")
-
-
 def test_unreachable_address_is_a_clear_config_error(monkeypatch: pytest.MonkeyPatch) -> None:
     with socket.socket() as probe:  # a port nothing listens on
         probe.bind(("127.0.0.1", 0))
         port = probe.getsockname()[1]
-    monkeypatch.setattr("medverify.executor._import_ray", lambda: _NoRay)
+    monkeypatch.setattr("medverify.executor._import_ray", lambda: NoRay)
     executor = executor_from_spec(f"ray:127.0.0.1:{port}")
     with pytest.raises(ConfigError, match=f"no Ray cluster answers at 127.0.0.1:{port}"):
         executor.map(lambda chunk: chunk, [1, 2])
@@ -273,3 +261,18 @@ def test_cli_executor_ray_writes_the_same_result(ray_executor: RayExecutor, word
     on_ray = _eval_cli(pair_files, tmp_path, "ray")
     assert _stable(on_ray) == _stable(evaluate_pairs(pair_files, WordJudge()))
 
+
+
+@pytest.mark.slow
+@needs_ray
+def test_a_process_joined_to_one_cluster_refuses_another(ray_executor: RayExecutor) -> None:
+    ray = ray_executor._connect()
+    here = ray.get_runtime_context().gcs_address
+    joined = RayExecutor(here)  # the cluster this process is on: used as it is
+    assert joined.map(lambda chunk: [x + 1 for x in chunk], [1, 2]) == [2, 3]
+    with socket.socket() as other:  # something listens there, but it is another address
+        other.bind(("127.0.0.1", 0))
+        other.listen()
+        elsewhere = RayExecutor(f"127.0.0.1:{other.getsockname()[1]}")
+        with pytest.raises(ConfigError, match="already connected to the Ray cluster"):
+            elsewhere.map(lambda chunk: chunk, [1])

@@ -21,7 +21,7 @@ from medverify.risk.data import write_examples
 from medverify.risk.records import FeatureExample, LabeledExample, RiskLabel
 from medverify.risk.scorers import SCORERS
 from medverify.risk.stage import FEATURE_BLOCK, FeatureBlockTask, feature_blocks_on
-from ray_cluster import needs_ray
+from ray_cluster import NoRay, needs_ray
 
 N_EXAMPLES = FEATURE_BLOCK * 3 + 7  # three full blocks and a short one
 DIE_TEXT = "Warfarin needs regular blood tests."
@@ -258,22 +258,10 @@ def test_feature_block_task_registers_the_scorers_in_a_fresh_process(
 # ---- the command line: bad executors ------------------------------------------------------
 
 
-class _NoRay:
-    """Stands in for the ray module: never initialized, and ray.init must not be reached."""
-
-    @staticmethod
-    def is_initialized() -> bool:
-        return False
-
-    @staticmethod
-    def init(**options: Any) -> None:
-        raise AssertionError(f"ray.init called with {options}")
-
-
 def test_cli_unreachable_cluster_names_the_address(monkeypatch: pytest.MonkeyPatch,
                                                    examples: Path, fake: list[str],
                                                    tmp_path: Path) -> None:
-    monkeypatch.setattr("medverify.executor._import_ray", lambda: _NoRay)
+    monkeypatch.setattr("medverify.executor._import_ray", lambda: NoRay)
     out = tmp_path / "f.jsonl"
     result = _features(examples, fake, out, "--executor", "ray:127.0.0.1:1")
     assert result.exit_code == 2, result.output

@@ -178,11 +178,14 @@ class RayExecutor:
         if self._ray is not None:
             return self._ray
         ray = _import_ray()
-        if not ray.is_initialized():
+        if self.address is not None:
+            check_reachable(self.address)
+        if ray.is_initialized():
+            self._check_joined(ray)
+        else:
             options: dict[str, Any] = {"include_dashboard": False, "ignore_reinit_error": True,
                                        "log_to_driver": False}
             if self.address is not None:
-                check_reachable(self.address)
                 options["address"] = self.address
             else:  # CPUs can only be set for a Ray started here, not for a cluster joined
                 options["num_cpus"] = self.num_cpus
@@ -197,6 +200,19 @@ class RayExecutor:
             self._started = True
         self._ray = ray
         return ray
+
+    def _check_joined(self, ray: Any) -> None:
+        """Ray is already running in this process (one connection a process): use it only
+        when it is the cluster asked for (or none in particular was)."""
+        if self.address is None or self.address == "auto":
+            return
+        current = str(ray.get_runtime_context().gcs_address or "")
+        wanted = self.address.split("://", 1)[-1]
+        if current != wanted:
+            raise ConfigError(
+                f"this process is already connected to the Ray cluster at "
+                f"{current or 'a local Ray'}, not {self.address}: Ray allows one cluster a "
+                "process")
 
     @property
     def slots(self) -> int:
