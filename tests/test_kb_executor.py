@@ -21,7 +21,7 @@ from medverify.executor import LocalExecutor, RayExecutor
 from medverify.kb import KnowledgeBase
 from medverify.kb.embed import EMBEDDERS, EmbedTask, HashEmbedder
 from medverify.records import Document
-from ray_cluster import needs_ray
+from ray_cluster import NoRay, needs_ray
 
 WORDS = ("metformin", "insulin", "dose", "renal", "kidney", "liver", "statin", "aspirin",
          "fever", "asthma", "inhaler", "steroid", "warfarin", "bleeding", "pregnancy",
@@ -159,7 +159,9 @@ def _cli_ingest(tmp_path: Path, *extra: str) -> Any:
 
 
 def test_cli_ingest_executor_errors(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    result = _cli_ingest(tmp_path, "--executor", "ray:127.0.0.1:1")
+    with monkeypatch.context() as patch:  # as if Ray were installed (it may not be)
+        patch.setattr("medverify.executor._import_ray", lambda: NoRay)
+        result = _cli_ingest(tmp_path, "--executor", "ray:127.0.0.1:1")
     assert result.exit_code != 0
     assert "127.0.0.1:1" in result.output and "Traceback" not in result.output
     result = _cli_ingest(tmp_path, "--executor", "spark")
