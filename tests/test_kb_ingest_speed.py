@@ -182,8 +182,8 @@ def test_queries_are_embedded_in_the_kb_precision(tmp_path: Path,
     asked: list[tuple[object, ...]] = []
 
     def fake_get_embedder(spec: object, precision: str = "auto",
-                          device: str = "auto") -> HashEmbedder:
-        asked.append((spec, precision, device))
+                          device: str = "auto", runtime: str = "torch") -> HashEmbedder:
+        asked.append((spec, precision, device) + (() if runtime == "torch" else (runtime,)))
         return Int8Hash()
 
     monkeypatch.setattr(kb_store, "get_embedder", fake_get_embedder)
@@ -199,14 +199,16 @@ def test_settings_precision_reaches_the_embedder_at_creation(
     asked: list[tuple[object, ...]] = []
 
     def fake_get_embedder(spec: object, precision: str = "auto",
-                          device: str = "auto") -> HashEmbedder:
-        asked.append((spec, precision, device))
+                          device: str = "auto", runtime: str = "torch") -> HashEmbedder:
+        asked.append((spec, precision, device) + (() if runtime == "torch" else (runtime,)))
         return HashEmbedder()
 
     monkeypatch.setattr(kb_store, "get_embedder", fake_get_embedder)
     settings = SETTINGS.model_copy(update={"embed_precision": "fp32", "embed_device": "cpu"})
     KnowledgeBase.create(tmp_path / "kb", settings).close()
-    assert asked == [("hash", "fp32", "cpu")]
+    onnx = settings.model_copy(update={"embed_runtime": "onnx"})
+    KnowledgeBase.create(tmp_path / "kb-onnx", onnx).close()
+    assert asked == [("hash", "fp32", "cpu"), ("hash", "fp32", "cpu", "onnx")]
 
 
 # ---- device selection (CPU logic only) ------------------------------------------------

@@ -51,6 +51,10 @@ class KBSettings(_Section):
     # this says
     embed_precision: Literal["auto", "fp32", "int8"] = "auto"
     embed_device: Literal["auto", "cpu", "cuda"] = "auto"
+    # what runs the model embedder on the CPU: torch, or ONNX Runtime (`pip install
+    # 'medverify[onnx]'`; exported once into $MEDVERIFY_HOME/onnx; fp32 only; the same
+    # vectors, a query about 2x faster: docs/kb.md)
+    embed_runtime: Literal["torch", "onnx"] = "torch"
     # the vector index (docs/scale.md): auto = exact below index_threshold chunks, IVF above;
     # a KB records its choice, and one built with another kind is refused (kb reindex)
     index: Literal["auto", "flat", "ivf", "ivfpq", "hnsw"] = "auto"

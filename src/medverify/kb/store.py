@@ -171,6 +171,7 @@ class KnowledgeBase:
         self.flush_chunks = KBSettings().batch_size * 4  # chunks per committed batch
         self.window_chars = WINDOW_CHARS  # characters of a document tokenized at once
         self._embed_device = knobs.embed_device
+        self._embed_runtime = knobs.embed_runtime
         self.lexical_budget = LEXICAL_BUDGET
         self.lexical_exact = LEXICAL_EXACT  # postings up to which FTS5 bm25() ranks
         # chunks from which past that, it does not: off (None) unless configured, because
@@ -201,7 +202,8 @@ class KnowledgeBase:
         if settings.chunk_overlap >= settings.chunk_tokens:
             raise ConfigError("chunk overlap must be smaller than the chunk size")
         emb = get_embedder(embedder if embedder is not None else settings.embedder,
-                           settings.embed_precision, settings.embed_device)
+                           settings.embed_precision, settings.embed_device,
+                           settings.embed_runtime)
         path.mkdir(parents=True, exist_ok=True)
         meta = initial_meta(settings, emb, embedder)
         meta[INDEX_POLICY_KEY] = settings.index
@@ -219,8 +221,9 @@ class KnowledgeBase:
         if not (path / DB_NAME).is_file():
             raise KBError(f"no knowledge base at {path}: " + BUILD_HINT.format(path=path))
         conn = connect(path / DB_NAME)
-        device = settings.embed_device if settings is not None else "auto"
-        emb = (get_embedder(embedder, _recorded_precision(conn), device)  # type: ignore[arg-type]
+        knobs = settings or KBSettings()
+        emb = (get_embedder(embedder, _recorded_precision(conn),  # type: ignore[arg-type]
+                            knobs.embed_device, knobs.embed_runtime)
                if embedder is not None else None)  # a name: in the KB's precision
         return cls(path, conn, emb, retrieval, settings)
 
@@ -330,7 +333,8 @@ class KnowledgeBase:
         if self._embedder is None:
             embedder = get_embedder(self._meta.get("embedder_spec") or self.embedder_id,
                                     self.embed_precision,  # type: ignore[arg-type]
-                                    self._embed_device)
+                                    self._embed_device,  # type: ignore[arg-type]
+                                    self._embed_runtime)  # type: ignore[arg-type]
             self._check_embedder(embedder)
             self._embedder = embedder
         return self._embedder
@@ -341,7 +345,7 @@ class KnowledgeBase:
         that is not the KB's)."""
         spec = self._meta.get("embedder_spec") or self.embedder_id
         return EmbedTask.for_kb(str(spec), self.embedder_id, self.dim, self.embed_precision,
-                                self._embed_device)
+                                self._embed_device, self._embed_runtime)
 
     @property
     def generation(self) -> int:

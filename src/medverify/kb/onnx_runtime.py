@@ -1,0 +1,162 @@
+"""A sentence-transformers encoder (mean pooling) run by ONNX Runtime on the CPU, in fp32.
+
+MiniLM's forward pass is compute-bound on a CPU thread; ONNX Runtime's fused kernels run
+it about twice as fast as torch for a single query (benchmarks/results/query_embedding.md),
+with the same vectors (cosine to torch >= 0.99999, checked on every load). Opt-in:
+``[kb_settings] embed_runtime = "onnx"`` and ``pip install 'medverify[onnx]'``.
+
+The model is exported once per model directory with ``torch.onnx.export`` into
+``$MEDVERIFY_HOME/onnx/`` (written to a temporary file, then renamed: a killed export
+leaves nothing half-written), named by a hash of the model's files so a changed model is
+exported again. A cached file that does not load is exported again; a model whose pooling
+is not the mean of token embeddings is refused (the export reproduces mean pooling only).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+import os
+import tempfile
+import threading
+import warnings
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from medverify.config import home
+from medverify.errors import ConfigError, KBError
+
+log = logging.getLogger(__name__)
+
+CHECK_COSINE = 0.99999  # an exported model must give torch's vectors (measured: 0.9999997)
+PROBE = ("Metformin is a first-line treatment for type 2 diabetes; the usual starting dose "
+         "is 500 mg once or twice daily with meals.")
+
+
+def _import_ort() -> Any:
+    try:
+        import onnxruntime  # type: ignore[import-untyped,import-not-found,unused-ignore]
+    except ImportError as exc:
+        raise ConfigError("embed_runtime = \"onnx\" needs ONNX Runtime: run "
+                          "`pip install 'medverify[onnx]'`") from exc
+    return onnxruntime
+
+
+def model_digest(model_dir: Path) -> str:
+    """A hash of the model directory's files (names, sizes, modification times)."""
+    digest = hashlib.sha256()
+    for path in sorted(p for p in model_dir.rglob("*") if p.is_file()):
+        stat = path.stat()
+        digest.update(f"{path.relative_to(model_dir)}|{stat.st_size}|{stat.st_mtime_ns}\n"
+                      .encode())
+    return digest.hexdigest()[:16]
+
+
+def export_path(model_dir: Path) -> Path:
+    return home() / "onnx" / f"{model_dir.name}-{model_digest(model_dir)}.onnx"
+
+
+def _check_mean_pooling(model: Any) -> None:
+    modules = list(model)
+    pooling = modules[1] if len(modules) > 1 else None
+    config = getattr(pooling, "get_config_dict", lambda: {})()
+    modes = {key: value for key, value in config.items() if key.startswith("pooling_mode")}
+    if modes.get("pooling_mode") == "mean":  # sentence-transformers 5: one mode by name
+        return
+    if not modes.get("pooling_mode_mean_tokens") or any(
+            value for key, value in modes.items() if key != "pooling_mode_mean_tokens"):
+        raise ConfigError("embed_runtime = \"onnx\" supports models with mean pooling only "
+                          f"(this one: {modes or type(pooling).__name__}); use the torch runtime")
+
+
+def export(model: Any, path: Path) -> None:
+    """Export the transformer + mean pooling + L2 normalisation of ``model`` to ``path``."""
+    import torch
+
+    _check_mean_pooling(model)
+    transformer = model[0].auto_model.eval()
+
+    class MeanPooled(torch.nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.transformer = transformer
+
+        def forward(self, ids: Any, mask: Any) -> Any:
+            hidden = self.transformer(input_ids=ids, attention_mask=mask).last_hidden_state
+            weights = mask.unsqueeze(-1).to(hidden.dtype)
+            mean = (hidden * weights).sum(1) / weights.sum(1).clamp(min=1e-9)
+            return torch.nn.functional.normalize(mean, dim=1)
+
+    path.parent.mkdir(parents=True, exist_ok=True)
+    ids = torch.tensor([[101, 7632, 2088, 102]])
+    handle, tmp = tempfile.mkstemp(dir=path.parent, suffix=".onnx.tmp")
+    os.close(handle)
+    try:
+        # torch's TorchScript-based exporter (deprecated in favour of torch.export, which
+        # needs more of the model to be traceable): its warnings are expected here
+        with torch.inference_mode(False), torch.no_grad(), warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            torch.onnx.export(MeanPooled().eval(), (ids, torch.ones_like(ids)), tmp,
+                              input_names=["ids", "mask"], output_names=["vectors"],
+                              dynamic_axes={"ids": {0: "batch", 1: "tokens"},
+                                            "mask": {0: "batch", 1: "tokens"}},
+                              opset_version=17, dynamo=False)
+        os.replace(tmp, path)
+    finally:
+        Path(tmp).unlink(missing_ok=True)
+
+
+class OnnxEncoder:
+    """ONNX Runtime sessions of one exported model, one per thread count (a single query
+    runs on one thread, as the torch path does)."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self._ort = _import_ort()
+        self._sessions: dict[int, Any] = {}
+        self._lock = threading.Lock()
+        self.session(1)  # raises on a file ONNX Runtime cannot load
+
+    def session(self, threads: int) -> Any:
+        with self._lock:
+            session = self._sessions.get(threads)
+            if session is None:
+                options = self._ort.SessionOptions()
+                options.intra_op_num_threads = threads
+                options.inter_op_num_threads = 1
+                # no busy-waiting between runs: idle spinning threads steal the core that
+                # the next query (or the rest of the process) needs
+                options.add_session_config_entry("session.intra_op.allow_spinning", "0")
+                options.graph_optimization_level = (
+                    self._ort.GraphOptimizationLevel.ORT_ENABLE_ALL)
+                session = self._ort.InferenceSession(str(self.path), options,
+                                                     providers=["CPUExecutionProvider"])
+                self._sessions[threads] = session
+            return session
+
+    def run(self, ids: np.ndarray, mask: np.ndarray, threads: int) -> np.ndarray:
+        [vectors] = self.session(threads).run(None, {"ids": ids, "mask": mask})
+        return np.asarray(vectors, dtype=np.float32)
+
+
+def load_encoder(model: Any, model_dir: Path) -> OnnxEncoder:
+    """The exported encoder of ``model`` (exported now unless cached and loadable)."""
+    _import_ort()
+    _check_mean_pooling(model)
+    path = export_path(model_dir)
+    if path.is_file():
+        try:
+            return OnnxEncoder(path)
+        except Exception as exc:  # a damaged file: export it again
+            log.warning("%s does not load (%s): exporting the model again", path, exc)
+    log.info("exporting %s to ONNX at %s (once per model)", model_dir, path)
+    try:
+        export(model, path)
+    except ConfigError:
+        raise
+    except Exception as exc:
+        raise KBError(f"could not export {model_dir} to ONNX ({type(exc).__name__}: {exc}); "
+                      "use embed_runtime = \"torch\"") from exc
+    return OnnxEncoder(path)
