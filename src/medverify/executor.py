@@ -8,8 +8,9 @@ Three ways to use one:
 
 * ``map(fn, items)``: every result, in input order (``eval pairs``).
 * ``imap(fn, items)``: ``(chunk index, results)`` as chunks complete, each chunk once (in
-  order locally, in completion order on Ray), for stages that write each chunk's results
-  as they come so that a rerun resumes after them (audits, risk features).
+  order locally, in completion order on Ray, at most twice the CPUs out), for stages
+  that write each chunk's results as they come so that a rerun resumes after them
+  (audits, risk features).
 * ``submit(fn, chunk)``: one chunk, as a :class:`concurrent.futures.Future`, for stages
   that feed work as they read it and keep ``slots`` chunks in flight (ingest).
 
@@ -228,18 +229,32 @@ class RayExecutor:
     def imap(self, fn: Callable[[list[T]], Sequence[R]], items: Sequence[T], *,
              chunk_size: int = DEFAULT_CHUNK,
              progress: Progress | None = None) -> Iterator[tuple[int, list[R]]]:
-        """Every chunk submitted at once; yielded as each completes (each index once)."""
+        """Chunks submitted as workers free up, at most twice the cluster's CPUs out at once
+        (so results waiting for the caller, and chunks waiting for a worker, stay bounded);
+        yielded as each completes (each index once)."""
         chunks = chunked(items, chunk_size)
         if not chunks:
             return
         ray = self._connect()
         task = self._task(ray)
         fn_ref = ray.put(fn)
-        pending = [task.remote(fn_ref, index, chunk) for index, chunk in enumerate(chunks)]
+        window = max(2, 2 * self.slots)
+        pending: list[Any] = []
+        queued = iter(enumerate(chunks))
+
+        def submit_more() -> None:
+            while len(pending) < window:
+                nxt = next(queued, None)
+                if nxt is None:
+                    return
+                pending.append(task.remote(fn_ref, *nxt))
+
         seen: set[int] = set()
         try:
+            submit_more()
             while pending:
-                done, pending = ray.wait(pending, num_returns=1)
+                done, rest = ray.wait(pending, num_returns=1)
+                pending[:] = rest
                 for ref in done:
                     index, out, _seconds = ray.get(ref)
                     if index in seen:  # the same chunk twice: count it once
@@ -249,6 +264,7 @@ class RayExecutor:
                     if progress is not None:
                         progress(len(chunks[index]))
                     yield index, results
+                submit_more()
         finally:
             for ref in pending:  # the caller stopped early (an error, a break)
                 ray.cancel(ref)
