@@ -612,6 +612,17 @@ def markdown(r: dict[str, Any]) -> str:
                 f"{modes['lexical_rank']['p50']} / {modes['lexical_rank']['p95']}, dense exact "
                 f"{run['dense_exact']['p50']}, hybrid on the exact index "
                 f"{run['hybrid_rank_exact_index']['p50']}.")
+    for key in sorted(k for k in r if k.startswith("search_") and k not in (
+            "search_first_run", "search_second_run", "search_previous", "search_only")):
+        run = r[key]
+        modes = run["modes"]
+        lines.append(
+            f"- `{key}` ({run['date']}: `{run['command']}`; load {run['load_before'][0]:.2f} "
+            f"before, {run['load_after'][0]:.2f} after): hybrid p50 "
+            f"{modes['hybrid_rank']['p50']} / p95 {modes['hybrid_rank']['p95']} ms, lexical "
+            f"candidates {modes['lexical_candidates_50']['p50']} / "
+            f"{modes['lexical_candidates_50']['p95']} ms, dense (k = 7) "
+            f"{modes['dense_rank']['p50']} ms.")
     return "\n".join(lines) + "\n"
 
 
@@ -629,12 +640,18 @@ def search_only(args: argparse.Namespace, argv: Sequence[str] | None) -> int:
     result = json.loads((RESULTS / f"{name}.json").read_text())
     command = " ".join([".venv/bin/python benchmarks/bench_kb_scale.py",
                         *(argv if argv is not None else sys.argv[1:])])
-    if "search_previous" not in result:
-        result["search_previous"] = {**result["search"], "command": result["command"]}
-    result["search"] = run_stage("search", args, kb=kb)
-    result["search"]["command"] = command
-    result["search_only"] = {"command": command, "date": time.strftime("%Y-%m-%d %H:%M UTC",
-                                                                       time.gmtime())}
+    if args.search_as:  # an extra search beside the main one (e.g. the bm25() fallback)
+        extra = run_stage("search", args, kb=kb)
+        extra["command"] = command
+        extra["date"] = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())
+        result[f"search_{args.search_as}"] = extra
+    else:
+        if "search_previous" not in result:
+            result["search_previous"] = {**result["search"], "command": result["command"]}
+        result["search"] = run_stage("search", args, kb=kb)
+        result["search"]["command"] = command
+        result["search_only"] = {"command": command,
+                                 "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())}
     (RESULTS / f"{name}.json").write_text(json.dumps(result, indent=1) + "\n")
     (RESULTS / f"{name}.md").write_text(markdown(result))
     log(f"wrote {RESULTS / name}.json and .md")
@@ -668,6 +685,9 @@ def main(argv: Sequence[str] | None = None) -> int:
                         help="run the search stage alone on the existing KB (WORK/kb_N, "
                         "WORK/flat_N.faiss) and merge it into benchmarks/results/kb_scale"
                         ".json, keeping the other stages and the earlier search")
+    parser.add_argument("--as", dest="search_as", metavar="NAME",
+                        help="with --search-only: keep the main search and store this one as "
+                        "search_NAME (e.g. --lexical-postings-from none --as bm25_fallback)")
     parser.add_argument("--pool", type=int, default=12_000,
                         help="sentences embedded with MiniLM for the index-level part")
     parser.add_argument("--slice", type=int, default=20_000,
