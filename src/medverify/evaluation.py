@@ -442,9 +442,9 @@ class PairChunkJudge:
     """The picklable chunk function of ``eval pairs`` on an executor: judges a chunk of
     pairs with a judge made, in the process that runs it, from the config.
 
-    ``factory`` is the judge's registry factory as the driver resolved it; a worker that
-    does not know the judge's name (one registered in the driver's process only) registers
-    it, so every process judges with the same judge."""
+    ``factory`` is the judge's registry factory as the driver resolved it; the worker
+    adopts it under the judge's name (``Registry.adopt``), so every process judges with
+    the same judge."""
 
     config: Config
     factory: Callable[..., Judge] | None = field(default=None, compare=False)
@@ -466,9 +466,7 @@ class PairChunkJudge:
 
     async def _with_judge(self, use: Callable[[Judge], Awaitable[list[T]]]) -> list[T]:
         """``use`` the judge of this process (made once without a model, per call with one)."""
-        name = self.config.judge_name
-        if name not in JUDGES and self.factory is not None:
-            JUDGES.register(name, self.factory)
+        JUDGES.adopt(self.config.judge_name, self.factory)
         model = pairs_model(self.config)
         try:
             return await use(_model_free_judge(self.config) if model is None

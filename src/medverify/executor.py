@@ -50,10 +50,11 @@ def chunked(items: Sequence[T], size: int) -> list[list[T]]:
     return [list(items[start:start + size]) for start in range(0, len(items), size)]
 
 
-def _checked(index: int, chunk: Sequence[Any], results: Sequence[R]) -> list[R]:
+def _checked(index: int, chunk: Sequence[Any], results: Sequence[R]) -> Sequence[R]:
+    """``results`` as ``fn`` returned them, once they are one per item of ``chunk``."""
     if len(results) != len(chunk):
         raise RuntimeError(f"chunk {index}: {len(chunk)} items gave {len(results)} results")
-    return list(results)
+    return results
 
 
 @runtime_checkable
@@ -100,7 +101,7 @@ class LocalExecutor:
              chunk_size: int = DEFAULT_CHUNK,
              progress: Progress | None = None) -> Iterator[tuple[int, list[R]]]:
         for index, chunk in enumerate(chunked(items, chunk_size)):
-            results = _checked(index, chunk, fn(chunk))
+            results = list(_checked(index, chunk, fn(chunk)))
             if progress is not None:
                 progress(len(chunk))
             yield index, results
@@ -111,19 +112,12 @@ class LocalExecutor:
         caller goes on reading meanwhile); chunks submitted run one after another."""
         if self._pool is None:
             self._pool = ThreadPoolExecutor(1, thread_name_prefix="medverify-local")
-        return self._pool.submit(_run_checked, fn, chunk)
+        return self._pool.submit(lambda: _checked(0, chunk, fn(chunk)))
 
     def close(self) -> None:
         if self._pool is not None:
             self._pool.shutdown(wait=True, cancel_futures=True)
             self._pool = None
-
-
-def _run_checked(fn: Callable[[list[T]], Sequence[R]], chunk: list[T]) -> Sequence[R]:
-    results = fn(chunk)
-    if len(results) != len(chunk):
-        raise RuntimeError(f"{len(chunk)} items gave {len(results)} results")
-    return results
 
 
 def _run_chunk(fn: Callable[[list[Any]], Sequence[Any]], index: int,
@@ -260,7 +254,7 @@ class RayExecutor:
                     if index in seen:  # the same chunk twice: count it once
                         continue
                     seen.add(index)
-                    results = _checked(index, chunks[index], out)
+                    results = list(_checked(index, chunks[index], out))
                     if progress is not None:
                         progress(len(chunks[index]))
                     yield index, results
@@ -279,9 +273,7 @@ class RayExecutor:
         def settle(done: Future[Any]) -> None:
             try:
                 _, results, _seconds = done.result()
-                if len(results) != len(chunk):
-                    raise RuntimeError(f"{len(chunk)} items gave {len(results)} results")
-                out.set_result(results)
+                out.set_result(_checked(0, chunk, results))
             except BaseException as exc:  # the task's error, or Ray's
                 out.set_exception(exc)
 

@@ -52,6 +52,15 @@ class Registry(Generic[T]):
     def register(self, name: str, factory: Callable[..., T] | str) -> None:
         self._factories[name] = factory
 
+    def adopt(self, name: str, factory: Callable[..., T] | None) -> None:
+        """In a worker process (``medverify.executor``): make ``name`` mean ``factory``,
+        the factory the driver resolved and shipped, whatever this process had under the
+        name (nothing, for one registered in the driver only; an older one, in a reused
+        worker). ``None``: leave the name as it is."""
+        if factory is not None:
+            self._scan()
+            self._factories[name] = factory
+
     def _scan(self) -> None:
         """Add the entry points of :attr:`group` (once)."""
         if self._scanned:

@@ -499,8 +499,8 @@ class AuditChunk:
     decomposer, embedder, passage selection) and ``fetcher_factory`` (None: the config's
     fetcher), closes what it opened and returns one :class:`AuditedAnswer` per answer.
 
-    ``judge_factory`` is the judge's registry factory as the driver resolved it; a worker
-    that does not know the judge's name (one registered in the driver only) registers it."""
+    ``judge_factory`` is the judge's registry factory as the driver resolved it; the
+    worker adopts it under the judge's name (``Registry.adopt``)."""
 
     config: Config
     cleanup: bool = False
@@ -518,9 +518,7 @@ class AuditChunk:
         return asyncio.run(self.audit(chunk))
 
     async def audit(self, chunk: Sequence[AuditInput]) -> list[AuditedAnswer]:
-        name = self.config.judge_name
-        if name not in JUDGES and self.judge_factory is not None:
-            JUDGES.register(name, self.judge_factory)
+        JUDGES.adopt(self.config.judge_name, self.judge_factory)
         auditor = Auditor.from_config(self.config, out_dir=Path(), cleanup=self.cleanup,
                                       fetcher_factory=self.fetcher_factory, record=False)
         try:

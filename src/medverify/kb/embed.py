@@ -268,41 +268,26 @@ class SentenceTransformerEmbedder:
 
     def _forward(self, windows: list[list[int]]) -> np.ndarray:
         """Normalised vectors of the token-id windows (each with its special tokens),
-        run in batches of similar length; rows in the order given."""
+        run in batches of similar length (torch, or ONNX Runtime); rows in the order
+        given."""
         import torch
 
         out = np.zeros((len(windows), self.dim), dtype=np.float32)
-        if self._onnx is not None:
-            return self._forward_onnx(windows, out)
+        threads = 1 if len(windows) < SMALL_INPUT else max(1, torch.get_num_threads())
         for rows in length_batches([len(w) for w in windows], self.batch_size):
-            width = max(len(windows[r]) for r in rows)
-            ids = torch.zeros((len(rows), width), dtype=torch.long)
-            mask = torch.zeros((len(rows), width), dtype=torch.long)
-            for i, r in enumerate(rows):
-                ids[i, :len(windows[r])] = torch.as_tensor(windows[r], dtype=torch.long)
-                mask[i, :len(windows[r])] = 1
-            features = {"input_ids": ids, "attention_mask": mask}
+            ids, mask = _padded([windows[r] for r in rows])
+            if self._onnx is not None:
+                out[rows] = normalize(self._onnx.run(ids, mask, threads))
+                continue
+            features = {"input_ids": torch.from_numpy(ids),
+                        "attention_mask": torch.from_numpy(mask)}
             if "token_type_ids" in self._inputs:
-                features["token_type_ids"] = torch.zeros_like(ids)
+                features["token_type_ids"] = torch.zeros_like(features["input_ids"])
             features = {k: v.to(self.device) for k, v in features.items()}
             with torch.inference_mode():
                 vectors = self._model(features)["sentence_embedding"]
                 vectors = torch.nn.functional.normalize(vectors.float(), dim=1)
             out[rows] = vectors.cpu().numpy()
-        return out
-
-    def _forward_onnx(self, windows: list[list[int]], out: np.ndarray) -> np.ndarray:
-        import torch
-
-        threads = 1 if len(windows) < SMALL_INPUT else max(1, torch.get_num_threads())
-        for rows in length_batches([len(w) for w in windows], self.batch_size):
-            width = max(len(windows[r]) for r in rows)
-            ids = np.zeros((len(rows), width), dtype=np.int64)
-            mask = np.zeros((len(rows), width), dtype=np.int64)
-            for i, r in enumerate(rows):
-                ids[i, :len(windows[r])] = windows[r]
-                mask[i, :len(windows[r])] = 1
-            out[rows] = normalize(self._onnx.run(ids, mask, threads))
         return out
 
     def embed_legacy(self, texts: list[str]) -> np.ndarray:
@@ -331,6 +316,17 @@ class SentenceTransformerEmbedder:
                 pieces.append(piece)
                 owners.append(index)
         return pieces, owners
+
+
+def _padded(windows: list[list[int]]) -> tuple[np.ndarray, np.ndarray]:
+    """Token ids padded with zeros to the longest window, and the attention mask (int64)."""
+    width = max(len(w) for w in windows)
+    ids = np.zeros((len(windows), width), dtype=np.int64)
+    mask = np.zeros((len(windows), width), dtype=np.int64)
+    for i, window in enumerate(windows):
+        ids[i, :len(window)] = window
+        mask[i, :len(window)] = 1
+    return ids, mask
 
 
 def length_batches(lengths: list[int], batch_size: int) -> list[list[int]]:
@@ -512,8 +508,8 @@ class EmbedTask:
     with the KB's embedder, made once per process from its recorded spec, precision and
     device, and refused unless it is the embedder the KB was built with.
 
-    ``factory`` is the embedder's registry factory as the driver resolved it, for an
-    embedder registered in the driver's process only (a worker registers it too)."""
+    ``factory`` is the embedder's registry factory as the driver resolved it (None for a
+    spec that is not a registered name); the worker adopts it (``Registry.adopt``)."""
 
     spec: str
     embedder_id: str
@@ -533,8 +529,7 @@ class EmbedTask:
         key = (self.spec, self.precision, self.device, self.runtime)
         embedder = _WORKER_EMBEDDERS.get(key)
         if embedder is None:
-            if self.spec not in EMBEDDERS.names() and self.factory is not None:
-                EMBEDDERS.register(self.spec, self.factory)
+            EMBEDDERS.adopt(self.spec, self.factory)
             embedder = get_embedder(self.spec, self.precision,  # type: ignore[arg-type]
                                     self.device, self.runtime)  # type: ignore[arg-type]
             if embedder.id != self.embedder_id or embedder.dim != self.dim:

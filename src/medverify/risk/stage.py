@@ -293,9 +293,9 @@ class FeatureBlockTask:
     it, from the config, the scorer specs and the rephraser spec.
 
     ``factories`` are the scorer factories (spec prefix, factory) as the driver resolved
-    them; the process that runs a block registers them (a worker may not know a prefix
-    registered in the driver's process only, or know another factory by that name), so
-    every process makes the driver's scorers."""
+    them; the process that runs a block adopts them (``Registry.adopt``: a worker may not
+    know a prefix registered in the driver's process only, or know another factory by that
+    name), so every process makes the driver's scorers."""
 
     config: Config
     scorers: tuple[str, ...]
@@ -315,7 +315,7 @@ class FeatureBlockTask:
 
     async def _lines(self, chunk: list[LabeledExample]) -> list[FeatureExample]:
         for prefix, factory in self.factories:
-            SCORERS.register(prefix, factory)
+            SCORERS.adopt(prefix, factory)
         if self.rephraser is None:
             return await _block_lines(self._cached_stage(), chunk)
         from medverify.llm.facade import get_model
