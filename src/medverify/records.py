@@ -61,6 +61,17 @@ class Decision(StrEnum):
     ESCALATE = "ESCALATE"  # held for a clinician (the review queue)
 
 
+class CheckKind(StrEnum):
+    """What an exact check (:mod:`medverify.judge.checks`) found to differ between a claim
+    and the passage that is said to support it."""
+
+    NUMBER = "number"  # a number, dose, interval or unit the passage states otherwise
+    NEGATION = "negation"  # one side negates what the other affirms
+    DIRECTION = "direction"  # increase vs decrease, speeds up vs slows down, ...
+    POPULATION = "population"  # children vs adults, pregnant women vs ..., type 1 vs type 2
+    DRUG = "drug"  # another drug or substance in the same place
+
+
 class RunStatus(StrEnum):
     """How a recorded run stands: one vocabulary for every flow (check, audit, factcheck,
     bench) and the service.
@@ -247,6 +258,21 @@ class Passage(_Record):
     scores: dict[str, float] = Field(default_factory=dict)
 
 
+class CheckFinding(_Record):
+    """One difference an exact check found between a claim and a passage said to support
+    it. A veto stops that support from counting (the claim is not FACT on that passage); a
+    finding without veto only makes the verdict not confident. Checks never make a claim
+    FACT on their own."""
+
+    kind: CheckKind
+    veto: bool
+    passage_id: str | None = None
+    claim_says: str = Field(description="The words of the claim that differ.")
+    passage_says: str = Field(description="What the passage says in their place.")
+    reason: str = Field(description='One line for people: "the claim says every 2 years; '
+                        'the passage says every 10 years".')
+
+
 class Analysis(_Record):
     """One half of the judge's work: factual (is the claim supported?) or
     counterfactual (is its negation supported, i.e. is the claim contradicted?)."""
@@ -262,12 +288,23 @@ class Analysis(_Record):
         "holding analysis rests on a quote found in a passage shown to it; False means the "
         "analysis is kept for the record but does not count. None: not checked.",
     )
+    quote_problem: str | None = Field(
+        default=None,
+        description="Why the quote does not count as evidence (not found, a fragment that "
+        "drops a negation, too little of the claim's content, ...); None when it counts or "
+        "was not checked.",
+    )
+    vetoed: bool = Field(
+        default=False,
+        description="An exact check found the passage to say otherwise (Verdict.findings); "
+        "a vetoed analysis does not count.",
+    )
 
     @property
     def counts(self) -> bool:
         """Whether this analysis counts towards the category: it holds, and its evidence
         was not found to be invented (``verified`` is not False)."""
-        return self.holds and self.verified is not False
+        return self.holds and self.verified is not False and not self.vetoed
 
     @property
     def shown_quote(self) -> str | None:
@@ -294,6 +331,25 @@ class Verdict(_Record):
     prompt_version: str | None = None
     raw_output: str | None = None
     error: str | None = None
+    findings: list[CheckFinding] = Field(
+        default_factory=list,
+        description="What the exact checks found between the claim and its evidence.",
+    )
+    confidence: float | None = Field(
+        default=None, ge=0.0, le=1.0,
+        description="The calibrated probability that the category is right (None: the "
+        "judge gives none).",
+    )
+    confident: bool | None = Field(
+        default=None,
+        description="Whether the verdict is presented as a confident one: its category's "
+        "calibrated precision reaches the target and nothing made it doubtful. False: the "
+        "category is kept but shown as not sure (``not_sure`` says why). None: not "
+        "assessed (runs recorded before this existed).",
+    )
+    not_sure: str | None = Field(
+        default=None, description="Why the verdict is not confident (None when it is)."
+    )
 
     @property
     def ok(self) -> bool:
@@ -358,6 +414,9 @@ class ClaimResult(_Record):
         description="Why part of the judge's output was not counted (e.g. an analysis whose "
         "quote is not in the passage it names).",
     )
+    confidence: float | None = None  # the verdict's calibrated probability of its category
+    confident: bool | None = None  # False: shown as not sure (see Verdict.confident)
+    not_sure: str | None = None  # why it is not confident
 
     @classmethod
     def from_verdict(cls, claim: Claim, passages: list[Passage], verdict: Verdict) -> ClaimResult:
@@ -373,6 +432,9 @@ class ClaimResult(_Record):
             evidence_quote=deciding.shown_quote if deciding else None,
             error=verdict.error,
             warnings=verdict_warnings(verdict),
+            confidence=verdict.confidence,
+            confident=verdict.confident if verdict.ok else None,
+            not_sure=verdict.not_sure if verdict.ok else None,
         )
 
     @classmethod
@@ -388,7 +450,10 @@ def verdict_warnings(verdict: Verdict) -> list[str]:
             continue
         where = f"passage {analysis.passage_id}" if analysis.passage_id else "no passage"
         why = "quoted nothing from it" if not analysis.quote else "its quote is not in it"
-        warnings.append(f"judge said {key} citing {where}, but {why}: not counted")
+        warnings.append(f"judge said {key} citing {where}, but {analysis.quote_problem or why}"
+                        ": not counted")
+    warnings += [f"{f.reason} ({'support not counted' if f.veto else 'not sure'})"
+                 for f in verdict.findings]
     return warnings
 
 

@@ -1,0 +1,125 @@
+"""The key content of a claim: the numbers, names and content words a passage must share to
+be about the claim, and the cues (negation, modality) that change what a sentence says.
+
+Pure text functions, shared by the judge stage's three users of them: relevance weighting of
+passages (:mod:`medverify.judge.decide`), the exact checks (:mod:`medverify.judge.checks`)
+and the quote rule (:mod:`medverify.judge.evidence`). Words are compared after a light,
+deterministic suffix fold (:func:`fold`: "lowers" / "lowered" / "lowering" -> "lower"), so
+no stemmer package is needed.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+NEGATIONS = frozenset("""
+not no never neither nor none nobody nothing without cannot can't won't don't doesn't didn't
+isn't aren't wasn't weren't shouldn't wouldn't couldn't mustn't hasn't haven't hadn't n't
+lack lacks lacking absent absence fail fails failed unable
+""".split())
+"""Words that negate what follows them in their clause."""
+
+MODALS = frozenset("""
+may might could can should must would shall ought possibly probably perhaps likely unlikely
+""".split())
+"""Words that turn a statement into a possibility, an advice or an obligation."""
+
+STOPWORDS = frozenset("""
+a an the of and or in on at to for by with from is are was were be been being it its this that
+these those as but can may might will would should could do does did has have had than then
+there their they them he she his her we you i our your which who whom whose what when where
+why how also such so very more most less least into onto over under about after before
+during between among per via each every any all some other than both either one s t
+""".split()) - NEGATIONS
+"""Function words: never key content."""
+
+_TOKEN = re.compile(r"\d+(?:[.,]\d+)*|[^\W\d_]+(?:[-'][^\W\d_]+)*", re.UNICODE)
+_NUMBER = re.compile(r"\d+(?:[.,]\d+)*")
+_SUFFIXES = ("ations", "ation", "ings", "ing", "edly", "ed", "ies", "es", "s", "ly")
+
+
+def fold(word: str) -> str:
+    """A word lower-cased with one common inflection suffix removed ("reduces" ->
+    "reduc", "reduced" -> "reduc"); words of 4 letters or fewer stay as they are."""
+    word = word.casefold()
+    if len(word) <= 4 or not word.isalpha():
+        return word
+    for suffix in _SUFFIXES:
+        if word.endswith(suffix) and len(word) - len(suffix) >= 4:
+            stem = word[: -len(suffix)]
+            if suffix == "ies":
+                stem += "y"
+            return stem.rstrip("e") if suffix in ("es", "ed", "ing") else stem
+    return word.rstrip("e") if word.endswith("e") and len(word) > 5 else word
+
+
+def tokens(text: str) -> list[str]:
+    """The words and numbers of ``text`` in order, as written (no case folding)."""
+    return _TOKEN.findall(text)
+
+
+def number_value(token: str) -> str:
+    """A number token in one spelling: thousands commas dropped ("1,000" -> "1000"), a
+    decimal comma read as a point ("2,5" -> "2.5"), trailing zeros of a decimal dropped."""
+    if "," in token:
+        head, _, tail = token.rpartition(",")
+        token = token.replace(",", "") if len(tail) == 3 else f"{head.replace(',', '')}.{tail}"
+    if "." in token:
+        token = token.rstrip("0").rstrip(".") or "0"
+    return token
+
+
+@dataclass(frozen=True)
+class KeyTerms:
+    """What a text is about: its numbers (one spelling, see :func:`number_value`), names
+    (words written with a capital or a digit inside a word, lower-cased) and content
+    words (folded, see :func:`fold`), and whether it is negated or hedged."""
+
+    numbers: frozenset[str]
+    names: frozenset[str]
+    words: frozenset[str]
+    negated: bool
+    hedged: bool
+
+    @property
+    def content(self) -> frozenset[str]:
+        """Every key item (numbers, names folded, content words)."""
+        return self.numbers | self.words | frozenset(fold(n) for n in self.names)
+
+    def __bool__(self) -> bool:
+        return bool(self.numbers or self.names or self.words)
+
+
+def key_terms(text: str) -> KeyTerms:
+    """The key content of ``text`` (see :class:`KeyTerms`)."""
+    toks = tokens(text)
+    lowered = [t.casefold() for t in toks]
+    numbers = frozenset(number_value(t) for t in toks if _NUMBER.fullmatch(t))
+    names = frozenset(
+        t.casefold() for i, t in enumerate(toks)
+        if not _NUMBER.fullmatch(t) and t.casefold() not in STOPWORDS
+        and ((i > 0 and t[:1].isupper()) or (len(t) > 1 and t[1:] != t[1:].lower()))
+    )
+    words = frozenset(
+        fold(t) for t in lowered
+        if not _NUMBER.fullmatch(t) and t not in STOPWORDS and t not in NEGATIONS
+        and t not in MODALS and len(t) > 2
+    )
+    return KeyTerms(numbers=numbers, names=names, words=words,
+                    negated=any(t in NEGATIONS or t.endswith("n't") for t in lowered),
+                    hedged=any(t in MODALS for t in lowered))
+
+
+def coverage(claim: KeyTerms, other: KeyTerms) -> float:
+    """The weighted share of the claim's key content found in ``other``: numbers and names
+    count twice as much as other content words. 0.0 for a claim with no key content."""
+    folded_names = frozenset(fold(n) for n in claim.names)
+    plain = claim.words - folded_names
+    other_content = other.content
+    total = 2 * len(claim.numbers) + 2 * len(folded_names) + len(plain)
+    if not total:
+        return 0.0
+    found = (2 * len(claim.numbers & other.numbers) + 2 * len(folded_names & other_content)
+             + len(plain & other_content))
+    return found / total
