@@ -13,25 +13,28 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-NEGATIONS = frozenset("""
+_NEGATION_TEXT = """
 not no never neither nor none nobody nothing without cannot can't won't don't doesn't didn't
 isn't aren't wasn't weren't shouldn't wouldn't couldn't mustn't hasn't haven't hadn't n't
 lack lacks lacking absent absence fail fails failed unable
-""".split())
+"""
+NEGATIONS = frozenset(_NEGATION_TEXT.split())
 """Words that negate what follows them in their clause."""
 
-MODALS = frozenset("""
+_MODAL_TEXT = """
 may might could can should must would shall ought possibly probably perhaps likely unlikely
-""".split())
+"""
+MODALS = frozenset(_MODAL_TEXT.split())
 """Words that turn a statement into a possibility, an advice or an obligation."""
 
-STOPWORDS = frozenset("""
+_STOPWORD_TEXT = """
 a an the of and or in on at to for by with from is are was were be been being it its this that
 these those as but can may might will would should could do does did has have had than then
 there their they them he she his her we you i our your which who whom whose what when where
 why how also such so very more most less least into onto over under about after before
 during between among per via each every any all some other than both either one s t
-""".split()) - NEGATIONS
+"""
+STOPWORDS = frozenset(_STOPWORD_TEXT.split()) - NEGATIONS
 """Function words: never key content."""
 
 _TOKEN = re.compile(r"\d+(?:[.,]\d+)*|[^\W\d_]+(?:[-'][^\W\d_]+)*", re.UNICODE)
