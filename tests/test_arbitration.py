@@ -18,7 +18,13 @@ from click.testing import CliRunner
 from rich.console import Console
 
 import medverify.judge.builtin as builtin
-from medverify.arbitration import arbitrate, arbitrate_all, decide, policy_id
+from medverify.arbitration import (
+    arbitrate,
+    arbitrate_all,
+    decide,
+    policy_id,
+    recheck_candidates,
+)
 from medverify.arbitration_eval import (
     LabelledClaim,
     auto_grid,
@@ -28,13 +34,14 @@ from medverify.arbitration_eval import (
     evaluate_policy,
     is_wrong,
     judge_sources,
+    labelled_claim,
     pareto_front,
     policy_toml,
     read_source,
     sweep,
 )
 from medverify.cli import main
-from medverify.config import ArbitrationPolicy, Config
+from medverify.config import ARBITRATION_RULES, ArbitrationPolicy, Config
 from medverify.errors import InputError
 from medverify.evaluation import Pair
 from medverify.judge import JudgeItem
@@ -81,6 +88,16 @@ def _result(category: Category, probs: dict[str, float] | None = None,
     result = (ClaimResult.failed(claim, "judge failed") if category is Category.ERROR
               else ClaimResult.from_verdict(claim, [], verdict))
     return result.model_copy(update={"hallucination_risk": risk})
+
+
+UNSURE = "P(supported)=0.62, below the 0.81 needed for 70% precision"
+
+
+def _assessed(result: ClaimResult, confident: bool | None,
+              reason: str | None = UNSURE) -> ClaimResult:
+    """``result`` with its verdict assessed: confident, not sure (with ``reason``) or not."""
+    return result.model_copy(update={"confident": confident,
+                                     "not_sure": reason if confident is False else None})
 
 
 # ---- the rules -----------------------------------------------------------------------
@@ -157,8 +174,9 @@ def test_policy_id_names_every_setting() -> None:
         POLICY, ArbitrationPolicy(high_risk=0.8), ArbitrationPolicy(low_risk=0.2),
         ArbitrationPolicy(min_confidence={"FACT": 0.5}),
         ArbitrationPolicy(min_confidence={"FACT": 0.6}),
-        ArbitrationPolicy(coverage_gap="ESCALATE"), ArbitrationPolicy(version="v2"))}
-    assert len(ids) == 7
+        ArbitrationPolicy(coverage_gap="ESCALATE"), ArbitrationPolicy(version="v2"),
+        ArbitrationPolicy(not_sure="ESCALATE"))}
+    assert len(ids) == 8
     assert policy_id(ArbitrationPolicy()) == policy_id(POLICY)
     assert policy_id(ArbitrationPolicy(version="v2")).startswith("arbitration/v2+")
 
@@ -169,6 +187,103 @@ def test_arbitrate_all_attaches_a_decision_to_every_result() -> None:
     assert all(r.arbitration is not None for r in decided)
     assert all(r.arbitration is None for r in results)  # the inputs are not changed
     assert [r.claim.id for r in decided] == [r.claim.id for r in results]
+
+
+# ---- not sure ------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(("result", "decision", "rule"), [
+    (_result(Category.FACT), Decision.FLAG, "not_sure"),
+    (_result(Category.HALLUCINATION), Decision.FLAG, "not_sure"),
+    (_result(Category.COVERAGE_GAP, risk=0.5), Decision.FLAG, "not_sure"),
+    # the earlier rules decide first
+    (_result(Category.ERROR), Decision.ESCALATE, "error"),
+    (_result(Category.JUDGMENT_ERROR), Decision.ESCALATE, "judgment_error"),
+    (_result(Category.FACT, risk=0.9), Decision.ESCALATE, "fact_high_risk"),
+    (_result(Category.HALLUCINATION, risk=0.1), Decision.ESCALATE, "hallucination_low_risk"),
+    (_result(Category.COVERAGE_GAP, risk=0.9), Decision.ESCALATE, "coverage_gap_high_risk"),
+])
+def test_a_not_sure_verdict_is_flagged_unless_an_earlier_rule_decided(
+        result: ClaimResult, decision: Decision, rule: str) -> None:
+    arbitration = arbitrate(_assessed(result, False), POLICY)
+    assert (arbitration.decision, arbitration.rule) == (decision, rule)
+
+
+def test_confident_or_not_assessed_verdicts_are_decided_as_before() -> None:
+    for category, rule in ((Category.FACT, "fact"), (Category.HALLUCINATION, "hallucination"),
+                           (Category.COVERAGE_GAP, "coverage_gap")):
+        for confident in (True, None):
+            arbitration = arbitrate(_assessed(_result(category), confident), POLICY)
+            assert arbitration.rule == rule, (category, confident)
+    sure = arbitrate(_assessed(_result(Category.FACT), True), POLICY)
+    assert sure.decision is Decision.ACCEPT
+    assert sure.inputs["confident"] == 1.0 and sure.inputs["not_sure"] is None
+    unassessed = arbitrate(_result(Category.FACT), POLICY).inputs
+    assert unassessed["confident"] is None and unassessed["not_sure"] is None
+
+
+def test_the_decision_records_that_the_verdict_was_not_sure_and_why() -> None:
+    arbitration = arbitrate(_assessed(_result(Category.FACT, {"SUPPORTED": 0.62}), False),
+                            POLICY)
+    assert arbitration.inputs == {"category": "FACT", "risk": None, "confidence": 0.62,
+                                  "confident": 0.0, "not_sure": UNSURE}
+
+
+def test_not_sure_never_makes_a_decision_milder() -> None:
+    unsure_fact = _assessed(_result(Category.FACT, {"SUPPORTED": 0.3}), False)
+    floor = ArbitrationPolicy(min_confidence={"FACT": 0.35})
+    assert arbitrate(unsure_fact, floor).rule == "low_confidence"  # ESCALATE beats FLAG
+    strict = ArbitrationPolicy(hallucination="ESCALATE")
+    unsure_hallucination = _assessed(_result(Category.HALLUCINATION), False)
+    assert (arbitrate(unsure_hallucination, strict).decision,
+            arbitrate(unsure_hallucination, strict).rule) == (Decision.ESCALATE, "hallucination")
+    escalate = ArbitrationPolicy(not_sure="ESCALATE", min_confidence={"FACT": 0.35})
+    assert (arbitrate(unsure_fact, escalate).decision, arbitrate(unsure_fact, escalate).rule) == (
+        Decision.ESCALATE, "not_sure")  # as strict as the floor, and it comes first
+    lenient = ArbitrationPolicy(not_sure="ACCEPT")
+    assert arbitrate(_assessed(_result(Category.COVERAGE_GAP), False), lenient).decision is (
+        Decision.FLAG)  # ACCEPT leaves the decision as it would be without the rule
+    assert arbitrate(_assessed(_result(Category.FACT), False), lenient).decision is (
+        Decision.ACCEPT)
+
+
+def test_decide_takes_the_verdicts_assessment_as_an_optional_keyword() -> None:
+    assert decide(Category.FACT, None, 0.9, POLICY) == (Decision.ACCEPT, "fact")
+    assert decide(Category.FACT, None, 0.9, POLICY, confident=None) == (Decision.ACCEPT, "fact")
+    assert decide(Category.FACT, None, 0.9, POLICY, confident=True) == (Decision.ACCEPT, "fact")
+    assert decide(Category.FACT, None, 0.9, POLICY, confident=False) == (
+        Decision.FLAG, "not_sure")
+    result = _assessed(_result(Category.COVERAGE_GAP, {"NOT_ENOUGH_INFO": 0.7}), False)
+    arbitration = arbitrate(result, POLICY)
+    assert decide(result.category, None, 0.7, POLICY, confident=False) == (
+        arbitration.decision, arbitration.rule)
+
+
+def test_not_sure_escalations_can_be_rechecked() -> None:
+    assert "not_sure" in ARBITRATION_RULES and "not_sure" in POLICY.recheck_rules
+    policy = ArbitrationPolicy(not_sure="ESCALATE", recheck_judge="llm",
+                               recheck_rules=["not_sure"])
+    results = arbitrate_all([_assessed(_result(Category.FACT, claim_id="a"), False),
+                             _result(Category.ERROR, claim_id="b"),
+                             _assessed(_result(Category.FACT, claim_id="c"), True)], policy)
+    assert [r.arbitration.rule for r in results if r.arbitration] == [
+        "not_sure", "error", "fact"]
+    assert recheck_candidates(results, policy) == [0]
+
+
+def test_eval_arbitration_measures_the_not_sure_rule() -> None:
+    claims = [LabelledClaim(id="a", gold="CONTRADICTED", category=Category.FACT,
+                            confident=False),
+              LabelledClaim(id="b", gold="SUPPORTED", category=Category.FACT, confident=True),
+              LabelledClaim(id="c", gold="SUPPORTED", category=Category.FACT)]
+    point = evaluate_policy(claims, POLICY)
+    assert (point.n_flagged, point.n_accepted, point.n_accepted_errors) == (1, 2, 0)
+    off = evaluate_policy(claims, ArbitrationPolicy(not_sure="ACCEPT"))
+    assert (off.n_flagged, off.n_accepted, off.n_accepted_errors) == (0, 3, 1)
+    pair = Pair(id="p", claim="x", evidence="e", label="SUPPORTED")
+    verdict = _verdict(Category.FACT).model_copy(update={"confident": False})
+    assert labelled_claim(pair, verdict).confident is False
+    assert labelled_claim(pair, _verdict(Category.ERROR)).confident is None
 
 
 # ---- metrics, the check flow and the store ---------------------------------------------

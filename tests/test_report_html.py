@@ -6,10 +6,14 @@ from collections import defaultdict
 from html.parser import HTMLParser
 from pathlib import Path
 
+from medverify.arbitration import arbitrate_all
+from medverify.config import ArbitrationPolicy
 from medverify.records import (
     Analysis,
     Answer,
     Category,
+    CheckFinding,
+    CheckKind,
     Claim,
     ClaimResult,
     Passage,
@@ -18,6 +22,7 @@ from medverify.records import (
     Verdict,
 )
 from medverify.report.html import render_html, segment_answer, write_html
+from medverify.report.metrics import compute_metrics
 from report_fixtures import PASSAGES, example_answer, example_report, example_results, result_of
 
 
@@ -238,3 +243,76 @@ def test_empty_report_renders() -> None:
 def test_write_html_is_atomic(tmp_path: Path) -> None:
     write_html(example_report(), tmp_path / "report.html")
     assert os.listdir(tmp_path) == ["report.html"]
+
+
+# ---- confident or not sure -------------------------------------------------------------
+
+HOSTILE = '<script>alert("x")</script><img src=x onerror=alert(2)>'
+REASON = f"P(supported)=0.62, below the 0.81 needed for 70% precision {HOSTILE}"
+
+
+def assessed_report(veto: bool = False) -> Report:
+    """The example with claim 1 not sure (one finding with hostile text) and claim 2
+    confident at 93%."""
+    report = example_report()
+    results = list(report.results)
+    first = results[0]
+    assert first.verdict is not None
+    finding = CheckFinding(kind=CheckKind.NUMBER, veto=veto, passage_id="ada-9#3",
+                           claim_says=f"every 2 years {HOSTILE}", passage_says="every 10 years",
+                           reason=f"the claim says every 2 years; the passage says {HOSTILE}")
+    verdict = first.verdict.model_copy(update={
+        "findings": [finding], "confident": False, "confidence": 0.62, "not_sure": REASON})
+    results[0] = ClaimResult.from_verdict(first.claim, first.passages, verdict)
+    results[1] = results[1].model_copy(update={"confident": True, "confidence": 0.934})
+    return report.model_copy(update={"results": results, "metrics": compute_metrics(results)})
+
+
+def _card(html: str, number: int) -> str:
+    card = html[html.index(f'id="claim-{number}"'):]
+    return card[: card.index("</article>")]
+
+
+def test_a_not_sure_card_shows_the_marker_the_reason_and_the_findings() -> None:
+    html = render_html(assessed_report())
+    card = _card(html, 1)
+    assert "unsure-chip" in card and '<span aria-hidden="true">?</span>Not sure</span>' in card
+    assert ("<strong>FACT, not sure:</strong> P(supported)=0.62, below the 0.81 needed for "
+            "70% precision &lt;script&gt;") in card
+    assert ("<li><strong>number</strong> (not sure): the claim says every 2 years; the "
+            "passage says &lt;script&gt;") in card
+    assert "claim: “every 2 years &lt;script&gt;" in card
+    assert "Warning: the claim says" not in card  # listed once, as a finding
+    confident = _card(html, 2)
+    assert '<span class="conf">confident, 93%</span>' in confident and "Not sure" not in confident
+    assert "Not sure" not in _card(html, 3) and "confident" not in _card(html, 3)
+
+
+def test_not_sure_text_is_escaped_everywhere() -> None:
+    html = render_html(assessed_report())
+    assert html.count("<script") == 1 and "<img" not in html  # the page's own script only
+    assert 'title="The category is kept but the verdict is not sure: P(supported)=0.62' in html
+
+
+def test_the_answer_and_the_summary_tell_not_sure_apart() -> None:
+    html = render_html(assessed_report())
+    parsed = parse_answer(html)
+    assert "hl-unsure" in parsed.mark_classes[0]
+    assert sum("hl-unsure" in c for c in parsed.mark_classes) == 1
+    assert 'title="Claim 1: Fact (not sure)"' in html and 'title="Claim 2: Fact"' in html
+    assert '<span class="split">1 confident · 1 not sure</span>' in html
+    plain = render_html(example_report())
+    assert not any("hl-unsure" in c for c in parse_answer(plain).mark_classes)
+    assert 'class="split"' not in plain and 'class="conf"' not in plain
+    assert 'class="chip fact unsure-chip"' not in plain and "Not sure</span>" not in plain
+
+
+def test_an_arbitrated_not_sure_card_shows_its_rule_and_inputs() -> None:
+    report = assessed_report()
+    results = arbitrate_all(report.results, ArbitrationPolicy())
+    html = render_html(report.model_copy(update={"results": results,
+                                                 "metrics": compute_metrics(results)}))
+    card = _card(html, 1)
+    assert "rule <code>not_sure</code>" in card and "· confident no" in card
+    assert "· not_sure" not in card  # the reason is shown once, above
+    assert "· confident yes" in _card(html, 2)

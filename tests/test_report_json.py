@@ -9,8 +9,9 @@ import pytest
 
 from medverify.errors import InputError
 from medverify.files import atomic_write_text
-from medverify.records import Report
+from medverify.records import CheckFinding, CheckKind, ClaimResult, Report
 from medverify.report import render_json
+from medverify.report.metrics import compute_metrics
 from medverify.report.render_json import read_json, report_to_json, write_json
 from medverify.report.schema import report_json_schema
 from report_fixtures import example_report
@@ -73,3 +74,41 @@ def test_schema_describes_the_report() -> None:
     assert schema["title"] == "Report"
     assert {"answer", "results", "metrics"} <= set(schema["required"])
     assert "ClaimResult" in schema["$defs"]
+
+
+def test_json_carries_whether_each_verdict_is_confident_and_why_not() -> None:
+    report = example_report()
+    results = list(report.results)
+    first = results[0]
+    assert first.verdict is not None
+    finding = CheckFinding(kind=CheckKind.NUMBER, veto=True, passage_id="ada-9#3",
+                           claim_says="2", passage_says="10",
+                           reason="the claim says <script>2</script>; the passage says 10")
+    verdict = first.verdict.model_copy(update={
+        "findings": [finding], "confident": False, "confidence": 0.62,
+        "not_sure": "P(supported)=0.62, below the 0.81 needed"})
+    results[0] = ClaimResult.from_verdict(first.claim, first.passages, verdict)
+    results[1] = results[1].model_copy(update={"confident": True, "confidence": 0.93})
+    report = report.model_copy(update={"results": results, "metrics": compute_metrics(results)})
+    text = report_to_json(report)
+    assert Report.model_validate_json(text) == report
+    data = json.loads(text)
+    unsure, sure, unassessed = data["results"][:3]
+    assert (unsure["confident"], unsure["confidence"]) == (False, 0.62)
+    assert unsure["not_sure"] == "P(supported)=0.62, below the 0.81 needed"
+    assert unsure["verdict"]["findings"] == [{
+        "kind": "number", "veto": True, "passage_id": "ada-9#3", "claim_says": "2",
+        "passage_says": "10", "reason": "the claim says <script>2</script>; the passage says 10"}]
+    assert (sure["confident"], sure["confidence"], sure["not_sure"]) == (True, 0.93, None)
+    assert unassessed["confident"] is None and unassessed["verdict"]["findings"] == []
+    assert data["metrics"]["confident"] == {"FACT": 1, "HALLUCINATION": 0, "JUDGMENT_ERROR": 0,
+                                            "COVERAGE_GAP": 0, "ERROR": 0}
+    assert json.loads(report_to_json(example_report()))["metrics"]["confident"] == {}
+
+
+def test_schema_names_the_not_sure_fields() -> None:
+    defs = json.loads(report_json_schema())["$defs"]
+    assert {"confident", "confidence", "not_sure"} <= set(defs["ClaimResult"]["properties"])
+    assert {"confident", "confidence", "not_sure", "findings"} <= set(
+        defs["Verdict"]["properties"])
+    assert "confident" in defs["Metrics"]["properties"] and "CheckFinding" in defs

@@ -5,8 +5,8 @@ import math
 import numpy as np
 import pytest
 
-from medverify.records import Category, ClaimResult
-from medverify.report.metrics import aggregate, bootstrap_ci, compute_metrics
+from medverify.records import Category, ClaimResult, Metrics
+from medverify.report.metrics import aggregate, bootstrap_ci, compute_metrics, not_sure_counts
 from report_fixtures import example_report, example_results, result_of
 
 F, H, J, G, E = (
@@ -156,3 +156,18 @@ def test_aggregate_of_nothing() -> None:
     assert agg.n_answers == 0 and agg.n_claims == 0
     assert agg.statement_support is None and agg.statement_support_ci is None
     assert agg.response_support is None and agg.response_support_ci is None
+
+
+def test_confident_counts_per_category_only_once_verdicts_are_assessed() -> None:
+    sure = result_of(F, "a").model_copy(update={"confident": True})
+    unsure = result_of(F, "b").model_copy(update={"confident": False, "not_sure": "why"})
+    gap = result_of(G, "c").model_copy(update={"confident": True})
+    claims = [sure, unsure, gap, result_of(F, "d"), result_of(E, "e")]
+    m = compute_metrics(claims)
+    assert m.confident == {"FACT": 1, "HALLUCINATION": 0, "JUDGMENT_ERROR": 0,
+                           "COVERAGE_GAP": 1, "ERROR": 0}
+    assert not_sure_counts(claims)["FACT"] == 1 and sum(not_sure_counts(claims).values()) == 1
+    assert compute_metrics(example_results()).confident == {}  # none assessed
+    assert not_sure_counts(example_results()) == {}
+    old = m.model_dump(exclude={"confident"})  # metrics recorded before the field
+    assert Metrics.model_validate(old).confident == {}

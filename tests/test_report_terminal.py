@@ -1,10 +1,12 @@
 from __future__ import annotations
 
 import io
+import re
 
 from rich.console import Console
 
-from medverify.records import Answer, Category, Claim, Report
+from medverify.records import Answer, Category, CheckFinding, CheckKind, Claim, ClaimResult, Report
+from medverify.report.metrics import compute_metrics
 from medverify.report.terminal import print_summary
 from report_fixtures import example_report, result_of
 
@@ -56,3 +58,63 @@ def test_empty_report_summary() -> None:
     assert "No claims were extracted" in text
     assert "Statement-level support: n/a" in text
     assert "Response-level support: unknown" in text
+
+
+# ---- confident or not sure -------------------------------------------------------------
+
+HOSTILE = "<script>alert(1)</script> [bold]x[/]"
+REASON = f"P(supported)=0.62, below the 0.81 needed for 70% precision {HOSTILE}"
+
+
+def _finding(veto: bool = False) -> CheckFinding:
+    return CheckFinding(kind=CheckKind.NUMBER, veto=veto, passage_id="ada-9#3",
+                        claim_says="every 2 years", passage_says=f"every 10 years {HOSTILE}",
+                        reason=f"the claim says every 2 years; the passage says {HOSTILE}")
+
+
+def assessed_report(veto: bool = False) -> Report:
+    """The example with claim c1 not sure (one finding) and c2 confident at 93%."""
+    report = example_report()
+    results = list(report.results)
+    first = results[0]
+    assert first.verdict is not None
+    verdict = first.verdict.model_copy(update={
+        "findings": [_finding(veto)], "confident": False, "confidence": 0.62,
+        "not_sure": REASON})
+    results[0] = ClaimResult.from_verdict(first.claim, first.passages, verdict)
+    results[1] = results[1].model_copy(update={"confident": True, "confidence": 0.934})
+    return report.model_copy(update={"results": results, "metrics": compute_metrics(results)})
+
+
+def _row(text: str, claim_id: str) -> str:
+    """The table lines of one claim: from its id to the next claim's row."""
+    start = text.index(f"│ {claim_id} ")
+    after = re.search(r"│ c\d+ |└", text[start + 4:])
+    assert after is not None
+    return text[start:start + 4 + after.start()]
+
+
+def test_a_not_sure_verdict_shows_the_marker_the_reason_and_its_findings() -> None:
+    text = recorded(assessed_report(), width=220)
+    row = _row(text, "c1")
+    assert "✓ FACT" in row and "? NOT SURE" in row
+    assert f"not sure: {REASON}" in row  # printed as plain text, never as markup
+    assert "⚑ number (not sure): the claim says every 2 years; the passage says" in row
+    assert "(judge evidence not counted)" not in row  # a finding without veto counts it
+    assert "confident, 93%" in _row(text, "c2") and "NOT SURE" not in _row(text, "c2")
+    assert "NOT SURE" not in _row(text, "c3") and "confident" not in _row(text, "c3")
+    assert "Counts: FACT 4 (1 confident, 1 not sure), HALLUCINATION 1," in text
+    assert "Not counted" not in text
+
+
+def test_a_vetoed_support_is_listed_as_not_counted() -> None:
+    text = recorded(assessed_report(veto=True), width=220)
+    assert "⚑ number (support not counted)" in _row(text, "c1")
+    assert "(judge evidence not counted)" in _row(text, "c1")
+    assert "Not counted (1):" in text and "(support not counted)" in text
+
+
+def test_verdicts_never_assessed_print_as_before() -> None:
+    text = recorded(example_report())
+    assert "NOT SURE" not in text and "confident" not in text
+    assert "Counts: FACT 4, HALLUCINATION 1," in text

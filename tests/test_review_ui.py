@@ -11,15 +11,32 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from pydantic import Field
 
 pytest.importorskip("fastapi")
 
 from fastapi.testclient import TestClient
 
-from medverify.config import Config
+from medverify.config import ArbitrationPolicy, Config
 from medverify.kb import KnowledgeBase
-from medverify.records import Claim, Document, Passage, Span
+from medverify.learning import items_from_report
+from medverify.records import (
+    Analysis,
+    Answer,
+    CheckFinding,
+    CheckKind,
+    Claim,
+    ClaimResult,
+    Document,
+    Passage,
+    Report,
+    Span,
+    Verdict,
+)
+from medverify.report.metrics import compute_metrics
+from medverify.service import ui
 from medverify.service.app import create_app
+from medverify.service.ui import item_verdict
 from medverify.store.access import AuditLog, KeyStore, Role, SessionStore
 from medverify.store.review import ReviewItem, ReviewStore
 from medverify.store.runs import RunStore
@@ -301,3 +318,68 @@ def test_progress_page(client: TestClient, setup: dict[str, Any]) -> None:
     assert re.search(r'id="items-reviewed">1<', html.text)
     assert re.search(r'id="kb-added">0<', html.text)
     assert "Reviewer agreement" in html.text
+
+
+# ---- verdicts that are not sure --------------------------------------------------------
+
+REASON = "P(supported)=0.62, below the 0.81 needed " + EVIL_CLAIM
+
+
+def _unsure_item() -> ReviewItem:
+    """An escalated claim whose verdict is not sure, queued through the learning loop."""
+    claim = Claim(id="c9", text="Metformin is first-line.")
+    verdict = Verdict(claim_id="c9", factual=Analysis(holds=True),
+                      counterfactual=Analysis(holds=False), confident=False, not_sure=REASON)
+    result = ClaimResult.from_verdict(claim, [], verdict)
+    report = Report(answer=Answer(id="a9", text="Metformin is first-line."), results=[result],
+                    metrics=compute_metrics([result]), run_id="run9")
+    [item] = items_from_report(report, policy=ArbitrationPolicy(not_sure="ESCALATE"))
+    return item
+
+
+def test_a_not_sure_verdict_shows_as_such_on_the_item_and_in_the_queue(
+        client: TestClient, setup: dict[str, Any]) -> None:
+    item = _unsure_item()
+    assert item.arbitration["rule"] == "not_sure"
+    with RunStore(setup["tmp"] / "runs.db") as store:
+        ReviewStore(store).add_items([item])
+    _logged_in(client, setup)
+    html = client.get(f"/review/items/{item.id}").text
+    assert '<span class="badge FACT unsure-cat">FACT</span> <span class="unsure"' in html
+    assert ('<strong>FACT, not sure:</strong> P(supported)=0.62, below the 0.81 needed Take '
+            "&lt;script&gt;window.__pwned") in html
+    assert "confident=no" in html and "not_sure=" not in html  # the reason shown once
+    assert html.count("<script") == 1 and "<img src=x" not in html
+    queue = client.get("/review").text
+    row = queue[queue.index(f'data-id="{item.id}"'):]
+    row = row[: row.index("</tr>")]
+    assert '<span class="unsure">not sure</span>' in row and "&lt;script&gt;" in row
+    assert "<script" not in row
+    sure = client.get("/review/items/rv-high").text  # recorded without an assessment
+    assert 'class="unsure"' not in sure and 'id="not-sure"' not in sure
+
+
+class _ItemWithFindings(ReviewItem):
+    """A review item that carries its verdict's findings (the review record does not yet)."""
+
+    findings: list[CheckFinding] = Field(default_factory=list)
+
+
+def test_the_item_page_lists_the_findings_an_item_carries() -> None:
+    base = _unsure_item()
+    finding = CheckFinding(kind=CheckKind.NUMBER, veto=True, passage_id="p1",
+                           claim_says=EVIL_CLAIM, passage_says="every 10 years",
+                           reason="the claim says " + EVIL_CLAIM)
+    item = _ItemWithFindings(**base.model_dump(), findings=[finding])
+    verdict = item_verdict(item)
+    assert (verdict.confident, verdict.reason) == (False, REASON)
+    assert verdict.findings == [(finding, "support not counted")]
+    assert item_verdict(base).findings == []
+    html = ui._environment().get_template("item.html.j2").render(
+        nonce="n", session=None, csrf="", item=item, answer=None, passages=[], labels=[],
+        shown_labels=[], mine=True, probabilities=[], done=None, verdict=verdict)
+    findings = html[html.index('id="findings"'):]
+    findings = findings[: findings.index("</ul>")]
+    assert "<strong>number</strong> (support not counted): the claim says Take &lt;script&gt;" in (
+        findings)
+    assert "<script" not in findings and "<img" not in findings

@@ -18,9 +18,14 @@ Rules, first match wins:
    (HALLUCINATION, risk <= ``low_risk``): the two detectors disagree -> ``policy.disagreement``;
    ``coverage_gap_high_risk`` (COVERAGE_GAP, risk >= ``high_risk``) ->
    ``policy.coverage_gap_high_risk``;
-4. ``low_confidence``: the judge's probability for its own category is under
+4. ``not_sure``: the verdict is presented as NOT SURE (``confident`` False: its calibrated
+   precision misses the target, or an exact check found a difference) -> ``policy.not_sure``
+   (flag), unless a later rule would decide more strictly (an unsure verdict is never
+   treated more leniently than a sure one); ``confident`` None (not assessed) changes
+   nothing;
+5. ``low_confidence``: the judge's probability for its own category is under
    ``min_confidence[category]`` -> escalate;
-5. ``coverage_gap`` -> ``policy.coverage_gap``; ``hallucination`` -> ``policy.hallucination``;
+6. ``coverage_gap`` -> ``policy.coverage_gap``; ``hallucination`` -> ``policy.hallucination``;
    ``fact`` -> accept.
 
 Re-check before escalating (``[arbitration] recheck_judge``; CHECK's risk-guided compute,
@@ -69,24 +74,34 @@ def confidence(result: ClaimResult) -> float | None:
 def arbitrate(result: ClaimResult, policy: ArbitrationPolicy,
               risk: float | None = None) -> Arbitration:
     """The decision on one claim (``risk``: its hallucination probability, default the
-    result's own ``hallucination_risk``)."""
+    result's own ``hallucination_risk``). ``inputs`` records what the rules saw: the
+    category, the risk, the judge's confidence, and whether the verdict is confident (1.0
+    confident, 0.0 not sure, None not assessed) with the reason when it is not."""
     risk = result.hallucination_risk if risk is None else risk
     conf = confidence(result)
-    decision, rule = _rule(result.category, risk, conf, policy)
-    inputs: dict[str, float | str | None] = {"category": result.category.value, "risk": risk,
-                                             "confidence": conf}
+    decision, rule = _rule(result.category, risk, conf, policy, result.confident)
+    sure = None if result.confident is None else float(result.confident)
+    inputs: dict[str, float | str | None] = {
+        "category": result.category.value, "risk": risk, "confidence": conf,
+        "confident": sure, "not_sure": result.not_sure if result.confident is False else None}
     return Arbitration(decision=decision, rule=rule, policy=policy_id(policy), inputs=inputs)
 
 
 def decide(category: Category, risk: float | None, conf: float | None,
-           policy: ArbitrationPolicy) -> tuple[Decision, str]:
+           policy: ArbitrationPolicy, *, confident: bool | None = None) -> tuple[Decision, str]:
     """The decision and the rule that fired for plain inputs: what :func:`arbitrate` records,
-    without building records (``medverify eval arbitration`` sweeps many policies with it)."""
-    return _rule(category, risk, conf, policy)
+    without building records (``medverify eval arbitration`` sweeps many policies with it).
+    ``confident``: the verdict's assessment (None: not assessed, the ``not_sure`` rule does
+    not apply)."""
+    return _rule(category, risk, conf, policy, confident)
+
+
+STRICTNESS = {Decision.ACCEPT: 0, Decision.FLAG: 1, Decision.ESCALATE: 2}
+"""How strict each decision is: the ``not_sure`` rule never lowers a decision."""
 
 
 def _rule(category: Category, risk: float | None, conf: float | None,
-          policy: ArbitrationPolicy) -> tuple[Decision, str]:
+          policy: ArbitrationPolicy, confident: bool | None = None) -> tuple[Decision, str]:
     if category is Category.ERROR:
         return Decision(policy.error), "error"
     if category is Category.JUDGMENT_ERROR:
@@ -98,6 +113,16 @@ def _rule(category: Category, risk: float | None, conf: float | None,
             return Decision(policy.disagreement), "hallucination_low_risk"
         if category is Category.COVERAGE_GAP and risk >= policy.high_risk:
             return Decision(policy.coverage_gap_high_risk), "coverage_gap_high_risk"
+    later = _confidence_rules(category, conf, policy)
+    unsure = Decision(policy.not_sure)
+    if confident is False and STRICTNESS[unsure] >= STRICTNESS[later[0]]:
+        return unsure, "not_sure"
+    return later
+
+
+def _confidence_rules(category: Category, conf: float | None,
+                      policy: ArbitrationPolicy) -> tuple[Decision, str]:
+    """The rules after ``not_sure``: the confidence floor, then the category's own."""
     floor = policy.min_confidence.get(category.value)
     if floor is not None and conf is not None and conf < floor:
         return Decision.ESCALATE, "low_confidence"

@@ -94,6 +94,7 @@ class LabelledClaim(BaseModel):
     probabilities: dict[str, float] = Field(default_factory=dict)
     risk: float | None = Field(None, ge=0, le=1)
     error: str | None = None  # why the judge failed (category ERROR)
+    confident: bool | None = None  # the verdict's assessment (False: the not_sure rule)
 
     @property
     def confidence(self) -> float | None:
@@ -129,7 +130,8 @@ def labelled_claim(pair: Pair, verdict: Verdict | None, risk: float | None = Non
                              error="judge returned no verdict")
     return LabelledClaim(id=pair.id, dataset=pair.dataset, labels=pair.labels, gold=pair.label,
                          category=verdict.category, probabilities=dict(verdict.probabilities or {}),
-                         risk=risk, error=verdict.error)
+                         risk=risk, error=verdict.error,
+                         confident=verdict.confident if verdict.ok else None)
 
 
 # ---- input ---------------------------------------------------------------------------
@@ -255,7 +257,8 @@ class _Tally:
 def _tally(claims: Iterable[LabelledClaim], policy: ArbitrationPolicy) -> _Tally:
     tally = _Tally()
     for claim in claims:
-        decision, _ = decide(claim.category, claim.risk, claim.confidence, policy)
+        decision, _ = decide(claim.category, claim.risk, claim.confidence, policy,
+                             confident=claim.confident)
         wrong = claim.wrong
         tally.n += 1
         tally.errors += bool(wrong)

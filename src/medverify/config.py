@@ -178,7 +178,7 @@ class RiskSettings(_Section):
 
 ARBITRATION_RULES = frozenset({
     "error", "judgment_error", "fact_high_risk", "hallucination_low_risk",
-    "coverage_gap_high_risk", "low_confidence", "coverage_gap", "hallucination"})
+    "coverage_gap_high_risk", "not_sure", "low_confidence", "coverage_gap", "hallucination"})
 """The arbitration rules that can escalate a claim (``medverify.arbitration``)."""
 
 
@@ -196,6 +196,10 @@ class ArbitrationPolicy(_Section):
     error: Literal["ACCEPT", "FLAG", "ESCALATE"] = "ESCALATE"
     coverage_gap: Literal["ACCEPT", "FLAG", "ESCALATE"] = "FLAG"
     hallucination: Literal["ACCEPT", "FLAG", "ESCALATE"] = "FLAG"
+    # a verdict presented as NOT SURE (its ``confident`` is False: the category's calibrated
+    # precision misses the target, or an exact check found a difference); FLAG shows it with
+    # a warning, ESCALATE would send every unsure claim to the clinicians' queue
+    not_sure: Literal["ACCEPT", "FLAG", "ESCALATE"] = "FLAG"
     # per category (FACT, HALLUCINATION, COVERAGE_GAP): escalate when the judge's probability
     # for the category it gave is below this
     min_confidence: dict[str, float] = Field(default_factory=dict)

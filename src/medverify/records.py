@@ -480,6 +480,12 @@ class Metrics(_Record):
         description="Claims per arbitration decision (ACCEPT, FLAG, ESCALATE); empty when "
         "no claim carries a decision (arbitration did not run, or a run recorded before it).",
     )
+    confident: dict[str, int] = Field(
+        default_factory=dict,
+        description="Claims per category whose verdict is confident (``confident`` True; "
+        "False is shown as not sure); empty when no claim's verdict was assessed (a judge "
+        "that does not assess it, or a run recorded before it).",
+    )
 
 
 class Usage(_Record):

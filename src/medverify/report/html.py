@@ -15,12 +15,27 @@ from pathlib import Path
 import jinja2
 
 from medverify.files import atomic_write_text
-from medverify.records import Analysis, Category, ClaimResult, Decision, Passage, Report, Span
+from medverify.records import (
+    Analysis,
+    Category,
+    CheckFinding,
+    ClaimResult,
+    Decision,
+    Passage,
+    Report,
+    Span,
+)
+from medverify.report.metrics import not_sure_counts
 from medverify.report.view import (
     CATEGORY_STYLES,
     SEVERITY,
     CategoryStyle,
+    confidence_note,
     deciding_passage,
+    finding_effect,
+    findings,
+    not_sure_reason,
+    other_warnings,
     percent,
     safe_url,
     score_text,
@@ -37,6 +52,7 @@ class Segment:
     claims: tuple[int, ...] = ()
     category: Category | None = None
     ends: tuple[int, ...] = ()
+    unsure: bool = False  # some claim covering it is shown as not sure
 
     @property
     def style(self) -> CategoryStyle | None:
@@ -80,6 +96,31 @@ class ClaimView:
         return self.result.arbitration.decision if self.result.arbitration else None
 
     @property
+    def not_sure(self) -> str | None:
+        """Why the verdict is shown as not sure (None: confident or not assessed)."""
+        return not_sure_reason(self.result)
+
+    @property
+    def confidence(self) -> str | None:
+        """``confident, 93%`` for a confident verdict."""
+        return confidence_note(self.result)
+
+    @property
+    def label(self) -> str:
+        """The category's word, with ``(not sure)`` when it is."""
+        return self.style.label + (" (not sure)" if self.not_sure is not None else "")
+
+    @property
+    def findings(self) -> list[tuple[CheckFinding, str]]:
+        """Each exact-check finding with what it did (``support not counted``, ``not sure``)."""
+        return [(f, finding_effect(f)) for f in findings(self.result)]
+
+    @property
+    def warnings(self) -> list[str]:
+        """The warnings that are not findings (those are listed on their own)."""
+        return other_warnings(self.result)
+
+    @property
     def decision_style(self) -> DecisionStyle:
         return DECISION_STYLES[self.decision]
 
@@ -104,7 +145,8 @@ DECISION_STYLES: dict[Decision | None, DecisionStyle] = {
                       "Held for a clinician: the judge failed or was unsure, or the judge and "
                       "the risk classifier disagree."),
         DecisionStyle(Decision.FLAG, "Flag", "⚠", "flag", "Flagged",
-                      "Shown with a warning: a hallucination or a coverage gap."),
+                      "Shown with a warning: a hallucination, a coverage gap or a verdict "
+                      "that is not sure."),
         DecisionStyle(Decision.ACCEPT, "Accept", "✓", "accept", "Accepted",
                       "Shown as checked: the evidence supports it."),
         DecisionStyle(None, "No decision", "·", "undecided", "No decision",
@@ -157,8 +199,9 @@ def segment_answer(text: str, results: list[ClaimResult]) -> list[Segment]:
     """Cut ``text`` at every claim boundary; each piece knows the claims covering it.
 
     Overlapping and nested spans are fine: a piece covered by several claims lists them
-    all and takes the colour of the most severe category. The text of the pieces that
-    list claim ``n`` joins to exactly ``text[span.start:span.end]``.
+    all and takes the colour of the most severe category, and is marked ``unsure`` when
+    one of them is shown as not sure. The text of the pieces that list claim ``n`` joins
+    to exactly ``text[span.start:span.end]``.
     """
     spans = {n: s for n, r in enumerate(results, 1) if (s := highlight_span(r, text))}
     edges = {0, len(text)} | {s.start for s in spans.values()} | {s.end for s in spans.values()}
@@ -166,7 +209,9 @@ def segment_answer(text: str, results: list[ClaimResult]) -> list[Segment]:
     for start, end in itertools.pairwise(sorted(edges)):
         covering = _covering(spans, start, end)
         ends = tuple(n for n, s in spans.items() if s.end == end)
-        segments.append(Segment(text[start:end], covering, _worst(covering, results), ends))
+        unsure = any(results[n - 1].confident is False for n in covering)
+        segments.append(Segment(text[start:end], covering, _worst(covering, results), ends,
+                                unsure))
     return segments
 
 
@@ -218,6 +263,7 @@ def render_html(report: Report) -> str:
         unlocated=[c for c in claims if not c.located],
         styles=list(CATEGORY_STYLES.values()),
         support=support_word(report.metrics.response_support),
+        not_sure=not_sure_counts(report.results),
         total=total_usage(report.usage),
     )
 

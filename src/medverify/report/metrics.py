@@ -12,7 +12,10 @@ Definitions (see ``docs/report.md``):
   JUDGMENT_ERROR and COVERAGE_GAP 0.5) over scored claims;
 - *decisions*: claims per arbitration decision (ACCEPT, FLAG, ESCALATE; see
   ``docs/arbitration.md``), ERROR claims included (the policy decides them too); empty when
-  no claim carries a decision.
+  no claim carries a decision;
+- *confident*: claims per category whose verdict is confident (``confident`` True); a
+  verdict with ``confident`` False is shown as NOT SURE (:func:`not_sure_counts`); empty
+  when no claim's verdict was assessed.
 """
 
 from __future__ import annotations
@@ -74,6 +77,28 @@ def decision_counts(results: Sequence[ClaimResult]) -> dict[str, int]:
     return counts
 
 
+def _assessed_counts(results: Sequence[ClaimResult], confident: bool) -> dict[str, int]:
+    if all(r.confident is None for r in results):
+        return {}
+    counts = {category.value: 0 for category in Category}
+    for result in results:
+        if result.confident is confident:
+            counts[result.category.value] += 1
+    return counts
+
+
+def confident_counts(results: Sequence[ClaimResult]) -> dict[str, int]:
+    """Claims per category whose verdict is confident, all five categories present; empty
+    when no claim's verdict was assessed (``confident`` None everywhere)."""
+    return _assessed_counts(results, True)
+
+
+def not_sure_counts(results: Sequence[ClaimResult]) -> dict[str, int]:
+    """Claims per category whose verdict is shown as NOT SURE (``confident`` False), all
+    five categories present; empty when no claim's verdict was assessed."""
+    return _assessed_counts(results, False)
+
+
 def compute_metrics(results: Sequence[ClaimResult]) -> Metrics:
     """The summary numbers of one report (see the module docstring for definitions)."""
     scored = _scored(results)
@@ -88,6 +113,7 @@ def compute_metrics(results: Sequence[ClaimResult]) -> Metrics:
         response_support=response_support(results),
         mean_score=float(np.mean(scores)) if scores else None,
         decisions=decision_counts(results),
+        confident=confident_counts(results),
     )
 
 

@@ -10,10 +10,18 @@ from rich.table import Table
 from rich.text import Text
 
 from medverify.records import Category, ClaimResult, Decision, Report
+from medverify.report.metrics import not_sure_counts
 from medverify.report.view import (
     CATEGORY_STYLES,
+    category_count_text,
+    confidence_note,
     counted_lines,
     deciding_passage,
+    evidence_not_counted,
+    finding_effect,
+    findings,
+    not_sure_reason,
+    other_warnings,
     percent,
     score_text,
     shorten,
@@ -23,6 +31,8 @@ from medverify.report.view import (
 
 CLAIM_WIDTH = 100
 EVIDENCE_WIDTH = 40
+REASON_WIDTH = 160
+NOT_SURE_STYLE = "bold yellow"
 
 DECISION_STYLES: dict[Decision, tuple[str, str]] = {
     # decision: (symbol, rich style); the word is always printed too, never colour alone
@@ -32,9 +42,27 @@ DECISION_STYLES: dict[Decision, tuple[str, str]] = {
 }
 
 
-def _category_cell(category: Category) -> Text:
-    style = CATEGORY_STYLES[category]
-    return Text(f"{style.symbol} {category.value}", style=style.rich)
+def _category_cell(result: ClaimResult) -> Text:
+    """The category and, under it, ``? NOT SURE`` or the confidence of a confident verdict."""
+    style = CATEGORY_STYLES[result.category]
+    cell = Text(f"{style.symbol} {result.category.value}", style=style.rich)
+    if not_sure_reason(result) is not None:
+        cell.append("\n? NOT SURE", style=NOT_SURE_STYLE)
+    elif (note := confidence_note(result)) is not None:
+        cell.append(f"\n{note}", style="dim")
+    return cell
+
+
+def _claim_cell(result: ClaimResult) -> Text:
+    """The claim's text, then why it is not sure and each exact-check finding."""
+    cell = Text(shorten(result.claim.text, CLAIM_WIDTH))
+    reason = not_sure_reason(result)
+    if reason is not None:
+        cell.append(f"\nnot sure: {shorten(reason, REASON_WIDTH)}", style="yellow")
+    for finding in findings(result):
+        cell.append(f"\n⚑ {finding.kind.value} ({finding_effect(finding)}): "
+                    f"{shorten(finding.reason, REASON_WIDTH)}", style="yellow")
+    return cell
 
 
 def _evidence_cell(result: ClaimResult) -> Text:
@@ -45,7 +73,7 @@ def _evidence_cell(result: ClaimResult) -> Text:
         cell = Text(shorten(f"{passage.doc_id} · {passage.title or passage.id}", EVIDENCE_WIDTH))
     else:
         cell = Text(result.evidence_passage_id or "—", style="dim")
-    if result.warnings:
+    if evidence_not_counted(result):
         cell.append(" (judge evidence not counted)", style="yellow")
     return cell
 
@@ -75,10 +103,10 @@ def claims_table(report: Report) -> Table:
     for result in report.results:  # untrusted text: Text cells, never console markup
         table.add_row(
             Text(result.claim.id),
-            _category_cell(result.category),
+            _category_cell(result),
             Text("—" if result.category == Category.ERROR else score_text(result)),
             *([_decision_cell(result)] if decided else []),
-            Text(shorten(result.claim.text, CLAIM_WIDTH)),
+            _claim_cell(result),
             _evidence_cell(result),
         )
     return table
@@ -123,13 +151,15 @@ def _note_lines(report: Report) -> list[Text]:
 
 
 def _counts_line(report: Report) -> Text:
+    """``Counts: FACT 3 (1 confident, 2 not sure), ...``: confident and not-sure verdicts per
+    category once the verdicts were assessed."""
+    m, unsure = report.metrics, not_sure_counts(report.results)
     text = Text("Counts: ")
     for index, (category, style) in enumerate(CATEGORY_STYLES.items()):
         if index:
             text.append(", ")
-        text.append(
-            f"{category.value} {report.metrics.counts.get(category.value, 0)}", style=style.rich
-        )
+        text.append(category_count_text(category, m.counts, m.confident, unsure),
+                    style=style.rich)
     return text
 
 
@@ -218,7 +248,7 @@ def cause_lines(reports: Sequence[Report]) -> list[Text]:
     """One line per distinct error cause (run errors, then claim errors, then warnings about
     judge evidence that was not counted), each printed once with its count."""
     run, claims = error_causes(reports)
-    warnings = Counter(w for report in reports for r in report.results for w in r.warnings)
+    warnings = Counter(w for report in reports for r in report.results for w in _uncounted(r))
     lines: list[Text] = []
     for title, causes, style in (
         ("Run errors", run, "bold magenta"),
@@ -228,3 +258,10 @@ def cause_lines(reports: Sequence[Report]) -> list[Text]:
         found = counted_lines(title, causes)
         lines += [Text(line, style=style if n == 0 else "") for n, line in enumerate(found)]
     return lines
+
+
+def _uncounted(result: ClaimResult) -> list[str]:
+    """The claim's judge evidence that was not counted: unverified quotes, and supports an
+    exact check vetoed (a finding without veto only makes the verdict not sure)."""
+    vetoes = [f"{f.reason} ({finding_effect(f)})" for f in findings(result) if f.veto]
+    return other_warnings(result) + vetoes

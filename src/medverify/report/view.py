@@ -7,7 +7,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from urllib.parse import urlsplit
 
-from medverify.records import Category, ClaimResult, Passage, Usage
+from medverify.records import Category, CheckFinding, ClaimResult, Passage, Usage
 from medverify.report.metrics import claim_score
 
 
@@ -95,6 +95,73 @@ def score_text(result: ClaimResult) -> str:
     """The claim's score as text; ``'not scored'`` for ERROR claims."""
     score = claim_score(result)
     return "not scored" if score is None else f"{score:g}"
+
+
+def not_sure_reason(result: ClaimResult) -> str | None:
+    """Why the verdict is shown as NOT SURE (its ``confident`` is False); None when it is
+    confident or was not assessed."""
+    if result.confident is not False:
+        return None
+    return result.not_sure or "no reason recorded"
+
+
+def confidence_note(result: ClaimResult) -> str | None:
+    """``confident, 93%`` for a confident verdict (``confident`` alone without a calibrated
+    probability); None otherwise."""
+    if result.confident is not True:
+        return None
+    if result.confidence is None:
+        return "confident"
+    return f"confident, {percent_int(result.confidence)}"
+
+
+def verdict_text(result: ClaimResult) -> str:
+    """The category as it must be read: ``FACT (not sure: why)``, ``FACT (confident, 93%)``
+    or plain ``FACT`` when the verdict was not assessed."""
+    reason = not_sure_reason(result)
+    if reason is not None:
+        return f"{result.category.value} (not sure: {reason})"
+    note = confidence_note(result)
+    return f"{result.category.value} ({note})" if note else result.category.value
+
+
+def percent_int(value: float) -> str:
+    """``0.934`` -> ``'93%'``."""
+    return f"{100 * value:.0f}%"
+
+
+def findings(result: ClaimResult) -> list[CheckFinding]:
+    """What the exact checks found between the claim and its evidence."""
+    return list(result.verdict.findings) if result.verdict is not None else []
+
+
+def finding_effect(finding: CheckFinding) -> str:
+    """What a finding did to the verdict, in words."""
+    return "support not counted" if finding.veto else "not sure"
+
+
+def other_warnings(result: ClaimResult) -> list[str]:
+    """The claim's warnings less the lines that describe its findings (those are listed on
+    their own, with :func:`findings`)."""
+    listed = findings(result)
+    return [w for w in result.warnings if not any(w.startswith(f"{f.reason} (") for f in listed)]
+
+
+def evidence_not_counted(result: ClaimResult) -> bool:
+    """Whether some of the judge's evidence was not counted (an unverified quote, or a
+    support an exact check vetoed)."""
+    return bool(other_warnings(result)) or any(f.veto for f in findings(result))
+
+
+def category_count_text(category: Category, counts: Mapping[str, int],
+                        confident: Mapping[str, int], not_sure: Mapping[str, int]) -> str:
+    """``FACT 3 (1 confident, 2 not sure)``: a category's claims and, when verdicts were
+    assessed, how many are confident and how many are shown as not sure."""
+    key = category.value
+    parts = [f"{n} {word}" for n, word in ((confident.get(key, 0), "confident"),
+                                           (not_sure.get(key, 0), "not sure")) if n]
+    text = f"{key} {counts.get(key, 0)}"
+    return f"{text} ({', '.join(parts)})" if parts else text
 
 
 def safe_url(url: str | None) -> str | None:

@@ -35,7 +35,8 @@ from pydantic import ValidationError
 
 from medverify.errors import MedverifyError
 from medverify.learning import loop_report
-from medverify.report.view import safe_url
+from medverify.records import CheckFinding
+from medverify.report.view import finding_effect, safe_url
 from medverify.store.access import KeyInfo, Role, Session, SessionStore
 from medverify.store.review import (
     AlreadyLabelled,
@@ -302,6 +303,37 @@ def passage_views(item: ReviewItem) -> list[PassageView]:
     return views
 
 
+@dataclass
+class ItemVerdict:
+    """How sure the judge's verdict on an item is: ``confident`` None when it was not
+    assessed (or the item was queued before it was recorded), False when the category must
+    be read as NOT SURE (``reason`` says why); the exact-check findings with their effect."""
+
+    category: str
+    confident: bool | None
+    reason: str | None
+    findings: list[tuple[CheckFinding, str]]
+
+    @property
+    def not_sure(self) -> bool:
+        return self.confident is False
+
+
+def item_verdict(item: ReviewItem) -> ItemVerdict:
+    """The item's verdict as the pages show it. Whether it is confident, and why not, come
+    from the inputs its arbitration recorded; the findings from the item's ``findings``,
+    once the review record carries them (it does not yet: the page then lists none)."""
+    inputs = item.arbitration.get("inputs") or {}
+    flag = inputs.get("confident") if isinstance(inputs, dict) else None
+    confident = None if flag is None else bool(flag)
+    reason = inputs.get("not_sure") if confident is False else None
+    found = [CheckFinding.model_validate(f) for f in getattr(item, "findings", None) or []]
+    return ItemVerdict(
+        category=item.category, confident=confident,
+        reason=str(reason) if reason else ("no reason recorded" if confident is False else None),
+        findings=[(f, finding_effect(f)) for f in found])
+
+
 def visible_labels(item: ReviewItem, key: KeyInfo) -> list[Any]:
     """The labels this reviewer may see, as in the JSON API: while the item waits for a
     second label only their own (the second review is blind), unless the key is an
@@ -394,6 +426,7 @@ async def queue(request: Request, status: str | None = None, min_priority: str |
     more = len(items) > per_page
     items = sorted(items[:per_page], key=lambda i: -i.priority)
     return render(request, "queue.html.j2", items=items, more=more, page=page,
+                  verdicts={i.id: item_verdict(i) for i in items},
                   status=status or "open", min_priority=min_priority or "",
                   topic=topic or "", statuses=[s.value for s in ReviewStatus],
                   counts=_counts(review), done=done)
@@ -413,6 +446,7 @@ async def item_page(request: Request, item_id: str, done: str | None = None) -> 
         return session
     item = _item(request, item_id)
     return render(request, "item.html.j2", item=item, answer=answer_parts(item),
+                  verdict=item_verdict(item),
                   passages=passage_views(item), labels=LABELS,
                   shown_labels=visible_labels(item, session.key),
                   mine=any(x.reviewer == session.key.id for x in item.labels),
