@@ -1,0 +1,271 @@
+"""How one claim's verdict is decided from several passages, and how sure it is.
+
+The built-in judge scores every (claim, passage) pair; this module turns those per-passage
+scores into the claim's two analyses, its category and its confidence. The rule, in order:
+
+1. **Relevance.** Each passage is weighted by how much of the claim's key content it holds
+   (numbers and names count double; :func:`medverify.judge.terms.coverage`). A passage under
+   :data:`MIN_RELEVANCE` is about another subject: it can never contradict the claim, and
+   support from it is never confident.
+2. **Exact checks** (:mod:`medverify.judge.checks`) run on every passage that would support
+   the claim. A veto (another number, a negation, the opposite direction) removes that
+   passage's support; other findings keep it but make the verdict not sure.
+3. **A passage that states the claim** (word for word, or nearly with the same numbers and
+   negation) settles support.
+4. **Clinician-reviewed passages** (documents taught from the review queue) outrank
+   unreviewed text: when a relevant reviewed passage supports (or contradicts) the claim,
+   unreviewed passages pointing the other way do not count.
+5. **JUDGMENT_ERROR only when strong, relevant evidence points both ways**: each side's
+   best passage is relevant (:data:`STRONG_RELEVANCE`) and confident on its own
+   (probability at least :data:`STRONG_P`, or it states the claim). Otherwise the side with
+   the larger weighted score wins and the other is recorded as outweighed, which makes the
+   verdict not sure.
+
+Confidence is the calibrated probability (:mod:`medverify.judge.calibration`) of the
+category's label for the deciding passage. A verdict is confident only when that reaches
+the family's threshold for the category (or a statement / reviewed passage settled it) and
+nothing above made it doubtful; otherwise it keeps its category with ``confident=False``
+and ``not_sure`` saying why.
+"""
+
+from __future__ import annotations
+
+import difflib
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+from medverify.judge.calibration import TARGETS, Family
+from medverify.judge.checks import find_conflicts
+from medverify.judge.terms import KeyTerms, coverage, key_terms, tokens
+from medverify.records import Analysis, CheckFinding, Passage, Verdict
+from medverify.text import line_sentences
+
+MIN_RELEVANCE = 0.25  # below: the passage is about something else (cannot contradict)
+STRONG_RELEVANCE = 0.5  # each side of a JUDGMENT_ERROR must hold this much of the claim
+STRONG_P = 0.5  # ... and be at least this probable on its own
+NEAR_VERBATIM = 0.9  # word-sequence similarity at which a sentence states the claim
+REVIEWED_SOURCES = frozenset({"clinician-review"})  # Passage.source of taught documents
+
+SUPPORT, CONTRADICT, NEI = 0, 1, 2
+
+
+@dataclass
+class PassageScore:
+    """What the judge knows about one passage for one claim."""
+
+    passage: Passage
+    raw: Sequence[float]  # the verifier's (S, C, N) probabilities
+    calibrated: Sequence[float] | None  # the calibrated ones (None: no calibration)
+    label: int | None  # the per-passage decision on the raw probabilities
+    relevance: float
+    states_claim: bool
+    findings: list[CheckFinding] = field(default_factory=list)
+
+    @property
+    def reviewed(self) -> bool:
+        return (self.passage.source or "") in REVIEWED_SOURCES
+
+    @property
+    def vetoed(self) -> bool:
+        return any(f.veto for f in self.findings)
+
+    def strength(self, side: int) -> float:
+        """The passage's weight for one side: probability x relevance (1 if it states
+        the claim and the side is support)."""
+        if side == SUPPORT and self.states_claim:
+            return 1.0 + self.relevance
+        return float(self.raw[side]) * self.relevance
+
+    def strong(self, side: int) -> bool:
+        if side == SUPPORT and (self.states_claim or self.reviewed):
+            return True
+        return self.relevance >= STRONG_RELEVANCE and float(self.raw[side]) >= STRONG_P
+
+
+def relevance(claim: KeyTerms, passage_text: str) -> float:
+    """The weighted share of the claim's key content the passage holds."""
+    return coverage(claim, key_terms(passage_text))
+
+
+def states_claim(claim: str, passage_text: str, *, verbatim: bool) -> bool:
+    """True when the passage states the claim: word for word (``verbatim``), or one of its
+    sentences is nearly the claim's word sequence (similarity >= :data:`NEAR_VERBATIM`)
+    with the same numbers, negation and hedging."""
+    if verbatim:
+        return True
+    words = [t.casefold() for t in tokens(claim)]
+    if len(words) < 4:
+        return False
+    ck = key_terms(claim)
+    for sentence in line_sentences(passage_text)[:200]:
+        other = [t.casefold() for t in tokens(sentence)]
+        if abs(len(other) - len(words)) > max(3, len(words) // 4):
+            continue
+        if difflib.SequenceMatcher(None, words, other, autojunk=False).ratio() < NEAR_VERBATIM:
+            continue
+        sk = key_terms(sentence)
+        if sk.numbers == ck.numbers and sk.negated == ck.negated and sk.hedged == ck.hedged:
+            return True
+    return False
+
+
+@dataclass
+class Side:
+    """The passages that would support (or contradict) the claim, best first."""
+
+    side: int
+    rows: list[PassageScore]
+
+    @property
+    def best(self) -> PassageScore | None:
+        return self.rows[0] if self.rows else None
+
+    def strength(self) -> float:
+        return self.rows[0].strength(self.side) if self.rows else 0.0
+
+
+def sides(scores: Sequence[PassageScore]) -> tuple[Side, Side, list[PassageScore]]:
+    """(support, contradiction, vetoed supporters): who supports, who contradicts.
+
+    A passage supports if it states the claim or its own label is SUPPORTED and no exact
+    check vetoed it; it contradicts if its label is CONTRADICTED and it is relevant. When
+    a reviewed passage is on one side, unreviewed passages on the other side drop out."""
+    support = [s for s in scores if (s.states_claim or s.label == SUPPORT) and not s.vetoed]
+    vetoed = [s for s in scores if (s.states_claim or s.label == SUPPORT) and s.vetoed]
+    contra = [s for s in scores if s.label == CONTRADICT and s.relevance >= MIN_RELEVANCE
+              and not s.states_claim]
+    if any(s.reviewed for s in support) and not any(s.reviewed for s in contra):
+        contra = []
+    elif any(s.reviewed for s in contra) and not any(s.reviewed for s in support):
+        support = []
+    support.sort(key=lambda s: (s.reviewed, s.strength(SUPPORT)), reverse=True)
+    contra.sort(key=lambda s: (s.reviewed, s.strength(CONTRADICT)), reverse=True)
+    vetoed.sort(key=lambda s: s.strength(SUPPORT), reverse=True)
+    return Side(SUPPORT, support), Side(CONTRADICT, contra), vetoed
+
+
+@dataclass
+class Outcome:
+    """The two analyses' holds/passages, and the doubts collected on the way."""
+
+    support: PassageScore | None
+    contradict: PassageScore | None
+    vetoed: PassageScore | None
+    doubts: list[str]
+    outweighed: PassageScore | None = None
+
+
+def decide(scores: Sequence[PassageScore]) -> Outcome:
+    """Which passage decides each analysis (None: the analysis does not hold)."""
+    support, contra, vetoed = sides(scores)
+    doubts: list[str] = []
+    first_veto = vetoed[0] if vetoed and support.best is None else None
+    if support.best is None or contra.best is None:
+        return Outcome(support.best, contra.best, first_veto, doubts)
+    s, c = support.best, contra.best
+    if s.strong(SUPPORT) and c.strong(CONTRADICT) and s.reviewed == c.reviewed:
+        return Outcome(s, c, None, doubts)
+    if support.strength() >= contra.strength():
+        doubts.append(f"passage {_name(c.passage)} points the other way, more weakly")
+        return Outcome(s, None, None, doubts, outweighed=c)
+    doubts.append(f"passage {_name(s.passage)} supports the claim, more weakly")
+    return Outcome(None, c, None, doubts, outweighed=s)
+
+
+def _name(passage: Passage) -> str:
+    return repr(passage.title or passage.doc_id)
+
+
+def relevance_reason(score: PassageScore) -> str:
+    return (f"passage {_name(score.passage)} holds {score.relevance:.0%} of the claim's key "
+            "content")
+
+
+def veto_analysis(score: PassageScore) -> Analysis:
+    """The factual analysis of a claim whose only support was vetoed by an exact check."""
+    reasons = "; ".join(f.reason for f in score.findings if f.veto)
+    return Analysis(holds=True, passage_id=score.passage.id, vetoed=True,
+                    reason=f"the verifier found support in passage {_name(score.passage)}, "
+                    f"but {reasons}")
+
+
+_LABEL = {"FACT": SUPPORT, "HALLUCINATION": CONTRADICT, "COVERAGE_GAP": NEI}
+_NAME = {"FACT": "P(supported)", "HALLUCINATION": "P(contradicted)",
+         "COVERAGE_GAP": "P(not enough information)"}
+
+
+def assess(category: str, outcome: Outcome, rows: Sequence[PassageScore],
+           family: Family) -> tuple[float | None, list[str]]:
+    """The verdict's confidence (the calibrated probability of its category's label for the
+    deciding passage) and the doubts that make it not sure (empty: confident)."""
+    doubts = list(outcome.doubts)
+    if outcome.vetoed is not None:
+        doubts += [f"{f.reason} (support not counted)" for f in outcome.vetoed.findings
+                   if f.veto]
+    if category not in _LABEL:  # JUDGMENT_ERROR: strong, relevant evidence both ways
+        return None, doubts
+    row = _deciding(category, outcome, rows)
+    column = _LABEL[category]
+    confidence = float(row.calibrated[column]) if row and row.calibrated else None
+    settled = row is not None and (row.reviewed or (category == "FACT" and row.states_claim))
+    if not settled:
+        doubts += _threshold_doubts(category, confidence, family)
+    if category == "FACT" and row is not None:
+        if row.relevance < MIN_RELEVANCE and not row.states_claim:
+            doubts.append(relevance_reason(row) + ", too little to be sure it is about it")
+        doubts += [f.reason for f in row.findings if not f.veto]
+    return confidence, doubts
+
+
+def _deciding(category: str, outcome: Outcome,
+              rows: Sequence[PassageScore]) -> PassageScore | None:
+    if category == "FACT":
+        return outcome.support
+    if category == "HALLUCINATION":
+        return outcome.contradict
+    return max(rows, key=lambda r: r.relevance) if rows else None
+
+
+def _threshold_doubts(category: str, confidence: float | None, family: Family) -> list[str]:
+    target = family_target(category)
+    threshold = family.threshold(category)
+    if threshold is None:
+        return [f"the built-in judge's {category} does not reach {target:.0%} precision on "
+                f"its calibration data ({family.name})"]
+    if confidence is None or confidence < threshold:
+        shown = "unknown" if confidence is None else f"{confidence:.2f}"
+        return [f"calibrated {_NAME[category]}={shown}, below the {threshold:.2f} needed for "
+                f"{target:.0%} precision ({family.name})"]
+    return []
+
+
+def family_target(category: str) -> float:
+    return TARGETS[category]
+
+
+def check_verdict(verdict: Verdict, claim: str, passages: Sequence[Passage]) -> Verdict:
+    """A verdict of a judge that runs no exact checks itself (the LLM judge) passed through
+    them: the passage its counting factual analysis names is checked; a veto stops that
+    analysis counting (``vetoed``), other findings make the verdict not sure, and so does
+    an analysis not counted for its evidence (``quote_problem``). No calibration exists for
+    such judges yet, so ``confidence`` stays None and ``confident`` is only ever set to
+    False (with ``not_sure``), never to True."""
+    if not verdict.ok or verdict.factual is None:
+        return verdict
+    doubts: list[str] = []
+    update: dict[str, object] = {}
+    factual = verdict.factual
+    passage = next((p for p in passages if p.id == factual.passage_id), None)
+    if factual.counts and passage is not None:
+        findings = find_conflicts(claim, passage.text, passage.id)
+        vetoes = [f for f in findings if f.veto]
+        if vetoes:
+            update["factual"] = factual.model_copy(update={"vetoed": True})
+        update["findings"] = [*verdict.findings, *findings]
+        doubts += [f.reason + (" (support not counted)" if f.veto else "") for f in findings]
+    for analysis in (verdict.factual, verdict.counterfactual):
+        if analysis is not None and analysis.holds and analysis.verified is False:
+            doubts.append(analysis.quote_problem or "the judge's quote was not found")
+    if doubts:
+        update |= {"confident": False, "not_sure": "; ".join(doubts)}
+    return verdict.model_copy(update=update) if update else verdict

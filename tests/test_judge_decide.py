@@ -1,0 +1,157 @@
+"""The claim-level rule over several passages (medverify.judge.decide) and its confidence."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from medverify.judge.calibration import (
+    Family,
+    confident_threshold,
+    family_for,
+    load_calibration,
+    pair_features,
+    robust_threshold,
+)
+from medverify.judge.decide import (
+    CONTRADICT,
+    SUPPORT,
+    PassageScore,
+    assess,
+    decide,
+    relevance,
+    states_claim,
+)
+from medverify.judge.terms import key_terms
+from medverify.records import CheckFinding, CheckKind, Passage
+
+CLAIM = "Statins lower LDL cholesterol in adults."
+
+
+def row(pid: str, text: str, raw: tuple[float, float, float], label: int | None, *,
+        source: str | None = None, findings: list[CheckFinding] | None = None,
+        calibrated: tuple[float, float, float] | None = None) -> PassageScore:
+    return PassageScore(
+        passage=Passage(id=pid, doc_id=pid, text=text, source=source), raw=list(raw),
+        calibrated=list(calibrated) if calibrated else None, label=label,
+        relevance=relevance(key_terms(CLAIM), text),
+        states_claim=states_claim(CLAIM, text, verbatim=False), findings=findings or [])
+
+
+def family(thresholds: dict[str, float | None]) -> Family:
+    n = 10
+    return Family(name="test", trained_on=[], rows=0, mean=[0.0] * n, scale=[1.0] * n,
+                  coef=[[0.0] * n] * 3, intercept=[0.0] * 3, thresholds=thresholds)
+
+
+def test_an_unrelated_passage_cannot_contradict() -> None:
+    support = row("s", "Statins lower LDL cholesterol levels in adults with high risk.",
+                  (0.9, 0.05, 0.05), SUPPORT)
+    fibre = row("f", "Dietary fibre may help with constipation.", (0.2, 0.48, 0.32), CONTRADICT)
+    assert fibre.relevance < 0.25
+    outcome = decide([support, fibre])
+    assert outcome.support is support and outcome.contradict is None and not outcome.doubts
+
+
+def test_judgment_error_only_when_both_sides_are_strong_and_relevant() -> None:
+    strong_s = row("s", "Statins lower LDL cholesterol in adults.", (0.9, 0.05, 0.05), SUPPORT)
+    weak_c = row("c", "In adults statins did not change LDL cholesterol much.",
+                 (0.1, 0.4, 0.5), CONTRADICT)
+    outcome = decide([strong_s, weak_c])
+    assert outcome.support is strong_s and outcome.contradict is None
+    assert outcome.outweighed is weak_c and outcome.doubts  # not sure: shown why
+    strong_c = row("c2", "Statins do not lower LDL cholesterol in adults.",
+                   (0.05, 0.9, 0.05), CONTRADICT)
+    both = decide([strong_s, strong_c])
+    assert both.support is strong_s and both.contradict is strong_c
+
+
+def test_a_passage_that_states_the_claim_settles_support() -> None:
+    stated = row("v", "Statins lower LDL cholesterol in adults.", (0.2, 0.3, 0.5), None)
+    assert stated.states_claim
+    other = row("o", "Statins raise LDL cholesterol in adults, one small study found.",
+                (0.1, 0.45, 0.45), CONTRADICT)
+    outcome = decide([stated, other])
+    assert outcome.support is stated and outcome.contradict is None
+
+
+def test_near_verbatim_needs_the_same_numbers_and_negation() -> None:
+    claim = "Adults aged 50 to 75 should be screened every 2 years."
+    assert states_claim(claim, "Adults aged 50 to 75 should be screened every 2 years!",
+                        verbatim=False)
+    assert not states_claim(claim, "Adults aged 50 to 75 should be screened every 10 years.",
+                            verbatim=False)
+    assert not states_claim(claim, "Adults aged 50 to 75 should not be screened every 2 years.",
+                            verbatim=False)
+
+
+def test_reviewed_passages_outrank_unreviewed_ones() -> None:
+    reviewed = row("r", "Statins lower LDL cholesterol.", (0.6, 0.1, 0.3), SUPPORT,
+                   source="clinician-review")
+    contra = row("c", "Statins do not lower LDL cholesterol in adults.", (0.05, 0.9, 0.05),
+                 CONTRADICT)
+    outcome = decide([reviewed, contra])
+    assert outcome.support is reviewed and outcome.contradict is None
+
+
+def test_a_veto_removes_support_and_explains_it() -> None:
+    finding = CheckFinding(kind=CheckKind.NUMBER, veto=True, passage_id="n",
+                           claim_says="every 2 years", passage_says="every 10 years",
+                           reason="the claim says every 2 years; the passage says every 10 years")
+    vetoed = row("n", "Statins lower LDL cholesterol in adults every 10 years.",
+                 (0.9, 0.05, 0.05), SUPPORT, findings=[finding])
+    outcome = decide([vetoed])
+    assert outcome.support is None and outcome.vetoed is vetoed
+    _, doubts = assess("COVERAGE_GAP", outcome, [vetoed], family({"COVERAGE_GAP": 0.1}))
+    assert any("every 10 years" in d for d in doubts)
+
+
+def test_confidence_needs_the_family_threshold() -> None:
+    good = row("s", "Statins lower LDL cholesterol in adults with diabetes.", (0.9, 0.05, 0.05),
+               SUPPORT, calibrated=(0.8, 0.1, 0.1))
+    outcome = decide([good])
+    conf, doubts = assess("FACT", outcome, [good], family({"FACT": 0.75}))
+    assert conf == 0.8 and doubts == []
+    conf, doubts = assess("FACT", outcome, [good], family({"FACT": 0.85}))
+    assert doubts and "below the 0.85" in doubts[0]
+    _, doubts = assess("FACT", outcome, [good], family({"FACT": None}))
+    assert doubts and "does not reach 70% precision" in doubts[0]
+
+
+def test_a_finding_without_veto_makes_fact_not_sure() -> None:
+    finding = CheckFinding(kind=CheckKind.POPULATION, veto=False, claim_says="adults",
+                           passage_says="children", reason="the claim says adults; the passage "
+                           "says children")
+    r = row("s", "Statins lower LDL cholesterol in adults.", (0.9, 0.05, 0.05), SUPPORT,
+            findings=[finding], calibrated=(0.9, 0.05, 0.05))
+    _, doubts = assess("FACT", decide([r]), [r], family({"FACT": 0.5}))
+    assert doubts == [finding.reason]
+
+
+def test_confident_threshold_holds_at_every_higher_cut() -> None:
+    p = np.array([0.99, 0.98, 0.97, 0.5, 0.4, 0.3, 0.2])
+    correct = np.array([1, 1, 0, 1, 0, 0, 0], dtype=bool)
+    assert confident_threshold(p, correct, 0.6, min_rows=2) == 0.4  # 3 of 5
+    assert confident_threshold(p, correct, 0.65, min_rows=2) == 0.5  # 3 of 4; 0.4 breaks it
+    assert confident_threshold(p, correct, 0.9, min_rows=2) == 0.98
+    assert confident_threshold(p, correct, 0.99, min_rows=3) is None
+
+
+def test_robust_threshold_must_hold_on_each_stratum() -> None:
+    p = np.array([0.9, 0.8, 0.7, 0.9, 0.8, 0.7])
+    correct = np.array([1, 1, 1, 0, 0, 1], dtype=bool)
+    strata = np.array(["a", "a", "a", "b", "b", "b"])
+    everywhere = np.ones(6, dtype=bool)
+    assert robust_threshold(p, correct, everywhere, strata, 0.5, min_rows=2) is None
+    assert robust_threshold(p[:3], correct[:3], everywhere[:3], strata[:3], 0.5,
+                            min_rows=2) == 0.7
+
+
+def test_the_shipped_calibration_loads_and_maps_data_sets_to_families() -> None:
+    calibration = load_calibration()
+    assert {"general", "checkcovid", "citint", "scifact"} <= set(calibration.families)
+    assert family_for("checkcovid_dev", calibration) == "checkcovid"
+    assert family_for("healthver", calibration) == "general"
+    probs = calibration.family("general").probabilities(
+        np.asarray([pair_features(CLAIM, "Statins lower LDL.", [0.8, 0.1, 0.1],
+                                  verbatim=False)]))
+    assert probs.shape == (1, 3) and abs(float(probs.sum()) - 1.0) < 1e-9
