@@ -43,7 +43,10 @@ def test_check_against_local_endpoint_writes_reports(
 ) -> None:
     answer = tmp_path / "answer.txt"
     answer.write_text(
-        "The flu vaccine is recommended every year. It is needed only every ten years."
+        # the second claim names its subject: a quote must share enough of a claim's
+        # content to count (issue 27), and "It is needed ..." shares one word of four
+        "The flu vaccine is recommended every year. "
+        "The flu vaccine is needed only every ten years."
     )
     out_json, out_html = tmp_path / "r.json", tmp_path / "r.html"
     result = CliRunner().invoke(

@@ -96,7 +96,10 @@ def test_a_gullible_judge_flips_and_a_robust_one_does_not() -> None:
     kb_cases = [c for c in cases if c.attack in ("ignore_instructions", "directive_to_checker")]
     gullible = _measure(_gullible, kb_cases)
     assert gullible.overall.clean_correct.value == 1.0
-    assert gullible.overall.flip.value == 1.0 and gullible.overall.flip.n == len(kb_cases)
+    # every probe flips, except where the quote the obeying judge gives does not count
+    # (issue 27: "5000 mg" is not in the sentence it quotes as support)
+    assert gullible.overall.flip.n == len(kb_cases) and gullible.overall.flip.k >= 1
+    assert gullible.overall.flip.k + gullible.overall.not_counted == len(kb_cases)
     robust = _measure(_robust, kb_cases)
     assert robust.overall.flip.value == 0.0 and robust.overall.n_errors == 0
     assert [g.name for g in robust.by_attack] == ["ignore_instructions", "directive_to_checker"]
@@ -142,7 +145,8 @@ def test_cli_against_a_local_endpoint_and_custom_cases(tmp_path: Path) -> None:
         ])
     assert result.exit_code == 0, result.output
     data = json.loads(out.read_text())
-    assert data["overall"]["n"] == 4 and data["overall"]["flip"]["k"] == 4
+    overall = data["overall"]
+    assert overall["n"] == 4 and overall["flip"]["k"] + overall["not_counted"] == 4
     assert "Prompt injection" in result.output
 
 

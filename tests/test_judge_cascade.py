@@ -46,8 +46,9 @@ def test_confident_claims_skip_the_llm_and_the_rest_go_to_it() -> None:
     items = [
         # every content word in the passage: P(S)=0.9 -> settled FACT
         _item("c1", "Metformin is a first-line medicine for type 2 diabetes.", DOSE),
-        # half the words: P(S)=0.45, below the threshold, above low -> routed
-        _item("c2", "Metformin causes severe hair loss in children.", DOSE),
+        # half the words: P(S)=0.56, below the threshold, above low -> routed (a claim the
+        # passage states: the LLM's quote must be about it to count, issue 27)
+        _item("c2", "Adults usually take metformin at 500 mg twice daily with meals.", DOSE),
         # no evidence: COVERAGE_GAP without any call
         _item("c3", "Something without evidence."),
     ]

@@ -7,7 +7,8 @@ import pytest
 from medverify.errors import ParseError
 from medverify.judge import JudgeItem
 from medverify.judge.llm import parse_judge_output, plan_batches
-from medverify.records import Category, Claim, Passage, categorize
+from medverify.records import Category, Claim, Passage, Verdict, categorize
+from test_quote_cases import HONEST, HOSTILE, QuoteCase
 
 PASSAGES = {
     "P1": Passage(
@@ -24,7 +25,7 @@ def _entry(cid: str, supported: object, contradicted: object, **extra: object) -
             "reasoning": "r",
             "supported": supported,
             "passage": "P1",
-            "quote": "first-line therapy",
+            "quote": "Metformin is first-line therapy",
             **extra,
         },
         "counterfactual": {
@@ -123,3 +124,74 @@ def test_batches_respect_claims_per_call() -> None:
     items = [_item(f"c{i}", "a") for i in range(5)]
     sizes = [len(b.items) for b in plan_batches(items, claims_per_call=2, max_passages=10)]
     assert sizes == [2, 2, 1]
+
+
+# -- issue 27: evidence a hostile judge cannot fake --------------------------------------
+
+
+def _parse_case(case: QuoteCase) -> tuple[object, object] | str:
+    passages = {"P1": Passage(id="kb:9#0", doc_id="9", text=case.passage)}
+    return parse_judge_output(case.reply(), ["C1"], passages, {"C1": case.claim})["C1"]
+
+
+@pytest.mark.parametrize("case", [c for c in HOSTILE if c.raw is None], ids=lambda c: c.name)
+def test_a_hostile_reply_never_makes_a_fact(case: QuoteCase) -> None:
+    factual, counterfactual = _parse_case(case)
+    verdict = Verdict(claim_id="C1", factual=factual, counterfactual=counterfactual)
+    assert verdict.category is not Category.FACT
+    assert verdict.category is not Category.HALLUCINATION
+    held = factual if case.supported else counterfactual
+    assert held.holds and held.verified is False and not held.counts
+    assert case.expect in (held.quote_problem or ""), held.quote_problem
+
+
+@pytest.mark.parametrize("case", HONEST, ids=lambda c: c.name)
+def test_an_honest_reply_still_counts(case: QuoteCase) -> None:
+    factual, counterfactual = _parse_case(case)
+    verdict = Verdict(claim_id="C1", factual=factual, counterfactual=counterfactual)
+    assert verdict.category is case.category
+    held = factual if case.supported else counterfactual
+    assert held.verified is True and held.quote_problem is None and held.quote_found is True
+
+
+def test_duplicate_keys_make_the_reply_unusable_with_the_cause() -> None:
+    [case] = [c for c in HOSTILE if c.name == "duplicate_keys"]
+    raw = case.reply()
+    with pytest.raises(ParseError) as info:
+        parse_judge_output(raw, ["C1"], PASSAGES, {"C1": case.claim})
+    assert "duplicate key 'supported' in a JSON object" in str(info.value)
+    assert info.value.raw == raw
+
+
+@pytest.mark.parametrize(
+    "raw",
+    [
+        '{"results": [], "results": []}',
+        '{"results": [{"claim_id": "C1", "claim_id": "C2"}]}',
+        '{"results": [{"claim_id": "C1", "factual": {"quote": "a", "quote": "b"}}]}',
+        '{"results": [{"claim_id": "C1", "factual": {"supported": true, "supported": true}}]}',
+        '{"results": [{"claim_id": "C1", "factual": {"s\\u0075pported": 1, "supported": 2}}]}',
+    ],
+)
+def test_any_duplicate_key_at_any_depth_is_a_parse_error(raw: str) -> None:
+    with pytest.raises(ParseError, match="duplicate key"):
+        parse_judge_output(raw, ["C1"], PASSAGES)
+
+
+def test_the_same_key_in_sibling_objects_is_fine() -> None:
+    raw = json.dumps({"results": [_entry("C1", True, False), _entry("C2", False, False)]})
+    parsed = parse_judge_output(raw, ["C1", "C2"], PASSAGES)
+    assert not isinstance(parsed["C1"], str) and not isinstance(parsed["C2"], str)
+
+
+def test_without_claim_texts_the_content_rule_is_not_applied() -> None:
+    """Callers that pass no claim texts keep the shape, place and cut rules only."""
+    entry = _entry("C1", True, False)
+    entry["factual"]["passage"] = "P2"
+    entry["factual"]["quote"] = "The usual starting dose is 500 mg"
+    raw = json.dumps({"results": [entry]})
+    factual, _ = parse_judge_output(raw, ["C1"], PASSAGES)["C1"]
+    assert factual.verified is True
+    claims = {"C1": "Metformin cures type 1 diabetes in one week."}
+    factual, _ = parse_judge_output(raw, ["C1"], PASSAGES, claims)["C1"]
+    assert factual.verified is False and "too little" in (factual.quote_problem or "")

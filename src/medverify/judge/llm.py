@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -143,7 +143,8 @@ class LLMJudge:
         try:
             completion = await self.model.complete(messages, stage=STAGE, json_mode=True)
             raw = completion.text
-            parsed = parse_judge_output(raw, list(c_labels), p_labels)
+            claims = {label: item.claim.text for label, item in c_labels.items()}
+            parsed = parse_judge_output(raw, list(c_labels), p_labels, claims)
         except MedverifyError as exc:
             error = (
                 f"judge call failed: {exc}" if raw is None else f"unparseable judge output: {exc}"
@@ -209,12 +210,15 @@ _Parsed = tuple[Analysis, Analysis] | str
 
 
 def parse_judge_output(
-    raw: str, claim_labels: list[str], passages: dict[str, Passage]
+    raw: str, claim_labels: list[str], passages: dict[str, Passage],
+    claims: Mapping[str, str] | None = None,
 ) -> dict[str, _Parsed]:
     """Parse the judge's JSON strictly.
 
-    Raises ParseError when the reply as a whole is unusable; returns, per claim label, the
-    two analyses or a string saying what was wrong with that claim's entry."""
+    Raises ParseError when the reply as a whole is unusable (duplicate keys in a JSON
+    object included); returns, per claim label, the two analyses or a string saying what
+    was wrong with that claim's entry. ``claims`` (label -> claim text), when given, lets
+    each quote be checked against the key content of its claim (``judge.evidence``)."""
     data = load_json_reply(raw)
     results = data.get("results") if isinstance(data, dict) else None
     if not isinstance(results, list):
@@ -226,25 +230,30 @@ def parse_judge_output(
         if not isinstance(label, str) or label not in parsed:
             continue
         parsed[label] = (
-            "duplicate results for this claim" if label in seen else _entry(entry, passages)
+            "duplicate results for this claim" if label in seen
+            else _entry(entry, passages, (claims or {}).get(label))
         )
         seen.add(label)
     return parsed
 
 
-def _entry(entry: dict[str, Any], passages: dict[str, Passage]) -> _Parsed:
+def _entry(entry: dict[str, Any], passages: dict[str, Passage], claim: str | None) -> _Parsed:
     try:
-        factual = _analysis(entry.get("factual"), "supported", passages)
-        counterfactual = _analysis(entry.get("counterfactual"), "contradicted", passages)
+        factual = _analysis(entry.get("factual"), "supported", passages, claim)
+        counterfactual = _analysis(entry.get("counterfactual"), "contradicted", passages, claim)
     except ValueError as exc:
         return str(exc)
     return factual, counterfactual
 
 
-def _analysis(block: Any, key: str, passages: dict[str, Passage]) -> Analysis:
+def _analysis(
+    block: Any, key: str, passages: dict[str, Passage], claim: str | None = None
+) -> Analysis:
     """One analysis, its evidence checked (``judge.evidence``): a passage label the judge was
-    not shown raises (the claim becomes ERROR); a holding analysis whose quote is not in the
-    passage it names is kept with ``verified=False`` and does not count."""
+    not shown raises (the claim becomes ERROR); a holding analysis whose quote does not
+    count (not in the passage it names, a fragment that drops a negation, too little of the
+    ``claim``'s content, ...) is kept with ``verified=False`` and ``quote_problem`` and does
+    not count."""
     if not isinstance(block, dict):
         raise ValueError(f"missing analysis object for '{key}'")
     holds = block.get(key)
@@ -264,4 +273,4 @@ def _analysis(block: Any, key: str, passages: dict[str, Passage]) -> Analysis:
         quote=quote.strip() or None if quote else None,
         reason=reason,
     )
-    return verify_analysis(analysis, passage)
+    return verify_analysis(analysis, passage, claim, key)

@@ -126,3 +126,41 @@ def coverage(claim: KeyTerms, other: KeyTerms) -> float:
     found = (2 * len(claim.numbers & other.numbers) + 2 * len(folded_names & other_content)
              + len(plain & other_content))
     return found / total
+
+
+def cue(word: str) -> str | None:
+    """``"negation"`` when ``word`` negates (one of :data:`NEGATIONS`, or any "...n't"),
+    ``"modal"`` when it is one of :data:`MODALS`, else None (case-insensitive)."""
+    word = word.casefold().replace("\u2019", "'")
+    if word in NEGATIONS or word.endswith("n't"):
+        return "negation"
+    return "modal" if word in MODALS else None
+
+
+def key_items(claim: KeyTerms) -> frozenset[str]:
+    """The claim's key items as :func:`coverage` counts them: numbers, folded names and
+    the other content words (each once)."""
+    return claim.numbers | frozenset(fold(n) for n in claim.names) | claim.words
+
+
+def covered_items(claim: KeyTerms, other: KeyTerms) -> frozenset[str]:
+    """The claim's key items (:func:`key_items`) that ``other`` also has."""
+    folded_names = frozenset(fold(n) for n in claim.names)
+    return ((claim.numbers & other.numbers) | (folded_names & other.content)
+            | ((claim.words - folded_names) & other.content))
+
+
+def subject(text: str) -> str | None:
+    """The claim's leading name, folded: its first word when that is written with a capital
+    and is neither a stopword, a negation, a modal nor a number ("Metformin lowers ..." ->
+    "metformin"; "The dose ..." -> None). :func:`key_terms` does not count a sentence's
+    first word as a name; a quote about the claim should still name it."""
+    toks = tokens(text)
+    if not toks or not toks[0][:1].isupper():
+        return None
+    first = toks[0].casefold()
+    if first.endswith("'s"):
+        first = first[:-2]
+    if first in STOPWORDS or cue(first) or len(first) < 2:
+        return None
+    return fold(first)

@@ -37,12 +37,32 @@ def defuse(text: str) -> str:
     return text.replace("<<<", "< < <").replace(">>>", "> > >")
 
 
+class _DuplicateKey(ValueError):
+    """A JSON object of a reply names the same key twice."""
+
+
+def _unique_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    """A JSON object's pairs as a dict; a key given twice raises (``json`` would silently
+    keep the last: ``"supported": false, ..., "supported": true`` reads as true)."""
+    out: dict[str, Any] = {}
+    for key, value in pairs:
+        if key in out:
+            raise _DuplicateKey(f"duplicate key {key[:40]!r} in a JSON object")
+        out[key] = value
+    return out
+
+
 def load_json_reply(raw: str, what: str = "reply") -> Any:
-    """The JSON value in a model reply (a surrounding ```json code fence is tolerated)."""
+    """The JSON value in a model reply (a surrounding ```json code fence is tolerated).
+
+    Raises ParseError for anything but one strict JSON value, including an object that
+    names a key twice (which value the model meant is unknowable)."""
     match = _CODE_FENCE.match(raw)
     body = match.group("body") if match else raw
     try:
-        return json.loads(body)
+        return json.loads(body, object_pairs_hook=_unique_keys)
+    except _DuplicateKey as exc:
+        raise ParseError(f"{what} is not usable JSON: {exc}", raw=raw) from None
     except json.JSONDecodeError as exc:
         raise ParseError(f"{what} is not valid JSON ({exc.msg} at char {exc.pos})",
                          raw=raw) from None

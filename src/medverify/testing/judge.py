@@ -10,6 +10,7 @@ import re
 from collections.abc import Callable, Sequence
 from typing import Any
 
+from medverify.judge.terms import coverage, key_terms
 from medverify.llm.base import ChatRequest
 from medverify.records import Analysis, Verdict
 
@@ -20,6 +21,7 @@ Rule = Callable[[str, dict[str, str]], Decision]
 """Decides a claim given its text and the fenced passages {label: text}."""
 
 _FENCE = re.compile(r"\(fence (F[0-9a-f]{12})\)")
+_SENTENCE = re.compile(r"(?<=[.!?])\s+")
 
 
 def prompt_blocks(prompt: str) -> tuple[dict[str, str], dict[str, str]]:
@@ -44,34 +46,41 @@ def judge_reply(prompt: str, rule: Rule) -> str:
     results = []
     for label, text in claims.items():
         supported, contradicted = rule(text, passages)
-        first = next(iter(passages), None)
+        cited, quote = _evidence(passages, text)
         results.append(
             {
                 "claim_id": label,
                 "factual": {
                     "reasoning": "scripted",
                     "supported": supported,
-                    "passage": first if supported else None,
-                    "quote": _opening(passages, first) if supported else None,
+                    "passage": cited if supported else None,
+                    "quote": quote if supported else None,
                 },
                 "counterfactual": {
                     "negation": f"not: {text}",
                     "reasoning": "scripted",
                     "contradicted": contradicted,
-                    "passage": first if contradicted else None,
-                    "quote": _opening(passages, first) if contradicted else None,
+                    "passage": cited if contradicted else None,
+                    "quote": quote if contradicted else None,
                 },
             }
         )
     return json.dumps({"results": results})
 
 
-def _opening(passages: dict[str, str], label: str | None, words: int = 12) -> str | None:
-    """A verbatim quote from the passage: its first ``words`` words (a real judge must quote
-    the passage it names, or its analysis does not count)."""
-    if label is None:
-        return None
-    return " ".join(passages[label].split()[:words]) or None
+def _evidence(passages: dict[str, str], claim: str) -> tuple[str | None, str | None]:
+    """The passage label and verbatim sentence that share the most of the claim's key
+    content: a real judge must quote words about the claim from the passage it names, or
+    its analysis does not count (``judge.evidence.check_quote``). (None, None) without
+    passages."""
+    wanted = key_terms(claim)
+    best: tuple[float, str | None, str | None] = (-1.0, None, None)
+    for label, text in passages.items():
+        for sentence in _SENTENCE.split(text):
+            score = coverage(wanted, key_terms(sentence))
+            if sentence.strip() and score > best[0]:
+                best = (score, label, sentence.strip())
+    return best[1], best[2]
 
 
 def _user_text(request: ChatRequest | dict[str, Any]) -> str:
