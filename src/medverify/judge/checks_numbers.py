@@ -1,0 +1,522 @@
+"""The NUMBER check of :mod:`medverify.judge.checks`: quantities (numbers with their units,
+intervals, frequencies, ages, ranges and lists) read from a text, and the claim's that the
+passage states otherwise.
+
+A quantity is a number (digits or a number word) with what it counts: a unit (converted to
+one base unit per dimension, so "1 g" equals "1000 mg" and "24 months" equals "2 years"),
+a frequency ("twice daily"), an interval ("every 2 years"), an age ("aged 50 to 75"), a
+percentage, a fold change or the noun after it ("3 doses"). Numbers that only name things
+are skipped: "COVID-19", "type 2", "HbA1c", "[12]", years such as "(2019)", ordinals; and
+statistics ("p < 0.05", "95% CI", "n = 34") never veto. In a range or a list ("50 to 75
+years", "250, 500 or 1000 mg") every number takes the unit written after the last one.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from medverify.judge.checks_text import (
+    CLAUSE_PUNCT,
+    Alignment,
+    Doc,
+    is_content,
+    word_list,
+    words,
+)
+from medverify.judge.terms import number_value
+from medverify.records import CheckFinding, CheckKind
+
+
+def _table(text: str) -> dict[str, tuple[str, float]]:
+    """``dimension factor word word ...`` lines -> {word: (dimension, factor)}."""
+    out: dict[str, tuple[str, float]] = {}
+    for line in text.strip().splitlines():
+        dim, factor, *names = word_list(line)
+        out.update((w, (dim, float(factor))) for w in names)
+    return out
+
+
+UNITS = _table("""
+mass 1 mg milligram milligrams
+mass 1000 g gram grams gm
+mass 1e6 kg kilogram kilograms kgs
+mass 0.001 mcg µg μg ug microgram micrograms
+mass 1e-6 ng nanogram nanograms
+volume 1 ml milliliter milliliters millilitre millilitres cc
+volume 1000 l liter liters litre litres
+volume 100 dl deciliter deciliters
+volume 0.001 µl μl ul microliter microliters
+iu 1 iu
+units 1 unit units
+percent 1 % percent percentage
+time 1.1574074074074073e-05 s sec secs second seconds
+time 0.0006944444444444445 min mins minute minutes
+time 0.041666666666666664 h hr hrs hour hours
+time 1 day days
+time 7 wk wks week weeks
+time 30.4375 mo month months
+time 365.25 yr yrs year years
+time 3652.5 decade decades
+length 1 mm millimeter millimeters
+length 10 cm centimeter centimeters
+amount 1 mmol millimole millimoles
+amount 0.001 µmol μmol umol
+amount 1e-06 nmol
+meq 1 meq
+energy 1 kcal kilocalorie kilocalories calories
+rate 1 bpm
+""")
+_PERIODS = {
+    "day": "day", "days": "day", "daily": "day", "d": "day", "night": "day", "nightly": "day",
+    "week": "week", "weekly": "week", "wk": "week", "month": "month", "monthly": "month",
+    "year": "year", "yearly": "year", "annually": "year", "annual": "year", "hour": "hour",
+    "hourly": "hour", "h": "hour",
+}
+_NUMBER_WORDS = {w: float(i) for i, w in enumerate(word_list(
+    "zero one two three four five six seven eight nine ten eleven twelve thirteen fourteen "
+    "fifteen sixteen seventeen eighteen nineteen twenty"))}
+_NUMBER_WORDS.update({"thirty": 30, "forty": 40, "fifty": 50, "sixty": 60, "seventy": 70,
+                      "eighty": 80, "ninety": 90, "hundred": 100, "dozen": 12})
+_TIMES_WORDS = {"once": 1.0, "twice": 2.0, "thrice": 3.0}
+_DOSING = {"BID": 2.0, "TID": 3.0, "QID": 4.0, "QD": 1.0}
+_MULTIPLIERS = {"thousand": 1e3, "million": 1e6, "billion": 1e9, "hundred": 1e2}
+_LABELS = words(
+    "type types stage stages grade grades phase phases class step tier group groups arm arms "
+    "cohort figure fig figs table tables no nos number chapter section visit cycle wave "
+    "version generation category schedule day week month year dose patient case sample study "
+    "trial item model ref refs vol issue page pp p covid sars il cd hla apoe trisomy "
+    "chromosome exon codon gene grade level levels score stage lead leads tlr mmp tnf "
+    "nct gse gsm")
+"""Words before a number that make it a name or a position ("type 2", "day 7", "p. 12")."""
+_STAT_WORDS = words("p P CI OR HR RR IRR aOR aHR AOR AHR SD SE SEM IQR n N r R AUC")
+"""Statistics labels, as written (case matters: "OR" is an odds ratio, "or" is not)."""
+_GE = words("over above exceeding beyond least > ≥ more greater older higher longer")
+_LE = words("under below within most up < ≤ less fewer younger lower shorter")
+_APPROX = words("about approximately around nearly almost roughly approx ~ ∼ ≈ circa ca "
+                    "estimated some")
+_DIGITS = frozenset("0123456789")
+_SPACES = frozenset(" \u00a0\u2009\u202f")
+_SEPARATORS = words(", - – — to and or & /")
+_AGE_WORDS = words("aged age ages")
+_AGE_AFTER = words("old older younger")
+_INTERVAL_WORDS = words("every each q")
+_CONTEXT_SKIP = _APPROX | _GE | _LE | words(
+    "only just another additional further total overall mean median average respectively "
+    "nearly")
+NO_VETO = frozenset({"", "stat", "fold", "units"})
+
+
+@dataclass(slots=True)
+class Quantity:
+    """One number of a text: ``written`` as written, ``mult`` its multiplier ("million"),
+    ``factor`` its unit in the dimension's base unit, ``dim`` what it counts ("" for a bare
+    number), ``bound`` "ge", "le" or "approx" when a comparator or "about" comes before it,
+    ``at`` its token, ``last`` the token after its unit, and ``phrase`` the token range
+    quoted for it (its "every"/"aged" prefix, range and unit included); ``within`` the
+    range it is one end of ("50 to 75"), in base units."""
+
+    written: float
+    decimals: int
+    dim: str
+    at: int
+    last: int
+    factor: float = 1.0
+    mult: float = 1.0
+    bound: str = ""
+    phrase: tuple[int, int] = (0, 0)
+    within: tuple[float, float] | None = None
+
+    @property
+    def scale(self) -> float:
+        return self.mult * self.factor
+
+    @property
+    def value(self) -> float:
+        return self.written * self.mult * self.factor
+
+
+def quantities(doc: Doc) -> list[Quantity]:
+    """The quantities of ``doc`` in order (see the module docstring)."""
+    found: list[Quantity] = []
+    square = 0
+    for i, low in enumerate(doc.low):
+        square += (low == "[") - (low == "]")
+        if square > 0:
+            continue
+        quantity = _read(doc, i)
+        if quantity is not None:
+            found.append(quantity)
+    _group(doc, found)
+    return found
+
+
+def _read(doc: Doc, i: int) -> Quantity | None:
+    tok = doc.toks[i]
+    if tok[0] in _DIGITS:
+        return _number(doc, i)
+    low = doc.low[i]
+    if low in _TIMES_WORDS:
+        return _times(doc, i, _TIMES_WORDS[low], i + 1)
+    if tok in _DOSING:
+        return Quantity(_DOSING[tok], 0, "freq/day", i, i + 1)
+    if low in _NUMBER_WORDS and not (i + 1 < len(doc.low) and doc.low[i + 1] == "of"):
+        quantity = _with_unit(doc, i, _NUMBER_WORDS[low], 0)
+        return quantity if quantity is not None and quantity.dim else None
+    return None
+
+
+def _number(doc: Doc, i: int) -> Quantity | None:
+    text, start = doc.text, doc.starts[i]
+    before = text[start - 2: start] if start >= 2 else " " + text[:start]
+    if before[-1:].isalpha() or (before[-1:] == "-" and before[:1].isalpha()):
+        return None  # COVID-19, IL-6, CD4, H1N1
+    if _adjacent_word(doc, i) and doc.low[i + 1] not in UNITS and doc.low[i + 1] != "h":
+        return None  # 19th, 3D, 1c
+    if _continues_number(doc, i):
+        return None
+    raw, after = _spaced_number(doc, i)
+    token = number_value(raw.replace("\u00b7", "."))
+    if len(token) > 15 or token.count(".") > 1:
+        return None  # a version or a label ("B.1.1.529"), or too long to be a quantity
+    written = float(token)
+    decimals = len(token.partition(".")[2])
+    prev = doc.low[i - 1] if i > 0 else ""
+    if prev in _LABELS or (prev == "." and i > 1 and doc.low[i - 2] in _LABELS):
+        return None
+    if i > 0 and _acronym(doc.toks[i - 1]):
+        return None  # BRCA 1, HER 2
+    quantity = _with_unit(doc, i, written, decimals, after)
+    if quantity is None:
+        return None
+    if not quantity.dim and decimals == 0 and 1800 <= written <= 2100 and len(token) == 4:
+        return None  # a year
+    if _is_stat(doc, i, quantity.last):
+        quantity.dim = "stat"
+    return quantity
+
+
+def _digits(token: str) -> bool:
+    return token.isascii() and token.isdigit()
+
+
+def _continues_number(doc: Doc, i: int) -> bool:
+    """Is token ``i`` the second group of a number written with a space ("50 000")?"""
+    return (i > 0 and len(doc.toks[i]) == 3 and _digits(doc.toks[i])
+            and _digits(doc.toks[i - 1]) and len(doc.toks[i - 1]) <= 3
+            and doc.starts[i] - doc.ends[i - 1] == 1 and doc.text[doc.ends[i - 1]] in _SPACES)
+
+
+def _spaced_number(doc: Doc, i: int) -> tuple[str, int]:
+    """Token ``i`` joined with the 3-digit groups that follow it after one space, and the
+    index of the token after the number."""
+    token = doc.toks[i]
+    if _digits(token) and len(token) <= 3:
+        while i + 1 < len(doc.toks) and _continues_number(doc, i + 1):
+            i += 1
+            token += doc.toks[i]
+    return token, i + 1
+
+
+def _is_stat(doc: Doc, i: int, last: int) -> bool:
+    toks = doc.toks
+    prev = toks[i - 1] if i > 0 else ""
+    if prev in ("=", "±", ":") or prev in _STAT_WORDS:
+        return True
+    if prev in ("<", ">", "≤", "≥") and i > 1 and toks[i - 2] in _STAT_WORDS:
+        return True
+    return last < len(toks) and doc.low[last] in ("ci", "confidence", "cis")
+
+
+def _acronym(token: str) -> bool:
+    return (len(token) > 1 and token.isalpha() and token.isupper() and token not in _STAT_WORDS
+            and token.lower() not in UNITS)
+
+
+def _adjacent_word(doc: Doc, i: int) -> bool:
+    return (i + 1 < len(doc.toks) and doc.starts[i + 1] == doc.ends[i]
+            and doc.toks[i + 1][0].isalpha())
+
+
+def _with_unit(doc: Doc, i: int, written: float, decimals: int,
+               after: int | None = None) -> Quantity | None:
+    """The quantity whose number starts at token ``i`` and ends before token ``after``
+    (default ``i + 1``): its multiplier, unit and role."""
+    n, low = len(doc.low), doc.low
+    j = i + 1 if after is None else after
+    mult = 1.0
+    if j < n and low[j] in _MULTIPLIERS and low[i] != "hundred":
+        mult, j = _MULTIPLIERS[low[j]], j + 1
+    if (j + 1 < n and low[j] == "-" and doc.ends[j - 1] == doc.starts[j]
+            and low[j + 1][:1].isalpha()):
+        j += 1  # "5-year", "2-fold"
+    if j + 1 < n and low[j] == "in" and mult == 1.0:
+        den = _plain_value(doc, j + 1)
+        if den:
+            return Quantity(round(written / den, 9), 9, "ratio", i, j + 2)
+    if j < n and low[j] == "times":
+        return _times(doc, i, written, j + 1, decimals)
+    if j < n and low[j] == "fold":
+        return Quantity(written, decimals, "fold", i, j + 1, mult=mult)
+    dim, factor, last = _unit(doc, j)
+    quantity = Quantity(written, decimals, dim, i, last, factor, mult, _bound(doc, i))
+    _role(doc, quantity)
+    return quantity
+
+
+def _plain_value(doc: Doc, j: int) -> float:
+    """The value of a number or number word at token ``j`` (0.0 when it is neither)."""
+    tok = doc.toks[j]
+    if _digits(tok) and len(tok) < 10:
+        return float(tok)
+    return _NUMBER_WORDS.get(doc.low[j], 0.0)
+
+
+def _unit(doc: Doc, j: int) -> tuple[str, float, int]:
+    """The dimension, factor and end of the unit at token ``j`` ("" when there is none)."""
+    n, low = len(doc.low), doc.low
+    if j >= n:
+        return "", 1.0, j
+    word = low[j]
+    if word == "per" and j + 1 < n and low[j + 1] == "cent":
+        return "percent", 1.0, j + 2
+    if word == "mm" and j + 1 < n and low[j + 1] == "hg":
+        return "mmhg", 1.0, j + 2
+    if word in UNITS:
+        dim, factor = UNITS[word]
+        if j + 2 < n and low[j + 1] in ("/", "per") and low[j + 2] in UNITS:
+            den_dim, den_factor = UNITS[low[j + 2]]
+            return f"{dim}/{den_dim}", factor / den_factor, j + 3
+        return dim, factor, j + 1
+    if is_content(word) and not doc.toks[j][:1].isupper():
+        return f"count:{doc.stems[j]}", 1.0, j + 1
+    return "", 1.0, j
+
+
+def _times(doc: Doc, i: int, count: float, j: int, decimals: int = 0) -> Quantity | None:
+    """``once``/``twice``/``N times`` at ``i``..``j``: a frequency when a period follows
+    ("twice daily", "3 times a week"), else a fold change ("twice as likely")."""
+    n, low = len(doc.low), doc.low
+    k = j + (j < n and low[j] == "-")
+    if k < n and low[k] in ("a", "an", "per", "each", "every"):
+        k += 1
+    if k < n and low[k] in _PERIODS and low[k] not in ("d", "h"):
+        return Quantity(count, decimals, f"freq/{_PERIODS[low[k]]}", i, k + 1)
+    if low[i] == "once":
+        return None
+    return Quantity(count, decimals, "fold", i, j)
+
+
+def _bound(doc: Doc, i: int) -> str:
+    """"ge", "le" or "approx" for the comparator before token ``i`` ("more than 20",
+    "at least", "up to", "about"), "" when there is none."""
+    low = doc.low
+    for back in (1, 2, 3):
+        k = i - back
+        if k < 0 or low[k] in CLAUSE_PUNCT:
+            return ""
+        word = low[k]
+        if word in _APPROX:
+            return "approx"
+        if word in _GE or (word == "than" and k > 0 and low[k - 1] in _GE):
+            return "ge"
+        if word in _LE or (word == "than" and k > 0 and low[k - 1] in _LE):
+            return "le"
+        if word not in ("than", "at", "to", "of", "from", "between", "an", "a", "the"):
+            return ""
+    return ""
+
+
+def _role(doc: Doc, q: Quantity) -> None:
+    """Interval ("every 2 years") and age ("aged 50", "50 years old") from the words around
+    a quantity; the phrase then starts at "every"/"aged"."""
+    low, first = doc.low, q.at
+    for back in (1, 2, 3):
+        k = q.at - back
+        if k < 0 or low[k] in CLAUSE_PUNCT:
+            break
+        if low[k] in _INTERVAL_WORDS and q.dim == "time":
+            q.dim, first = "interval", k
+            break
+        if low[k] in _AGE_WORDS and q.dim in ("", "time"):
+            q.factor = q.factor if q.dim else 365.25
+            q.dim, first = "age", k
+            break
+    if q.dim == "time" and _age_after(doc, q.last):
+        q.dim = "age"
+    q.phrase = (first, q.last)
+
+
+def _age_after(doc: Doc, j: int) -> bool:
+    low, n = doc.low, len(doc.low)
+    j += j < n and low[j] == "-"
+    if j < n and low[j] in _AGE_AFTER:
+        return True
+    if j + 1 < n and low[j] == "of" and low[j + 1] == "age":
+        return True
+    return j + 1 < n and low[j] in ("and", "or") and low[j + 1] in ("older", "over", "above")
+
+
+def _group(doc: Doc, found: list[Quantity]) -> None:
+    """Ranges and lists: a number without a unit takes the unit of the next number in its
+    group; an interval or age role carries forward; each takes the group's phrase."""
+    groups: list[list[Quantity]] = []
+    for q in found:
+        if groups and _joined(doc, groups[-1][-1], q):
+            groups[-1].append(q)
+        else:
+            groups.append([q])
+    for group in groups:
+        if len(group) == 1:
+            if group[0].phrase == (0, 0):
+                group[0].phrase = (group[0].at, group[0].last)
+            continue
+        _merge(group)
+        if len(group) == 2 and _is_range(doc, group[0], group[1]):
+            low, high = sorted((group[0].value, group[1].value))
+            group[0].within = group[1].within = (low, high)
+
+
+def _joined(doc: Doc, left: Quantity, right: Quantity) -> bool:
+    if left.dim and left.dim != right.dim and left.dim != "stat":
+        return False
+    between = range(left.last, right.at)
+    return 0 < len(between) <= 3 and all(doc.low[k] in _SEPARATORS for k in between)
+
+
+def _merge(group: list[Quantity]) -> None:
+    for k in range(len(group) - 2, -1, -1):
+        q, nxt = group[k], group[k + 1]
+        if not q.dim and nxt.dim:
+            q.dim, q.factor = nxt.dim, nxt.factor
+    head = group[0]
+    for q in group[1:]:
+        q.bound = q.bound or ("approx" if head.bound == "approx" else "")
+        if head.dim == "stat":
+            q.dim = "stat"
+        elif head.dim in ("interval", "age") and q.dim in ("time", ""):
+            q.factor = q.factor if q.dim else head.factor
+            q.dim = head.dim
+    first = min(q.phrase[0] if q.phrase != (0, 0) else q.at for q in group)
+    for q in group:
+        q.phrase = (first, group[-1].last)
+
+
+def _is_range(doc: Doc, left: Quantity, right: Quantity) -> bool:
+    between = [doc.low[k] for k in range(left.last, right.at)]
+    if between in (["to"], ["-"], ["–"], ["—"]):
+        return True
+    return between == ["and"] and left.at > 0 and doc.low[left.at - 1] in ("between", "from")
+
+
+def _round(x: float, decimals: int) -> float:
+    factor = 10.0 ** decimals
+    return math.floor(x * factor + 0.5) / factor
+
+
+def same(c: Quantity, p: Quantity) -> bool:
+    """Does passage quantity ``p`` say what claim quantity ``c`` says (after unit
+    conversion, rounding either one to the other's written precision, "about" within 10%,
+    comparators, and a single value inside a passage range)?"""
+    cv, pv = c.value, p.value
+    if not (math.isfinite(cv) and math.isfinite(pv)):
+        return cv == pv
+    if math.isclose(cv, pv, rel_tol=1e-6, abs_tol=1e-12):
+        return True
+    if "approx" in (c.bound, p.bound) and math.isclose(cv, pv, rel_tol=0.1):
+        return True
+    if (c.bound == "ge" and pv >= cv) or (c.bound == "le" and pv <= cv):
+        return True
+    if (p.bound == "ge" and cv >= pv) or (p.bound == "le" and cv <= pv):
+        return True
+    if p.within and not c.within and p.within[0] <= cv <= p.within[1]:
+        return True
+    return _rounds_to(pv / c.scale, c) or _rounds_to(cv / p.scale, p)
+
+
+def _rounds_to(x: float, q: Quantity) -> bool:
+    return abs(x) < 1e15 and abs(_round(x, q.decimals) - q.written) < 1e-9 * max(1.0, q.written)
+
+
+_FOUND_WITH = {"age": {"age", "time"}, "interval": {"interval", "time"},
+               "time": {"time", "age", "interval"}}
+
+
+def _compatible(c: str, p: str) -> bool:
+    return c == p or p in _FOUND_WITH.get(c, ())
+
+
+def number_findings(claim: Doc, passage: Doc, alignment: Alignment,
+                    passage_id: str | None, whole: Callable[[], Doc]) -> list[CheckFinding]:
+    """A finding for each claim quantity whose value (in its unit) the passage states
+    nowhere while an aligned sentence states the same kind of quantity with another value
+    that no other claim quantity accounts for. A veto, except for generic kinds (counts,
+    percentages, durations) whose two quantities do not share a neighbouring word.
+    ``passage`` holds the aligned sentences; ``whole`` tokenizes the whole passage (called
+    only when a finding is in view)."""
+    mine = quantities(claim)
+    claimed = [q for q in mine if q.dim not in NO_VETO]
+    if not claimed or not alignment.sentences:
+        return []
+    stated = quantities(passage)
+    aligned = [q for a, b in alignment.sentences for q in stated if a <= q.at < b]
+    unexplained = [p for p in aligned
+                   if not any(_compatible(c.dim, p.dim) and same(c, p) for c in mine)]
+    findings = []
+    everywhere: list[Quantity] | None = None
+    for c in claimed:
+        if any(p.written == c.written or (_compatible(c.dim, p.dim) and same(c, p))
+               for p in aligned) or _derived(c, aligned):
+            continue
+        other = next((p for p in unexplained if p.dim == c.dim), None)
+        if other is None:
+            continue
+        everywhere = quantities(whole()) if everywhere is None else everywhere
+        if any(_compatible(c.dim, p.dim) and same(c, p) for p in everywhere):
+            continue
+        findings.append(_finding(claim, passage, c, other, passage_id))
+    return findings
+
+
+def _finding(claim: Doc, passage: Doc, c: Quantity, other: Quantity,
+             passage_id: str | None) -> CheckFinding:
+    says, stated = claim.span(*c.phrase), passage.span(*other.phrase)
+    generic = c.dim == "percent" or c.dim == "time" or c.dim.startswith("count:")
+    veto = not generic or bool(set(_context(claim, c)) & set(_context(passage, other)) - {""})
+    return CheckFinding(kind=CheckKind.NUMBER, veto=veto, passage_id=passage_id,
+                        claim_says=says, passage_says=stated,
+                        reason=f"the claim says {says}; the passage says {stated}")
+
+
+def _context(doc: Doc, q: Quantity) -> tuple[str, str]:
+    """The nearest content stems before and after a quantity's phrase, in its clause
+    (comparators and words such as "only" skipped)."""
+    pre = post = ""
+    for k in range(q.phrase[0] - 1, max(-1, q.phrase[0] - 6), -1):
+        if doc.low[k] in CLAUSE_PUNCT:
+            break
+        if is_content(doc.low[k]) and doc.low[k] not in _CONTEXT_SKIP:
+            pre = doc.stems[k]
+            break
+    for k in range(q.phrase[1], min(len(doc.low), q.phrase[1] + 4)):
+        if doc.low[k] in CLAUSE_PUNCT:
+            break
+        if is_content(doc.low[k]):
+            post = doc.stems[k]
+            break
+    return pre, post
+
+
+def _derived(c: Quantity, aligned: list[Quantity]) -> bool:
+    """A percentage the claim may have computed from two in the sentence: their
+    difference (points) or the relative change."""
+    if c.dim != "percent":
+        return False
+    values = [p.value for p in aligned if p.dim == "percent"][:8]
+    for x in values:
+        for y in values:
+            if x > y > 0 and any(math.isclose(c.value, d, abs_tol=0.51)
+                                 for d in (x - y, 100 * (x - y) / x, 100 * (x - y) / y)):
+                return True
+    return False
