@@ -6,7 +6,8 @@ Data: ``../shared/data/pairs/*.jsonl`` (lines ``{"claim", "evidence", "label"}``
 SUPPORTED / CONTRADICTED / NOT_ENOUGH_INFO, or 2-way SUPPORTED / NOT_SUPPORTED); files that
 are absent are skipped. ``checkcovid_train``, ``citint_train`` and ``scifact_train`` were
 used to tune the rules; ``checkcovid_dev``, ``citint_dev``, ``healthver_dev``,
-``expertqa_val`` and ``covidfact_dev`` were not looked at while tuning and measure them.
+``expertqa_val``, ``covidfact_dev`` and ``covidfact_train`` were not looked at while tuning
+and measure them.
 
 A veto's false share should be compared with the file's base rate of SUPPORTED: a check
 that vetoed at random would hit SUPPORTED pairs at that rate. Writes
@@ -37,7 +38,8 @@ ROOT = Path(__file__).resolve().parents[1]
 DATA = ROOT.parent / "shared" / "data" / "pairs"
 RESULTS = ROOT / "benchmarks" / "results"
 TUNED = ("checkcovid_train", "citint_train", "scifact_train")
-MEASURED = ("checkcovid_dev", "citint_dev", "healthver_dev", "expertqa_val", "covidfact_dev")
+MEASURED = ("checkcovid_dev", "citint_dev", "healthver_dev", "expertqa_val", "covidfact_dev",
+            "covidfact_train")
 KINDS = [kind.value for kind in CheckKind]
 
 
@@ -76,7 +78,7 @@ def run_file(path: Path, show: str | None) -> Tally:
             tally.vetoed[kind] += 1
             tally.vetoed_supported[kind] += label == "SUPPORTED"
             tally.vetoed_contradicted[kind] += label == "CONTRADICTED"
-        for kind in flags:
+        for kind in flags | ({"any"} if flags else set()):
             tally.flagged[kind] += 1
             tally.flagged_supported[kind] += label == "SUPPORTED"
         if vetoes and label == "SUPPORTED" and len(tally.false_examples) < 8:
@@ -119,6 +121,25 @@ def summary(name: str, tally: Tally) -> dict[str, Any]:
     }
 
 
+def pooled(results: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Per role and kind: vetoed pairs, false vetoes, and the false vetoes expected if the
+    same number of pairs had been vetoed at random in each file (its SUPPORTED base rate)."""
+    rows = []
+    for role in ("tuned on", "measured"):
+        group = [r for r in results if r["role"] == role]
+        for kind in [*KINDS, "any"]:
+            vetoed = sum(r["per_kind"][kind]["vetoed"] for r in group)
+            false = sum(round(r["per_kind"][kind]["vetoed"]
+                              * (r["per_kind"][kind]["false_veto_share"] or 0)) for r in group)
+            random = sum(r["per_kind"][kind]["vetoed"] * (r["supported_base_rate"] or 0)
+                         for r in group)
+            rows.append({"role": role, "kind": kind, "pairs": sum(r["pairs"] for r in group),
+                         "vetoed": vetoed, "false_vetoes": false,
+                         "false_veto_share": round(false / vetoed, 3) if vetoed else None,
+                         "expected_if_random": round(random / vetoed, 3) if vetoed else None})
+    return rows
+
+
 def render(results: list[dict[str, Any]], meta: dict[str, Any]) -> str:
     lines = [
         "# Exact checks on labelled claim-evidence pairs",
@@ -143,6 +164,14 @@ def render(results: list[dict[str, Any]], meta: dict[str, Any]) -> str:
                 f"| {kind} | {k['vetoed']} | {_fmt(k['false_veto_share'])} "
                 f"| {_fmt(k['contradicted_share'])} | {k['flagged']} "
                 f"| {_fmt(k['flagged_supported_share'])} |")
+    lines += ["", "Pooled over the files of each role (expected if random: the false-veto share "
+              "if the same pairs per file had been vetoed at random):", "",
+              "| role | pairs | kind | vetoed | false vetoes | false share "
+              "| expected if random |", "|---|---|---|---|---|---|---|"]
+    for p in pooled(results):
+        lines.append(f"| {p['role']} | {p['pairs']} | {p['kind']} | {p['vetoed']} "
+                     f"| {p['false_vetoes']} | {_fmt(p['false_veto_share'])} "
+                     f"| {_fmt(p['expected_if_random'])} |")
     lines += ["", "| file | mean passage chars | µs/pair mean | p50 | p99 | µs per 1,000 chars |",
               "|---|---|---|---|---|---|"]
     for r in results:
@@ -181,7 +210,8 @@ def main(argv: list[str] | None = None) -> int:
     if not args.no_write and results:
         RESULTS.mkdir(parents=True, exist_ok=True)
         (RESULTS / "exact_checks.json").write_text(
-            json.dumps({"meta": meta, "results": results}, indent=2, ensure_ascii=False) + "\n",
+            json.dumps({"meta": meta, "results": results, "pooled": pooled(results)}, indent=2,
+                       ensure_ascii=False) + "\n",
             "utf-8")
         (RESULTS / "exact_checks.md").write_text(render(results, meta), "utf-8")
     return 0

@@ -248,6 +248,9 @@ def test_the_guard_turns_an_internal_error_into_no_findings() -> None:
     ("1·3 million deaths", [(1.3, "count:death")]),
     ("50 000 people", [(50000.0, "count:peopl")]),
     ("p < 0.05 and 95% CI", [(0.05, "stat"), (95.0, "stat")]),
+    ("the 2003 coronavirus, reported on July 21 for 2019-nCoV", []),
+    ("$5 billion within 6 feet", [(5.0, "money:$"), (6.0, "length")]),
+    ("one in five trials", [(0.2, "ratio"), (5.0, "count:trial")]),
 ])
 def test_quantities_read_units_roles_and_skip_names(text: str,
                                                     expected: list[tuple[float, str]]) -> None:

@@ -59,8 +59,12 @@ time 7 wk wks week weeks
 time 30.4375 mo month months
 time 365.25 yr yrs year years
 time 3652.5 decade decades
-length 1 mm millimeter millimeters
-length 10 cm centimeter centimeters
+length 1 mm millimeter millimeters millimetre millimetres
+length 10 cm centimeter centimeters centimetre centimetres
+length 1000 meter meters metre metres
+length 1e6 km kilometer kilometers kilometre kilometres
+length 304.8 ft feet foot
+length 25.4 inch inches
 amount 1 mmol millimole millimoles
 amount 0.001 µmol μmol umol
 amount 1e-06 nmol
@@ -81,6 +85,8 @@ _NUMBER_WORDS.update({"thirty": 30, "forty": 40, "fifty": 50, "sixty": 60, "seve
                       "eighty": 80, "ninety": 90, "hundred": 100, "dozen": 12})
 _TIMES_WORDS = {"once": 1.0, "twice": 2.0, "thrice": 3.0}
 _DOSING = {"BID": 2.0, "TID": 3.0, "QID": 4.0, "QD": 1.0}
+_TRIGGERS = frozenset(_NUMBER_WORDS) | frozenset(_TIMES_WORDS) | {d.lower() for d in _DOSING}
+"""Words that may start a quantity (besides digits)."""
 _MULTIPLIERS = {"thousand": 1e3, "million": 1e6, "billion": 1e9, "hundred": 1e2}
 _LABELS = words(
     "type types stage stages grade grades phase phases class step tier group groups arm arms "
@@ -88,7 +94,8 @@ _LABELS = words(
     "version generation category schedule day week month year dose patient case sample study "
     "trial item model ref refs vol issue page pp p covid sars il cd hla apoe trisomy "
     "chromosome exon codon gene grade level levels score stage lead leads tlr mmp tnf "
-    "nct gse gsm")
+    "nct gse gsm january february march april may june july august september october "
+    "november december jan feb mar apr jun jul aug sep sept oct nov dec")
 """Words before a number that make it a name or a position ("type 2", "day 7", "p. 12")."""
 _STAT_WORDS = words("p P CI OR HR RR IRR aOR aHR AOR AHR SD SE SEM IQR n N r R AUC")
 """Statistics labels, as written (case matters: "OR" is an odds ratio, "or" is not)."""
@@ -97,6 +104,11 @@ _LE = words("under below within most up < ≤ less fewer younger lower shorter")
 _APPROX = words("about approximately around nearly almost roughly approx ~ ∼ ≈ circa ca "
                     "estimated some")
 _DIGITS = frozenset("0123456789")
+_CURRENCY = frozenset("$€£¥")
+_NOT_COUNTS = words(
+    "another other others more less way ways within without across against among along "
+    "around through throughout toward towards versus despite including following "
+    "respectively compared")
 _SPACES = frozenset(" \u00a0\u2009\u202f")
 _SEPARATORS = words(", - – — to and or & /")
 _AGE_WORDS = words("aged age ages")
@@ -140,16 +152,24 @@ class Quantity:
 def quantities(doc: Doc) -> list[Quantity]:
     """The quantities of ``doc`` in order (see the module docstring)."""
     found: list[Quantity] = []
-    square = 0
-    for i, low in enumerate(doc.low):
-        square += (low == "[") - (low == "]")
-        if square > 0:
+    for i in [i for i, low in enumerate(doc.low) if low[0] in _DIGITS or low in _TRIGGERS]:
+        if _in_brackets(doc, i):
             continue
         quantity = _read(doc, i)
         if quantity is not None:
             found.append(quantity)
     _group(doc, found)
     return found
+
+
+def _in_brackets(doc: Doc, i: int) -> bool:
+    """Is token ``i`` inside square brackets (a citation such as "[12, 14-16]")?"""
+    for k in range(i - 1, max(-1, i - 16), -1):
+        if doc.low[k] == "]":
+            return False
+        if doc.low[k] == "[":
+            return True
+    return False
 
 
 def _read(doc: Doc, i: int) -> Quantity | None:
@@ -170,8 +190,8 @@ def _read(doc: Doc, i: int) -> Quantity | None:
 def _number(doc: Doc, i: int) -> Quantity | None:
     text, start = doc.text, doc.starts[i]
     before = text[start - 2: start] if start >= 2 else " " + text[:start]
-    if before[-1:].isalpha() or (before[-1:] == "-" and before[:1].isalpha()):
-        return None  # COVID-19, IL-6, CD4, H1N1
+    if before[-1:].isalpha() or (before[-1:] in "-/" and before[:1].isalnum()):
+        return None  # COVID-19, IL-6, CD4, H1N1, Smc5/6
     if _adjacent_word(doc, i) and doc.low[i + 1] not in UNITS and doc.low[i + 1] != "h":
         return None  # 19th, 3D, 1c
     if _continues_number(doc, i):
@@ -190,8 +210,11 @@ def _number(doc: Doc, i: int) -> Quantity | None:
     quantity = _with_unit(doc, i, written, decimals, after)
     if quantity is None:
         return None
-    if not quantity.dim and decimals == 0 and 1800 <= written <= 2100 and len(token) == 4:
-        return None  # a year
+    if (decimals == 0 and 1800 <= written <= 2100 and len(token) == 4
+            and (not quantity.dim or quantity.dim.startswith("count:"))):
+        return None  # a year ("in 2019", "the 2003 coronavirus")
+    if i > 0 and doc.toks[i - 1] in _CURRENCY:
+        quantity.dim = f"money:{doc.toks[i - 1]}"
     if _is_stat(doc, i, quantity.last):
         quantity.dim = "stat"
     return quantity
@@ -289,7 +312,8 @@ def _unit(doc: Doc, j: int) -> tuple[str, float, int]:
             den_dim, den_factor = UNITS[low[j + 2]]
             return f"{dim}/{den_dim}", factor / den_factor, j + 3
         return dim, factor, j + 1
-    if is_content(word) and not doc.toks[j][:1].isupper():
+    tok = doc.toks[j]
+    if is_content(word) and tok == word and word not in _NOT_COUNTS:
         return f"count:{doc.stems[j]}", 1.0, j + 1
     return "", 1.0, j
 

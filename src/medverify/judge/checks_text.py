@@ -10,7 +10,8 @@ character offsets, so every check can quote the passage verbatim.
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass, field
+from bisect import bisect_left
+from dataclasses import dataclass
 from functools import lru_cache
 
 from medverify.judge.terms import MODALS, NEGATIONS, STOPWORDS, fold
@@ -112,7 +113,8 @@ class Cue:
 @dataclass(slots=True)
 class Doc:
     """A tokenized text. ``low`` is each token case-folded; ``stems`` is :func:`stem` of
-    words and the token itself otherwise; ``sents`` are token ranges ``[a, b)``."""
+    words and the token itself otherwise; ``sents`` are token ranges ``[a, b)``;
+    ``negated`` (per token) and ``cues`` are worked out on first use."""
 
     text: str
     toks: list[str]
@@ -121,8 +123,22 @@ class Doc:
     ends: list[int]
     stems: list[str]
     sents: list[tuple[int, int]]
-    negated: list[bool] = field(default_factory=list)
-    cues: list[Cue] = field(default_factory=list)
+    _negation: tuple[list[bool], list[Cue]] | None = None
+
+    @property
+    def negated(self) -> list[bool]:
+        """For each token, whether a negation's scope covers it."""
+        return self._negated()[0]
+
+    @property
+    def cues(self) -> list[Cue]:
+        """The negations of the text, in order."""
+        return self._negated()[1]
+
+    def _negated(self) -> tuple[list[bool], list[Cue]]:
+        if self._negation is None:
+            self._negation = _negation(self)
+        return self._negation
 
     def span(self, a: int, b: int) -> str:
         """The verbatim text from token ``a`` through token ``b - 1``."""
@@ -140,26 +156,24 @@ def sentence_char_spans(text: str) -> list[tuple[int, int]]:
 
 def parse(text: str, spans: list[tuple[int, int]] | None = None) -> Doc:
     """Tokenize the sentences of ``text`` (all of them, or only the character ``spans``
-    given, in order) and mark negation scopes. Offsets always index ``text``."""
+    given, in order). Offsets always index ``text``."""
     norm = text.replace("\u2019", "'")
-    spans = sentence_char_spans(norm) if spans is None else spans
-    toks: list[str] = []
-    starts: list[int] = []
-    ends: list[int] = []
-    sents: list[tuple[int, int]] = []
-    for a, b in spans:
-        first = len(toks)
-        for match in _TOKEN.finditer(norm, a, b):
-            toks.append(match.group())
-            starts.append(match.start())
-            ends.append(match.end())
-        if len(toks) > first:
-            sents.append((first, len(toks)))
+    if spans is None:
+        spans = sentence_char_spans(norm)
+        matches = list(_TOKEN.finditer(norm))
+    else:
+        matches = [m for a, b in spans for m in _TOKEN.finditer(norm, a, b)]
+    toks = [m.group() for m in matches]
+    starts = [m.start() for m in matches]
+    ends = [m.end() for m in matches]
     low = [t.casefold() for t in toks]
     stems = [stem(t) if t[:1].isalpha() else t for t in low]
-    doc = Doc(text, toks, low, starts, ends, stems, sents)
-    doc.negated, doc.cues = _negation(doc)
-    return doc
+    sents = []
+    for a, b in spans:
+        first, last = bisect_left(starts, a), bisect_left(starts, b)
+        if last > first:
+            sents.append((first, last))
+    return Doc(text, toks, low, starts, ends, stems, sents)
 
 
 def _negation(doc: Doc) -> tuple[list[bool], list[Cue]]:
