@@ -54,7 +54,7 @@ from typing import Any
 
 from medverify.config import ArbitrationPolicy, Config, KBSettings, RetrievalSettings
 from medverify.kb import KnowledgeBase
-from medverify.learning import items_from_report, loop_report, teach
+from medverify.learning import DOC_PREFIX, items_from_report, loop_report, teach
 from medverify.pipeline import Checker
 from medverify.records import Answer, Document
 from medverify.store.review import ReviewLabel, ReviewStore
@@ -109,7 +109,9 @@ def run_arm(name: str, learn: bool, base_kb: Path, work: Path, config: Config,
             held_out: set[str]) -> dict[str, Any]:
     kb_dir = work / f"kb-{name}"
     shutil.copytree(base_kb, kb_dir)
-    rows = []
+    rows: list[dict[str, Any]] = []
+    log: list[dict[str, Any]] = []  # every judged claim, for the paired comparisons
+    taught: dict[str, int] = {}  # claim text -> batch in which its review was taught
     started = time.perf_counter()
     with KnowledgeBase.open(kb_dir) as kb, RunStore(work / f"runs-{name}.db") as runs:
         queue = ReviewStore(runs)
@@ -124,6 +126,11 @@ def run_arm(name: str, learn: bool, base_kb: Path, work: Path, config: Config,
                     kind = "repeat" if repeated else "new"
                     gold = GOLD_CATEGORY[query.label]
                     for result in report.results:
+                        log.append({"batch": number, "answer": report.answer.id,
+                                    "claim": result.claim.text,
+                                    "category": result.category.value,
+                                    "confident": result.confident,
+                                    "docs": [p.doc_id for p in result.passages]})
                         ok = result.category.value == gold
                         stats["claims"] += 1
                         stats[f"claims_{kind}"] += 1
@@ -146,6 +153,7 @@ def run_arm(name: str, learn: bool, base_kb: Path, work: Path, config: Config,
                         stats["labels"] += 1
                         if learn and teach(closed, kb, queue) is not None:
                             stats["kb_added"] += 1
+                            taught.setdefault(item.claim.text, number)
                 row = {
                     "batch": number, "answers": len(batch),
                     "repeats": sum(1 for _, r in batch if r),
@@ -173,7 +181,29 @@ def run_arm(name: str, learn: bool, base_kb: Path, work: Path, config: Config,
             asyncio.run(checker.aclose())
         total = loop_report(queue, by="day").total.model_dump(mode="json")
     return {"arm": name, "learn": learn, "batches": rows, "loop_report_total": total,
-            "seconds": round(time.perf_counter() - started, 1)}
+            "seconds": round(time.perf_counter() - started, 1), "log": log, "taught": taught}
+
+
+def rechecked_after_review(arm: dict[str, Any]) -> dict[str, Any]:
+    """Claims re-asked after their review was taught: how many are FACT (and confident)."""
+    later = [c for c in arm["log"] if c["claim"] in arm["taught"]
+             and c["batch"] > arm["taught"][c["claim"]]]
+    return {"rechecked": len(later),
+            "fact": sum(1 for c in later if c["category"] == "FACT"),
+            "fact_confident": sum(1 for c in later if c["category"] == "FACT" and c["confident"]),
+            "not_fact": sorted({c["claim"] for c in later if c["category"] != "FACT"})[:10]}
+
+
+def unrelated_flips(learn: dict[str, Any], control: dict[str, Any]) -> dict[str, Any]:
+    """Claims whose evidence in the learning arm holds no taught document: how many got a
+    different category than the same claim, same position, in the control arm."""
+    pairs = [(a, b) for a, b in zip(learn["log"], control["log"], strict=True)
+             if not any(d.startswith(DOC_PREFIX) for d in a["docs"])]
+    changed = [a for a, b in pairs if a["category"] != b["category"]]
+    with_taught = len(learn["log"]) - len(pairs)
+    return {"claims_without_taught_evidence": len(pairs), "changed": len(changed),
+            "claims_with_taught_evidence": with_taught,
+            "examples": [c["claim"] for c in changed[:5]]}
 
 
 def pct(value: float | None) -> str:
@@ -223,6 +253,16 @@ def markdown(payload: dict[str, Any]) -> str:
         lines.append(f"| {arm['arm']} | {t['claims']} | {pct(t['escalated_share'])} | "
                      f"{pct(t['agreement'])} | {pct(t['agreement_repeat'])} | "
                      f"{t['kb_added']} | {arm['seconds']} |")
+    r, f = payload["targets"]["reviewed_then_rechecked"], payload["targets"]["unrelated_flips"]
+    lines += ["", "## Issue 27's two loop targets", "",
+              f"- A claim reviewed as FACT with a source (its text taught) and asked again later: "
+              f"{r['fact']} of {r['rechecked']} re-checks are FACT ({r['fact_confident']} "
+              "confident)" + (f"; not FACT: {r['not_fact']}" if r["not_fact"] else "") + ".",
+              f"- Claims whose evidence holds no taught document: {f['changed']} of "
+              f"{f['claims_without_taught_evidence']} changed category against the same claim "
+              f"in the control arm ({f['claims_with_taught_evidence']} claims had a taught "
+              "document among their passages)."
+              + (f" Changed: {f['examples']}" if f["examples"] else "")]
     lines += ["", "## Reading", "", *payload["reading"], ""]
     return "\n".join(lines)
 
@@ -306,6 +346,10 @@ def main() -> None:
 
     for arm in arms:
         arm["totals"] = totals(arm["batches"])
+    targets = {"reviewed_then_rechecked": rechecked_after_review(arms[0]),
+               "unrelated_flips": unrelated_flips(arms[0], arms[1])}
+    for arm in arms:
+        arm.pop("log")
     payload = {
         "design": {
             "data": "Check-COVID dev (retrieval/checkcovid: queries_dev + corpus)",
@@ -324,6 +368,7 @@ def main() -> None:
                         "NOT_ENOUGH_INFO -> COVERAGE_GAP",
         },
         "arms": arms,
+        "targets": targets,
         "reading": reading(arms),
     }
     RESULTS.mkdir(parents=True, exist_ok=True)

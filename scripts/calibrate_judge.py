@@ -89,7 +89,8 @@ def main() -> None:
         groups = np.unique([r["evidence"] for r in rows], return_inverse=True)[1]
         family = name.removesuffix("_train")
         families[family] = fit_family(family, list(members), x, [r["label"] for r in rows],
-                                      cats, groups, strata)
+                                      cats, groups, strata,
+                                      datasets=[r.get("dataset", "") for r in rows])
         print(f"{family}: thresholds {families[family].thresholds}, "
               f"cv precision {families[family].cv_precision}")
     calibration = Calibration(

@@ -71,6 +71,7 @@ LAYERS: dict[str, int] = {
     "bench": 4,
     "evaluation": 4,
     "arbitration_eval": 4,  # measures arbitration policies on labelled, judged claims
+    "confidence_eval": 4,  # precision and coverage of confident verdicts on labelled pairs
     "injection": 4,
     "demo": 4,
     "trialstudy": 4,  # CHECK's 15-question clinical-trial study (asks, judges, reports)

@@ -38,8 +38,15 @@ def _judge(judge: BuiltinJudge, items: list[JudgeItem]):  # type: ignore[no-unty
     return asyncio.run(judge.judge(items))
 
 
+# Claims share key content with the passages they are judged against: a passage about
+# something else cannot contradict a claim (judge.decide's relevance rule).
+BOTH = "Metformin medicine and low-dose aspirin reduce the risk of heart attack in type 2 diabetes."
+
+
 def test_four_categories_from_thresholds_in_one_predict_call() -> None:
-    fact, hall, both, gap = "fact", "hall", "both", "gap"
+    fact = "Metformin is a first-line medicine for type 2 diabetes in adults."
+    hall = "Metformin is never a medicine for type 2 diabetes."
+    both, gap = BOTH, "gap"
     table = {
         (fact, METFORMIN.text): [0.9, 0.05, 0.05],
         (fact, ASPIRIN.text): [0.1, 0.1, 0.8],
@@ -224,15 +231,16 @@ def test_is_verbatim_needs_whole_sentences(claim: str, expected: bool) -> None:
 def test_each_passage_is_decided_on_its_own_before_the_claim() -> None:
     # One passage passing both thresholds decides for the larger label (the calibrated rule);
     # only two passages that disagree make a JUDGMENT_ERROR.
+    one_text = "Metformin is the first-line medicine for type 2 diabetes in adults."
     table = {
-        ("one", METFORMIN.text): [0.8, 0.5, 0.0],
-        ("one", ASPIRIN.text): [0.1, 0.1, 0.8],
-        ("two", METFORMIN.text): [0.8, 0.5, 0.0],
-        ("two", ASPIRIN.text): [0.1, 0.6, 0.3],
+        (one_text, METFORMIN.text): [0.8, 0.5, 0.0],
+        (one_text, ASPIRIN.text): [0.1, 0.1, 0.8],
+        (BOTH, METFORMIN.text): [0.8, 0.5, 0.0],
+        (BOTH, ASPIRIN.text): [0.1, 0.6, 0.3],
     }
     judge = BuiltinJudge(TableVerifier(table), support_threshold=0.4, contradict_threshold=0.4)
-    one, two = _judge(judge, [_item("c1", "one", METFORMIN, ASPIRIN),
-                              _item("c2", "two", METFORMIN, ASPIRIN)])
+    one, two = _judge(judge, [_item("c1", one_text, METFORMIN, ASPIRIN),
+                              _item("c2", BOTH, METFORMIN, ASPIRIN)])
     assert one.category == Category.FACT
     assert one.counterfactual is not None and not one.counterfactual.holds
     assert "supported the claim more strongly" in (one.counterfactual.reason or "")

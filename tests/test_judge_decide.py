@@ -53,7 +53,9 @@ def test_an_unrelated_passage_cannot_contradict() -> None:
 
 
 def test_judgment_error_only_when_both_sides_are_strong_and_relevant() -> None:
-    strong_s = row("s", "Statins lower LDL cholesterol in adults.", (0.9, 0.05, 0.05), SUPPORT)
+    strong_s = row("s", "In adults, statins lowered LDL cholesterol considerably.",
+                   (0.9, 0.05, 0.05), SUPPORT)
+    assert not strong_s.states_claim
     weak_c = row("c", "In adults statins did not change LDL cholesterol much.",
                  (0.1, 0.4, 0.5), CONTRADICT)
     outcome = decide([strong_s, weak_c])
@@ -71,7 +73,11 @@ def test_a_passage_that_states_the_claim_settles_support() -> None:
     other = row("o", "Statins raise LDL cholesterol in adults, one small study found.",
                 (0.1, 0.45, 0.45), CONTRADICT)
     outcome = decide([stated, other])
-    assert outcome.support is stated and outcome.contradict is None
+    assert outcome.support is stated and outcome.contradict is None and not outcome.doubts
+    strong_other = row("o2", "Statins do not lower LDL cholesterol in adults.",
+                       (0.05, 0.9, 0.05), CONTRADICT)
+    outcome = decide([stated, strong_other])  # settled, but shown as not sure
+    assert outcome.support is stated and outcome.contradict is None and outcome.doubts
 
 
 def test_near_verbatim_needs_the_same_numbers_and_negation() -> None:
@@ -155,3 +161,27 @@ def test_the_shipped_calibration_loads_and_maps_data_sets_to_families() -> None:
         np.asarray([pair_features(CLAIM, "Statins lower LDL.", [0.8, 0.1, 0.1],
                                   verbatim=False)]))
     assert probs.shape == (1, 3) and abs(float(probs.sum()) - 1.0) < 1e-9
+
+
+def test_a_judges_verdict_passes_the_exact_checks() -> None:
+    from medverify.judge.decide import check_verdict
+    from medverify.records import Analysis, Category, Verdict
+
+    claim = "Adults need a yellow fever booster dose every 2 years."
+    passage = Passage(id="p1", doc_id="yf", text="A booster dose of yellow fever vaccine is "
+                      "recommended every 10 years for adults at continued risk.")
+    verdict = Verdict(claim_id="c", passage_ids=["p1"],
+                      factual=Analysis(holds=True, passage_id="p1", verified=True,
+                                       quote="A booster dose of yellow fever vaccine"),
+                      counterfactual=Analysis(holds=False), judge="llm:fake")
+    assert verdict.category is Category.FACT
+    checked = check_verdict(verdict, claim, [passage])
+    assert checked.category is not Category.FACT
+    assert checked.confident is False and "every 10 years" in (checked.not_sure or "")
+    assert checked.findings and checked.findings[0].veto
+    clean = Verdict(claim_id="c", passage_ids=["p1"], judge="llm:fake",
+                    factual=Analysis(holds=True, passage_id="p1", verified=True, quote="x y z"),
+                    counterfactual=Analysis(holds=False))
+    same = check_verdict(clean, "Adults at continued risk need a yellow fever booster dose.",
+                         [passage])
+    assert same.category is Category.FACT and same.confident is None  # LLM: not calibrated

@@ -88,6 +88,15 @@ class JudgeSettings(_Section):
     batch_size: int = Field(32, ge=1)
     cascade_high: float = Field(0.9, ge=0.0, le=1.0)
     cascade_low: float = Field(0.1, ge=0.0, le=1.0)
+    # The built-in judge's confidence (docs/judges.md, "How sure"): the calibration file
+    # (None: the one shipped for the shipped verifier) and its family. "general" holds on
+    # every training family; "checkcovid", "citint" or "scifact" fit claims like theirs
+    # better. None: no confidence is given and no verdict is marked confident or not sure.
+    calibration: Path | None = None
+    calibration_family: str | None = "general"
+    # Exact checks (numbers, negation, direction, population, drug) on every passage that
+    # would support a claim: off lets a wrong dose or interval through as FACT.
+    exact_checks: bool = True
 
 
 class FetchSettings(_Section):

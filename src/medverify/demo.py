@@ -57,10 +57,17 @@ class ClaimOutcome(BaseModel):
     expected: Category | None
     kind: str | None
     detail: str | None = None
+    confident: bool | None = None  # the verdict's own flag (None: not assessed)
+    not_sure: str | None = None  # why it is not confident
 
     @property
     def agrees(self) -> bool:
         return self.expected is not None and self.got == self.expected
+
+    @property
+    def confidently_wrong(self) -> bool:
+        """A confident verdict (or one not assessed) that disagrees with the plan."""
+        return self.expected is not None and not self.agrees and self.confident is not False
 
 
 class AnswerOutcome(BaseModel):
@@ -208,6 +215,7 @@ def _outcome(number: int, report: Report) -> AnswerOutcome:
             claim_id=result.claim.id, claim=result.claim.text, got=result.category,
             expected=expectation.category if expectation else None,
             kind=expectation.kind if expectation else None, detail=_detail(result),
+            confident=result.confident, not_sure=result.not_sure,
         ))
     return AnswerOutcome(answer_id=report.answer.id, question=report.answer.question,
                          html=f"answers/{number:02d}-{report.answer.id}.html", claims=claims)
@@ -251,4 +259,6 @@ def render_overview(result: DemoResult) -> str:
         n_claims=len(claims),
         n_planted=sum(1 for c in claims if c.expected is not None),
         n_agree=sum(1 for c in claims if c.agrees),
+        n_confident=sum(1 for c in claims if c.expected is not None and c.confident),
+        n_confident_wrong=sum(1 for c in claims if c.confidently_wrong),
     )

@@ -23,6 +23,7 @@ from typing import Any, Literal, TypeVar
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
+from medverify.confidence_eval import ConfidenceScores, score_confidence
 from medverify.config import Config, KBSettings, RetrievalSettings, home
 from medverify.errors import InputError
 from medverify.executor import Executor
@@ -244,6 +245,7 @@ class PairScores(BaseModel):
     decided_by: dict[str, int] = Field(default_factory=dict)
     seconds: float
     pairs_per_second: float
+    confidence: ConfidenceScores | None = None  # confident verdicts: precision, coverage
 
 
 class PairsEval(BaseModel):
@@ -313,11 +315,23 @@ async def judge_pairs(judge: Judge, pairs: Sequence[Pair],
     out: list[Verdict | None] = []
     for start in range(0, len(pairs), PAIR_CHUNK):
         chunk = pairs[start:start + PAIR_CHUNK]
-        verdicts = {v.claim_id: v for v in await judge.judge([pair_item(p) for p in chunk])}
-        out += [verdicts.get(pair.id) for pair in chunk]
+        out += await judge_chunk(judge, chunk)
         if progress is not None:
             progress(len(chunk))
     return out
+
+
+async def judge_chunk(judge: Judge, chunk: Sequence[Pair]) -> list[Verdict | None]:
+    """The verdicts of a chunk of pairs, in order. A judge with ``for_dataset`` (the
+    built-in judge with calibration family ``auto``) judges each data set's pairs with the
+    calibration fitted for it."""
+    verdicts: dict[str, Verdict] = {}
+    for dataset in dict.fromkeys(p.dataset for p in chunk):
+        pick = getattr(judge, "for_dataset", None)
+        used = pick(dataset) if callable(pick) else judge
+        items = [pair_item(p) for p in chunk if p.dataset == dataset]
+        verdicts |= {v.claim_id: v for v in await used.judge(items)}
+    return [verdicts.get(pair.id) for pair in chunk]
 
 
 def _decider(verdict: Verdict | None) -> str:
@@ -361,6 +375,8 @@ def score_pairs(name: str, pairs: Sequence[Pair], verdicts: Sequence[Verdict | N
         decided_by=dict(Counter(_decider(v) for v in verdicts)), seconds=seconds,
         pairs_per_second=len(pairs) / seconds if seconds > 0 else 0.0,
     )
+    confidence = score_confidence(gold, verdicts)
+    scores.confidence = confidence if confidence.assessed else None
     if scores.labels == "3-way" and scored:
         metrics = ClassificationMetrics.measure(sg, sp, THREE_WAY)
         scores.accuracy = metrics.accuracy
@@ -477,8 +493,7 @@ class PairChunkJudge:
 
     @staticmethod
     async def _judge(judge: Judge, chunk: list[Pair]) -> list[Verdict | None]:
-        verdicts = {v.claim_id: v for v in await judge.judge([pair_item(p) for p in chunk])}
-        return [verdicts.get(pair.id) for pair in chunk]
+        return await judge_chunk(judge, chunk)
 
 
 def evaluate_pairs_on(executor: Executor, paths: Sequence[str | Path], config: Config, *,

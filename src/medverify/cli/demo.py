@@ -62,13 +62,12 @@ def overview_table(result: DemoResult) -> Table:
                 planted = Text(f"{style.symbol} {claim.expected.value}", style=style.rich)
                 planted.append(f"\n{claim.kind}", style="dim")
             agrees = "✓" if claim.agrees else ("✗" if claim.expected else "—")
-            table.add_row(
-                str(number),
-                Text(claim.claim),
-                planted,
-                Text(f"{got.symbol} {claim.got.value}", style=got.rich),
-                agrees,
-            )
+            judged = Text(f"{got.symbol} {claim.got.value}", style=got.rich)
+            if claim.confident is False:
+                judged.append(f"\nnot sure: {claim.not_sure or 'no reason given'}", style="dim")
+            elif claim.confident:
+                judged.append("\nconfident", style="bold")
+            table.add_row(str(number), Text(claim.claim), planted, judged, agrees)
     return table
 
 
@@ -76,12 +75,19 @@ def closing_lines(result: DemoResult) -> list[Text]:
     claims = result.claims
     planted = [c for c in claims if c.expected is not None]
     agree = sum(1 for c in planted if c.agrees)
+    sure = [c for c in planted if c.confident]
+    wrong = sum(1 for c in planted if c.confidently_wrong)
     kb = "built" if result.kb_documents_added else "reused"
     lines = [
         Text.assemble(
             "The judge agrees with the planted label on ",
             (f"{agree} of {len(planted)}", "bold"),
-            " claims.",
+            " claims; it is confident on ",
+            (f"{len(sure)}", "bold"),
+            f" ({sum(1 for c in sure if c.agrees)} agree), and ",
+            (f"{wrong}", "bold"),
+            " confident verdicts disagree with the plan. The others are shown as not sure, "
+            "with the reason.",
         ),
         Text(
             f"Knowledge base {kb} in {result.kb_seconds:.1f} s ({result.kb_documents} "

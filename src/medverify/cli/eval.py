@@ -33,6 +33,8 @@ from medverify.cli._common import (
     progress_bar,
 )
 from medverify.cli._names import EMBEDDERS, JUDGES, NamesHelpOption, RegistryChoice
+from medverify.confidence_eval import confidence_table
+from medverify.confidence_eval import curve_svg as confidence_svg
 from medverify.config import Config, KBSettings
 from medverify.errors import InputError
 from medverify.evaluation import (
@@ -151,6 +153,11 @@ def retrieval(
     help="Where the pairs are judged: local (this process), ray (a local Ray) or "
     "ray:HOST:6379 (a Ray cluster; needs `pip install 'medverify[ray]'`).",
 )
+@click.option("--calibration-family", "family", default="auto", show_default=True,
+              help="The built-in judge's calibration: auto (each file's own family when it "
+              "has one, else general), general, checkcovid, citint or scifact.")
+@click.option("--svg", "svg_out", type=click.Path(dir_okay=False, path_type=Path),
+              help="Write the coverage-vs-precision curves of FACT here (one line per file).")
 @json_out_option("Write the full result (confusion matrices included) as JSON here.")
 @config_option
 def pairs(
@@ -159,11 +166,16 @@ def pairs(
     model: str | None,
     limit: int | None,
     executor_spec: str,
+    family: str,
+    svg_out: Path | None,
     json_out: Path | None,
     config_path: Path | None,
 ) -> None:
-    """Accuracy, macro-F1 and balanced accuracy of a judge on claim/evidence pairs (JSONL)."""
+    """Accuracy, macro-F1 and balanced accuracy of a judge on claim/evidence pairs (JSONL),
+    and the precision and coverage of its confident verdicts."""
     config = load_config(config_path, model=model, judge=judge_name)
+    config = config.model_copy(update={"judge_settings": config.judge_settings.model_copy(
+        update={"calibration_family": family})})
     executor = executor_from_spec(executor_spec)
     if isinstance(executor, LocalExecutor):
         result = asyncio.run(_eval_pairs(config, list(files), limit))
@@ -188,8 +200,21 @@ def pairs(
     out.print(pairs_table(result))
     for scores in result.files + ([result.overall] if result.overall else []):
         out.print(confusion_table(scores))
+    _print_confidence(out, result, svg_out)
     if json_out is not None:
         console.print(f"JSON result: {json_out}")
+
+
+def _print_confidence(out: Console, result: PairsEval, svg_out: Path | None) -> None:
+    """The confident verdicts' table (and FACT curves as SVG), when the judge gives them."""
+    assessed = [(s.name, s.confidence) for s in result.files if s.confidence is not None]
+    if assessed:
+        out.print(confidence_table(assessed))
+    if assessed and svg_out is not None:
+        curves = [(name, c.curves.get("FACT", [])) for name, c in assessed]
+        title = f"FACT: precision vs coverage ({result.judge})"
+        atomic_write_text(svg_out, confidence_svg(curves, title, target=0.70) + "\n")
+        console.print(f"curves: {svg_out}")
 
 
 _judge_model = pairs_model

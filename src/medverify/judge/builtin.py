@@ -19,6 +19,7 @@ makes Verdicts with ``error`` set, never a category.
 from __future__ import annotations
 
 import asyncio
+import copy
 import json
 import logging
 import re
@@ -32,7 +33,26 @@ import numpy as np
 
 from medverify.errors import ConfigError, MedverifyError
 from medverify.judge import JudgeItem
+from medverify.judge.calibration import (
+    Calibration,
+    Family,
+    family_for,
+    load_calibration,
+    pair_features,
+)
+from medverify.judge.checks import find_conflicts
+from medverify.judge.decide import (
+    MIN_RELEVANCE,
+    Outcome,
+    PassageScore,
+    assess,
+    decide,
+    relevance,
+    states_claim,
+    veto_analysis,
+)
 from medverify.judge.evidence import quote_in_passage
+from medverify.judge.terms import key_terms
 from medverify.records import Analysis, Passage, Verdict, passage_label
 from medverify.text import line_sentences
 
@@ -122,6 +142,9 @@ class BuiltinJudge:
         contradict_threshold: float | None = None,
         batch_size: int = 32,
         quotes: bool = True,
+        calibration: Calibration | str | Path | None = None,
+        family: str | None = "general",
+        checks: bool = True,
     ) -> None:
         self.verifier = verifier if verifier is not None else load_verifier(path)
         self.quotes = quotes  # off: no quote, no second pass over long passages (eval)
@@ -129,7 +152,34 @@ class BuiltinJudge:
         self.support_threshold = _threshold(support_threshold, thresholds, "support")
         self.contradict_threshold = _threshold(contradict_threshold, thresholds, "contradict")
         self.batch_size = batch_size
+        self.checks = checks  # the exact checks (judge.checks) on supporting passages
+        self.auto_family = family == "auto"  # per data set in eval pairs, else general
+        self.family = _family(self.verifier.id, calibration,
+                              "general" if self.auto_family else family)
+        self._calibration = calibration
         self._lock = threading.Lock()
+
+    @property
+    def calibration(self) -> str | None:
+        """The calibration family in use (None: verdicts carry no confidence)."""
+        return self.family.name if self.family is not None else None
+
+    def with_family(self, name: str) -> BuiltinJudge:
+        """The same judge (same loaded verifier) with another calibration family."""
+        other = copy.copy(self)
+        other.family = _family(self.verifier.id, self._calibration, name)
+        other.auto_family = False
+        return other
+
+    def for_dataset(self, dataset: str | None) -> BuiltinJudge:
+        """With family ``auto``: this judge with the family fitted for ``dataset``
+        ("checkcovid_dev" -> checkcovid), or the pooled one for a set with no training data
+        of its own (``eval pairs``). Otherwise the judge itself."""
+        if not self.auto_family or self.family is None:
+            return self
+        calibration = (self._calibration if isinstance(self._calibration, Calibration)
+                       else load_calibration(self._calibration))
+        return self.with_family(family_for(dataset, calibration))
 
     @classmethod
     def config_options(cls, config: Config, model: Model | None = None) -> dict[str, Any]:
@@ -140,6 +190,9 @@ class BuiltinJudge:
             "support_threshold": settings.support_threshold,
             "contradict_threshold": settings.contradict_threshold,
             "batch_size": settings.batch_size,
+            "calibration": settings.calibration,
+            "family": settings.calibration_family,
+            "checks": settings.exact_checks,
         }
 
     @classmethod
@@ -183,7 +236,7 @@ class BuiltinJudge:
         return out
 
     def verdict(self, scores: ClaimScores) -> Verdict:
-        """The Verdict of one claim from its per-passage probabilities."""
+        """The Verdict of one claim from its per-passage scores (:mod:`judge.decide`)."""
         item = scores.item
         base = {
             "claim_id": item.claim.id,
@@ -195,24 +248,52 @@ class BuiltinJudge:
         if not item.passages:
             reason = "no evidence passage was retrieved for this claim"
             no = Analysis(holds=False, reason=reason)
-            return Verdict(**base, factual=no, counterfactual=no.model_copy())
-        return Verdict(
+            return Verdict(**base, factual=no, counterfactual=no.model_copy(),
+                           confident=True if self.calibration else None)
+        rows = self.passage_scores(scores)
+        outcome = decide(rows, self._strong_at())
+        factual = (veto_analysis(outcome.vetoed) if outcome.vetoed is not None
+                   else self._analysis(scores, rows, outcome.support, SUPPORTED))
+        verdict = Verdict(
             **base,
-            factual=self._analysis(scores, SUPPORTED, self.support_threshold),
-            counterfactual=self._analysis(scores, CONTRADICTED, self.contradict_threshold),
+            factual=factual,
+            counterfactual=self._analysis(scores, rows, outcome.contradict, CONTRADICTED),
             probabilities=self._probabilities(scores),
             raw_output=_raw(scores),
+            findings=[f for row in rows for f in row.findings],
         )
+        return self._assess(verdict, outcome, rows, item.claim.text)
 
-    def _analysis(self, scores: ClaimScores, label: int, threshold: float) -> Analysis:
+    def passage_scores(self, scores: ClaimScores) -> list[PassageScore]:
+        """Each passage's probabilities, relevance, statement flag and exact-check
+        findings for this claim (see :mod:`medverify.judge.decide`)."""
+        assert scores.probs is not None
+        claim = scores.item.claim.text
+        terms = key_terms(claim)
         thresholds = (self.support_threshold, self.contradict_threshold)
-        row = scores.deciding(label, thresholds)
-        holds = row is not None
-        if row is not None and scores.probs is not None:
-            p, passage = float(scores.probs[row, label]), scores.item.passages[row]
-        else:
-            p, passage = scores.best(label)
-        assert passage is not None
+        rows = []
+        for passage, raw in zip(scores.item.passages, scores.probs, strict=True):
+            verbatim = bool(raw[SUPPORTED] == 1.0 and is_verbatim(claim, passage.text))
+            label = passage_label(raw, thresholds)
+            row = PassageScore(passage=passage, raw=[float(x) for x in raw], calibrated=None,
+                               label=label, relevance=relevance(terms, passage.text),
+                               states_claim=states_claim(claim, passage.text,
+                                                         verbatim=verbatim))
+            if self.checks and (row.states_claim or label == SUPPORTED):
+                row.findings = find_conflicts(claim, passage.text, passage.id)
+            if self.family is not None:
+                features = pair_features(claim, passage.text, raw, verbatim=verbatim)
+                row.calibrated = [float(x) for x in self.family.probabilities(
+                    np.asarray([features]))[0]]
+            rows.append(row)
+        return rows
+
+    def _analysis(self, scores: ClaimScores, rows: list[PassageScore],
+                  chosen: PassageScore | None, label: int) -> Analysis:
+        threshold = self.support_threshold if label == SUPPORTED else self.contradict_threshold
+        holds = chosen is not None
+        row = chosen or max(rows, key=lambda r: r.raw[label])
+        p, passage = row.raw[label], row.passage
         name = "supported" if label == SUPPORTED else "contradicted"
         digits = 2 if round(p, 2) != round(threshold, 2) else 3  # never "0.40 below 0.40"
         reason = (
@@ -221,10 +302,13 @@ class BuiltinJudge:
             f"{threshold:.{digits}f})"
         )
         if not holds and p >= threshold:
-            other = "supported" if label == CONTRADICTED else "contradicted"
-            reason += f", but that passage {other} the claim more strongly"
-        if label == SUPPORTED and holds and is_verbatim(scores.item.claim.text, passage.text):
-            reason = f"the claim is stated verbatim in passage {_describe(passage)}"
+            reason += self._why_not(row, label)
+        if label == SUPPORTED and holds and row.states_claim:
+            how = "verbatim" if is_verbatim(scores.item.claim.text, passage.text) else \
+                "nearly word for word"
+            reason = f"the claim is stated {how} in passage {_describe(passage)}"
+        if holds and row.reviewed:
+            reason += " (a clinician-reviewed document)"
         wanted = holds and self.quotes
         quote = self._quote(scores.item.claim.text, passage, label) if wanted else None
         return Analysis(
@@ -234,6 +318,33 @@ class BuiltinJudge:
             quote_found=quote_in_passage(quote, passage) if quote else None,
             reason=reason,
         )
+
+    @staticmethod
+    def _why_not(row: PassageScore, label: int) -> str:
+        if label == CONTRADICTED and row.relevance < MIN_RELEVANCE:
+            return (f", but the passage is about something else (it holds "
+                    f"{row.relevance:.0%} of the claim's key content)")
+        if row.label is not None and row.label != label:
+            other = "supported" if label == CONTRADICTED else "contradicted"
+            return f", but that passage {other} the claim more strongly"
+        return ", but the other side's evidence outweighs or outranks it"
+
+    def _strong_at(self) -> tuple[float | None, float | None] | None:
+        """The calibrated probabilities at which a passage is strong evidence."""
+        if self.family is None:
+            return None
+        return self.family.threshold("FACT"), self.family.threshold("HALLUCINATION")
+
+    def _assess(self, verdict: Verdict, outcome: Outcome, rows: list[PassageScore],
+                claim: str) -> Verdict:
+        """The verdict with its confidence and, when it is not confident, why."""
+        if self.family is None:
+            return verdict
+        confidence, doubts = assess(verdict.category, outcome, rows, self.family,
+                                    claim_negated=key_terms(claim).negated)
+        return verdict.model_copy(update={
+            "confidence": None if confidence is None else round(confidence, 4),
+            "confident": not doubts, "not_sure": "; ".join(doubts) or None})
 
     def _quote(self, claim: str, passage: Passage, label: int) -> str | None:
         region = self._deciding_window(claim, passage, label)
@@ -258,6 +369,21 @@ class BuiltinJudge:
         out["threshold_support"] = self.support_threshold
         out["threshold_contradict"] = self.contradict_threshold
         return out
+
+
+def _family(verifier_id: str, calibration: Calibration | str | Path | None,
+            name: str | None) -> Family | None:
+    """The calibration family for this verifier, or None (no name given, or a calibration
+    fitted for another verifier: its probabilities would mean nothing here)."""
+    if name is None:
+        return None
+    loaded = calibration if isinstance(calibration, Calibration) else load_calibration(
+        calibration)
+    if loaded.verifier != verifier_id:
+        log.info("judge calibration %s is for verifier %s, not %s: no confidence given",
+                 loaded.version, loaded.verifier, verifier_id)
+        return None
+    return loaded.family(name)
 
 
 def _threshold(override: float | None, thresholds: dict[str, float], key: str) -> float:

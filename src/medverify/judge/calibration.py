@@ -88,6 +88,7 @@ class Family(BaseModel):
 
     name: str
     trained_on: list[str]
+    datasets: list[str] = Field(default_factory=list)  # the pairs' `dataset` names
     rows: int
     mean: list[float]
     scale: list[float]
@@ -147,11 +148,14 @@ def _load(path: str) -> Calibration:
 
 
 def family_for(dataset: str | None, calibration: Calibration, default: str = "general") -> str:
-    """The family for pairs of ``dataset`` ("checkcovid_dev" -> "checkcovid"), else
-    ``default``: a set with no training data of its own gets the pooled calibration."""
+    """The family for pairs of ``dataset`` (a pair's ``dataset`` field, "check-covid", or a
+    file name, "checkcovid_dev"), else ``default``: a set with no training data of its own
+    gets the pooled calibration."""
     if dataset:
-        for name in calibration.families:
-            if name != "general" and dataset.startswith(name):
+        for name, family in calibration.families.items():
+            if name == "general":
+                continue
+            if dataset in family.datasets or dataset.startswith(name):
                 return name
     return default
 
@@ -183,7 +187,7 @@ def confident_threshold(p: np.ndarray, correct: np.ndarray, target: float,
 
 def fit_family(name: str, trained_on: list[str], x: np.ndarray, labels: Sequence[str],
                categories: Sequence[str], groups: Sequence[int], strata: Sequence[str],
-               folds: int = 5) -> Family:
+               folds: int = 5, datasets: Sequence[str] = ()) -> Family:
     """Fit one family: a multinomial logistic regression on ``x`` (standardised), and per
     category the confident threshold (:func:`robust_threshold`) of its cross-validated
     probabilities among the pairs the judge put in that category (``categories``, the
@@ -220,7 +224,8 @@ def fit_family(name: str, trained_on: list[str], x: np.ndarray, labels: Sequence
             else None
         truly = y == column
         cover[category] = round(float(chosen[truly].mean()), 4) if truly.any() else None
-    return Family(name=name, trained_on=trained_on, rows=len(y), mean=mean.tolist(),
+    return Family(name=name, trained_on=trained_on, datasets=sorted(set(datasets)),
+                  rows=len(y), mean=mean.tolist(),
                   scale=scale.tolist(), coef=coef.tolist(), intercept=intercept.tolist(),
                   thresholds=thresholds, cv_precision=precision, cv_coverage=cover)
 

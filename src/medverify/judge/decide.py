@@ -16,10 +16,11 @@ scores into the claim's two analyses, its category and its confidence. The rule,
    unreviewed text: when a relevant reviewed passage supports (or contradicts) the claim,
    unreviewed passages pointing the other way do not count.
 5. **JUDGMENT_ERROR only when strong, relevant evidence points both ways**: each side's
-   best passage is relevant (:data:`STRONG_RELEVANCE`) and confident on its own
-   (probability at least :data:`STRONG_P`, or it states the claim). Otherwise the side with
-   the larger weighted score wins and the other is recorded as outweighed, which makes the
-   verdict not sure.
+   best passage is relevant (:data:`STRONG_RELEVANCE`) and confident on its own (its
+   calibrated probability reaches the family's confident threshold, or without calibration
+   its raw one :data:`STRONG_P`; a statement of the claim or a reviewed passage is
+   strong). Otherwise the side with the larger weighted score wins and the other is
+   recorded as outweighed, which makes the verdict not sure.
 
 Confidence is the calibrated probability (:mod:`medverify.judge.calibration`) of the
 category's label for the deciding passage. A verdict is confident only when that reaches
@@ -76,10 +77,19 @@ class PassageScore:
             return 1.0 + self.relevance
         return float(self.raw[side]) * self.relevance
 
-    def strong(self, side: int) -> bool:
-        if side == SUPPORT and (self.states_claim or self.reviewed):
+    def strong(self, side: int, at: Sequence[float | None] | None = None) -> bool:
+        """Evidence that can stand on its own: a statement of the claim or a reviewed
+        passage; else a relevant passage whose calibrated probability of the side reaches
+        the family's confident threshold (``at``: support, contradiction; None: that side
+        never does), or, without calibration, whose raw probability is >= STRONG_P."""
+        if self.reviewed or (side == SUPPORT and self.states_claim):
             return True
-        return self.relevance >= STRONG_RELEVANCE and float(self.raw[side]) >= STRONG_P
+        if self.relevance < STRONG_RELEVANCE:
+            return False
+        if at is None or self.calibrated is None:
+            return float(self.raw[side]) >= STRONG_P
+        threshold = at[side]
+        return threshold is not None and float(self.calibrated[side]) >= threshold
 
 
 def relevance(claim: KeyTerms, passage_text: str) -> float:
@@ -90,7 +100,8 @@ def relevance(claim: KeyTerms, passage_text: str) -> float:
 def states_claim(claim: str, passage_text: str, *, verbatim: bool) -> bool:
     """True when the passage states the claim: word for word (``verbatim``), or one of its
     sentences is nearly the claim's word sequence (similarity >= :data:`NEAR_VERBATIM`)
-    with the same numbers, negation and hedging."""
+    with the same numbers, negation and hedging, and every key word of the claim in it (a
+    claim that swaps "adults" for "children" is not stated, however similar)."""
     if verbatim:
         return True
     words = [t.casefold() for t in tokens(claim)]
@@ -104,7 +115,8 @@ def states_claim(claim: str, passage_text: str, *, verbatim: bool) -> bool:
         if difflib.SequenceMatcher(None, words, other, autojunk=False).ratio() < NEAR_VERBATIM:
             continue
         sk = key_terms(sentence)
-        if sk.numbers == ck.numbers and sk.negated == ck.negated and sk.hedged == ck.hedged:
+        if (sk.numbers == ck.numbers and sk.negated == ck.negated and sk.hedged == ck.hedged
+                and ck.content <= sk.content):
             return True
     return False
 
@@ -155,15 +167,23 @@ class Outcome:
     outweighed: PassageScore | None = None
 
 
-def decide(scores: Sequence[PassageScore]) -> Outcome:
-    """Which passage decides each analysis (None: the analysis does not hold)."""
+def decide(scores: Sequence[PassageScore],
+           strong_at: Sequence[float | None] | None = None) -> Outcome:
+    """Which passage decides each analysis (None: the analysis does not hold).
+    ``strong_at``: the calibrated (support, contradiction) probabilities at which a passage
+    is strong evidence (the family's confident thresholds; see :meth:`PassageScore.strong`)."""
     support, contra, vetoed = sides(scores)
     doubts: list[str] = []
     first_veto = vetoed[0] if vetoed and support.best is None else None
     if support.best is None or contra.best is None:
         return Outcome(support.best, contra.best, first_veto, doubts)
     s, c = support.best, contra.best
-    if s.strong(SUPPORT) and c.strong(CONTRADICT) and s.reviewed == c.reviewed:
+    if s.states_claim and not c.reviewed:  # a statement settles support
+        if c.strong(CONTRADICT, strong_at):
+            doubts.append(f"passage {_name(c.passage)} points the other way")
+        return Outcome(s, None, None, doubts, outweighed=c)
+    if (s.strong(SUPPORT, strong_at) and c.strong(CONTRADICT, strong_at)
+            and s.reviewed == c.reviewed):
         return Outcome(s, c, None, doubts)
     if support.strength() >= contra.strength():
         doubts.append(f"passage {_name(c.passage)} points the other way, more weakly")
@@ -195,9 +215,14 @@ _NAME = {"FACT": "P(supported)", "HALLUCINATION": "P(contradicted)",
 
 
 def assess(category: str, outcome: Outcome, rows: Sequence[PassageScore],
-           family: Family) -> tuple[float | None, list[str]]:
+           family: Family, *, claim_negated: bool = False) -> tuple[float | None, list[str]]:
     """The verdict's confidence (the calibrated probability of its category's label for the
-    deciding passage) and the doubts that make it not sure (empty: confident)."""
+    deciding passage) and the doubts that make it not sure (empty: confident).
+
+    A negated claim ("X does not cause Y") is never a confident HALLUCINATION on the
+    verifier's probability alone: the verifier reads negation words as contradiction (on
+    the training sets, confident HALLUCINATIONs of negated claims were right 47-59 % of the
+    time in-sample, against 85-100 % for other claims)."""
     doubts = list(outcome.doubts)
     if outcome.vetoed is not None:
         doubts += [f"{f.reason} (support not counted)" for f in outcome.vetoed.findings
@@ -210,6 +235,9 @@ def assess(category: str, outcome: Outcome, rows: Sequence[PassageScore],
     settled = row is not None and (row.reviewed or (category == "FACT" and row.states_claim))
     if not settled:
         doubts += _threshold_doubts(category, confidence, family)
+    if category == "HALLUCINATION" and claim_negated and not settled:
+        doubts.append("the claim is negated, and the verifier often reads a negation as a "
+                      "contradiction")
     if category == "FACT" and row is not None:
         if row.relevance < MIN_RELEVANCE and not row.states_claim:
             doubts.append(relevance_reason(row) + ", too little to be sure it is about it")

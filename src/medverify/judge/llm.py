@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any
 
 from medverify.errors import MedverifyError, ParseError
 from medverify.judge import JudgeItem, model_required
+from medverify.judge.decide import check_verdict
 from medverify.judge.evidence import UnknownPassage, resolve_passage, verify_analysis
 from medverify.llm.facade import Model
 from medverify.prompts import Prompt, load_prompt
@@ -176,7 +177,7 @@ class LLMJudge:
         if isinstance(parsed, str):
             return self._failed(item, passages, f"unparseable judge output: {parsed}", raw)
         factual, counterfactual = parsed
-        return Verdict(
+        verdict = Verdict(
             claim_id=item.claim.id,
             passage_ids=[p.id for p in passages],
             factual=factual,
@@ -185,6 +186,7 @@ class LLMJudge:
             prompt_version=self.prompt_version,
             raw_output=raw,
         )
+        return check_verdict(verdict, item.claim.text, passages)
 
     def _failed(
         self, item: JudgeItem, passages: list[Passage], error: str, raw: str | None

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
+from functools import lru_cache
 
 _NEGATION_TEXT = """
 not no never neither nor none nobody nothing without cannot can't won't don't doesn't didn't
@@ -42,6 +43,7 @@ _NUMBER = re.compile(r"\d+(?:[.,]\d+)*")
 _SUFFIXES = ("ations", "ation", "ings", "ing", "edly", "ed", "ies", "es", "s", "ly")
 
 
+@lru_cache(maxsize=1 << 16)
 def fold(word: str) -> str:
     """A word lower-cased with one common inflection suffix removed ("reduces" ->
     "reduc", "reduced" -> "reduc"); words of 4 letters or fewer stay as they are."""
@@ -94,24 +96,31 @@ class KeyTerms:
         return bool(self.numbers or self.names or self.words)
 
 
+@lru_cache(maxsize=8192)
 def key_terms(text: str) -> KeyTerms:
-    """The key content of ``text`` (see :class:`KeyTerms`)."""
-    toks = tokens(text)
-    lowered = [t.casefold() for t in toks]
-    numbers = frozenset(number_value(t) for t in toks if _NUMBER.fullmatch(t))
-    names = frozenset(
-        t.casefold() for i, t in enumerate(toks)
-        if not _NUMBER.fullmatch(t) and t.casefold() not in STOPWORDS
-        and ((i > 0 and t[:1].isupper()) or (len(t) > 1 and t[1:] != t[1:].lower()))
-    )
-    words = frozenset(
-        fold(t) for t in lowered
-        if not _NUMBER.fullmatch(t) and t not in STOPWORDS and t not in NEGATIONS
-        and t not in MODALS and len(t) > 2
-    )
-    return KeyTerms(numbers=numbers, names=names, words=words,
-                    negated=any(t in NEGATIONS or t.endswith("n't") for t in lowered),
-                    hedged=any(t in MODALS for t in lowered))
+    """The key content of ``text`` (see :class:`KeyTerms`); cached, since a passage is
+    compared with many claims and a claim with many passages."""
+    numbers, names, words = set(), set(), set()
+    negated = hedged = False
+    for i, t in enumerate(tokens(text)):
+        if t[0].isdigit():
+            numbers.add(number_value(t))
+            continue
+        low = t.casefold()
+        if low in MODALS:
+            hedged = True
+            continue
+        if low in STOPWORDS:
+            continue
+        if low in NEGATIONS or low.endswith("n't"):
+            negated = True
+            continue
+        if (i > 0 and t[0].isupper()) or (len(t) > 1 and not t[1:].islower()):
+            names.add(low)
+        if len(low) > 2:
+            words.add(fold(low))
+    return KeyTerms(numbers=frozenset(numbers), names=frozenset(names),
+                    words=frozenset(words), negated=negated, hedged=hedged)
 
 
 def coverage(claim: KeyTerms, other: KeyTerms) -> float:

@@ -1,0 +1,99 @@
+"""Pairs/s of the built-in judge with the claim-level rule, calibration and exact checks,
+against the verifier's work alone (what the judge did before them), in one run.
+
+    .venv/bin/python benchmarks/bench_judge_speed.py [--n 300] [--rounds 3]
+
+Both sides judge the same pairs (the first --n of healthver_dev and of checkcovid_dev: short
+and long evidence; made-up pairs when the data folder is absent), one passage per claim,
+quotes off, as `eval pairs` does. Rounds alternate the two so the machine's load hits both
+alike; the ratio of the medians is the number the issue's target (>= 0.8) is about.
+Writes benchmarks/results/judge_speed.{json,md}.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import statistics
+import time
+from pathlib import Path
+
+import numpy as np
+
+from medverify.judge import JudgeItem
+from medverify.judge.builtin import BuiltinJudge, is_verbatim
+from medverify.records import Claim, Passage, passage_label
+
+ROOT = Path(__file__).resolve().parents[1]
+DATA = ROOT.parent / "shared" / "data" / "pairs"
+RESULTS = ROOT / "benchmarks" / "results"
+
+
+def pairs(n: int) -> dict[str, list[tuple[str, str]]]:
+    out = {}
+    for name in ("healthver_dev", "checkcovid_dev"):
+        path = DATA / f"{name}.jsonl"
+        if path.exists():
+            rows = [json.loads(line) for line in path.read_text("utf-8").splitlines()[:n]]
+            out[name] = [(r["claim"], r["evidence"]) for r in rows]
+    if not out:
+        out["made_up"] = [(f"Drug {i} lowers blood pressure in adults.",
+                           f"In a trial of {i * 10} adults, drug {i} lowered blood pressure "
+                           "by 5 mmHg. It did not change heart rate.") for i in range(n)]
+    return out
+
+
+def verifier_only(judge: BuiltinJudge, batch: list[tuple[str, str]]) -> None:
+    """What the judge computed per pair before this issue: probabilities, the verbatim
+    rule and the per-passage label."""
+    probs = np.asarray(judge.verifier.predict(batch, batch_size=judge.batch_size))
+    thresholds = (judge.support_threshold, judge.contradict_threshold)
+    for (claim, text), row in zip(batch, probs, strict=True):
+        is_verbatim(claim, text)
+        passage_label(row, thresholds)
+
+
+def full_judge(judge: BuiltinJudge, batch: list[tuple[str, str]]) -> None:
+    items = [JudgeItem(claim=Claim(id=str(i), text=c),
+                       passages=[Passage(id=f"{i}#e", doc_id=str(i), text=e)])
+             for i, (c, e) in enumerate(batch)]
+    asyncio.run(judge.judge(items))
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--n", type=int, default=300)
+    parser.add_argument("--rounds", type=int, default=3)
+    args = parser.parse_args()
+    judge = BuiltinJudge(quotes=False)
+    result: dict = {"judge": judge.judge_id, "calibration": judge.calibration,
+                    "cpus": os.cpu_count(), "sets": {}}
+    lines = ["# Built-in judge speed: full claim-level judge vs the verifier's work alone", "",
+             "| set | pairs | verifier only, pairs/s | full judge, pairs/s | ratio |",
+             "|---|---|---|---|---|"]
+    for name, batch in pairs(args.n).items():
+        times: dict[str, list[float]] = {"verifier_only": [], "full_judge": []}
+        for _ in range(args.rounds):
+            for label, fn in (("verifier_only", verifier_only), ("full_judge", full_judge)):
+                started = time.perf_counter()
+                fn(judge, batch)
+                times[label].append(time.perf_counter() - started)
+        rate = {k: len(batch) / statistics.median(v) for k, v in times.items()}
+        ratio = rate["full_judge"] / rate["verifier_only"]
+        result["sets"][name] = {"pairs": len(batch), "seconds": times,
+                                "pairs_per_s": rate, "ratio": round(ratio, 3)}
+        lines.append(f"| {name} | {len(batch)} | {rate['verifier_only']:.1f} | "
+                     f"{rate['full_judge']:.1f} | {ratio:.2f} |")
+    result["load_average"] = os.getloadavg()
+    lines += ["", f"Median of {args.rounds} alternating rounds; load average after: "
+              f"{result['load_average'][0]:.2f}. Target: ratio >= 0.80.", ""]
+    RESULTS.mkdir(parents=True, exist_ok=True)
+    (RESULTS / "judge_speed.json").write_text(json.dumps(result, indent=1) + "\n")
+    (RESULTS / "judge_speed.md").write_text("\n".join(lines))
+    print("\n".join(lines))
+
+
+if __name__ == "__main__":
+    main()
