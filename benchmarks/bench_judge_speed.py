@@ -1,7 +1,7 @@
 """Pairs/s of the built-in judge with the claim-level rule, calibration and exact checks,
 against the verifier's work alone (what the judge did before them), in one run.
 
-    .venv/bin/python benchmarks/bench_judge_speed.py [--n 300] [--rounds 3]
+    .venv/bin/python benchmarks/bench_judge_speed.py [--n 300] [--rounds 5]
 
 Both sides judge the same pairs (the first --n of healthver_dev and of checkcovid_dev: short
 and long evidence; made-up pairs when the data folder is absent), one passage per claim,
@@ -65,7 +65,7 @@ def full_judge(judge: BuiltinJudge, batch: list[tuple[str, str]]) -> None:
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--n", type=int, default=300)
-    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--rounds", type=int, default=5)
     args = parser.parse_args()
     judge = BuiltinJudge(quotes=False)
     result: dict = {"judge": judge.judge_id, "calibration": judge.calibration,
@@ -75,6 +75,7 @@ def main() -> None:
              "|---|---|---|---|---|"]
     for name, batch in pairs(args.n).items():
         times: dict[str, list[float]] = {"verifier_only": [], "full_judge": []}
+        full_judge(judge, batch[:16])  # warm-up: model, caches, lazy loads
         for _ in range(args.rounds):
             for label, fn in (("verifier_only", verifier_only), ("full_judge", full_judge)):
                 started = time.perf_counter()

@@ -136,20 +136,23 @@ def test_a_finding_without_veto_makes_fact_not_sure() -> None:
 def test_confident_threshold_holds_at_every_higher_cut() -> None:
     p = np.array([0.99, 0.98, 0.97, 0.5, 0.4, 0.3, 0.2])
     correct = np.array([1, 1, 0, 1, 0, 0, 0], dtype=bool)
-    assert confident_threshold(p, correct, 0.6, min_rows=2) == 0.4  # 3 of 5
-    assert confident_threshold(p, correct, 0.65, min_rows=2) == 0.5  # 3 of 4; 0.4 breaks it
-    assert confident_threshold(p, correct, 0.9, min_rows=2) == 0.98
-    assert confident_threshold(p, correct, 0.99, min_rows=3) is None
+    assert confident_threshold(p, correct, 0.6, min_rows=2, z=0) == 0.4  # 3 of 5
+    assert confident_threshold(p, correct, 0.65, min_rows=2, z=0) == 0.5  # 3 of 4
+    assert confident_threshold(p, correct, 0.9, min_rows=2, z=0) == 0.98
+    assert confident_threshold(p, correct, 0.99, min_rows=3, z=0) is None
+    # with the 95 % lower bound, 2 of 2 right is not enough evidence for 0.6
+    assert confident_threshold(p, correct, 0.6, min_rows=2) is None
+    many = np.linspace(1, 0, 200)
+    assert confident_threshold(many, many > 0.3, 0.6) is not None
 
 
 def test_robust_threshold_must_hold_on_each_stratum() -> None:
-    p = np.array([0.9, 0.8, 0.7, 0.9, 0.8, 0.7])
-    correct = np.array([1, 1, 1, 0, 0, 1], dtype=bool)
-    strata = np.array(["a", "a", "a", "b", "b", "b"])
-    everywhere = np.ones(6, dtype=bool)
-    assert robust_threshold(p, correct, everywhere, strata, 0.5, min_rows=2) is None
-    assert robust_threshold(p[:3], correct[:3], everywhere[:3], strata[:3], 0.5,
-                            min_rows=2) == 0.7
+    p = np.concatenate([np.linspace(0.9, 0.5, 20), np.linspace(0.9, 0.5, 20)])
+    correct = np.array([True] * 20 + [False] * 19 + [True])
+    strata = np.array(["a"] * 20 + ["b"] * 20)
+    everywhere = np.ones(40, dtype=bool)
+    assert robust_threshold(p, correct, everywhere, strata, 0.5) is None  # b never reaches it
+    assert robust_threshold(p[:20], correct[:20], everywhere[:20], strata[:20], 0.5) == 0.5
 
 
 def test_the_shipped_calibration_loads_and_maps_data_sets_to_families() -> None:

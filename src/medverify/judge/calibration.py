@@ -14,7 +14,8 @@ citing sentences vs cited papers, SciFact claims vs rationales) and once pooled
 
 Each family also records, per category, the smallest calibrated probability at which the
 category's precision reached its target (FACT 0.70, HALLUCINATION 0.50, COVERAGE_GAP 0.50)
-in cross-validation, at that threshold and every higher one. The pooled family takes the
+in cross-validation with one-sided 95 % confidence (Wilson lower bound), at that threshold
+and every higher one. The pooled family takes the
 largest of the families' thresholds (it must hold on each family), and has none where
 some family never reached the target: then no verdict of that category is confident.
 A threshold of None means "never confident": the honest answer when the data say the
@@ -167,20 +168,25 @@ MIN_CONFIDENT = 15  # a threshold must hold with at least this many pairs above 
 
 
 def confident_threshold(p: np.ndarray, correct: np.ndarray, target: float,
-                        min_rows: int = MIN_CONFIDENT) -> float | None:
+                        min_rows: int = MIN_CONFIDENT, z: float = 1.645) -> float | None:
     """The smallest probability ``t`` such that, among the pairs with ``p >= t`` (the
-    pairs of that category), the share ``correct`` is at least ``target`` at ``t`` and
-    at every higher threshold with at least ``min_rows`` pairs above it; None when no
-    threshold with ``min_rows`` pairs reaches it."""
+    pairs of that category), the share ``correct`` is at least ``target`` with one-sided
+    95 % confidence at ``t`` (its Wilson lower bound, ``z``; 0 gives the plain share), and
+    the plain share is at least ``target`` at every higher threshold with at least
+    ``min_rows`` pairs above it; None when no such threshold exists. The bound leaves a
+    margin for the shift between training and unseen data that a point estimate would not."""
     order = np.argsort(-p, kind="stable")
     hits = np.cumsum(np.asarray(correct, dtype=float)[order])
     n = np.arange(1, len(p) + 1)
-    precision = hits / n
+    share = hits / n
+    lower = (share + z * z / (2 * n) - z * np.sqrt(share * (1 - share) / n
+                                                   + z * z / (4 * n * n))) / (1 + z * z / n)
     best = None
     for k in range(min_rows - 1, len(p)):
-        if precision[k] < target:
+        if share[k] < target:
             break
-        if k + 1 == len(p) or p[order][k + 1] < p[order][k]:  # only cut between values
+        last_of_value = k + 1 == len(p) or p[order][k + 1] < p[order][k]
+        if last_of_value and lower[k] >= target:  # only cut between values
             best = float(p[order][k])
     return best
 
