@@ -350,3 +350,54 @@ def test_start_up_teaches_what_a_crash_left_untaught_but_never_a_reverted_change
     assert finish_teaching(queue, kb) == 0  # taught: nothing left
     revert(change.id, kb, queue)
     assert finish_teaching(queue, kb) == 0  # a reverted change stays reverted
+
+
+# ---- the loop with the real built-in judge (issue 27's cases) --------------------------------
+
+LOOP_DOCS = [
+    Document(doc_id="fibre", title="Dietary fibre",
+             text="Dietary fibre does not lower cholesterol in everyone; its effect on "
+                  "cholesterol is small and varies between people."),
+    Document(doc_id="lisinopril", title="Lisinopril",
+             text="Lisinopril is an ACE inhibitor. Lisinopril lowers blood pressure in adults "
+                  "with hypertension, including adults with diabetes."),
+]
+
+
+def _builtin_checker(kb: KnowledgeBase) -> Checker:
+    config = Config(decomposer="rules", retrieval={"mode": "lexical", "top_k": 3},
+                    arbitration={"coverage_gap": "ESCALATE", "not_sure": "ESCALATE"})
+    return Checker.from_config(config, kb=kb)
+
+
+def test_a_reviewed_claim_is_settled_and_teaching_leaves_unrelated_verdicts_alone(
+        tmp_path: Path, runs: RunStore) -> None:
+    statins = Answer(text="Statins lower LDL cholesterol.")
+    lisinopril = Answer(text="Lisinopril lowers blood pressure in adults with diabetes.")
+    with KnowledgeBase.create(tmp_path / "kb-real", embedder="hash") as base:
+        base.ingest(LOOP_DOCS)
+        checker, queue = _builtin_checker(base), ReviewStore(runs)
+        try:
+            before_l = asyncio.run(checker.run([lisinopril], store=runs))[0].results[0]
+            first = asyncio.run(checker.run([statins], store=runs))[0]
+            [result] = first.results
+            assert result.category is not Category.FACT or result.confident is False
+            assert queue.add_items(items_from_report(first)) == 1
+            [it] = queue.list(status=ReviewStatus.OPEN)
+            closed = queue.label(it.id, "rev-a", ReviewLabel.FACT, source_url=SOURCE)
+            assert teach(closed, base, queue) is not None
+            unrelated = Document(doc_id="review-x", title="Clinician-reviewed statement",
+                                 source="clinician-review",
+                                 text="Regular walking improves mood in older adults.")
+            base.ingest([unrelated])
+            [after] = asyncio.run(checker.run([statins], store=runs))[0].results
+            after_l = asyncio.run(checker.run([lisinopril], store=runs))[0].results[0]
+        finally:
+            asyncio.run(checker.aclose())
+    assert after.category is Category.FACT and after.confident is True
+    assert "clinician-reviewed" in (after.verdict.factual.reason or "")
+    assert after.arbitration is not None and after.arbitration.decision is Decision.ACCEPT
+    # the taught documents reach the lisinopril claim's evidence, but are about something
+    # else: its verdict does not move (before this rule, it flipped to JUDGMENT_ERROR)
+    assert any(p.doc_id.startswith("review-") for p in after_l.passages)
+    assert (after_l.category, after_l.confident) == (before_l.category, before_l.confident)
