@@ -24,7 +24,8 @@ import time
 from pathlib import Path
 
 from medverify.confidence_eval import CurvePoint, curve_svg
-from medverify.evaluation import aevaluate_pairs
+from medverify.evaluation import PairsEval, judge_pairs, load_pairs, score_pairs
+from medverify.harness import stage_id
 from medverify.judge.builtin import BuiltinJudge
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -63,12 +64,31 @@ def _rows(family: str, result: dict) -> list[str]:
 async def run(family: str, limit: int | None) -> dict:
     judge = BuiltinJudge(family=family, quotes=False)
     started = time.perf_counter()
-    result = await aevaluate_pairs([DATA / f"{name}.jsonl" for name in SETS], judge,
-                                   limit=limit)
-    out = result.model_dump(mode="json")
+    files, aucs = [], {}
+    for name in SETS:
+        pairs = load_pairs(DATA / f"{name}.jsonl", limit)
+        begun = time.perf_counter()
+        verdicts = await judge_pairs(judge, pairs)
+        files.append(score_pairs(name, pairs, verdicts, time.perf_counter() - begun))
+        aucs[name] = supported_auc(pairs, verdicts)
+    out = PairsEval(judge=stage_id(judge), files=files, limit=limit).model_dump(mode="json")
     out["family_setting"] = family
+    out["supported_auc"] = aucs
     out["seconds"] = round(time.perf_counter() - started, 1)
     return out
+
+
+def supported_auc(pairs: list, verdicts: list) -> float | None:
+    """AUC of the verifier's raw P(SUPPORTED) for SUPPORTED against the rest: how well the
+    verifier ranks at all, before any threshold or calibration."""
+    from sklearn.metrics import roc_auc_score
+
+    scored = [(p.label == "SUPPORTED", v.probabilities.get("SUPPORTED", 0.0))
+              for p, v in zip(pairs, verdicts, strict=True) if v is not None and v.probabilities]
+    labels = {y for y, _ in scored}
+    if len(labels) < 2:
+        return None
+    return round(float(roc_auc_score([y for y, _ in scored], [x for _, x in scored])), 3)
 
 
 def main() -> None:
@@ -96,6 +116,8 @@ def main() -> None:
             svg = curve_svg(curves, f"{category}: precision vs coverage ({family})",
                             target=TARGETS[category][0])
             (RESULTS / f"judge_confidence_{family}_{category.lower()}.svg").write_text(svg + "\n")
+    lines += ["", "AUC of the verifier's raw P(SUPPORTED), SUPPORTED vs the rest: " + "; ".join(
+        f"{name} {auc}" for name, auc in next(iter(results.values()))["supported_auc"].items())]
     lines += ["", "Confident share of all verdicts: " + "; ".join(
         f"{family} {s['name']} {_fmt((s.get('confidence') or {}).get('confident_share'))}"
         for family, result in results.items() for s in result["files"]), ""]

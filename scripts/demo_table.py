@@ -1,5 +1,6 @@
 """Run the demo and print docs/demo.md's table: each claim, its planted category, the
-built-in judge's category and its two deciding probabilities.
+built-in judge's category, whether it is confident (and if not, why) and its two maximum
+probabilities.
 
     .venv/bin/python scripts/demo_table.py [--out DIR]
 """
@@ -18,9 +19,11 @@ def row(claim: ClaimOutcome, probabilities: dict[str, float] | None) -> str:
     if claim.kind and claim.expected and claim.expected.value != "FACT":
         planted += f" ({claim.kind})"
     got = f"**{claim.got.value}**" if claim.agrees else claim.got.value
+    sure = ("confident" if claim.confident else
+            f"not sure: {claim.not_sure}" if claim.confident is False else "—")
     probs = (f"{probabilities['SUPPORTED']:.2f} / {probabilities['CONTRADICTED']:.2f}"
              if probabilities and "SUPPORTED" in probabilities else "—")
-    return f"| {claim.claim} | {planted} | {got} | {probs} |"
+    return f"| {claim.claim} | {planted} | {got} | {sure} | {probs} |"
 
 
 def main() -> None:
@@ -35,8 +38,10 @@ def main() -> None:
     }
     planted = [c for c in result.claims if c.expected is not None]
     print(f"judge: {result.judge}; agrees with the planted category on "
-          f"{sum(c.agrees for c in planted)} of {len(planted)} claims\n")
-    print("| claim | planted | judge | max P(S) / P(C) |\n|---|---|---|---|")
+          f"{sum(c.agrees for c in planted)} of {len(planted)} claims; confident on "
+          f"{sum(1 for c in planted if c.confident)}, of which "
+          f"{sum(1 for c in planted if c.confidently_wrong)} disagree\n")
+    print("| claim | planted | judge | how sure | max P(S) / P(C) |\n|---|---|---|---|---|")
     for answer in result.answers:
         for claim in answer.claims:
             print(row(claim, probabilities.get((answer.answer_id, claim.claim_id))))

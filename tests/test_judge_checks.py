@@ -356,3 +356,15 @@ def test_installed_wordnet_extends_direction_without_veto() -> None:
     findings = conflicts("The fracture remained stable after surgery in most patients.",
                          "The fracture remained unstable after surgery in most patients.")
     assert [(f.kind, f.veto) for f in findings] == [(DIRECTION, False)]
+
+
+def test_a_labelled_count_is_a_count_not_a_statistic() -> None:
+    # "Enrollment: 97 participants" (a registry summary's label form) used to be read as a
+    # statistic ("OR: 1.5") and never checked
+    [finding] = conflicts("Enrollment: 97 participants.", "Enrollment: 31 participants (actual).")
+    assert finding.veto and finding.reason == ("the claim says 97 participants; the passage "
+                                               "says 31 participants")
+    assert conflicts("Enrollment: 31 participants.", "Enrollment: 31 participants (actual).") == []
+    # a statistic after its label's colon still never vetoes
+    assert not any(f.veto for f in conflicts("The odds ratio was OR: 1.5 in adults.",
+                                             "In adults the odds ratio was OR: 2.5."))

@@ -245,10 +245,10 @@ def _spaced_number(doc: Doc, i: int) -> tuple[str, int]:
 def _is_stat(doc: Doc, i: int, last: int) -> bool:
     toks = doc.toks
     prev = toks[i - 1] if i > 0 else ""
-    if prev in ("=", "±", ":") or prev in _STAT_WORDS:
+    if prev in ("=", "±") or prev in _STAT_WORDS:
         return True
-    if prev in ("<", ">", "≤", "≥") and i > 1 and toks[i - 2] in _STAT_WORDS:
-        return True
+    if prev in ("<", ">", "≤", "≥", ":") and i > 1 and toks[i - 2] in _STAT_WORDS:
+        return True  # "p < 0.05", "OR: 1.5"; "Enrollment: 97 participants" is a count
     return last < len(toks) and doc.low[last] in ("ci", "confidence", "cis")
 
 
@@ -515,9 +515,12 @@ def _finding(claim: Doc, passage: Doc, c: Quantity, other: Quantity,
 
 def _context(doc: Doc, q: Quantity) -> tuple[str, str]:
     """The nearest content stems before and after a quantity's phrase, in its clause
-    (comparators and words such as "only" skipped)."""
+    (comparators and words such as "only" skipped; a label's colon right before the
+    number, "Enrollment: 97 participants", is not a clause break)."""
     pre = post = ""
     for k in range(q.phrase[0] - 1, max(-1, q.phrase[0] - 6), -1):
+        if doc.low[k] == ":" and k == q.phrase[0] - 1:
+            continue
         if doc.low[k] in CLAUSE_PUNCT:
             break
         if is_content(doc.low[k]) and doc.low[k] not in _CONTEXT_SKIP:
