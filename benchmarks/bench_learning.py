@@ -199,11 +199,14 @@ def unrelated_flips(learn: dict[str, Any], control: dict[str, Any]) -> dict[str,
     different category than the same claim, same position, in the control arm."""
     pairs = [(a, b) for a, b in zip(learn["log"], control["log"], strict=True)
              if not any(d.startswith(DOC_PREFIX) for d in a["docs"])]
-    changed = [a for a, b in pairs if a["category"] != b["category"]]
+    changed = [(a, b) for a, b in pairs if a["category"] != b["category"]]
+    moved = [a for a, b in changed if a["docs"] != b["docs"]]
     with_taught = len(learn["log"]) - len(pairs)
     return {"claims_without_taught_evidence": len(pairs), "changed": len(changed),
+            "changed_with_same_evidence": len(changed) - len(moved),
+            "changed_with_other_evidence": len(moved),
             "claims_with_taught_evidence": with_taught,
-            "examples": [c["claim"] for c in changed[:5]]}
+            "examples": [a["claim"] for a, _ in changed[:5]]}
 
 
 def pct(value: float | None) -> str:
@@ -260,8 +263,11 @@ def markdown(payload: dict[str, Any]) -> str:
               "confident)" + (f"; not FACT: {r['not_fact']}" if r["not_fact"] else "") + ".",
               f"- Claims whose evidence holds no taught document: {f['changed']} of "
               f"{f['claims_without_taught_evidence']} changed category against the same claim "
-              f"in the control arm ({f['claims_with_taught_evidence']} claims had a taught "
-              "document among their passages)."
+              f"in the control arm: {f['changed_with_same_evidence']} with the same passages "
+              f"(the judge), {f['changed_with_other_evidence']} because retrieval returned "
+              "other passages (a new document changes the lexical statistics of the ranking); "
+              f"{f['claims_with_taught_evidence']} claims had a taught document among their "
+              "passages."
               + (f" Changed: {f['examples']}" if f["examples"] else "")]
     lines += ["", "## Reading", "", *payload["reading"], ""]
     return "\n".join(lines)

@@ -9,7 +9,9 @@ scored units the built-in judge calls FACT and the share it calls FACT confident
 grounded model copies the curated summary verbatim under the `summary` context (target:
 >= 0.90 FACT) and, under `title`, writes "The trial, <title>, was studied." plus one
 invented specific (enrolment, response rates, serious adverse events, sites; target: <= 0.20
-FACT). Writes benchmarks/results/trials_offline.{json,md}.
+FACT). Under `title`, about half the units are the true sentence "The trial, <title>, was
+studied."; the share among the other units (the invented specifics) is reported apart.
+Writes benchmarks/results/trials_offline.{json,md}.
 """
 
 from __future__ import annotations
@@ -42,12 +44,17 @@ def shares(judgments: Path) -> dict[str, dict[str, dict[str, float | int]]]:
             tally["fact"] += unit["category"] == "FACT"
             tally["fact_confident"] += unit["category"] == "FACT" and verdict.get(
                 "confident") is True
+            if not unit.get("text", "").startswith("The trial,"):  # not the title sentence
+                tally["other"] += 1
+                tally["other_fact"] += unit["category"] == "FACT"
     out: dict[str, dict[str, dict[str, float | int]]] = {}
     for (context, level), tally in sorted(counts.items()):
         n = tally["scored"] or 1
         out.setdefault(context, {})[level] = {
             "scored": tally["scored"], "fact": round(tally["fact"] / n, 4),
-            "fact_confident": round(tally["fact_confident"] / n, 4)}
+            "fact_confident": round(tally["fact_confident"] / n, 4),
+            "without_title_sentence": tally["other"],
+            "fact_without_title_sentence": round(tally["other_fact"] / (tally["other"] or 1), 4)}
     return out
 
 
@@ -67,15 +74,17 @@ def main() -> None:
     lines = ["# Trial study, offline example, grounded model, built-in judge", "",
              "`python benchmarks/bench_trials_offline.py`. Share of scored units per context "
              "and level: FACT (the category, confident or not) and FACT confidently.", "",
-             "| context | level | scored | FACT | FACT, confident | target (on FACT) |",
-             "|---|---|---|---|---|---|"]
+             "| context | level | scored | FACT | FACT, confident | FACT among units other than "
+             "\"The trial, <title>, was studied.\" | target (on FACT) |",
+             "|---|---|---|---|---|---|---|"]
     for context, levels in result.items():
         for level, row in levels.items():
             target = TARGETS.get(context)
             verdict = "—" if target is None else (
                 f"{target[0]}: {'met' if target[1](float(row['fact'])) else 'missed'}")
             lines.append(f"| {context} | {level} | {row['scored']} | {row['fact']:.3f} | "
-                         f"{row['fact_confident']:.3f} | {verdict} |")
+                         f"{row['fact_confident']:.3f} | {row['fact_without_title_sentence']:.3f}"
+                         f" ({row['without_title_sentence']}) | {verdict} |")
     RESULTS.mkdir(parents=True, exist_ok=True)
     (RESULTS / "trials_offline.json").write_text(
         json.dumps({"shares": result, "judge": run.get("judge")}, indent=1) + "\n")
