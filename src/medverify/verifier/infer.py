@@ -77,6 +77,11 @@ def aggregate(window_probs: np.ndarray) -> np.ndarray:
     return window_probs[int(np.argmax(decisive))]
 
 
+def _is_quantized(model: torch.nn.Module) -> bool:
+    """Whether ``model`` holds dynamically quantised Linear layers."""
+    return any(type(m).__module__.startswith("torch.ao.nn.quantized") for m in model.modules())
+
+
 class Verifier:
     """The built-in claim verifier (load with :meth:`load` or :func:`get_verifier`)."""
 
@@ -88,6 +93,11 @@ class Verifier:
         self.thresholds: dict[str, float] = dict(metadata.get("thresholds", DEFAULT_THRESHOLDS))
         short = str(metadata.get("weights_sha256", ""))[:8]
         self.id: str = f"{metadata.get('name', 'medverify-verifier-v1')}+{short}"
+        # A dynamically quantised model scales activations per batch tensor, so a window's
+        # probabilities depend on what it is batched with (up to 0.46 apart, 15-18 % of
+        # one-passage labels changed: benchmarks/bench_verifier_batch_dependence.py). Such a
+        # model scores every window on its own, which is also no slower on 2 cores.
+        self.per_window: bool = _is_quantized(model)
 
     @classmethod
     def load(
@@ -106,7 +116,8 @@ class Verifier:
             for window in make_windows(self.tokenizer, claim, evidence, self.max_tokens):
                 flat.append((claim, window))
                 owner.append(i)
-        probs = score_windows(self.model, self.tokenizer, flat, self.max_tokens, batch_size)
+        probs = score_windows(self.model, self.tokenizer, flat, self.max_tokens,
+                              1 if self.per_window else batch_size)
         owners = np.asarray(owner)
         out = np.zeros((len(pairs), len(LABELS)), dtype=np.float32)
         for i in range(len(pairs)):
@@ -117,7 +128,8 @@ class Verifier:
         """(window text, probabilities) for every window of ``evidence``."""
         windows = make_windows(self.tokenizer, claim, evidence, self.max_tokens)
         probs = score_windows(
-            self.model, self.tokenizer, [(claim, w) for w in windows], self.max_tokens
+            self.model, self.tokenizer, [(claim, w) for w in windows], self.max_tokens,
+            1 if self.per_window else 32,
         )
         return list(zip(windows, probs, strict=True))
 

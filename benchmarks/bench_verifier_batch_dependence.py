@@ -1,0 +1,85 @@
+"""Does the built-in verifier give a pair the same probabilities whatever it is batched with?
+
+    .venv/bin/python benchmarks/bench_verifier_batch_dependence.py [--n 200]
+
+Scores the first --n pairs of healthver_dev and checkcovid_dev (made-up pairs without the data
+folder) three ways: each pair alone (batch size 1), all together in the judge's batches
+(32), and in batches of 32 in reverse order (other companions). Reports the largest change of
+any probability, how many pairs change their one-passage label (the judge's rule with the
+verifier's thresholds), and pairs/s at batch size 32 and 1. The shipped model is dynamically
+quantised to int8, which scales activations per batch tensor: a pair's result depends on
+its companions. Writes benchmarks/results/verifier_batch_dependence.{json,md}.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import time
+from pathlib import Path
+
+import numpy as np
+
+from medverify.records import passage_label
+from medverify.verifier import get_verifier
+
+ROOT = Path(__file__).resolve().parents[1]
+DATA = ROOT.parent / "shared" / "data" / "pairs"
+RESULTS = ROOT / "benchmarks" / "results"
+
+
+def load(n: int) -> dict[str, list[tuple[str, str]]]:
+    out = {}
+    for name in ("healthver_dev", "checkcovid_dev"):
+        path = DATA / f"{name}.jsonl"
+        if path.exists():
+            rows = [json.loads(line) for line in path.read_text("utf-8").splitlines()[:n]]
+            out[name] = [(r["claim"], r["evidence"]) for r in rows]
+    return out or {"made_up": [(f"Drug {i} lowers blood pressure.", f"Drug {i} lowered blood "
+                                "pressure by 5 mmHg in a trial of adults.") for i in range(n)]}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--n", type=int, default=200)
+    args = parser.parse_args()
+    verifier = get_verifier()
+    thresholds = (verifier.thresholds["support"], verifier.thresholds["contradict"])
+    result: dict = {"verifier": verifier.id, "sets": {}}
+    lines = ["# Verifier: batch dependence of one pair's probabilities", "",
+             "| set | pairs | max abs change, alone vs batched | label changes | max abs change, "
+             "batched vs other companions | label changes | pairs/s batch 32 | pairs/s batch 1 |",
+             "|---|---|---|---|---|---|---|---|"]
+    for name, pairs in load(args.n).items():
+        started = time.perf_counter()
+        alone = verifier.predict(pairs, batch_size=1)
+        single_s = time.perf_counter() - started
+        started = time.perf_counter()
+        batched = verifier.predict(pairs, batch_size=32)
+        batch_s = time.perf_counter() - started
+        others = verifier.predict(pairs[::-1], batch_size=32)[::-1]
+
+        def flips(a: np.ndarray, b: np.ndarray) -> int:
+            return sum(passage_label(x, thresholds) != passage_label(y, thresholds)
+                       for x, y in zip(a, b, strict=True))
+
+        row = {"pairs": len(pairs),
+               "alone_vs_batched": float(np.abs(alone - batched).max()),
+               "alone_vs_batched_label_changes": flips(alone, batched),
+               "batched_vs_others": float(np.abs(batched - others).max()),
+               "batched_vs_others_label_changes": flips(batched, others),
+               "pairs_per_s_batch_32": len(pairs) / batch_s,
+               "pairs_per_s_batch_1": len(pairs) / single_s}
+        result["sets"][name] = row
+        lines.append(f"| {name} | {len(pairs)} | {row['alone_vs_batched']:.4f} | "
+                     f"{row['alone_vs_batched_label_changes']} | {row['batched_vs_others']:.4f} | "
+                     f"{row['batched_vs_others_label_changes']} | "
+                     f"{row['pairs_per_s_batch_32']:.1f} | {row['pairs_per_s_batch_1']:.1f} |")
+    RESULTS.mkdir(parents=True, exist_ok=True)
+    (RESULTS / "verifier_batch_dependence.json").write_text(json.dumps(result, indent=1) + "\n")
+    (RESULTS / "verifier_batch_dependence.md").write_text("\n".join(lines) + "\n")
+    print("\n".join(lines))
+
+
+if __name__ == "__main__":
+    main()
