@@ -11,7 +11,6 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from pydantic import Field
 
 pytest.importorskip("fastapi")
 
@@ -359,18 +358,12 @@ def test_a_not_sure_verdict_shows_as_such_on_the_item_and_in_the_queue(
     assert 'class="unsure"' not in sure and 'id="not-sure"' not in sure
 
 
-class _ItemWithFindings(ReviewItem):
-    """A review item that carries its verdict's findings (the review record does not yet)."""
-
-    findings: list[CheckFinding] = Field(default_factory=list)
-
-
 def test_the_item_page_lists_the_findings_an_item_carries() -> None:
     base = _unsure_item()
     finding = CheckFinding(kind=CheckKind.NUMBER, veto=True, passage_id="p1",
                            claim_says=EVIL_CLAIM, passage_says="every 10 years",
                            reason="the claim says " + EVIL_CLAIM)
-    item = _ItemWithFindings(**base.model_dump(), findings=[finding])
+    item = base.model_copy(update={"findings": [finding]})
     verdict = item_verdict(item)
     assert (verdict.confident, verdict.reason) == (False, REASON)
     assert verdict.findings == [(finding, "support not counted")]
@@ -383,3 +376,16 @@ def test_the_item_page_lists_the_findings_an_item_carries() -> None:
     assert "<strong>number</strong> (support not counted): the claim says Take &lt;script&gt;" in (
         findings)
     assert "<script" not in findings and "<img" not in findings
+
+
+def test_review_items_keep_their_verdicts_findings_through_the_store(
+        setup: dict[str, Any]) -> None:
+    finding = CheckFinding(kind=CheckKind.NUMBER, veto=True, passage_id="p1",
+                           claim_says="every 2 years", passage_says="every 10 years",
+                           reason="the claim says every 2 years; the passage says every 10 years")
+    item = _unsure_item().model_copy(update={"id": "rv-findings", "findings": [finding]})
+    with RunStore(setup["tmp"] / "runs.db") as store:
+        queue = ReviewStore(store)
+        queue.add_items([item])
+        [stored] = [i for i in queue.list() if i.id == "rv-findings"]
+    assert stored.findings == [finding]

@@ -126,6 +126,7 @@ def items_from_report(report: Report, *, labels_needed: int = 1, topic: str | No
             probabilities=dict(verdict.probabilities or {}) if verdict else {},
             evidence_passage_id=result.evidence_passage_id,
             evidence_quote=result.evidence_quote, judge_reason=judge_reason(result),
+            findings=list(verdict.findings) if verdict else [],
             risk=result.hallucination_risk, arbitration=decision.model_dump(mode="json"),
             priority=priority(result), topic=topic, labels_needed=labels_needed,
             created_at=now))

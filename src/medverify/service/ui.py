@@ -327,7 +327,7 @@ def item_verdict(item: ReviewItem) -> ItemVerdict:
     flag = inputs.get("confident") if isinstance(inputs, dict) else None
     confident = None if flag is None else bool(flag)
     reason = inputs.get("not_sure") if confident is False else None
-    found = [CheckFinding.model_validate(f) for f in getattr(item, "findings", None) or []]
+    found = list(item.findings)
     return ItemVerdict(
         category=item.category, confident=confident,
         reason=str(reason) if reason else ("no reason recorded" if confident is False else None),

@@ -28,7 +28,7 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from medverify.errors import InputError, MedverifyError
-from medverify.records import Claim, Passage
+from medverify.records import CheckFinding, Claim, Passage
 from medverify.sources.safety import check_url
 from medverify.store.runs import RunStore
 
@@ -90,6 +90,7 @@ class ReviewItem(_Record):
     evidence_passage_id: str | None = None
     evidence_quote: str | None = None
     judge_reason: str | None = None
+    findings: list[CheckFinding] = Field(default_factory=list)  # the exact checks' findings
     risk: float | None = None  # the classifier's hallucination probability
     arbitration: dict[str, Any] = Field(default_factory=dict)  # the decision that escalated it
     priority: float = 0.0  # higher first
