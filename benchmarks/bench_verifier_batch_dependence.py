@@ -8,7 +8,10 @@ folder) three ways: each pair alone (batch size 1), all together in the judge's 
 any probability, how many pairs change their one-passage label (the judge's rule with the
 verifier's thresholds), and pairs/s at batch size 32 and 1. The shipped model is dynamically
 quantised to int8, which scales activations per batch tensor: a pair's result depends on
-its companions. Writes benchmarks/results/verifier_batch_dependence.{json,md}.
+its companions. That is measured with ``Verifier.per_window`` switched off (the behaviour
+before issue 27); the last column checks that with it on (the default for an int8 model)
+a pair gets the same probabilities whatever it is batched with.
+Writes benchmarks/results/verifier_batch_dependence.{json,md}.
 """
 
 from __future__ import annotations
@@ -48,9 +51,11 @@ def main() -> None:
     result: dict = {"verifier": verifier.id, "sets": {}}
     lines = ["# Verifier: batch dependence of one pair's probabilities", "",
              "| set | pairs | max abs change, alone vs batched | label changes | max abs change, "
-             "batched vs other companions | label changes | pairs/s batch 32 | pairs/s batch 1 |",
-             "|---|---|---|---|---|---|---|---|"]
+             "batched vs other companions | label changes | pairs/s batch 32 | pairs/s batch 1 | "
+             "per_window on: max abs change vs other companions |",
+             "|---|---|---|---|---|---|---|---|---|"]
     for name, pairs in load(args.n).items():
+        verifier.per_window = False  # the behaviour before issue 27: batched windows
         started = time.perf_counter()
         alone = verifier.predict(pairs, batch_size=1)
         single_s = time.perf_counter() - started
@@ -58,6 +63,9 @@ def main() -> None:
         batched = verifier.predict(pairs, batch_size=32)
         batch_s = time.perf_counter() - started
         others = verifier.predict(pairs[::-1], batch_size=32)[::-1]
+        verifier.per_window = True
+        fixed = float(np.abs(verifier.predict(pairs, batch_size=32)
+                             - verifier.predict(pairs[::-1], batch_size=32)[::-1]).max())
 
         def flips(a: np.ndarray, b: np.ndarray) -> int:
             return sum(passage_label(x, thresholds) != passage_label(y, thresholds)
@@ -69,12 +77,14 @@ def main() -> None:
                "batched_vs_others": float(np.abs(batched - others).max()),
                "batched_vs_others_label_changes": flips(batched, others),
                "pairs_per_s_batch_32": len(pairs) / batch_s,
-               "pairs_per_s_batch_1": len(pairs) / single_s}
+               "pairs_per_s_batch_1": len(pairs) / single_s,
+               "per_window_batched_vs_others": fixed}
         result["sets"][name] = row
         lines.append(f"| {name} | {len(pairs)} | {row['alone_vs_batched']:.4f} | "
                      f"{row['alone_vs_batched_label_changes']} | {row['batched_vs_others']:.4f} | "
                      f"{row['batched_vs_others_label_changes']} | "
-                     f"{row['pairs_per_s_batch_32']:.1f} | {row['pairs_per_s_batch_1']:.1f} |")
+                     f"{row['pairs_per_s_batch_32']:.1f} | {row['pairs_per_s_batch_1']:.1f} | "
+                     f"{fixed:.4f} |")
     RESULTS.mkdir(parents=True, exist_ok=True)
     (RESULTS / "verifier_batch_dependence.json").write_text(json.dumps(result, indent=1) + "\n")
     (RESULTS / "verifier_batch_dependence.md").write_text("\n".join(lines) + "\n")

@@ -368,3 +368,17 @@ def test_a_labelled_count_is_a_count_not_a_statistic() -> None:
     # a statistic after its label's colon still never vetoes
     assert not any(f.veto for f in conflicts("The odds ratio was OR: 1.5 in adults.",
                                              "In adults the odds ratio was OR: 2.5."))
+
+
+def test_an_interval_against_the_same_schedule_told_as_a_time() -> None:
+    claim = ("People who keep living in yellow fever areas need a booster dose of the vaccine "
+             "every 2 years.")
+    passage = ("If you continue to live or travel in yellow fever-endemic areas, you should "
+               "receive a booster dose of yellow fever vaccine after 10 years.")
+    [finding] = conflicts(claim, passage)
+    assert finding.veto and finding.reason == ("the claim says every 2 years; the passage "
+                                               "says 10 years")
+    assert conflicts(claim.replace("every 2 years", "every 10 years"), passage) == []
+    # an interval against an unrelated duration: a finding, never a veto
+    assert not any(f.veto for f in conflicts("Take the tablet every 8 hours.",
+                                             "The tablet works for 12 hours after a dose."))

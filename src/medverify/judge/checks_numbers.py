@@ -493,7 +493,8 @@ def number_findings(claim: Doc, passage: Doc, alignment: Alignment,
         if any(p.written == c.written or (_compatible(c.dim, p.dim) and same(c, p))
                for p in aligned) or _derived(c, aligned):
             continue
-        other = next((p for p in unexplained if p.dim == c.dim), None)
+        other = next((p for p in unexplained if p.dim == c.dim), None) or next(
+            (p for p in unexplained if (c.dim, p.dim) in _INTERVAL_OR_TIME), None)
         if other is None:
             continue
         everywhere = quantities(whole()) if everywhere is None else everywhere
@@ -503,10 +504,16 @@ def number_findings(claim: Doc, passage: Doc, alignment: Alignment,
     return findings
 
 
+# "every 2 years" (an interval) against "after 10 years" (a time): the same schedule told
+# two ways; compared like durations, vetoing only with a shared neighbouring word.
+_INTERVAL_OR_TIME = frozenset({("interval", "time"), ("time", "interval")})
+
+
 def _finding(claim: Doc, passage: Doc, c: Quantity, other: Quantity,
              passage_id: str | None) -> CheckFinding:
     says, stated = claim.span(*c.phrase), passage.span(*other.phrase)
-    generic = c.dim == "percent" or c.dim == "time" or c.dim.startswith("count:")
+    generic = (c.dim in ("percent", "time") or c.dim.startswith("count:")
+               or c.dim != other.dim)
     veto = not generic or bool(set(_context(claim, c)) & set(_context(passage, other)) - {""})
     return CheckFinding(kind=CheckKind.NUMBER, veto=veto, passage_id=passage_id,
                         claim_says=says, passage_says=stated,
