@@ -8,6 +8,7 @@ NOT_ENOUGH_INFO only when no window supports or contradicts the claim.
 
 from __future__ import annotations
 
+import ctypes
 import threading
 from collections.abc import Sequence
 from pathlib import Path
@@ -77,6 +78,29 @@ def aggregate(window_probs: np.ndarray) -> np.ndarray:
     return window_probs[int(np.argmax(decisive))]
 
 
+_M_ARENA_MAX = -8  # glibc's mallopt parameter number
+
+
+def one_malloc_arena() -> bool:
+    """Ask glibc for a single malloc arena (``mallopt(M_ARENA_MAX, 1)``), once per process.
+
+    Scoring windows one at a time from worker threads (the judge runs the verifier off the
+    event loop) made every thread's arena grow and the same work take 2-3 times as long,
+    getting slower with each call; with one arena it runs at the main thread's speed
+    (benchmarks/bench_judge_speed.py). False where there is no glibc (other platforms keep
+    their allocator's default)."""
+    global _ARENA_SET
+    if _ARENA_SET is None:
+        try:
+            _ARENA_SET = bool(ctypes.CDLL("libc.so.6").mallopt(_M_ARENA_MAX, 1))
+        except (OSError, AttributeError):
+            _ARENA_SET = False
+    return _ARENA_SET
+
+
+_ARENA_SET: bool | None = None
+
+
 def _is_quantized(model: torch.nn.Module) -> bool:
     """Whether ``model`` holds dynamically quantised Linear layers."""
     return any(type(m).__module__.startswith("torch.ao.nn.quantized") for m in model.modules())
@@ -104,6 +128,8 @@ class Verifier:
         cls, path: str | Path | None = None, *, device: str = "cpu", quantize: bool = True
     ) -> Verifier:
         """Load weights from ``path`` (default: the shipped weights) onto ``device``."""
+        if device == "cpu":
+            one_malloc_arena()
         model, meta = load_model(path or DEFAULT_WEIGHTS)
         model = quantize_model(model) if quantize and device == "cpu" else model.to(device)
         return cls(model.eval(), load_tokenizer(), meta)
