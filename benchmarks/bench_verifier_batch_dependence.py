@@ -2,8 +2,8 @@
 
     .venv/bin/python benchmarks/bench_verifier_batch_dependence.py [--n 200]
 
-Scores the first --n pairs of healthver_dev and checkcovid_dev (made-up pairs without the data
-folder) three ways: each pair alone (batch size 1), all together in the judge's batches
+Scores the first --n pairs of healthver_dev and checkcovid_dev (bench_judge_speed.py's pairs;
+made-up ones without the data folder) three ways: each pair alone (batch size 1), all together in the judge's batches
 (32), and in batches of 32 in reverse order (other companions). Reports the largest change of
 any probability, how many pairs change their one-passage label (the judge's rule with the
 verifier's thresholds), and pairs/s at batch size 32 and 1. The shipped model is dynamically
@@ -22,24 +22,13 @@ import time
 from pathlib import Path
 
 import numpy as np
+from bench_judge_speed import pairs as load  # the same pairs as the speed benchmark
 
 from medverify.records import passage_label
 from medverify.verifier import get_verifier
 
 ROOT = Path(__file__).resolve().parents[1]
-DATA = ROOT.parent / "shared" / "data" / "pairs"
 RESULTS = ROOT / "benchmarks" / "results"
-
-
-def load(n: int) -> dict[str, list[tuple[str, str]]]:
-    out = {}
-    for name in ("healthver_dev", "checkcovid_dev"):
-        path = DATA / f"{name}.jsonl"
-        if path.exists():
-            rows = [json.loads(line) for line in path.read_text("utf-8").splitlines()[:n]]
-            out[name] = [(r["claim"], r["evidence"]) for r in rows]
-    return out or {"made_up": [(f"Drug {i} lowers blood pressure.", f"Drug {i} lowered blood "
-                                "pressure by 5 mmHg in a trial of adults.") for i in range(n)]}
 
 
 def main() -> None:
