@@ -3,8 +3,9 @@
     .venv/bin/python benchmarks/bench_verifier_batch_dependence.py [--n 200]
 
 Scores the first --n pairs of healthver_dev and checkcovid_dev (bench_judge_speed.py's pairs;
-made-up ones without the data folder) three ways: each pair alone (batch size 1), all together in the judge's batches
-(32), and in batches of 32 in reverse order (other companions). Reports the largest change of
+made-up ones without the data folder) three ways: each pair alone (batch size 1), all
+together in the judge's batches (32), and in batches of 32 in reverse order (other
+companions). Reports the largest change of
 any probability, how many pairs change their one-passage label (the judge's rule with the
 verifier's thresholds), and pairs/s at batch size 32 and 1. The shipped model is dynamically
 quantised to int8, which scales activations per batch tensor: a pair's result depends on
