@@ -126,20 +126,9 @@ def run_arm(name: str, learn: bool, base_kb: Path, work: Path, config: Config,
                     kind = "repeat" if repeated else "new"
                     gold = GOLD_CATEGORY[query.label]
                     for result in report.results:
-                        log.append({"batch": number, "answer": report.answer.id,
-                                    "claim": result.claim.text,
-                                    "category": result.category.value,
-                                    "confident": result.confident,
-                                    "docs": [p.doc_id for p in result.passages]})
-                        ok = result.category.value == gold
-                        stats["claims"] += 1
-                        stats[f"claims_{kind}"] += 1
-                        stats["agree"] += ok
-                        stats[f"agree_{kind}"] += ok
-                        stats[f"category_{result.category.value}"] += 1
-                        if query.doc_id in held_out:
-                            stats["claims_gap_doc"] += 1
-                            stats["agree_gap_doc"] += ok
+                        log.append(logged(number, report.answer.id, result))
+                        count(stats, kind, result.category.value == gold,
+                              result.category.value, query.doc_id in held_out)
                     items = items_from_report(report)
                     stats["escalated"] += len(items)
                     stats[f"escalated_{kind}"] += len(items)
@@ -182,6 +171,25 @@ def run_arm(name: str, learn: bool, base_kb: Path, work: Path, config: Config,
         total = loop_report(queue, by="day").total.model_dump(mode="json")
     return {"arm": name, "learn": learn, "batches": rows, "loop_report_total": total,
             "seconds": round(time.perf_counter() - started, 1), "log": log, "taught": taught}
+
+
+def logged(batch: int, answer_id: str, result: Any) -> dict[str, Any]:
+    """One judged claim, for the paired comparisons between the arms."""
+    return {"batch": batch, "answer": answer_id, "claim": result.claim.text,
+            "category": result.category.value, "confident": result.confident,
+            "docs": [p.doc_id for p in result.passages]}
+
+
+def count(stats: Counter[str], kind: str, ok: bool, category: str, gap_doc: bool) -> None:
+    """Add one judged claim to a batch's tallies."""
+    stats["claims"] += 1
+    stats[f"claims_{kind}"] += 1
+    stats["agree"] += ok
+    stats[f"agree_{kind}"] += ok
+    stats[f"category_{category}"] += 1
+    if gap_doc:
+        stats["claims_gap_doc"] += 1
+        stats["agree_gap_doc"] += ok
 
 
 def rechecked_after_review(arm: dict[str, Any]) -> dict[str, Any]:

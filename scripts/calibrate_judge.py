@@ -62,7 +62,7 @@ def judged(judge: BuiltinJudge, rows: list[dict]) -> tuple[np.ndarray, list[str]
             cats.append(categorize(outcome.support is not None and not vetoed,
                                    outcome.contradict is not None).value)
             feats.append(pair_features(scores.item.claim.text, row.passage.text, row.raw,
-                                       verbatim=row.states_claim and row.raw[0] == 1.0))
+                                       verbatim=row.verbatim))
     return np.asarray(feats), cats
 
 

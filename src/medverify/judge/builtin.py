@@ -88,6 +88,7 @@ class ClaimScores:
     item: JudgeItem
     probs: np.ndarray | None = None
     error: str | None = None
+    verbatim: tuple[bool, ...] = ()  # per passage: the claim is stated in it word for word
 
     def best(self, label: int) -> tuple[float, Passage | None]:
         """The largest probability of ``label`` over the passages, and its passage."""
@@ -95,16 +96,6 @@ class ClaimScores:
             return 0.0, None
         row = int(np.argmax(self.probs[:, label]))
         return float(self.probs[row, label]), self.item.passages[row]
-
-    def deciding(self, label: int, thresholds: tuple[float, float]) -> int | None:
-        """The row of the passage that decides ``label`` for the claim, or None: among the
-        passages whose own decision (:func:`passage_label`) is ``label``, the one with the
-        highest probability of it."""
-        probs = self.probs
-        if probs is None:
-            return None
-        rows = [r for r, row in enumerate(probs) if passage_label(row, thresholds) == label]
-        return max(rows, key=lambda r: float(probs[r, label])) if rows else None
 
     def maxima(self) -> dict[str, float]:
         if self.probs is None or not len(self.probs):
@@ -233,13 +224,13 @@ class BuiltinJudge:
             log.warning(error)
             return [ClaimScores(item, error=error) for item in items]
         probs = probs.copy()
-        for row, (claim, text) in enumerate(pairs):
-            if is_verbatim(claim, text):
-                probs[row] = VERBATIM
+        verbatim = [is_verbatim(claim, text) for claim, text in pairs]
+        probs[np.asarray(verbatim, dtype=bool)] = VERBATIM
         out, start = [], 0
         for item in items:
-            out.append(ClaimScores(item, probs[start : start + len(item.passages)]))
-            start += len(item.passages)
+            end = start + len(item.passages)
+            out.append(ClaimScores(item, probs[start:end], verbatim=tuple(verbatim[start:end])))
+            start = end
         return out
 
     def verdict(self, scores: ClaimScores) -> Verdict:
@@ -279,13 +270,15 @@ class BuiltinJudge:
         terms = key_terms(claim)
         thresholds = (self.support_threshold, self.contradict_threshold)
         rows = []
-        for passage, raw in zip(scores.item.passages, scores.probs, strict=True):
-            verbatim = bool(raw[SUPPORTED] == 1.0 and is_verbatim(claim, passage.text))
+        flags = scores.verbatim or (False,) * len(scores.item.passages)
+        for passage, raw, verbatim in zip(scores.item.passages, scores.probs, flags,
+                                          strict=True):
             label = passage_label(raw, thresholds)
             row = PassageScore(passage=passage, raw=[float(x) for x in raw], calibrated=None,
                                label=label, relevance=relevance(terms, passage.text),
                                states_claim=states_claim(claim, passage.text,
-                                                         verbatim=verbatim))
+                                                         verbatim=verbatim),
+                               verbatim=verbatim)
             if self.checks and (row.states_claim or label == SUPPORTED):
                 row.findings = find_conflicts(claim, passage.text, passage.id)
             if self.family is not None:
@@ -311,8 +304,7 @@ class BuiltinJudge:
         if not holds and p >= threshold:
             reason += self._why_not(row, label)
         if label == SUPPORTED and holds and row.states_claim:
-            how = "verbatim" if is_verbatim(scores.item.claim.text, passage.text) else \
-                "nearly word for word"
+            how = "verbatim" if row.verbatim else "nearly word for word"
             reason = f"the claim is stated {how} in passage {_describe(passage)}"
         if holds and row.reviewed:
             reason += " (a clinician-reviewed document)"

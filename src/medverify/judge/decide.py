@@ -61,6 +61,7 @@ class PassageScore:
     relevance: float
     states_claim: bool
     findings: list[CheckFinding] = field(default_factory=list)
+    verbatim: bool = False  # the claim is one or more whole sentences of the passage
 
     @property
     def reviewed(self) -> bool:
