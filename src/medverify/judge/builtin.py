@@ -205,7 +205,7 @@ class BuiltinJudge:
         The work runs on one long-lived thread per process (:func:`verifier_thread`), off
         the event loop: torch keeps one OpenMP team and the allocator one arena for it,
         where the event loop's default executor would hand each call to any of its threads
-        (measured 1.5-2.5 times slower: benchmarks/bench_judge_speed.py)."""
+        (several times slower in exploratory timings of per-window scoring)."""
         loop = asyncio.get_running_loop()
         return await loop.run_in_executor(
             verifier_thread(), lambda: [(s, self.verdict(s)) for s in self.score(items)])

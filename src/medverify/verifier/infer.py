@@ -85,9 +85,8 @@ def one_malloc_arena() -> bool:
     """Ask glibc for a single malloc arena (``mallopt(M_ARENA_MAX, 1)``), once per process.
 
     Scoring windows one at a time from worker threads (the judge runs the verifier off the
-    event loop) made every thread's arena grow and the same work take 2-3 times as long,
-    getting slower with each call; with one arena it runs at the main thread's speed
-    (benchmarks/bench_judge_speed.py). False where there is no glibc (other platforms keep
+    event loop) made every thread's arena grow and the same work slower with each call (seen
+    in exploratory timings); with one arena it ran at the main thread's speed. False where there is no glibc (other platforms keep
     their allocator's default)."""
     global _ARENA_SET
     if _ARENA_SET is None:
