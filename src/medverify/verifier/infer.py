@@ -86,8 +86,8 @@ def one_malloc_arena() -> bool:
 
     Scoring windows one at a time from worker threads (the judge runs the verifier off the
     event loop) made every thread's arena grow and the same work slower with each call (seen
-    in exploratory timings); with one arena it ran at the main thread's speed. False where there is no glibc (other platforms keep
-    their allocator's default)."""
+    in exploratory timings); with one arena it ran at the main thread's speed. False where
+    there is no glibc (other platforms keep their allocator's default)."""
     global _ARENA_SET
     if _ARENA_SET is None:
         try:
