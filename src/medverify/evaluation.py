@@ -436,7 +436,7 @@ def pairs_judge(config: Config, model: Model | None) -> Judge:
     """The configured judge for scoring labelled pairs: labels and categories never depend
     on the quoted sentence, so a local judge skips quoting."""
     options = judge_options(config.judge_name, config, model)
-    if config.judge_name != "llm":
+    if config.judge_name in ("builtin", "cascade"):  # the judges that quote a sentence
         options["quotes"] = False
     return make_judge(config.judge_name, **options)
 

@@ -4,9 +4,9 @@ analysis) and whether it supports its negation (counterfactual analysis).
 A judge implements one method, ``judge(items) -> verdicts`` (one Verdict per item, same
 order). A judge never raises for one bad item: it returns a Verdict with ``error`` set.
 
-Judges are named in :data:`JUDGES` (``llm``, ``builtin``, ``cascade`` and those of installed
-plugins, entry-point group ``medverify.judges``); :func:`judge_from_config` makes the
-configured one. See docs/plugins.md.
+Judges are named in :data:`JUDGES` (``llm``, ``llm-scored``, ``builtin``, ``cascade`` and
+those of installed plugins, entry-point group ``medverify.judges``);
+:func:`judge_from_config` makes the configured one. See docs/plugins.md.
 """
 
 from __future__ import annotations
@@ -46,6 +46,7 @@ _BUILTIN = {
     "llm": "medverify.judge.llm:LLMJudge",
     "builtin": "medverify.judge.builtin:BuiltinJudge",
     "cascade": "medverify.judge.cascade:CascadeJudge",
+    "llm-scored": "medverify.judge.llm_scored:ScoredLLMJudge",
 }
 
 JUDGES: Registry[Judge] = Registry("judge", group="medverify.judges")

@@ -10,13 +10,19 @@ A claim is *settled* by the built-in judge when its verdict is
 - ``COVERAGE_GAP`` with both maxima <= ``low`` (every passage is clearly off the point).
 
 Everything else (in-between probabilities, ``JUDGMENT_ERROR``, a verifier error) goes to the
-LLM judge. Each Verdict's ``judge`` says which judge decided; LLM verdicts keep the built-in
+LLM judge. With ``route="not_sure"`` the rule is the built-in judge's own confidence
+instead: a verdict it gives confidently (docs/judges.md, "How sure") is settled, every other
+one goes on. The second stage is the LLM judge (generated JSON) or, with
+``second="llm-scored"``, the scored judge (:mod:`medverify.judge.llm_scored`).
+
+Each Verdict's ``judge`` says which judge decided; LLM verdicts keep the built-in
 probabilities in ``probabilities`` for comparison. :func:`cascade_notes` counts the settled
 claims and the model calls they saved, for ``Report.notes["judge.cascade"]``.
 """
 
 from __future__ import annotations
 
+import copy
 from collections.abc import Sequence
 from typing import Any
 
@@ -31,6 +37,7 @@ from medverify.judge.builtin import (
     VerifierLike,
 )
 from medverify.judge.llm import LLMJudge, plan_batches
+from medverify.judge.llm_scored import ScoredLLMJudge
 from medverify.llm.facade import Model
 from medverify.records import Category, ClaimResult, Verdict
 
@@ -48,21 +55,30 @@ class CascadeJudge:
         model: Model | None = None,
         *,
         builtin: BuiltinJudge | None = None,
-        llm: LLMJudge | None = None,
+        llm: LLMJudge | ScoredLLMJudge | None = None,
         verifier: VerifierLike | None = None,
         high: float = 0.9,
         low: float = 0.1,
         claims_per_call: int = 4,
+        route: str = "margins",
+        second: str = "llm",
         **builtin_options: Any,
     ) -> None:
         if llm is None and model is None:
             raise ConfigError("the cascade judge needs a model: pass --model SPEC")
         if not 0.0 <= low <= high <= 1.0:
             raise ConfigError(f"cascade margins need 0 <= low <= high <= 1, got {low}, {high}")
+        if route not in ("margins", "not_sure") or second not in ("llm", "llm-scored"):
+            raise ConfigError(f"cascade route {route!r} / second stage {second!r}: expected "
+                              "margins or not_sure / llm or llm-scored")
         self.builtin = builtin or BuiltinJudge(verifier, **builtin_options)
-        self.llm = llm or LLMJudge(model, claims_per_call=claims_per_call)  # type: ignore[arg-type]
+        if llm is None:
+            llm = (ScoredLLMJudge(model) if second == "llm-scored"  # type: ignore[arg-type]
+                   else LLMJudge(model, claims_per_call=claims_per_call))  # type: ignore[arg-type]
+        self.llm = llm
         self.high = high
         self.low = low
+        self.route = route
 
     @classmethod
     def config_options(cls, config: Config, model: Model | None) -> dict[str, Any]:
@@ -74,6 +90,8 @@ class CascadeJudge:
             **LLMJudge.config_options(config, model),
             "high": settings.cascade_high,
             "low": settings.cascade_low,
+            "route": settings.cascade_route,
+            "second": settings.cascade_second,
         }
 
     @classmethod
@@ -91,12 +109,21 @@ class CascadeJudge:
     def judge_id(self) -> str:
         return f"cascade:{self.builtin.judge_id}+{self.llm.judge_id}"
 
+    def for_dataset(self, dataset: str) -> CascadeJudge:
+        """This cascade with its built-in stage calibrated for ``dataset`` (calibration
+        family ``auto`` in ``eval pairs`` / ``eval judges``)."""
+        other = copy.copy(self)
+        other.builtin = self.builtin.for_dataset(dataset)
+        return other
+
     def settled(self, scores: ClaimScores, verdict: Verdict) -> bool:
         """Whether the built-in verdict is confident enough to skip the LLM judge."""
         if not verdict.ok:
             return False
         if not scores.item.passages:
             return True  # COVERAGE_GAP without a model call, as the LLM judge does
+        if self.route == "not_sure":
+            return verdict.confident is True
         p_support, _ = scores.best(SUPPORTED)
         p_contradict, _ = scores.best(CONTRADICTED)
         category = verdict.category
@@ -130,7 +157,7 @@ class CascadeJudge:
 
 
 def cascade_notes(
-    results: Sequence[ClaimResult], builtin_id: str, llm: LLMJudge
+    results: Sequence[ClaimResult], builtin_id: str, llm: LLMJudge | ScoredLLMJudge
 ) -> dict[str, Any]:
     """Claims settled by the built-in judge and the LLM calls that saved.
 

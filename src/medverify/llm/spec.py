@@ -46,6 +46,7 @@ plugins add names through the ``medverify.providers`` entry-point group."""
 for _kind in ("openai", "vllm", "ollama", "llamacpp", "lmstudio", "openai-compatible"):
     providers.register(_kind, "medverify.llm.openai_compat:from_spec")
 providers.register("fake", "medverify.testing.fake_provider:from_spec")
+providers.register("local", "medverify.llm.local:from_spec")  # in-process, prepared models
 
 
 class ModelSpec(BaseModel):

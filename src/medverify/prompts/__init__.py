@@ -1,6 +1,9 @@
 """Versioned prompt files, one folder per stage: ``prompts/<stage>/<version>.md``.
 
-A prompt file has a ``# system`` section and a ``# user`` section. Placeholders are
+A prompt file has a ``# system`` section and a ``# user`` section, and may add named
+``# question NAME`` sections (:attr:`Prompt.questions`: the scored judge asks each pass's
+question at the end of one shared user message, so a server or the local provider reuses
+the computed prefix). Placeholders are
 ``{{name}}``; substitution replaces only the names given, so braces inside untrusted
 text (answers, evidence) are never interpreted.
 """
@@ -8,14 +11,14 @@ text (answers, evidence) are never interpreted.
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from functools import cache
 from importlib import resources
 
 from medverify.errors import ConfigError
 from medverify.llm.base import Message
 
-_SECTION = re.compile(r"^# (system|user)\s*$", re.MULTILINE)
+_SECTION = re.compile(r"^# (system|user|question [a-z_]+)\s*$", re.MULTILINE)
 _PLACEHOLDER = re.compile(r"\{\{(\w+)\}\}")
 
 
@@ -25,6 +28,7 @@ class Prompt:
     version: str
     system: str
     user: str
+    questions: dict[str, str] = field(default_factory=dict)  # "# question NAME" sections
 
     @property
     def id(self) -> str:
@@ -64,6 +68,8 @@ def load_prompt(stage: str, version: str | None = None) -> Prompt:
     text = (resources.files("medverify.prompts") / stage / f"{version}.md").read_text("utf-8")
     parts = _SECTION.split(text)
     sections = {parts[i]: parts[i + 1].strip() + "\n" for i in range(1, len(parts) - 1, 2)}
+    questions = {name.split(" ", 1)[1]: sections.pop(name).strip()
+                 for name in list(sections) if name.startswith("question ")}
     if set(sections) != {"system", "user"}:
         raise ConfigError(f"prompt {stage}/{version} needs '# system' and '# user' sections")
-    return Prompt(stage, version, sections["system"], sections["user"])
+    return Prompt(stage, version, sections["system"], sections["user"], questions)

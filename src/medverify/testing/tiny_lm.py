@@ -197,3 +197,40 @@ def _write_card(path: Path, arch: str, kind: str, seed: int, parameters: int) ->
             "seed": seed, "parameters": parameters,
             "note": "random weights for tests and benchmarks; not a real language model"}
     (path / "medverify_tiny_lm.json").write_text(json.dumps(card, indent=2), "utf-8")
+
+
+CHATML_TEMPLATE = (
+    "{% for message in messages %}<|im_start|>{{ message['role'] }}\n"
+    "{{ message['content'] }}<|im_end|>\n{% endfor %}"
+    "{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}"
+)
+"""The ChatML layout Qwen2.5 instruct models use (system / user / assistant turns)."""
+
+
+def build_tiny_chat_lm(path: Path, *, hidden: int = 32, layers: int = 2, heads: int = 2,
+                       seed: int = 0, vocab_size: int = 400, init_std: float = 0.2) -> Path:
+    """A random-weight ``Qwen2ForCausalLM`` with a ChatML chat template: the architecture
+    and prompt layout of the packaged Qwen2.5 instruct models, for testing the local chat
+    provider (``local:PATH``) and the LLM judges without a download. Returns ``path``."""
+    import torch
+    from transformers import AutoModelForCausalLM, PreTrainedTokenizerFast, Qwen2Config
+
+    tok = _byte_bpe(vocab_size)
+    tok.add_special_tokens(["<|im_start|>", "<|im_end|>"])
+    fast = PreTrainedTokenizerFast(
+        tokenizer_object=tok, bos_token=None, eos_token="<|im_end|>",
+        unk_token="<|endoftext|>", pad_token="<|endoftext|>", model_max_length=4096)
+    fast.chat_template = CHATML_TEMPLATE
+    config = Qwen2Config(
+        vocab_size=len(fast), hidden_size=hidden, intermediate_size=hidden * 3,
+        num_hidden_layers=layers, num_attention_heads=heads, num_key_value_heads=heads,
+        max_position_embeddings=4096, tie_word_embeddings=True, initializer_range=init_std,
+        eos_token_id=fast.eos_token_id, pad_token_id=fast.pad_token_id)
+    torch.manual_seed(seed)
+    model = AutoModelForCausalLM.from_config(config)
+    path = Path(path)
+    path.mkdir(parents=True, exist_ok=True)
+    model.save_pretrained(path)
+    fast.save_pretrained(path)
+    _write_card(path, "qwen2", "bpe", seed, sum(p.numel() for p in model.parameters()))
+    return path

@@ -1,0 +1,92 @@
+"""Issue 28's comparison: the built-in judge, the cascade and the packaged Qwen models as
+judges, side by side on seeded samples of the dev sets (CPU).
+
+    .venv/bin/python benchmarks/bench_judges.py [--sample 150] [--seed 0]
+        [--judges builtin,llm-scored=local:qwen2.5-0.5b,...] [--work DIR]
+
+Runs `medverify eval judges` (resumable: verdicts stay in --work, default
+$MEDVERIFY_HOME/bench-judges, so a killed run continues) on checkcovid_dev, citint_dev,
+healthver_dev and expertqa_val (none used to fit any calibration), plus the trial-study
+pairs when `scripts/trial_pairs.py` has written them, then checks the targets:
+
+- Qwen-1.5B as judge: macro-F1 above the built-in judge's on at least 3 of the 4 dev sets
+  (point estimates; the bootstrap intervals are reported beside them);
+- the cascade at <= 30 % of pairs sent to the model keeps >= 80 % of the model's gain.
+
+Needs `medverify models prepare qwen2.5-0.5b` and `... qwen2.5-1.5b` (see docs/judges.md).
+Writes benchmarks/results/judges.{md,json,svg}.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+DATA = ROOT.parent / "shared" / "data" / "pairs"
+RESULTS = ROOT / "benchmarks" / "results"
+SETS = ("checkcovid_dev", "citint_dev", "healthver_dev", "expertqa_val")
+TRIAL_PAIRS = RESULTS / "trial_pairs.jsonl"
+BIG = "llm-scored=local:qwen2.5-1.5b"
+JUDGES = ("builtin", "llm-scored=local:qwen2.5-0.5b", BIG, "cascade=local:qwen2.5-1.5b")
+
+
+def targets(report: dict) -> list[str]:
+    """The target lines: 1.5B vs built-in per dev set, cascade gain kept."""
+    by = {(r["set"], r["judge"]): r for r in report["results"]}
+    lines, above = [], 0
+    for name in SETS:
+        base, big = by.get((name, "builtin")), by.get((name, BIG))
+        if not base or not big:
+            continue
+        b, q = base["macro_f1"], big["macro_f1"]
+        win = (q["value"] or 0) > (b["value"] or 0)
+        above += win
+        lines.append(f"- {name}: Qwen-1.5B macro-F1 {q['value']} [{q['low']}, {q['high']}] vs "
+                     f"built-in {b['value']} [{b['low']}, {b['high']}]: "
+                     f"{'above' if win else 'not above'}")
+    lines.append(f"- Qwen-1.5B above the built-in judge on {above} of {len(SETS)} dev sets "
+                 f"(target >= 3): {'met' if above >= 3 else 'missed'}")
+    for curve in report.get("cascades", []):
+        if curve["second"] == BIG:
+            kept = curve["gain_kept_at_30"]
+            lines.append(f"- cascade on {curve['set']}: gain kept at <= 30 % sent: "
+                         f"{'no gain to keep' if kept is None else kept} "
+                         f"({'met' if kept is not None and kept >= 0.8 else 'missed'})")
+    return lines
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--sample", type=int, default=150)
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--judges", default=",".join(JUDGES))
+    home = Path(os.environ.get("MEDVERIFY_HOME") or Path.home() / ".medverify")
+    parser.add_argument("--work", type=Path, default=home / "bench-judges")
+    args = parser.parse_args()
+    files = [str(DATA / f"{name}.jsonl") for name in SETS]
+    if TRIAL_PAIRS.is_file():
+        files.append(str(TRIAL_PAIRS))
+    command = [sys.executable, "-m", "medverify", "eval", "judges", *files,
+               "--sample", str(args.sample), "--seed", str(args.seed), "--out", str(args.work)]
+    for judge in args.judges.split(","):
+        command += ["--judge", judge]
+    subprocess.run(command, check=True, env={**os.environ, "COLUMNS": "200"})
+    report = json.loads((args.work / "judges.json").read_text("utf-8"))
+    RESULTS.mkdir(parents=True, exist_ok=True)
+    for suffix in ("json", "svg"):
+        shutil.copy(args.work / f"judges.{suffix}", RESULTS / f"judges.{suffix}")
+    table = (args.work / "judges.md").read_text("utf-8")
+    text = (f"# Judges side by side (`{' '.join(Path(c).name for c in command[1:])}`)\n\n"
+            f"{table}\n## Targets\n\n" + "\n".join(targets(report)) + "\n")
+    (RESULTS / "judges.md").write_text(text, "utf-8")
+    print(text)
+
+
+if __name__ == "__main__":
+    main()
