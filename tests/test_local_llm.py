@@ -79,11 +79,11 @@ def test_long_prompts_are_refused_not_truncated(tiny_chat: Path) -> None:
 
 
 def test_unknown_or_unprepared_models_say_what_to_do(tmp_path: Path) -> None:
-    with pytest.raises(ConfigError, match="models prepare qwen2.5-0.5b"):
+    with pytest.raises(ConfigError, match=r"models prepare qwen2\.5-0\.5b"):
         resolve_model_dir("qwen2.5-0.5b")
     with pytest.raises(ConfigError, match="known names"):
         resolve_model_dir("gpt-17")
-    with pytest.raises(ConfigError, match="no config.json"):
+    with pytest.raises(ConfigError, match=r"no config\.json"):
         resolve_model_dir(str(tmp_path))
 
 
