@@ -134,3 +134,21 @@ def test_the_catalogue_records_licences_and_digests() -> None:
     for entry in local_models.CATALOGUE.values():
         assert len(entry.sha256) == 64 and entry.licence == "Apache-2.0"
         assert entry.upstream.startswith("Qwen/")
+
+
+def test_a_timed_out_call_stops_and_frees_the_model(tiny_chat: Path) -> None:
+    async def run() -> None:
+        provider = LocalChatProvider(str(tiny_chat))
+        long = _request("word " * 50, max_tokens=4000)
+        with pytest.raises(TimeoutError):
+            await asyncio.wait_for(provider.complete(long), 0.5)
+        done = await asyncio.wait_for(provider.complete(_request("hi", max_tokens=2)), 60)
+        assert done.usage.completion_tokens <= 2
+
+    asyncio.run(run())
+
+
+def test_local_models_get_a_long_default_timeout_unless_the_spec_sets_one(
+        tiny_chat: Path) -> None:
+    assert get_model(f"local:{tiny_chat}").settings.timeout_s == 900
+    assert get_model(f"local:{tiny_chat}?timeout=30").settings.timeout_s == 30

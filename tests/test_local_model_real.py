@@ -21,7 +21,8 @@ from medverify.llm.facade import get_model
 from medverify.llm.local_models import RECORD_FILE, prepare
 from medverify.records import Category, Claim, Passage
 
-pytestmark = pytest.mark.slow
+# preparing takes about two minutes, a generated JSON verdict tens of seconds on 2 cores
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(900)]
 
 
 @pytest.fixture(scope="module")
