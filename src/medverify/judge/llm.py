@@ -72,7 +72,30 @@ def plan_batches(
     return batches
 
 
-class LLMJudge:
+class PromptedModelJudge:
+    """What the judges that ask a chat model with a versioned prompt share: the registry
+    factory (ConfigError without a model) and the prompt version."""
+
+    name: str
+    prompt: Prompt
+
+    @classmethod
+    def config_options(cls, config: Config, model: Model | None) -> dict[str, Any]:
+        return {"model": model}
+
+    @classmethod
+    def from_config(cls, config: Config, model: Model | None) -> Any:
+        """The registry factory: ConfigError when there is no model."""
+        if model is None:
+            raise model_required(cls.name)
+        return cls(**cls.config_options(config, model))
+
+    @property
+    def prompt_version(self) -> str:
+        return self.prompt.id
+
+
+class LLMJudge(PromptedModelJudge):
     """Judge claims with a chat model. See ``prompts/judge/v1.md``."""
 
     name = "llm"
@@ -97,17 +120,6 @@ class LLMJudge:
     def config_options(cls, config: Config, model: Model | None) -> dict[str, Any]:
         """Constructor options from the config: the model and ``claims_per_call``."""
         return {"model": model, "claims_per_call": config.claims_per_call}
-
-    @classmethod
-    def from_config(cls, config: Config, model: Model | None) -> LLMJudge:
-        """The registry factory: ConfigError when there is no model."""
-        if model is None:
-            raise model_required(cls.name)
-        return cls(**cls.config_options(config, model))
-
-    @property
-    def prompt_version(self) -> str:
-        return self.prompt.id
 
     @property
     def judge_id(self) -> str:

@@ -36,9 +36,10 @@ import numpy as np
 from pydantic import BaseModel, ConfigDict
 
 from medverify.errors import ConfigError, MedverifyError
-from medverify.judge import JudgeItem, model_required
+from medverify.judge import JudgeItem
 from medverify.judge.calibration import Family
 from medverify.judge.decide import check_verdict
+from medverify.judge.llm import PromptedModelJudge
 from medverify.judge.terms import coverage, key_terms
 from medverify.llm.facade import Model
 from medverify.prompts import Prompt, load_prompt
@@ -46,7 +47,7 @@ from medverify.prompts.untrusted import fence_id, fenced
 from medverify.records import Analysis, Passage, Verdict
 
 if TYPE_CHECKING:
-    from medverify.config import Config
+    pass
 
 STAGE = "judge"
 PASSES = ("factual", "counterfactual")
@@ -111,7 +112,7 @@ def _logit(p: float) -> float:
     return math.log(p / (1 - p))
 
 
-class ScoredLLMJudge:
+class ScoredLLMJudge(PromptedModelJudge):
     """Judge claims with a chat model's Yes/No option probabilities (see module doc)."""
 
     name = "llm-scored"
@@ -134,20 +135,6 @@ class ScoredLLMJudge:
     def _shipped(self) -> LLMCalibration | None:
         return next((c for c in load_llm_calibrations() if c.model == self.model.id
                      and c.prompt == self.prompt.id), None)
-
-    @classmethod
-    def config_options(cls, config: Config, model: Model | None) -> dict[str, Any]:
-        return {"model": model}
-
-    @classmethod
-    def from_config(cls, config: Config, model: Model | None) -> ScoredLLMJudge:
-        if model is None:
-            raise model_required(cls.name)
-        return cls(**cls.config_options(config, model))
-
-    @property
-    def prompt_version(self) -> str:
-        return self.prompt.id
 
     @property
     def judge_id(self) -> str:

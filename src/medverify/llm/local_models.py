@@ -27,8 +27,6 @@ import hashlib
 import importlib.util
 import json
 import os
-import shutil
-import tempfile
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -36,6 +34,7 @@ from typing import Any
 
 from medverify.config import home
 from medverify.errors import ConfigError, InputError, MissingDependencyError
+from medverify.files import atomic_dir, file_sha256
 from medverify.llm.gguf_files import CorruptModelError, check_gguf
 
 RECORD_FILE = "medverify_model.json"
@@ -186,15 +185,13 @@ def prepare(name: str, *, out: Path | None = None, dtype: str = "bfloat16",
             raise MissingDependencyError(dep, "local")
     seconds: dict[str, float] = {}
     started = time.perf_counter()
-    out.parent.mkdir(parents=True, exist_ok=True)
-    staging = Path(tempfile.mkdtemp(prefix=f".{out.name}.", dir=out.parent))
-    try:
+    with atomic_dir(out) as staging:
         if gguf is None:
             path = assemble(entry, staging / "source.gguf")
+        elif _sha256(gguf) != entry.sha256:
+            raise CorruptModelError(f"{gguf} is not {name}'s GGUF file (sha256 differs)")
         else:
             path = gguf
-            if _sha256(path) != entry.sha256:
-                raise CorruptModelError(f"{path} is not {name}'s GGUF file (sha256 differs)")
         seconds["assemble"] = round(time.perf_counter() - started, 1)
         check_gguf(path)
         info = _convert(entry, path, staging, dtype, seconds)
@@ -204,19 +201,10 @@ def prepare(name: str, *, out: Path | None = None, dtype: str = "bfloat16",
             path.unlink()
         info.path = str(out)
         (staging / RECORD_FILE).write_text(json.dumps(asdict(info), indent=2) + "\n", "utf-8")
-        staging.chmod(0o755)
-        if out.exists():
-            shutil.rmtree(out)
-        os.replace(staging, out)
-    except BaseException:
-        shutil.rmtree(staging, ignore_errors=True)
-        raise
     return info
 
 
 def _sha256(path: Path) -> str:
-    from medverify.files import file_sha256
-
     return file_sha256(path)
 
 

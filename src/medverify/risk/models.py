@@ -25,15 +25,13 @@ import importlib
 import importlib.util
 import json
 import os
-import shutil
-import tempfile
 import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
 from medverify.errors import ConfigError, InputError, MissingDependencyError
-from medverify.files import file_sha256
+from medverify.files import atomic_dir, file_sha256
 from medverify.llm.gguf_files import CorruptModelError, check_gguf
 
 PREPARE_FILE = "medverify_prepare.json"
@@ -171,9 +169,7 @@ def prepare(out: Path, *, package: str | None = None, gguf: Path | None = None,
     model, tokenizer = _load_gguf(path, dtype)
     load_s = time.perf_counter() - started
     started = time.perf_counter()
-    out.parent.mkdir(parents=True, exist_ok=True)
-    staging = Path(tempfile.mkdtemp(prefix=f".{out.name}.", dir=out.parent))
-    try:
+    with atomic_dir(out) as staging:
         model.save_pretrained(str(staging), safe_serialization=True)
         tokenizer.save_pretrained(str(staging))
         architecture = check_model_dir(staging)
@@ -184,13 +180,6 @@ def prepare(out: Path, *, package: str | None = None, gguf: Path | None = None,
         info.save_s = round(time.perf_counter() - started, 1)
         record = {**asdict(info), "gguf_header": header}
         (staging / PREPARE_FILE).write_text(json.dumps(record, indent=2) + "\n", "utf-8")
-        staging.chmod(0o755)  # mkdtemp makes it private
-        if out.exists():
-            shutil.rmtree(out)
-        os.replace(staging, out)
-    except BaseException:
-        shutil.rmtree(staging, ignore_errors=True)
-        raise
     return info
 
 
