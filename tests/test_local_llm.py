@@ -152,3 +152,15 @@ def test_local_models_get_a_long_default_timeout_unless_the_spec_sets_one(
         tiny_chat: Path) -> None:
     assert get_model(f"local:{tiny_chat}").settings.timeout_s == 900
     assert get_model(f"local:{tiny_chat}?timeout=30").settings.timeout_s == 30
+
+
+def test_models_cli_lists_the_catalogue_and_refuses_unknown_names() -> None:
+    from click.testing import CliRunner
+
+    from medverify.cli import main
+
+    runner = CliRunner(env={"COLUMNS": "200"})
+    listed = runner.invoke(main, ["models", "list"])
+    assert listed.exit_code == 0 and "qwen2.5-1.5b" in listed.output and "no" in listed.output
+    refused = runner.invoke(main, ["models", "prepare", "gpt-17"])
+    assert refused.exit_code == 2 and "known: qwen2.5-0.5b, qwen2.5-1.5b" in refused.output

@@ -15,7 +15,8 @@ from medverify.judges_eval import CascadeCurve, Interval, JudgeOnSet, JudgesEval
 from medverify.report.svg import INK, MUTED, PALETTE, Box, document, esc
 
 COLUMNS = ("set", "judge", "n", "macro-F1 [95% CI]", "F1 S / C / N", "FACT precision [CI]",
-           "confident FACT: precision / coverage", "errors", "s/pair", "tokens/pair")
+           "confident FACT: precision / coverage", "errors", "decided by", "s/pair",
+           "tokens/pair")
 
 
 def _interval(value: Interval) -> str:
@@ -39,14 +40,18 @@ def row(result: JudgeOnSet) -> list[str]:
                  f"{_num(result.confident_fact_coverage)}")
     return [result.set, result.judge, str(s.n), _interval(result.macro_f1), per_class,
             _interval(result.fact_precision), confident,
-            str(s.n_errors + s.n_judgment_errors), f"{result.seconds_per_pair:.2f}",
+            str(s.n_errors + s.n_judgment_errors),
+            " / ".join(f"{kind} {n}" for kind, n in sorted(s.decided_by.items())),
+            f"{result.seconds_per_pair:.2f}",
             f"{result.tokens_per_pair:.0f}"]
 
 
 def markdown(report: JudgesEval) -> str:
     """The comparison as Markdown: the main table, then the cascade curves."""
     lines = [f"Seeded sample: {report.sample or 'all'} pairs per set (seed {report.seed}); "
-             "errors and judgment errors count as wrong in macro-F1.", "",
+             "errors and judgment errors count as wrong in macro-F1. Seconds and tokens are "
+             "those of the calls made in this run: a cached call costs none (a cascade whose "
+             "model calls were cached reports the built-in judge's cost only).", "",
              "| " + " | ".join(COLUMNS) + " |", "|" + "---|" * len(COLUMNS)]
     lines += ["| " + " | ".join(row(r)) + " |" for r in report.results]
     if report.cascades:

@@ -193,13 +193,15 @@ def confident_threshold(p: np.ndarray, correct: np.ndarray, target: float,
 
 def fit_family(name: str, trained_on: list[str], x: np.ndarray, labels: Sequence[str],
                categories: Sequence[str], groups: Sequence[int], strata: Sequence[str],
-               folds: int = 5, datasets: Sequence[str] = ()) -> Family:
+               folds: int = 5, datasets: Sequence[str] = (),
+               class_weight: str | None = None) -> Family:
     """Fit one family: a multinomial logistic regression on ``x`` (standardised), and per
     category the confident threshold (:func:`robust_threshold`) of its cross-validated
     probabilities among the pairs the judge put in that category (``categories``, the
     uncalibrated verdicts). Folds are grouped by ``groups`` (one evidence text never sits
     on both sides); ``strata`` names each row's source set, and the threshold must hold on
-    each of them."""
+    each of them. ``class_weight="balanced"`` fits as if the labels were equally frequent
+    (a uniform prior instead of the training sets' own)."""
     from sklearn.linear_model import LogisticRegression
     from sklearn.model_selection import GroupKFold
 
@@ -209,7 +211,7 @@ def fit_family(name: str, trained_on: list[str], x: np.ndarray, labels: Sequence
     z = (x - mean) / scale
 
     def model() -> LogisticRegression:
-        return LogisticRegression(C=0.3, max_iter=5000)
+        return LogisticRegression(C=0.3, max_iter=5000, class_weight=class_weight)
 
     cv = np.zeros((len(y), 3))
     for train, test in GroupKFold(folds).split(z, y, groups):
