@@ -316,7 +316,8 @@ def test_cli_choices_come_from_the_registry(
     assert "nothing" in choice.choices and "builtin" in choice.choices
     helped = CliRunner().invoke(main, ["check", "--help"])
     assert helped.exit_code == 0
-    assert "--judge [broken|builtin|cascade|failing|llm|not-a-judge|nothing]" in helped.output
+    assert "--judge [broken|builtin|cascade|failing|llm|llm-scored|not-a-judge|nothing]" \
+        in helped.output
     refused = CliRunner().invoke(main, ["check", "-", "--judge", "nope"])
     assert refused.exit_code == 2 and "'nope' is not one of" in refused.output
     with KnowledgeBase.create(tmp_path / "kb", embedder="hash") as kb:
