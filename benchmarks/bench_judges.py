@@ -6,15 +6,15 @@ judges, side by side on seeded samples of the dev sets (CPU).
 
 Runs `medverify eval judges` (resumable: verdicts stay in --work, default
 $MEDVERIFY_HOME/bench-judges, so a killed run continues) on checkcovid_dev, citint_dev,
-healthver_dev and expertqa_val (none used to fit any calibration), plus the trial-study
-pairs when `scripts/trial_pairs.py` has written them, then checks the targets:
+healthver_dev and expertqa_val (none used to fit any calibration) and the trial-study pairs
+(`scripts/trial_pairs.py`; `--sets` picks), then checks the targets:
 
 - Qwen-1.5B as judge: macro-F1 above the built-in judge's on at least 3 of the 4 dev sets
   (point estimates; the bootstrap intervals are reported beside them);
 - the cascade at <= 30 % of pairs sent to the model keeps >= 80 % of the model's gain.
 
 Needs `medverify models prepare qwen2.5-0.5b` and `... qwen2.5-1.5b` (see docs/judges.md).
-Writes benchmarks/results/judges.{md,json,svg}.
+Writes benchmarks/results/NAME.{md,json,svg} (`--name`, default judges).
 """
 
 from __future__ import annotations
@@ -50,14 +50,20 @@ def targets(report: dict) -> list[str]:
         lines.append(f"- {name}: Qwen-1.5B macro-F1 {q['value']} [{q['low']}, {q['high']}] vs "
                      f"built-in {b['value']} [{b['low']}, {b['high']}]: "
                      f"{'above' if win else 'not above'}")
-    lines.append(f"- Qwen-1.5B above the built-in judge on {above} of {len(SETS)} dev sets "
-                 f"(target >= 3): {'met' if above >= 3 else 'missed'}")
+    if lines:
+        lines.append(f"- Qwen-1.5B above the built-in judge on {above} of {len(lines)} dev sets "
+                     f"measured (target: >= 3 of {len(SETS)}): "
+                     f"{'met' if above >= 3 else 'missed'}")
     for curve in report.get("cascades", []):
         if curve["second"] == BIG:
             kept = curve["gain_kept_at_30"]
+            first, full = curve["points"][0]["macro_f1"], curve["points"][-1]["macro_f1"]
+            gain = round(full - first, 4) if first is not None and full is not None else None
+            nominal = (f"; nominal: the model's own gain is {gain}, inside the intervals"
+                       if kept is not None and gain is not None and gain < 0.02 else "")
             lines.append(f"- cascade on {curve['set']}: gain kept at <= 30 % sent: "
-                         f"{'no gain to keep' if kept is None else kept} "
-                         f"({'met' if kept is not None and kept >= 0.8 else 'missed'})")
+                         f"{'no gain to keep (the model alone is worse)' if kept is None else kept}"
+                         f" ({'met' if kept is not None and kept >= 0.8 else 'missed'}{nominal})")
     return lines
 
 
@@ -66,12 +72,14 @@ def main() -> None:
     parser.add_argument("--sample", type=int, default=150)
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--judges", default=",".join(JUDGES))
+    parser.add_argument("--sets", default=",".join((*SETS, "trial_pairs")),
+                        help="pairs sets to judge (trial_pairs: scripts/trial_pairs.py's)")
+    parser.add_argument("--name", default="judges", help="results file name")
     home = Path(os.environ.get("MEDVERIFY_HOME") or Path.home() / ".medverify")
     parser.add_argument("--work", type=Path, default=home / "bench-judges")
     args = parser.parse_args()
-    files = [str(DATA / f"{name}.jsonl") for name in SETS]
-    if TRIAL_PAIRS.is_file():
-        files.append(str(TRIAL_PAIRS))
+    files = [str(TRIAL_PAIRS if name == "trial_pairs" else DATA / f"{name}.jsonl")
+             for name in args.sets.split(",")]
     command = [sys.executable, "-m", "medverify", "eval", "judges", *files,
                "--sample", str(args.sample), "--seed", str(args.seed), "--out", str(args.work)]
     for judge in args.judges.split(","):
@@ -80,11 +88,11 @@ def main() -> None:
     report = json.loads((args.work / "judges.json").read_text("utf-8"))
     RESULTS.mkdir(parents=True, exist_ok=True)
     for suffix in ("json", "svg"):
-        shutil.copy(args.work / f"judges.{suffix}", RESULTS / f"judges.{suffix}")
+        shutil.copy(args.work / f"judges.{suffix}", RESULTS / f"{args.name}.{suffix}")
     table = (args.work / "judges.md").read_text("utf-8")
     text = (f"# Judges side by side (`{' '.join(Path(c).name for c in command[1:])}`)\n\n"
             f"{table}\n## Targets\n\n" + "\n".join(targets(report)) + "\n")
-    (RESULTS / "judges.md").write_text(text, "utf-8")
+    (RESULTS / f"{args.name}.md").write_text(text, "utf-8")
     print(text)
 
 
