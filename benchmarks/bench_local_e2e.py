@@ -50,8 +50,9 @@ def main() -> None:
         medverify("demo", "--out", str(args.work / "demo"), "--no-record")
     answer = next(json.loads(line) for line in ANSWERS.read_text("utf-8").splitlines()
                   if json.loads(line)["id"] == args.answer)
-    answer_file = args.work / f"{args.answer}.jsonl"
-    answer_file.write_text(json.dumps(answer) + "\n", "utf-8")
+    answer_file = args.work / f"{args.answer}.txt"
+    answer_file.write_text(answer["text"] + "\n", "utf-8")
+    args.question = answer["question"]
     planted = {e["text"]: e["category"] for e in answer["meta"]["expected"]}
     out: dict = {"model": args.model, "answer": args.answer}
     out["check"] = run_check(args, kb, answer_file, planted)
@@ -65,9 +66,10 @@ def main() -> None:
 def run_check(args: argparse.Namespace, kb: Path, answer_file: Path,
               planted: dict[str, str]) -> dict:
     report_file = args.work / "check.json"
-    code, seconds, log = medverify("check", str(answer_file), "--kb", str(kb), "--judge", "llm",
-                                   "--model", args.model, "--decomposer", "rules", "--json",
-                                   str(report_file), "--no-record")
+    code, seconds, log = medverify("check", str(answer_file), "-q", args.question, "--kb",
+                                   str(kb), "--judge", "llm", "--model", args.model,
+                                   "--decomposer", "rules", "--json", str(report_file),
+                                   "--no-record")
     if not report_file.is_file():
         return {"exit": code, "seconds": round(seconds, 1), "log": log[-2000:]}
     report = json.loads(report_file.read_text("utf-8"))
@@ -75,7 +77,10 @@ def run_check(args: argparse.Namespace, kb: Path, answer_file: Path,
     claims = [{"claim": r["claim"]["text"], "category": r["category"],
                "planted": planted.get(r["claim"]["text"]),
                "error": (r.get("verdict") or {}).get("error")} for r in report["results"]]
+    raw = next((r["verdict"].get("raw_output") for r in report["results"]
+                if r.get("verdict") and r["verdict"].get("raw_output")), None)
     return {"exit": code, "seconds": round(seconds, 1), "claims": claims,
+            "usage": report.get("usage"), "raw_reply_start": (raw or "")[:300],
             "agree": sum(c["category"] == c["planted"] for c in claims),
             "errors": sum(c["category"] == "ERROR" for c in claims)}
 
@@ -83,8 +88,9 @@ def run_check(args: argparse.Namespace, kb: Path, answer_file: Path,
 def run_factcheck(args: argparse.Namespace, kb: Path, answer_file: Path,
                   planted: dict[str, str]) -> dict:
     report_file = args.work / "factcheck.json"
-    code, seconds, log = medverify("factcheck", str(answer_file), "--kb", str(kb), "--model",
-                                   args.model, "--json", str(report_file), "--no-record")
+    code, seconds, log = medverify("factcheck", str(answer_file), "-q", args.question, "--kb",
+                                   str(kb), "--model", args.model, "--json", str(report_file),
+                                   "--no-record")
     if not report_file.is_file():
         return {"exit": code, "seconds": round(seconds, 1), "log": log[-2000:]}
     report = json.loads(report_file.read_text("utf-8"))
