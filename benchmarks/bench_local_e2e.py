@@ -30,9 +30,13 @@ RESULTS = ROOT / "benchmarks" / "results"
 ANSWERS = ROOT / "src" / "medverify" / "data" / "demo_answers.jsonl"
 
 
+CONFIG: list[str] = []  # --config FILE: the request cache off, so every call is real
+
+
 def medverify(*args: str) -> tuple[int, float, str]:
     started = time.perf_counter()
-    done = subprocess.run([sys.executable, "-m", "medverify", *args], capture_output=True,
+    done = subprocess.run([sys.executable, "-m", "medverify", *args, *CONFIG],
+                          capture_output=True,
                           text=True, env={**os.environ, "COLUMNS": "160"})
     return done.returncode, time.perf_counter() - started, done.stdout + done.stderr
 
@@ -45,6 +49,8 @@ def main() -> None:
     parser.add_argument("--work", type=Path, default=home / "bench-local-e2e")
     args = parser.parse_args()
     args.work.mkdir(parents=True, exist_ok=True)
+    config = args.work / "no-cache.toml"
+    config.write_text("[llm]\ncache = false\n", "utf-8")
     kb = args.work / "demo" / "kb"
     if not kb.is_dir():
         medverify("demo", "--out", str(args.work / "demo"), "--no-record")
@@ -54,6 +60,7 @@ def main() -> None:
     answer_file.write_text(answer["text"] + "\n", "utf-8")
     args.question = answer["question"]
     planted = {e["text"]: e["category"] for e in answer["meta"]["expected"]}
+    CONFIG[:] = ["--config", str(config)]
     out: dict = {"model": args.model, "answer": args.answer}
     out["check"] = run_check(args, kb, answer_file, planted)
     out["factcheck"] = run_factcheck(args, kb, answer_file, planted)

@@ -14,8 +14,10 @@ What it does beyond plain greedy decoding:
 - **log-probabilities**: ``top_logprobs`` gives, at each generated position, the most
   likely tokens from the full softmax (what OpenAI-compatible servers return), which the
   scored judge reads its option probabilities from;
-- **JSON mode**: the reply is started with ``{`` and generation stops when the object
-  closes, so a small model cannot wander into prose before or after its JSON;
+- **JSON mode**: the first reply token must open an object (tokens such as ``{"`` count:
+  forcing a lone ``{`` into the prompt instead pushed the 0.5B model off its usual
+  ``{"`` token into unquoted keys), and generation stops when the object closes, so a small
+  model cannot wander into prose before or after its JSON;
 - limits: a prompt longer than ``max_prompt_tokens`` is refused (not truncated) with a
   non-retryable ProviderError, and ``max_tokens`` caps the reply (default 512).
 
@@ -170,20 +172,27 @@ class Runner:
                 self.prefix = _Prefix()
                 raise ProviderError(f"local model failed: {exc}", retryable=False) from exc
         text = self.tokenizer.decode(tokens, skip_special_tokens=True)
-        if request.json_mode:
-            text = "{" + text
         return Completion(
             text=text, model=request.model, finish_reason=reason, logprobs=logprobs,
             usage=TokenCount(prompt_tokens=len(ids), completion_tokens=len(tokens)))
 
     def prompt_ids(self, request: ChatRequest) -> list[int]:
-        """The chat-templated prompt (plus ``{`` in JSON mode), as token ids."""
+        """The chat-templated prompt, as token ids."""
         messages = [{"role": m.role, "content": m.content} for m in request.messages]
         text = self.tokenizer.apply_chat_template(messages, add_generation_prompt=True,
                                                   tokenize=False)
-        if request.json_mode:
-            text += "{"
         return list(self.tokenizer(text, add_special_tokens=False)["input_ids"])
+
+    def json_openers(self, size: int) -> Any:
+        """A mask over the vocabulary of the tokens that open a JSON object (their text,
+        leading spaces aside, starts with ``{``); computed once."""
+        import torch
+
+        if getattr(self, "_openers", None) is None or self._openers.shape[0] != size:
+            texts = self.tokenizer.batch_decode([[i] for i in range(size)])
+            self._openers = torch.tensor([t.lstrip().startswith("{") for t in texts],
+                                         device=self.device)
+        return self._openers
 
     def _generate(self, ids: list[int], request: ChatRequest,
                   cancel: threading.Event | None = None
@@ -193,7 +202,7 @@ class Runner:
         limit = request.max_tokens or DEFAULT_MAX_TOKENS
         want = request.top_logprobs
         sampler = _Sampler(request.temperature, request.seed)
-        depth = _JsonDepth(1) if request.json_mode else None
+        depth = _JsonDepth(0) if request.json_mode else None
         tokens: list[int] = []
         logprobs: list[TokenLogprobs] | None = [] if want is not None else None
         with torch.inference_mode():
@@ -202,6 +211,9 @@ class Runner:
                 if cancel is not None and cancel.is_set():
                     return tokens, logprobs, "cancelled"
                 log_p = torch.log_softmax(logits.float(), dim=-1)
+                if depth is not None and not tokens:  # the reply must open an object
+                    opens = self.json_openers(log_p.shape[-1])
+                    log_p = torch.log_softmax(log_p.masked_fill(~opens, float("-inf")), -1)
                 token = sampler.pick(log_p)
                 if token in self.stop_ids:
                     return tokens, logprobs, "stop"
@@ -286,10 +298,11 @@ class _Sampler:
 
 
 class _JsonDepth:
-    """Tracks brace depth outside JSON strings; ``feed`` says when the object closed."""
+    """Tracks brace depth outside JSON strings; ``feed`` says when the outer object closed."""
 
     def __init__(self, depth: int) -> None:
         self.depth = depth
+        self.opened = depth > 0
         self.in_string = False
         self.escaped = False
 
@@ -306,8 +319,9 @@ class _JsonDepth:
                 self.in_string = True
             elif char == "{":
                 self.depth += 1
+                self.opened = True
             elif char == "}":
                 self.depth -= 1
-                if self.depth == 0:
+                if self.depth <= 0 and self.opened:
                     return True
         return False
