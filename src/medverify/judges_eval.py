@@ -330,12 +330,3 @@ def _cascades(set_name: str, pairs: Sequence[Pair], entries: Sequence[JudgeEntry
     return [cascade_curve(set_name, e.label, pairs, judged["builtin"], judged[e.label])
             for e in entries if e.model and e.name != "cascade"
             and len(judged[e.label]) == len(pairs) == len(judged["builtin"])]
-
-
-def labels_of(records: Sequence[JudgedPair]) -> list[str]:
-    """The predicted label of each record (ERROR / JUDGMENT_ERROR included)."""
-    return [_label(r.verdict) for r in records]
-
-
-__all__ = ["ERROR", "JUDGMENT_ERROR", "JudgeEntry", "JudgesEval", "evaluate_judges",
-           "parse_judge", "sample_pairs"]

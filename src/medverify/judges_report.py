@@ -9,10 +9,8 @@ share of pairs the cascade sends to the model judge (right).
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-
 from medverify.judges_eval import CascadeCurve, Interval, JudgeOnSet, JudgesEval
-from medverify.report.svg import INK, MUTED, PALETTE, Box, document, esc
+from medverify.report.svg import MUTED, PALETTE, Box, document, esc
 
 COLUMNS = ("set", "judge", "n", "macro-F1 [95% CI]", "F1 S / C / N", "FACT precision [CI]",
            "confident FACT: precision / coverage", "errors", "decided by", "s/pair",
@@ -125,10 +123,3 @@ def _curve_path(box: Box, curve: CascadeCurve, colour: str) -> str:
     path = "M" + "L".join(f"{box.x(s):.1f} {box.y(f):.1f}" for s, f in points)
     return (f'<path d="{path}" fill="none" stroke="{colour}" stroke-width="2">'
             f"<title>{esc(curve.set)}: cascade to {esc(curve.second)}</title></path>")
-
-
-def terminal_rows(results: Sequence[JudgeOnSet]) -> list[list[str]]:
-    return [row(r) for r in results]
-
-
-__all__ = ["COLUMNS", "INK", "markdown", "svg", "terminal_rows"]

@@ -46,7 +46,7 @@ def judges_command(pairs_files: tuple[Path, ...], judges: tuple[str, ...], sampl
     precision and coverage, seconds and tokens per pair, and the cascade's
     cost-vs-quality curve (docs/judges.md). A killed run resumes from --out."""
     from medverify.judges_eval import evaluate_judges, parse_judge
-    from medverify.judges_report import COLUMNS, markdown, svg, terminal_rows
+    from medverify.judges_report import COLUMNS, markdown, row, svg
 
     config = load_config(config_path)
     settings = config.judge_settings.model_copy(
@@ -63,7 +63,7 @@ def judges_command(pairs_files: tuple[Path, ...], judges: tuple[str, ...], sampl
     table = Table(title="Judges side by side", title_justify="left")
     for name in COLUMNS:
         table.add_column(name)
-    for cells in terminal_rows(report.results):
-        table.add_row(*cells)
+    for result in report.results:
+        table.add_row(*row(result))
     console.print(table)
     console.print(f"wrote {out / 'judges.md'}, {out / 'judges.svg'}, {out / 'judges.json'}")

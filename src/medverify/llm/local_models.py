@@ -188,7 +188,7 @@ def prepare(name: str, *, out: Path | None = None, dtype: str = "bfloat16",
     with atomic_dir(out) as staging:
         if gguf is None:
             path = assemble(entry, staging / "source.gguf")
-        elif _sha256(gguf) != entry.sha256:
+        elif file_sha256(gguf) != entry.sha256:
             raise CorruptModelError(f"{gguf} is not {name}'s GGUF file (sha256 differs)")
         else:
             path = gguf
@@ -202,10 +202,6 @@ def prepare(name: str, *, out: Path | None = None, dtype: str = "bfloat16",
         info.path = str(out)
         (staging / RECORD_FILE).write_text(json.dumps(asdict(info), indent=2) + "\n", "utf-8")
     return info
-
-
-def _sha256(path: Path) -> str:
-    return file_sha256(path)
 
 
 def _convert(entry: LocalModel, path: Path, staging: Path, dtype: str,
