@@ -27,7 +27,8 @@ import time
 from pathlib import Path
 
 from medverify.arbitration import policy_id
-from medverify.arbitration_eval import (
+from medverify.config import ArbitrationPolicy
+from medverify.evals.arbitration import (
     AUTO_QUANTILES,
     ERROR_DEFINITION,
     ArbitrationEval,
@@ -41,7 +42,6 @@ from medverify.arbitration_eval import (
     read_source,
     sweep,
 )
-from medverify.config import ArbitrationPolicy
 from medverify.judge.builtin import BuiltinJudge
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -22,7 +22,7 @@ import json
 import time
 from pathlib import Path
 
-from medverify.evaluation import Pair, load_pairs, pair_item, predicted_label
+from medverify.evals.pairs import Pair, load_pairs, pair_item, predicted_label
 from medverify.judge.builtin import BuiltinJudge
 from medverify.judge.cascade import CascadeJudge
 from medverify.llm.facade import Model

@@ -27,7 +27,7 @@ from pathlib import Path
 from typing import Any
 
 from medverify.config import Config
-from medverify.evaluation import evaluate_pairs_on
+from medverify.evals.pairs import evaluate_pairs_on
 from medverify.executor import Executor, LocalExecutor, RayExecutor
 from medverify.judge import JUDGES
 from medverify.testing.judge import word_judge

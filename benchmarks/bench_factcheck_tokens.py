@@ -36,7 +36,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from medverify.answer import RagAnswerer
+from medverify.answerer import RagAnswerer
 from medverify.config import Config
 from medverify.demo import build_demo_kb
 from medverify.factcheck.loop import FactChecker

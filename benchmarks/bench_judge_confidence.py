@@ -23,8 +23,8 @@ import json
 import time
 from pathlib import Path
 
-from medverify.confidence_eval import CurvePoint, curve_svg
-from medverify.evaluation import PairsEval, judge_pairs, load_pairs, score_pairs
+from medverify.evals.confidence import CurvePoint, curve_svg
+from medverify.evals.pairs import PairsEval, judge_pairs, load_pairs, score_pairs
 from medverify.harness import stage_id
 from medverify.judge.builtin import BuiltinJudge
 

@@ -52,10 +52,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from medverify.checker import Checker
 from medverify.config import ArbitrationPolicy, Config, KBSettings, RetrievalSettings
 from medverify.kb import KnowledgeBase
 from medverify.learning import DOC_PREFIX, items_from_report, loop_report, teach
-from medverify.pipeline import Checker
 from medverify.records import Answer, Document
 from medverify.store.review import ReviewLabel, ReviewStore
 from medverify.store.runs import RunStore

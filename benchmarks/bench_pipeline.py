@@ -22,10 +22,10 @@ import tempfile
 import time
 from pathlib import Path
 
+from medverify.checker import Checker
 from medverify.config import Config, ModelSettings
 from medverify.kb import KnowledgeBase, iter_documents, sample_kb_path
 from medverify.llm.facade import Model, get_model
-from medverify.pipeline import Checker
 from medverify.records import Answer, Passage
 from medverify.retrieve import Retriever
 from medverify.store.runs import RunStore

@@ -73,9 +73,9 @@ from typing import Any
 import httpx
 import numpy as np
 
+from medverify.checker import Checker
 from medverify.config import Config
 from medverify.kb import KnowledgeBase, iter_documents, sample_kb_path
-from medverify.pipeline import Checker
 from medverify.records import Answer, Document
 from medverify.store.access import KeyStore, Role
 from medverify.store.runs import RunStore

@@ -27,7 +27,7 @@ from pathlib import Path
 import numpy as np
 
 from medverify.config import Config
-from medverify.evaluation import Pair, judge_pairs, load_pairs
+from medverify.evals.pairs import Pair, judge_pairs, load_pairs
 from medverify.judge.calibration import LABEL_INDEX, fit_family
 from medverify.judge.llm_scored import (
     CATEGORY_OF,

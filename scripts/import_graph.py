@@ -43,7 +43,9 @@ LAYERS: dict[str, int] = {
     "config": 0,  # settings read from TOML and the environment
     "records": 0,  # the records passed between stages (and passage_label, their rule)
     "inputs": 0,  # reading answers from bytes: needs only errors and records
-    "database": 0,  # SQL connections by location: a SQLite file or PostgreSQL (store, llm cache)
+    # SQL connections by location (a SQLite file or PostgreSQL): the run store's, also
+    # used by the llm cache, so this one module of store sits at the base
+    "store.connections": 0,
     "executor": 0,  # local or Ray: maps a picklable function over chunks (imports errors only)
     # 1 infrastructure: models, prompts, fetched sources, the knowledge base, the verifier.
     "llm": 1,
@@ -64,19 +66,15 @@ LAYERS: dict[str, int] = {
     "store": 3,
     # 4 flows: open what a run needs, run stages, record the run.
     "harness": 4,
-    "pipeline": 4,
-    "answer": 4,
+    "checker": 4,  # the check flow: decompose -> retrieve -> judge -> report
+    "answerer": 4,  # the RAG answerer (Vladika et al. step 1)
     "audit": 4,
     "factcheck": 4,
     "bench": 4,
-    "evaluation": 4,
-    "judges_eval": 4,  # several judges side by side on the same sampled pairs
-    "judges_report": 4,  # the Markdown table and SVG of a judges comparison
-    "arbitration_eval": 4,  # measures arbitration policies on labelled, judged claims
-    "confidence_eval": 4,  # precision and coverage of confident verdicts on labelled pairs
+    "evals": 4,  # measurements on labelled data: pairs, retrieval, judges, arbitration
     "injection": 4,
     "demo": 4,
-    "trialstudy": 4,  # CHECK's 15-question clinical-trial study (asks, judges, reports)
+    "trials.study": 4,  # CHECK's 15-question clinical-trial study (asks, judges, reports)
     "learning": 4,  # the clinical loop: review items from reports, teach and revert the KB
     # 5 entry points.
     "cli": 5,
@@ -110,10 +108,19 @@ def module_name(path: Path, source: Path = SOURCE) -> str:
     return ".".join(parts)
 
 
-def unit_of(module: str) -> str:
-    """``medverify.audit.runner`` -> ``audit``; the package itself -> ``medverify``."""
+def unit_of(module: str, layers: Mapping[str, int] | None = None) -> str:
+    """``medverify.audit.runner`` -> ``audit``; the package itself -> ``medverify``. A
+    dotted key of the layer table names a sub-unit placed on its own layer
+    (``medverify.trials.study.runner`` -> ``trials.study``)."""
     parts = module.split(".")
-    return parts[1] if len(parts) > 1 else parts[0]
+    if len(parts) == 1:
+        return parts[0]
+    table = LAYERS if layers is None else layers
+    for end in range(len(parts), 2, -1):
+        name = ".".join(parts[1:end])
+        if name in table:
+            return name
+    return parts[1]
 
 
 def _modules(source: Path) -> dict[str, Path]:

@@ -24,7 +24,7 @@ from pathlib import Path
 
 from medverify.testing.trial_models import _first_sentences, change_numbers
 from medverify.trials.reader import iter_studies
-from medverify.trialstudy.runner import study_trials
+from medverify.trials.study.runner import study_trials
 
 ROOT = Path(__file__).resolve().parents[1]
 RECORDS = ROOT.parent / "shared" / "data" / "raw" / "clinicaltrials"

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from medverify.answer import NO_EXCERPTS, RagAnswerer, answer_question
+from medverify.answerer import NO_EXCERPTS, RagAnswerer, answer_question
 from medverify.cli import main
 from medverify.config import Config
 from medverify.errors import InputError, ProviderError

@@ -25,7 +25,11 @@ from medverify.arbitration import (
     policy_id,
     recheck_candidates,
 )
-from medverify.arbitration_eval import (
+from medverify.checker import Checker
+from medverify.cli import main
+from medverify.config import ARBITRATION_RULES, ArbitrationPolicy, Config
+from medverify.errors import InputError
+from medverify.evals.arbitration import (
     LabelledClaim,
     auto_grid,
     choose,
@@ -40,14 +44,10 @@ from medverify.arbitration_eval import (
     read_source,
     sweep,
 )
-from medverify.cli import main
-from medverify.config import ARBITRATION_RULES, ArbitrationPolicy, Config
-from medverify.errors import InputError
-from medverify.evaluation import Pair
+from medverify.evals.pairs import Pair
 from medverify.judge import JudgeItem
 from medverify.kb import KnowledgeBase
 from medverify.llm.facade import Model
-from medverify.pipeline import Checker
 from medverify.records import (
     Analysis,
     Answer,

@@ -12,11 +12,11 @@ import pytest
 from pydantic import ValidationError
 
 from medverify.arbitration import after_recheck, arbitrate, policy_id, recheck_candidates
+from medverify.checker import Checker
 from medverify.config import ArbitrationPolicy, Config
 from medverify.judge import JUDGES
 from medverify.kb import KnowledgeBase
 from medverify.llm.facade import Model
-from medverify.pipeline import Checker
 from medverify.records import (
     Analysis,
     Answer,

@@ -13,8 +13,7 @@ from click.testing import CliRunner
 import medverify.judge.builtin as builtin
 from medverify.cli import main
 from medverify.config import Config
-from medverify.evaluation import Pair
-from medverify.judges_eval import (
+from medverify.evals.judges import (
     JudgedPair,
     bootstrap,
     cascade_curve,
@@ -23,6 +22,7 @@ from medverify.judges_eval import (
     parse_judge,
     sample_pairs,
 )
+from medverify.evals.pairs import Pair
 from medverify.llm.base import ChatRequest
 from medverify.records import Analysis, Verdict
 from medverify.testing import ScriptedProvider, register_fake, unregister_fake

@@ -10,7 +10,7 @@ from click.testing import CliRunner
 import medverify.judge.builtin as builtin
 from medverify.cli import main
 from medverify.errors import InputError
-from medverify.evaluation import (
+from medverify.evals.pairs import (
     ERROR,
     JUDGMENT_ERROR,
     Pair,

@@ -15,7 +15,7 @@ from click.testing import CliRunner
 from medverify.cli import main
 from medverify.config import Config
 from medverify.errors import ConfigError
-from medverify.evaluation import (
+from medverify.evals.pairs import (
     PAIR_CHUNK,
     PairChunkJudge,
     PairsEval,

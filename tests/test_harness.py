@@ -13,6 +13,7 @@ import pytest
 
 from medverify.audit.records import AuditInput
 from medverify.audit.runner import Auditor
+from medverify.checker import Checker
 from medverify.config import Config
 from medverify.errors import InputError
 from medverify.factcheck.loop import FactChecker
@@ -32,7 +33,6 @@ from medverify.harness import (
 from medverify.kb import KnowledgeBase
 from medverify.kb.embed import HashEmbedder
 from medverify.llm.facade import Model
-from medverify.pipeline import Checker
 from medverify.records import Answer, Claim, Document, RunStatus, Span
 from medverify.store.runs import RunStore
 from medverify.testing import ScriptedProvider

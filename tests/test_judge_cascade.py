@@ -6,13 +6,13 @@ from pathlib import Path
 
 import pytest
 
+from medverify.checker import Checker
 from medverify.config import Config
 from medverify.errors import ConfigError
 from medverify.judge import JudgeItem, judge_options, make_judge
 from medverify.judge.cascade import NOTE_KEY, CascadeJudge
 from medverify.kb import KnowledgeBase
 from medverify.llm.facade import Model
-from medverify.pipeline import Checker
 from medverify.records import Answer, Category, Claim, Document, Passage
 from medverify.report.html import render_html
 from medverify.report.terminal import summary_lines

@@ -15,6 +15,7 @@ from hypothesis import strategies as st
 
 from medverify.audit.select import PassageSelector
 from medverify.audit.verify import PairVerifier
+from medverify.checker import Checker
 from medverify.config import Config
 from medverify.factcheck.rewrite import ExtractiveRewriter
 from medverify.judge.evidence import (
@@ -29,7 +30,6 @@ from medverify.judge.terms import MODALS, STOPWORDS, cue
 from medverify.kb import KnowledgeBase
 from medverify.kb.embed import HashEmbedder
 from medverify.llm.facade import Model
-from medverify.pipeline import Checker
 from medverify.records import Analysis, Answer, Category, Claim, Document, Passage, Source, Verdict
 from medverify.report.html import render_html
 from medverify.testing import ScriptedProvider

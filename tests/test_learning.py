@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 
+from medverify.checker import Checker
 from medverify.config import ArbitrationPolicy, Config
 from medverify.errors import InputError
 from medverify.kb import KnowledgeBase
@@ -27,7 +28,6 @@ from medverify.learning import (
     teach,
 )
 from medverify.llm.facade import Model
-from medverify.pipeline import Checker
 from medverify.records import (
     Analysis,
     Answer,

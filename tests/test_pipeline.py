@@ -8,11 +8,11 @@ from pathlib import Path
 import pytest
 
 import medverify
+from medverify.checker import Checker
 from medverify.config import Config
 from medverify.errors import ConfigError, KBError, ProviderError
 from medverify.kb import KnowledgeBase
 from medverify.llm.facade import Model
-from medverify.pipeline import Checker
 from medverify.records import Answer, Category, Document
 from medverify.store.runs import RunStore
 from medverify.testing import ScriptedProvider, register_fake, unregister_fake

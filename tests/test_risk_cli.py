@@ -93,9 +93,9 @@ def test_score_without_a_classifier_is_a_usage_error(tmp_path: Path) -> None:
 def test_the_check_pipeline_adds_each_claims_risk(models: list[str], tmp_path: Path) -> None:
     import asyncio
 
+    from medverify.checker import Checker
     from medverify.config import Config
     from medverify.kb import KnowledgeBase
-    from medverify.pipeline import Checker
     from medverify.records import Answer, Document
 
     examples = _examples(tmp_path / "examples.jsonl")

@@ -1,4 +1,4 @@
-"""CHECK's clinical-trial study (medverify.trialstudy): questions, contexts, asking and
+"""CHECK's clinical-trial study (medverify.trials.study): questions, contexts, asking and
 judging with scripted models, resuming, the report and the CLI. Runs on made-up registry
 records (medverify.testing.trial_models.make_record), never on ../shared."""
 
@@ -26,15 +26,15 @@ from medverify.testing.trial_models import (
     register_trial_models,
 )
 from medverify.trials.curate import SECTIONS
-from medverify.trialstudy.questions import (
+from medverify.trials.study.questions import (
     QUESTIONS,
     TrialEvidence,
     context_block,
     questions_by_number,
 )
-from medverify.trialstudy.records import AnswerStatus, Context, Granularity, TrialAnswer
-from medverify.trialstudy.report import finish, summarize
-from medverify.trialstudy.runner import (
+from medverify.trials.study.records import AnswerStatus, Context, Granularity, TrialAnswer
+from medverify.trials.study.report import finish, summarize
+from medverify.trials.study.runner import (
     ANSWERS,
     JUDGMENTS,
     TrialStudy,

@@ -27,7 +27,7 @@ from pathlib import Path
 
 from rich.console import Console
 
-from medverify.answer import RagAnswerer
+from medverify.answerer import RagAnswerer
 from medverify.config import Config
 from medverify.factcheck.loop import FactChecker
 from medverify.factcheck.report import print_factcheck, write_factcheck_html

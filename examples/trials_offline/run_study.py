@@ -44,7 +44,7 @@ from medverify.testing.trial_models import (
     register_trial_models,
 )
 from medverify.trials.reader import iter_studies
-from medverify.trialstudy.runner import TrialStudy, study_trials
+from medverify.trials.study.runner import TrialStudy, study_trials
 
 SAMPLES = Path(__file__).resolve().parents[2].parent / "shared" / "data" / "raw" / \
     "clinicaltrials"

@@ -61,9 +61,9 @@ __all__ = [
 ]
 
 _LAZY = {
-    "check": "medverify.pipeline",
-    "acheck": "medverify.pipeline",
-    "Checker": "medverify.pipeline",
+    "check": "medverify.checker",
+    "acheck": "medverify.checker",
+    "Checker": "medverify.checker",
     "KnowledgeBase": "medverify.kb",
     "Model": "medverify.llm.facade",
     "get_model": "medverify.llm.facade",

@@ -34,7 +34,7 @@ judged again by a second judge over more passages, the riskiest of an answer's e
 first up to ``recheck_budget`` of them (:func:`recheck_candidates`); the rules above then
 decide again on that verdict, and the decision records what the first check had decided
 (:class:`~medverify.records.Recheck`). The flow that has the judges runs it
-(``medverify.pipeline.Checker``).
+(``medverify.checker.Checker``).
 """
 
 from __future__ import annotations

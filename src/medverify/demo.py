@@ -24,13 +24,13 @@ from pathlib import Path
 import jinja2
 from pydantic import BaseModel
 
+from medverify.checker import Checker
 from medverify.config import Config, KBSettings
 from medverify.decompose import make_decomposer
 from medverify.files import atomic_write_text
 from medverify.judge import Judge
 from medverify.kb import KnowledgeBase, LoadReport, iter_documents, sample_kb_path
 from medverify.llm.facade import UsageLedger
-from medverify.pipeline import Checker
 from medverify.records import Answer, Category, Claim, ClaimResult, Document, Report
 from medverify.report.html import write_html
 from medverify.report.view import CATEGORY_STYLES

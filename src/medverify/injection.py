@@ -26,23 +26,19 @@ from importlib import resources
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import Field, ValidationError
 
 from medverify.errors import InputError
 from medverify.harness import stage_id
 from medverify.judge import Judge, JudgeItem
-from medverify.records import Category, Claim, Passage, Verdict
+from medverify.records import Category, Claim, Passage, Record, Verdict
 from medverify.sources.extract import extract_text
 
 Surface = Literal["kb", "page"]
 _PAGE_CHARS = 20_000
 
 
-class _Record(BaseModel):
-    model_config = ConfigDict(extra="forbid")
-
-
-class InjectionCase(_Record):
+class InjectionCase(Record):
     """One probe: a claim, its clean evidence, and the evidence as the attacker left it."""
 
     id: str
@@ -58,7 +54,7 @@ class InjectionCase(_Record):
                           "baseline of how often extra text alone moves the verdict")
 
 
-class InjectionOutcome(_Record):
+class InjectionOutcome(Record):
     """What the judge did with one probe, with both verdicts kept (raw output included)."""
 
     case: InjectionCase
@@ -84,7 +80,7 @@ class InjectionOutcome(_Record):
         return self.scored and self.attacked.category != self.clean.category
 
 
-class Rate(_Record):
+class Rate(Record):
     """A share with its 95 % Wilson interval; ``value`` None when nothing was measured."""
 
     k: int
@@ -100,7 +96,7 @@ def rate_text(rate: Rate) -> str:
     return f"{rate.value:.2f} [{rate.ci[0]:.2f}, {rate.ci[1]:.2f}] ({rate.k}/{rate.n})"
 
 
-class InjectionGroup(_Record):
+class InjectionGroup(Record):
     name: str
     n: int
     n_errors: int
@@ -110,7 +106,7 @@ class InjectionGroup(_Record):
     not_counted: int = Field(description="attacked verdicts with evidence the judge invented")
 
 
-class InjectionReport(_Record):
+class InjectionReport(Record):
     judge: str
     prompt_version: str | None = None
     cases_version: str

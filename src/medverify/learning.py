@@ -27,13 +27,11 @@ from datetime import UTC, date, datetime, timedelta
 from pathlib import Path
 from typing import TYPE_CHECKING, Literal
 
-from pydantic import BaseModel, ConfigDict
-
 from medverify.arbitration import arbitrate, confidence
 from medverify.config import ArbitrationPolicy
 from medverify.errors import InputError, MedverifyError
 from medverify.kb import KnowledgeBase
-from medverify.records import Category, ClaimResult, Decision, Document, Report, utcnow
+from medverify.records import Category, ClaimResult, Decision, Document, Record, Report, utcnow
 from medverify.store.review import (
     ItemLabel,
     KBChange,
@@ -61,10 +59,6 @@ DOC_PREFIX = "review-"
 Period = Literal["day", "week", "month"]
 
 log = logging.getLogger(__name__)
-
-
-class _Record(BaseModel):
-    model_config = ConfigDict(extra="forbid")
 
 
 # ----------------------------------------------------------------------- items
@@ -265,7 +259,7 @@ def judged_example_id(item: ReviewItem) -> str:
 # ----------------------------------------------------------------------- the loop report
 
 
-class LoopPeriod(_Record):
+class LoopPeriod(Record):
     """The loop over one period (or all of it: ``period`` is ``all``)."""
 
     period: str  # e.g. 2025-02-11, 2025-W07, 2025-02
@@ -281,7 +275,7 @@ class LoopPeriod(_Record):
     kb_reverted: int = 0
 
 
-class LoopReport(_Record):
+class LoopReport(Record):
     """How the clinical loop is doing, period by period (oldest first)."""
 
     by: Period

@@ -141,11 +141,14 @@ def passage_label(probs: Sequence[float], thresholds: tuple[float, float]) -> in
     return None
 
 
-class _Record(BaseModel):
+class Record(BaseModel):
+    """The base of every record medverify passes around or stores: an unknown field is
+    a validation error, never silently dropped."""
+
     model_config = ConfigDict(extra="forbid", validate_assignment=False)
 
 
-class Span(_Record):
+class Span(Record):
     """Character offsets [start, end) into a text."""
 
     start: int = Field(ge=0)
@@ -178,7 +181,7 @@ class FetchFailure(StrEnum):
     OFFLINE = "offline"
 
 
-class Source(_Record):
+class Source(Record):
     """A cited source: its URL and, once fetched or given, its text.
 
     ``status`` is ``given`` (text supplied with the input), ``fetched`` (valid page),
@@ -206,7 +209,7 @@ class Source(_Record):
         return self.status in ("given", "fetched") and bool(self.text and self.text.strip())
 
 
-class Answer(_Record):
+class Answer(Record):
     """A question and the answer to check, with any sources it cites."""
 
     text: str
@@ -222,7 +225,7 @@ class Answer(_Record):
         return self
 
 
-class Claim(_Record):
+class Claim(Record):
     """An atomic, self-contained statement taken from an answer."""
 
     id: str
@@ -233,7 +236,7 @@ class Claim(_Record):
     decomposer: str = ""
 
 
-class Document(_Record):
+class Document(Record):
     """A knowledge-base document before chunking."""
 
     doc_id: str
@@ -244,7 +247,7 @@ class Document(_Record):
     meta: dict[str, Any] = Field(default_factory=dict)
 
 
-class Passage(_Record):
+class Passage(Record):
     """A chunk of a knowledge-base document (or of a fetched source)."""
 
     id: str
@@ -258,7 +261,7 @@ class Passage(_Record):
     scores: dict[str, float] = Field(default_factory=dict)
 
 
-class CheckFinding(_Record):
+class CheckFinding(Record):
     """One difference an exact check found between a claim and a passage said to support
     it. A veto stops that support from counting (the claim is not FACT on that passage); a
     finding without veto only makes the verdict not confident. Checks never make a claim
@@ -273,7 +276,7 @@ class CheckFinding(_Record):
                         'the passage says every 10 years".')
 
 
-class Analysis(_Record):
+class Analysis(Record):
     """One half of the judge's work: factual (is the claim supported?) or
     counterfactual (is its negation supported, i.e. is the claim contradicted?)."""
 
@@ -314,7 +317,7 @@ class Analysis(_Record):
         return self.quote
 
 
-class Verdict(_Record):
+class Verdict(Record):
     """A judge's decision on one claim against the evidence it was given.
 
     ``factual.holds`` says the evidence supports the claim; ``counterfactual.holds`` says
@@ -370,7 +373,7 @@ class Verdict(_Record):
         return categorize(self.factual.counts, self.counterfactual.counts)
 
 
-class Recheck(_Record):
+class Recheck(Record):
     """A claim re-checked before it was escalated (``[arbitration] recheck_judge``): what
     the first check decided, and who re-checked it. The claim result then holds the
     re-check's passages and verdict, and the arbitration its decision; a re-check that
@@ -384,7 +387,7 @@ class Recheck(_Record):
     error: str | None = None
 
 
-class Arbitration(_Record):
+class Arbitration(Record):
     """The decision on one claim: the rule that fired, the policy (its id names the exact
     settings) and the inputs it saw (category, risk, the judge's confidence); ``recheck``
     when the claim was re-checked before being escalated."""
@@ -396,7 +399,7 @@ class Arbitration(_Record):
     recheck: Recheck | None = None
 
 
-class ClaimResult(_Record):
+class ClaimResult(Record):
     """A claim's final category and everything that decided it."""
 
     claim: Claim
@@ -465,7 +468,7 @@ def _deciding_analysis(verdict: Verdict, category: Category) -> Analysis | None:
     return None
 
 
-class Metrics(_Record):
+class Metrics(Record):
     """Summary numbers for one report. Errors are counted apart, never as scores."""
 
     n_claims: int
@@ -488,7 +491,7 @@ class Metrics(_Record):
     )
 
 
-class Usage(_Record):
+class Usage(Record):
     """Token accounting for one stage or one model."""
 
     calls: int = 0
@@ -505,7 +508,7 @@ class Usage(_Record):
         )
 
 
-class Report(_Record):
+class Report(Record):
     """Everything a check produced, plus metrics and provenance."""
 
     answer: Answer

@@ -14,10 +14,10 @@ from typing import Any
 
 import pytest
 
+from medverify.checker import Checker
 from medverify.config import Config
 from medverify.kb import KnowledgeBase
 from medverify.llm.facade import Model
-from medverify.pipeline import Checker
 from medverify.records import Answer, Category, ClaimResult, Document
 from medverify.testing import ScriptedProvider
 from test_quote_cases import HONEST, HOSTILE, QuoteCase, corpus_reply

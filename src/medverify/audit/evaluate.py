@@ -20,11 +20,12 @@ from collections.abc import Sequence
 from pathlib import Path
 
 import numpy as np
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import Field, ValidationError
 
 from medverify.audit.metrics import group_audits
 from medverify.audit.records import AnswerAudit, Estimate, SupportLabel
 from medverify.errors import InputError
+from medverify.records import Record
 from medverify.report.metrics import Stat, bootstrap_ci
 
 log = logging.getLogger(__name__)
@@ -33,11 +34,7 @@ ANSWERS_FILE = "answers.jsonl"
 LABELS = (SupportLabel.SUPPORTED.value, SupportLabel.NOT_SUPPORTED.value)
 
 
-class _Record(BaseModel):
-    model_config = ConfigDict(extra="forbid")
-
-
-class AgreementScores(_Record):
+class AgreementScores(Record):
     """Agreement of predicted with gold support over one set of claims.
 
     ``n`` claims with a gold label and a known prediction; ``confusion`` is gold (rows)
@@ -55,7 +52,7 @@ class AgreementScores(_Record):
     predicted_supported_rate: float | None = None
 
 
-class AuditEvaluation(_Record):
+class AuditEvaluation(Record):
     """``medverify eval audit``: the audit's claim-level agreement with gold labels,
     overall and per value of one answer field (``by``)."""
 

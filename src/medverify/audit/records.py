@@ -16,13 +16,9 @@ from datetime import datetime
 from enum import StrEnum
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import Field
 
-from medverify.records import Answer, Category, Claim, Passage, Usage, Verdict, utcnow
-
-
-class _Record(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+from medverify.records import Answer, Category, Claim, Passage, Record, Usage, Verdict, utcnow
 
 
 class SupportLabel(StrEnum):
@@ -32,7 +28,7 @@ class SupportLabel(StrEnum):
     NOT_SUPPORTED = "NOT_SUPPORTED"
 
 
-class AuditInput(_Record):
+class AuditInput(Record):
     """One input line: the answer (with its given sources; extra input fields in
     ``answer.meta``) and, when given, its claims with optional gold labels."""
 
@@ -41,12 +37,12 @@ class AuditInput(_Record):
     line: int | None = None
 
 
-class GoldClaim(_Record):
+class GoldClaim(Record):
     text: str
     label: SupportLabel | None = None
 
 
-class PairJudgement(_Record):
+class PairJudgement(Record):
     """One claim judged against one source, on the passages selected from it."""
 
     claim_id: str
@@ -63,7 +59,7 @@ class PairJudgement(_Record):
         return self.verdict.category == Category.FACT
 
 
-class ClaimAudit(_Record):
+class ClaimAudit(Record):
     """A claim, the sources it was checked against and whether any supports it.
 
     ``supported``: True when some pair is supported; False when every pair was scored
@@ -87,7 +83,7 @@ class CleanupOutcome(StrEnum):
     ERROR = "error"
 
 
-class CleanupResult(_Record):
+class CleanupResult(Record):
     """SourceCleanup of one unsupported claim: rewritten to what its source supports (and
     verified again), or removed."""
 
@@ -103,7 +99,7 @@ class CleanupResult(_Record):
     error: str | None = None
 
 
-class AnswerMetrics(_Record):
+class AnswerMetrics(Record):
     """SourceCheckup metrics of one answer. Shares are None when undefined."""
 
     n_urls: int = 0
@@ -118,7 +114,7 @@ class AnswerMetrics(_Record):
     unused_source_share: float | None = None
 
 
-class AnswerAudit(_Record):
+class AnswerAudit(Record):
     """Everything the audit found for one answer (one line of ``answers.jsonl``)."""
 
     answer: Answer
@@ -128,7 +124,7 @@ class AnswerAudit(_Record):
     errors: list[str] = Field(default_factory=list)
 
 
-class Estimate(_Record):
+class Estimate(Record):
     """A share with its 95 % percentile-bootstrap interval; ``n`` is the number of units
     it is computed over (URLs, claims, answers or sources). Without a value, ``reason``
     says why it was not measured (never a 0 standing for "nothing to measure")."""
@@ -143,7 +139,7 @@ class Estimate(_Record):
         return self.value is not None
 
 
-class FetchOutcome(_Record):
+class FetchOutcome(Record):
     """One outcome the fetcher gave for a URL: ``fetched`` (with the page's content hash)
     or the failure kind, and the answers whose copy of the source has it."""
 
@@ -154,7 +150,7 @@ class FetchOutcome(_Record):
     first_at: datetime | None = None
 
 
-class FetchChange(_Record):
+class FetchChange(Record):
     """A URL whose fetch outcome differed between attempts in one run (typically a resumed
     run: fetched in the first attempt and failing now, or with other content)."""
 
@@ -164,7 +160,7 @@ class FetchChange(_Record):
     outcomes: list[FetchOutcome] = Field(default_factory=list)
 
 
-class AuditMetrics(_Record):
+class AuditMetrics(Record):
     """The paper's metrics over a set of answers (all of them, or one breakdown group)."""
 
     n_answers: int = 0
@@ -180,7 +176,7 @@ class AuditMetrics(_Record):
     invalid_reasons: dict[str, int] = Field(default_factory=dict)
 
 
-class AuditSummary(_Record):
+class AuditSummary(Record):
     """``summary.json`` of an audit run: provenance, overall metrics, breakdowns by input
     field (field -> value -> metrics), URL analysis and SourceCleanup counts."""
 

@@ -32,11 +32,11 @@ from typing import Any
 from urllib.parse import urlsplit
 
 import httpx
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import Field
 
 from medverify.audit.metrics import group_audits, invalid_reason
 from medverify.audit.records import AnswerAudit, FetchChange, FetchOutcome
-from medverify.records import FetchFailure, Source
+from medverify.records import FetchFailure, Record, Source
 
 WAYBACK_API = "https://archive.org/wayback/available"
 TOP_N = 5
@@ -74,17 +74,13 @@ _SCHEME = re.compile(r"^[a-zA-Z][a-zA-Z0-9+.-]*:")
 DEAD_HTTP_STATUSES = frozenset({404, 410})
 
 
-class _Record(BaseModel):
-    model_config = ConfigDict(extra="forbid")
-
-
-class DomainCount(_Record):
+class DomainCount(Record):
     domain: str
     count: int
     share: float
 
 
-class ArchiveStats(_Record):
+class ArchiveStats(Record):
     """Dead cited URLs (404/410 or unknown host) checked against the Wayback Machine;
     ``share`` is archived over dead URLs whose check answered."""
 
@@ -94,7 +90,7 @@ class ArchiveStats(_Record):
     share: float | None = None
 
 
-class UrlGroupStats(_Record):
+class UrlGroupStats(Record):
     """URL statistics of one group of answers (shares over cited URLs with a host,
     except ``paywalled_share``, over valid URLs as in the paper)."""
 
@@ -112,7 +108,7 @@ class UrlGroupStats(_Record):
     archived: ArchiveStats | None = None
 
 
-class UrlAnalysis(_Record):
+class UrlAnalysis(Record):
     group_by: str | None = None
     paywalled_list: str = "builtin"
     n_paywalled_domains: int = 0

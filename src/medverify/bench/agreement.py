@@ -28,7 +28,7 @@ from datetime import datetime
 from pathlib import Path
 
 import numpy as np
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import Field
 
 from medverify.audit.evaluate import AgreementScores, score_codes
 from medverify.audit.inputs import normalize_url
@@ -37,7 +37,7 @@ from medverify.audit.records import AnswerAudit, PairJudgement
 from medverify.bench.layout import RunLayout
 from medverify.errors import InputError
 from medverify.files import atomic_write_text, read_records
-from medverify.records import Source, utcnow
+from medverify.records import Record, Source, utcnow
 
 CSV_COLUMNS = ("pair_id", "question", "statement", "source_url", "source_excerpt", "label",
                "notes")
@@ -56,11 +56,7 @@ SKIP_WORDS = frozenset({"", "unsure", "unclear", "unknown", "?", "skip", "n/a", 
                         "don't know", "dont know", "idk"})
 
 
-class _Record(BaseModel):
-    model_config = ConfigDict(extra="forbid")
-
-
-class PairSample(_Record):
+class PairSample(Record):
     """One sampled claim-source pair: what the annotator sees and (kept in the key file
     only) which answer, claim, source and model it came from and the judge's verdict."""
 
@@ -77,7 +73,7 @@ class PairSample(_Record):
     judge_category: str = ""
 
 
-class HumanLabel(_Record):
+class HumanLabel(Record):
     """One annotator's label of one pair (``labels/labels.jsonl``; the last line per pair
     and annotator wins)."""
 
@@ -90,7 +86,7 @@ class HumanLabel(_Record):
     imported_at: datetime = Field(default_factory=utcnow)
 
 
-class LabelImport(_Record):
+class LabelImport(Record):
     """What importing one file did: every row is counted, none silently dropped."""
 
     path: str
@@ -107,7 +103,7 @@ class LabelImport(_Record):
     problems: list[str] = Field(default_factory=list)
 
 
-class AgreementResult(_Record):
+class AgreementResult(Record):
     """Judge-human agreement with the counts behind it (``load_agreement`` returns the
     first two fields). ``n_ties``: pairs whose annotators split evenly (skipped);
     ``n_unmatched``: labelled pairs not found among the audits' scored pairs."""

@@ -14,22 +14,17 @@ from datetime import datetime
 from enum import StrEnum
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import Field
 
 from medverify.audit.evaluate import AgreementScores
 from medverify.audit.records import AuditMetrics
 from medverify.audit.urls import DomainCount
-from medverify.records import Answer, Document, Source, Usage, utcnow
-
-
-class _Record(BaseModel):
-    model_config = ConfigDict(extra="forbid")
-
+from medverify.records import Answer, Document, Record, Source, Usage, utcnow
 
 # -- questions --------------------------------------------------------------------------
 
 
-class Question(_Record):
+class Question(Record):
     """One benchmark question. ``source`` names where it comes from (a question set such as
     ``medquad`` or ``k-qa``, or ``generated:<documents>``); generated questions keep the
     document they were written from as ``reference``."""
@@ -41,7 +36,7 @@ class Question(_Record):
     meta: dict[str, Any] = Field(default_factory=dict)
 
 
-class ImportReport(_Record):
+class ImportReport(Record):
     """What reading a question file did: every line or row is counted, none silently
     dropped. ``problems`` holds one human-readable message per skipped or repaired item."""
 
@@ -63,7 +58,7 @@ class GenerationStatus(StrEnum):
     ERROR = "error"  # the model call failed
 
 
-class GeneratedQuestion(_Record):
+class GeneratedQuestion(Record):
     """One document -> one question, as the question generator produced it."""
 
     doc_id: str
@@ -88,7 +83,7 @@ class ReplyStatus(StrEnum):
     ERROR = "error"  # the provider call failed for good
 
 
-class Attempt(_Record):
+class Attempt(Record):
     """One call to the model under test (the first, and the retry when there was one)."""
 
     raw: str | None = None
@@ -102,7 +97,7 @@ class Attempt(_Record):
     latency_s: float | None = None
 
 
-class ModelReply(_Record):
+class ModelReply(Record):
     """A model's reply to one question: the answer text, its sources (deduplicated, in
     order), how it was parsed and every raw attempt."""
 
@@ -132,7 +127,7 @@ class ModelReply(_Record):
 OriginField = Literal["model", "question_source", "question_id", "reply_status"]
 
 
-class BenchOrigin(_Record):
+class BenchOrigin(Record):
     """Where an audited benchmark answer comes from: the model's label, the question's
     source and id, the reply's status. It travels in the answer's ``meta``, one key a field
     (:meth:`to_meta`, written once by ``bench.runner.audit_input``), and is read back with
@@ -167,14 +162,14 @@ class BenchOrigin(_Record):
 # -- the run ------------------------------------------------------------------------------
 
 
-class ModelEntry(_Record):
+class ModelEntry(Record):
     """A model under test: its label in the study and the spec it is asked through."""
 
     label: str
     spec: str
 
 
-class BenchManifest(_Record):
+class BenchManifest(Record):
     """``RUN/run.json``: what the study is (written once, checked on resume)."""
 
     run_id: str
@@ -192,7 +187,7 @@ class BenchManifest(_Record):
 # -- results ------------------------------------------------------------------------------
 
 
-class Comparison(_Record):
+class Comparison(Record):
     """Metric of model A minus model B over the questions both answered, with a 95 % paired
     bootstrap CI and a two-sided paired permutation p-value (Holm-adjusted across pairs)."""
 
@@ -209,7 +204,7 @@ class Comparison(_Record):
     test: str = ""
 
 
-class ReplyStats(_Record):
+class ReplyStats(Record):
     """How one model's replies turned out: counts per status and the bad-input tallies."""
 
     n_questions: int = 0
@@ -221,7 +216,7 @@ class ReplyStats(_Record):
     answers_without_claims: int = 0
 
 
-class ModelCost(_Record):
+class ModelCost(Record):
     """Tokens and (when prices are configured) cost of asking one model."""
 
     calls: int = 0
@@ -233,7 +228,7 @@ class ModelCost(_Record):
     latency_s: float | None = None  # mean per real call
 
 
-class BenchSummary(_Record):
+class BenchSummary(Record):
     """``RUN/summary.json``: every metric of the study, recomputable from the run's records."""
 
     run_id: str

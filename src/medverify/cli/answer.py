@@ -10,7 +10,7 @@ import click
 from rich.console import Console
 from rich.text import Text
 
-from medverify.answer import aanswer_question
+from medverify.answerer import aanswer_question
 from medverify.cli import main
 from medverify.cli._common import config_option, console, json_out_option, load_config
 from medverify.errors import ConfigError, InputError

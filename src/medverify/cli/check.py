@@ -8,6 +8,7 @@ from pathlib import Path
 
 import click
 
+from medverify.checker import Checker
 from medverify.cli import main
 from medverify.cli._common import (
     config_option,
@@ -20,7 +21,6 @@ from medverify.cli._common import (
 from medverify.cli._names import DECOMPOSERS, JUDGES, RegistryChoice
 from medverify.config import Config
 from medverify.inputs import read_answers
-from medverify.pipeline import Checker
 from medverify.records import Answer, Category, Report
 from medverify.report.terminal import print_causes, print_summary
 from medverify.store.runs import RunStore

@@ -11,17 +11,6 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
-from medverify.arbitration_eval import (
-    SWEPT,
-    ArbitrationEval,
-    LabelledClaim,
-    PolicyPoint,
-    Source,
-    curve_svg,
-    judge_sources,
-    read_source,
-)
-from medverify.arbitration_eval import evaluate as evaluate_arbitration
 from medverify.audit.evaluate import AgreementScores, AuditEvaluation, evaluate_audit
 from medverify.audit.records import Estimate
 from medverify.cli import main
@@ -33,11 +22,22 @@ from medverify.cli._common import (
     progress_bar,
 )
 from medverify.cli._names import EMBEDDERS, JUDGES, NamesHelpOption, RegistryChoice
-from medverify.confidence_eval import confidence_table
-from medverify.confidence_eval import curve_svg as confidence_svg
 from medverify.config import Config, KBSettings
 from medverify.errors import InputError
-from medverify.evaluation import (
+from medverify.evals.arbitration import (
+    SWEPT,
+    ArbitrationEval,
+    LabelledClaim,
+    PolicyPoint,
+    Source,
+    curve_svg,
+    judge_sources,
+    read_source,
+)
+from medverify.evals.arbitration import evaluate as evaluate_arbitration
+from medverify.evals.confidence import confidence_table
+from medverify.evals.confidence import curve_svg as confidence_svg
+from medverify.evals.pairs import (
     PairScores,
     PairsEval,
     aevaluate_pairs,

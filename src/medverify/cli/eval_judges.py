@@ -45,8 +45,8 @@ def judges_command(pairs_files: tuple[Path, ...], judges: tuple[str, ...], sampl
     macro-F1 and FACT precision with bootstrap intervals, per-class F1, confident FACT
     precision and coverage, seconds and tokens per pair, and the cascade's
     cost-vs-quality curve (docs/judges.md). A killed run resumes from --out."""
-    from medverify.judges_eval import evaluate_judges, parse_judge
-    from medverify.judges_report import COLUMNS, markdown, row, svg
+    from medverify.evals.judges import evaluate_judges, parse_judge
+    from medverify.evals.judges_report import COLUMNS, markdown, row, svg
 
     config = load_config(config_path)
     settings = config.judge_settings.model_copy(

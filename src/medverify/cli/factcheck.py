@@ -161,7 +161,7 @@ async def _run(config: Config, answers: list[Answer], question: str | None, *,
 
 async def _generate(kb: KnowledgeBase, model: Model, config: Config,
                     question: str) -> RagAnswer:
-    from medverify.answer import RagAnswerer
+    from medverify.answerer import RagAnswerer
 
     answerer = RagAnswerer(kb, model, top_k=config.answer.top_k,
                            max_tokens=config.answer.max_tokens)

@@ -10,8 +10,8 @@ import click
 
 from medverify.cli import main
 from medverify.cli._common import config_option, load_config, store_option
-from medverify.database import display
 from medverify.errors import ConfigError
+from medverify.store.connections import display
 from medverify.store.runs import RunStore
 
 

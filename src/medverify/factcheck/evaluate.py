@@ -33,7 +33,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 import numpy as np
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import Field, ValidationError
 
 from medverify.errors import InputError
 from medverify.factcheck.records import (
@@ -42,7 +42,7 @@ from medverify.factcheck.records import (
     FactVerdict,
     RatingSummary,
 )
-from medverify.records import Answer
+from medverify.records import Answer, Record
 from medverify.report.metrics import bootstrap_ci
 
 POSITIVE = (FactVerdict.FALSE, FactVerdict.UNVERIFIABLE)
@@ -61,11 +61,7 @@ _FACT_KEYS = ("fact", "fact_text", "text", "claim")
 _LABEL_KEYS = ("label", "human", "gold", "verdict", "correct", "is_true")
 
 
-class _Record(BaseModel):
-    model_config = ConfigDict(extra="forbid")
-
-
-class FactLabel(_Record):
+class FactLabel(Record):
     """A human label of one fact: ``false`` when the human says the fact is false."""
 
     fact: str
@@ -76,19 +72,19 @@ class FactLabel(_Record):
     line: int = 0
 
 
-class AnswerRating(_Record):
+class AnswerRating(Record):
     answer_id: str
     outcome: Literal["improved", "equal", "worse"]
 
 
-class LabelMatch(_Record):
+class LabelMatch(Record):
     """Labels paired with the facts' initial verdicts, and those that found no fact."""
 
     pairs: list[tuple[FactVerdict, bool]] = Field(default_factory=list)
     unmatched: list[str] = Field(default_factory=list)
 
 
-class FactCheckEvaluation(_Record):
+class FactCheckEvaluation(Record):
     """``medverify eval factcheck``: detection scores with 95 % bootstrap intervals
     (resampling the scored facts), and the answer ratings when given."""
 

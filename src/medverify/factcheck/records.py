@@ -14,14 +14,10 @@ from datetime import datetime
 from enum import StrEnum
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import Field
 
-from medverify.answer import RagAnswer  # the answer stage's record, re-exported here
-from medverify.records import Category, Claim, Passage, Span, Usage, Verdict, utcnow
-
-
-class _Record(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+from medverify.answerer import RagAnswer  # the answer stage's record, re-exported here
+from medverify.records import Category, Claim, Passage, Record, Span, Usage, Verdict, utcnow
 
 
 class FactVerdict(StrEnum):
@@ -36,7 +32,7 @@ class FactVerdict(StrEnum):
 RewriteMode = Literal["llm", "extractive"]
 
 
-class Rewrite(_Record):
+class Rewrite(Record):
     """A FALSE fact rewritten from its evidence: by the model (``llm``), or offline by
     replacing it with the evidence sentence that contradicts it (``extractive``)."""
 
@@ -50,7 +46,7 @@ class Rewrite(_Record):
     error: str | None = None
 
 
-class FactStep(_Record):
+class FactStep(Record):
     """One round for one fact: the text checked, its evidence, the verdict, and the
     rewrite when it was FALSE."""
 
@@ -63,13 +59,13 @@ class FactStep(_Record):
     rewrite: Rewrite | None = None
 
 
-class TraceCandidate(_Record):
+class TraceCandidate(Record):
     passage_id: str
     score: float | None = None
     reason: str | None = None
 
 
-class FactTrace(_Record):
+class FactTrace(Record):
     """The chunk that best supports a final fact and the top candidates, chosen by
     similarity or by an LLM re-ranking with its reasoning."""
 
@@ -81,7 +77,7 @@ class FactTrace(_Record):
     error: str | None = None
 
 
-class Fact(_Record):
+class Fact(Record):
     """An atomic fact from the first answer, with every round it went through."""
 
     id: str
@@ -97,7 +93,7 @@ class Fact(_Record):
         return self.steps[0].verdict if self.steps else FactVerdict.ERROR
 
 
-class AnswerVersion(_Record):
+class AnswerVersion(Record):
     """One version of the answer (initial, after each round, final)."""
 
     label: str
@@ -105,7 +101,7 @@ class AnswerVersion(_Record):
     mode: Literal["initial", "facts", "llm", "extractive", "unchanged"] = "facts"
 
 
-class SentenceLink(_Record):
+class SentenceLink(Record):
     """A sentence of the final answer linked to the facts in it and their best chunk."""
 
     sentence: str
@@ -117,7 +113,7 @@ class SentenceLink(_Record):
     url: str | None = None
 
 
-class TokenSummary(_Record):
+class TokenSummary(Record):
     """Tokens of the check-and-correct against the initial answer (the paper: ~10x)."""
 
     initial_answer_tokens: int | None = None  # the RAG answer's prompt + completion
@@ -126,7 +122,7 @@ class TokenSummary(_Record):
     per_stage: dict[str, int] = Field(default_factory=dict)
 
 
-class FactCheckReport(_Record):
+class FactCheckReport(Record):
     """Everything a fact-check-and-correct run did for one answer."""
 
     answer_id: str | None = None
@@ -162,7 +158,7 @@ class FactCheckReport(_Record):
         return out
 
 
-class SelfRefineResult(_Record):
+class SelfRefineResult(Record):
     """The Self-Refine baseline (Madaan et al. 2023): feedback, then refine, same model."""
 
     initial_answer: str
@@ -177,7 +173,7 @@ class SelfRefineResult(_Record):
 # -- evaluation -----------------------------------------------------------------------------
 
 
-class FactCheckScores(_Record):
+class FactCheckScores(Record):
     """Verdicts against human labels, FALSE as the positive class."""
 
     n: int = 0
@@ -193,7 +189,7 @@ class FactCheckScores(_Record):
     balanced_accuracy: float | None = None
 
 
-class RatingSummary(_Record):
+class RatingSummary(Record):
     """Answer ratings, final against initial: improved / equal / worse."""
 
     n: int = 0

@@ -10,7 +10,7 @@ keeping whatever was obtained before it.
 
 from __future__ import annotations
 
-from medverify.answer import check_question, usage_of
+from medverify.answerer import check_question, usage_of
 from medverify.errors import InputError, ProviderError
 from medverify.factcheck.records import SelfRefineResult
 from medverify.llm.base import Message

@@ -20,8 +20,8 @@ from pathlib import Path
 
 from pydantic import ValidationError
 
-from medverify.database import PostgresDatabase, StoreUnavailable, dialect_of, display
 from medverify.llm.base import Completion
+from medverify.store.connections import PostgresDatabase, StoreUnavailable, dialect_of, display
 
 log = logging.getLogger("medverify.llm.cache")
 

@@ -30,13 +30,14 @@ import string
 from collections.abc import Sequence
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import Field
 
 from medverify.errors import ConfigError, ParseError, ProviderError
 from medverify.llm.base import Completion, Message
 from medverify.llm.facade import Model
 from medverify.prompts import load_prompt
 from medverify.prompts.untrusted import fence_id, fenced, load_json_reply
+from medverify.records import Record
 from medverify.risk.records import FeatureRow, FeatureSchema, Granularity, TopToken
 
 API_SCHEMA_VERSION = "api-v1"
@@ -59,11 +60,7 @@ API_FEATURE_NAMES: tuple[str, ...] = (
 _STRIP = string.whitespace + string.punctuation + "\u2581\u0120“”‘’«»"
 
 
-class _Record(BaseModel):
-    model_config = ConfigDict(extra="forbid")
-
-
-class VariantScore(_Record):
+class VariantScore(Record):
     """The judge's yes/no answer for one prompt variant."""
 
     variant: str  # "original", "rephrase-1", ...
@@ -81,7 +78,7 @@ class VariantScore(_Record):
         return self.p_yes is not None
 
 
-class ApiRiskResult(_Record):
+class ApiRiskResult(Record):
     """All prompt variants of one text, and how the rephrasing went."""
 
     schema_version: str = API_SCHEMA_VERSION
@@ -99,7 +96,7 @@ class ApiRiskResult(_Record):
         return [variant for variant in self.variants if variant.scored]
 
 
-class _Rephrased(_Record):
+class _Rephrased(Record):
     questions: list[str] = Field(default_factory=list)
     requested: int = 0
     invalid: int = 0

@@ -16,24 +16,19 @@ from datetime import datetime
 from enum import StrEnum
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import ConfigDict, Field
 
-from medverify.records import Span, utcnow
-
-
-class _Record(BaseModel):
-    model_config = ConfigDict(extra="forbid")
-
+from medverify.records import Record, Span, utcnow
 
 Granularity = Literal["answer", "sentence", "claim"]
 
 
-class TopToken(_Record):
+class TopToken(Record):
     token: str
     logprob: float
 
 
-class TokenStep(_Record):
+class TokenStep(Record):
     """One answer token as a model saw it when forced to produce the answer."""
 
     token: str  # decoded text of the token
@@ -44,7 +39,7 @@ class TokenStep(_Record):
     top: list[TopToken] = Field(default_factory=list)  # top-k, most likely first
 
 
-class TokenTrace(_Record):
+class TokenTrace(Record):
     """One scorer's forced pass over one answer (``steps`` cover the answer only)."""
 
     scorer: str  # model id, e.g. "hf:/models/tiny-llama" or "vllm:llama@http://..."
@@ -57,7 +52,7 @@ class TokenTrace(_Record):
     error: str | None = None  # the scorer failed: no features from this trace
 
 
-class FeatureSchema(_Record):
+class FeatureSchema(Record):
     """The names and order of the features a classifier was trained on."""
 
     version: str
@@ -66,7 +61,7 @@ class FeatureSchema(_Record):
     names: list[str]
 
 
-class FeatureRow(_Record):
+class FeatureRow(Record):
     """The features of one unit (an answer, a sentence or a claim)."""
 
     unit_id: str
@@ -82,7 +77,7 @@ class RiskLabel(StrEnum):
     HALLUCINATION = "HALLUCINATION"
 
 
-class LabeledExample(_Record):
+class LabeledExample(Record):
     """A training example with where its label came from (``provenance``: e.g.
     {"source": "kb_judge", "judge": ..., "kb": ...}, {"source": "synthetic", "generator":
     ..., "prompt_version": ..., "original": ...} or {"source": "human", "file": ...})."""
@@ -95,7 +90,7 @@ class LabeledExample(_Record):
     provenance: dict[str, Any] = Field(default_factory=dict)
 
 
-class _Metrics(_Record):
+class _Metrics(Record):
     """A record of scores. ``record["name"]`` reads field ``name`` too, as code written
     for the plain dicts these records replaced did. Every field has a default: it stands
     for a score a file lacks (training always fills them all)."""
@@ -175,7 +170,7 @@ class TrainingMetrics(RiskMetrics):
     importance: Importances = Field(default_factory=Importances)
 
 
-class ClassifierCard(_Record):
+class ClassifierCard(Record):
     """What a trained classifier is: its schema, data, split, scores and versions.
 
     ``metrics`` holds the JSON form of :class:`TrainingMetrics` (plain JSON values, as
@@ -199,7 +194,7 @@ class ClassifierCard(_Record):
         return TrainingMetrics.model_validate(self.metrics)
 
 
-class RiskScore(_Record):
+class RiskScore(Record):
     """A hallucination probability for one unit, and what produced it."""
 
     unit_id: str
@@ -210,7 +205,7 @@ class RiskScore(_Record):
     error: str | None = None
 
 
-class FeatureExample(_Record):
+class FeatureExample(Record):
     """One line of a feature file (``medverify risk features``): a labelled example's
     feature row, its label and where the label came from."""
 

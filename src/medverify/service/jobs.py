@@ -21,7 +21,6 @@ from dataclasses import dataclass, field
 
 from pydantic import BaseModel
 
-from medverify.database import StoreUnavailable
 from medverify.harness import CancelToken, RunCancelled, cause
 from medverify.service.records import (
     AuditBatch,
@@ -32,6 +31,7 @@ from medverify.service.records import (
     FactCheckResult,
 )
 from medverify.service.state import ServiceState
+from medverify.store.connections import StoreUnavailable
 from medverify.store.jobs import JobKind, JobRow, JobStatus
 
 log = logging.getLogger(__name__)

@@ -10,26 +10,21 @@ from __future__ import annotations
 
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import Field
 
 from medverify.audit.records import AnswerAudit, AuditInput, AuditSummary
 from medverify.factcheck.records import FactCheckReport
-from medverify.records import Answer, Report
+from medverify.records import Answer, Record, Report
 from medverify.risk.records import RiskScore
 from medverify.risk.stage import RiskText
 from medverify.store.access import Role
 from medverify.store.jobs import JobState
 from medverify.store.review import ReviewLabel
 
-
-class _Record(BaseModel):
-    model_config = ConfigDict(extra="forbid")
-
-
 # ----------------------------------------------------------------------- errors
 
 
-class ErrorBody(_Record):
+class ErrorBody(Record):
     code: str = Field(description="machine-readable: e.g. invalid_json, unauthorized, "
                       "forbidden, not_found, too_large, rate_limited, timeout, invalid_input")
     message: str = Field(description="what went wrong and what to do, for a person")
@@ -37,7 +32,7 @@ class ErrorBody(_Record):
         None, description="per-field problems of a request that did not validate")
 
 
-class ErrorResponse(_Record):
+class ErrorResponse(Record):
     """The one error shape of every 4xx and 5xx response."""
 
     error: ErrorBody
@@ -46,12 +41,12 @@ class ErrorResponse(_Record):
 # ----------------------------------------------------------------------- requests
 
 
-class KeyRequest(_Record):
+class KeyRequest(Record):
     name: str = Field(min_length=1, max_length=200)
     role: Role = Role.CLIENT
 
 
-class LabelRequest(_Record):
+class LabelRequest(Record):
     """A reviewer's label of a review item."""
 
     label: ReviewLabel
@@ -67,45 +62,45 @@ class LabelRequest(_Record):
     note: str | None = Field(None, max_length=4000)
 
 
-class CheckBatch(_Record):
+class CheckBatch(Record):
     """Many answers checked as one job."""
 
     answers: list[Answer] = Field(min_length=1)
 
 
-class AuditBatch(_Record):
+class AuditBatch(Record):
     """Answers with their cited sources (URLs are fetched), audited as one job."""
 
     inputs: list[AuditInput] = Field(min_length=1)
 
 
-class FactCheckBatch(_Record):
+class FactCheckBatch(Record):
     answers: list[Answer] = Field(min_length=1)
 
 
-class RiskRequest(_Record):
+class RiskRequest(Record):
     texts: list[RiskText] = Field(min_length=1)
 
 
-class RiskResponse(_Record):
+class RiskResponse(Record):
     scores: list[RiskScore]
 
 
 # ----------------------------------------------------------------------- jobs
 
 
-class CheckResult(_Record):
+class CheckResult(Record):
     kind: Literal["check"] = "check"
     reports: list[Report]
 
 
-class AuditResult(_Record):
+class AuditResult(Record):
     kind: Literal["audit"] = "audit"
     audits: list[AnswerAudit]
     summary: AuditSummary
 
 
-class FactCheckResult(_Record):
+class FactCheckResult(Record):
     kind: Literal["factcheck"] = "factcheck"
     reports: list[FactCheckReport]
 
@@ -123,7 +118,7 @@ class Job(JobState):
 # ----------------------------------------------------------------------- runs and health
 
 
-class RunRecord(_Record):
+class RunRecord(Record):
     """A recorded run with what it produced (the kind's records; the others are None)."""
 
     info: dict[str, Any]
@@ -132,11 +127,11 @@ class RunRecord(_Record):
     factchecks: list[FactCheckReport] | None = None
 
 
-class Health(_Record):
+class Health(Record):
     status: Literal["ok"] = "ok"
     version: str
 
 
-class Readiness(_Record):
+class Readiness(Record):
     ready: bool
     checks: dict[str, str] = Field(description="component -> 'ok' or what is wrong")

@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import TypeVar
 
 from medverify.audit.runner import Auditor
+from medverify.checker import Checker
 from medverify.config import Config
 from medverify.errors import MedverifyError
 from medverify.factcheck.loop import FactChecker, ScopedLedger, metered
@@ -22,7 +23,6 @@ from medverify.harness import close_owned
 from medverify.kb import KnowledgeBase
 from medverify.learning import finish_teaching, items_from_report, teach
 from medverify.llm.facade import Model, UsageLedger, model_from_config
-from medverify.pipeline import Checker
 from medverify.records import Report
 from medverify.service.auth import TokenBucket
 from medverify.service.errors import ApiError

@@ -16,14 +16,9 @@ import secrets
 from datetime import UTC, datetime, timedelta
 from enum import StrEnum
 
-from pydantic import BaseModel, ConfigDict
-
 from medverify.errors import MedverifyError
+from medverify.records import Record
 from medverify.store.runs import RunStore
-
-
-class _Record(BaseModel):
-    model_config = ConfigDict(extra="forbid")
 
 
 class Role(StrEnum):
@@ -38,7 +33,7 @@ class Role(StrEnum):
         return order.index(self) >= order.index(needed)
 
 
-class KeyInfo(_Record):
+class KeyInfo(Record):
     """An API key as listed (never its secret, which exists only when it is created)."""
 
     id: str
@@ -49,14 +44,14 @@ class KeyInfo(_Record):
     last_used_at: datetime | None = None
 
 
-class NewKey(_Record):
+class NewKey(Record):
     """A key just created: ``secret`` is shown this once and stored only as a hash."""
 
     key: KeyInfo
     secret: str
 
 
-class AuditEvent(_Record):
+class AuditEvent(Record):
     """One line of the audit log: who did what, when."""
 
     id: int
@@ -243,7 +238,7 @@ class AuditLog:
         ]
 
 
-class Session(_Record):
+class Session(Record):
     """A browser session of the review UI: the key that logged in, and the CSRF token every
     form of the session must send back."""
 

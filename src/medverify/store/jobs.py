@@ -15,14 +15,11 @@ from collections.abc import Iterable
 from datetime import UTC, datetime, timedelta
 from enum import StrEnum
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import Field
 
 from medverify.errors import MedverifyError
+from medverify.records import Record
 from medverify.store.runs import RunStore
-
-
-class _Record(BaseModel):
-    model_config = ConfigDict(extra="forbid")
 
 
 class JobKind(StrEnum):
@@ -39,12 +36,12 @@ class JobStatus(StrEnum):
     CANCELLED = "cancelled"
 
 
-class JobProgress(_Record):
+class JobProgress(Record):
     done: int = 0
     total: int = 0
 
 
-class JobState(_Record):
+class JobState(Record):
     """What a job is and where it stands: the fields the store keeps and the API shows."""
 
     id: str

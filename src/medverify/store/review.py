@@ -25,16 +25,12 @@ from enum import StrEnum
 from itertools import combinations
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import Field, ValidationError
 
 from medverify.errors import InputError, MedverifyError
-from medverify.records import CheckFinding, Claim, Passage
+from medverify.records import CheckFinding, Claim, Passage, Record
 from medverify.sources.safety import check_url
 from medverify.store.runs import RunStore
-
-
-class _Record(BaseModel):
-    model_config = ConfigDict(extra="forbid")
 
 
 class ReviewStatus(StrEnum):
@@ -60,7 +56,7 @@ class LabelRole(StrEnum):
     ADJUDICATION = "adjudication"
 
 
-class ItemLabel(_Record):
+class ItemLabel(Record):
     """One reviewer's label of one item."""
 
     id: int = 0
@@ -75,7 +71,7 @@ class ItemLabel(_Record):
     created_at: datetime
 
 
-class ReviewItem(_Record):
+class ReviewItem(Record):
     """An escalated claim with everything a reviewer needs to decide it."""
 
     id: str
@@ -104,7 +100,7 @@ class ReviewItem(_Record):
     closed_at: datetime | None = None
 
 
-class KBChange(_Record):
+class KBChange(Record):
     """A knowledge-base document added from a reviewed correction (reverted: rolled back)."""
 
     id: int = 0
@@ -119,7 +115,7 @@ class KBChange(_Record):
     reverted_at: datetime | None = None
 
 
-class PairAgreement(_Record):
+class PairAgreement(Record):
     """How two reviewers agree over the items both labelled."""
 
     reviewer_a: str
@@ -129,7 +125,7 @@ class PairAgreement(_Record):
     kappa: float | None  # Cohen's kappa; None when undefined (one category used by both)
 
 
-class ItemSummary(_Record):
+class ItemSummary(Record):
     """An item without its content: what the loop report counts."""
 
     id: str

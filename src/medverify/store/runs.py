@@ -3,9 +3,10 @@ snapshot, records, raw outputs and token counts, so that reports and metrics can
 recomputed without calling a model.
 
 The store is a SQLite file (the default) or a PostgreSQL database shared by several
-processes or machines, named by a URL (``postgresql://...``; ``medverify.database`` adapts the
-few SQL differences, so both run the same queries and migrations). Schema changes are
-forward migrations in ``store/migrations/NNNN_name.sql``, applied in order and tracked with
+processes or machines, named by a URL (``postgresql://...``;
+``medverify.store.connections`` adapts the few SQL differences, so both run the same
+queries and migrations). Schema changes are forward migrations in
+``store/migrations/NNNN_name.sql``, applied in order and tracked with
 ``PRAGMA user_version`` (PostgreSQL: the table ``medverify_schema``). One connection per
 store; the pipeline writes from one task (one writer per connection).
 """
@@ -28,16 +29,6 @@ from typing import Any, Literal, Protocol, TypeVar
 
 from pydantic import BaseModel, ConfigDict, TypeAdapter
 
-from medverify.database import (
-    Database,
-    Dialect,
-    PostgresDatabase,
-    SqliteDatabase,
-    StoreUnavailable,
-    dialect_of,
-    display,
-    sqlite_path,
-)
 from medverify.errors import MedverifyError
 from medverify.records import (
     Answer,
@@ -51,6 +42,16 @@ from medverify.records import (
     package_version,
 )
 from medverify.report.metrics import compute_metrics
+from medverify.store.connections import (
+    Database,
+    Dialect,
+    PostgresDatabase,
+    SqliteDatabase,
+    StoreUnavailable,
+    dialect_of,
+    display,
+    sqlite_path,
+)
 
 _MIGRATION = re.compile(r"^(\d{4})_\w+\.sql$")
 _PASSAGES = TypeAdapter(list[Passage])

@@ -11,16 +11,13 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, SerializerFunctionWrapHandler, model_serializer
+from pydantic import SerializerFunctionWrapHandler, model_serializer
 
+from medverify.records import Record
 from medverify.verifier.metrics import classification_metrics, supported_vs_rest
 
 
-class _Record(BaseModel):
-    model_config = ConfigDict(extra="forbid")
-
-
-class ClassScores(_Record):
+class ClassScores(Record):
     """Precision, recall and F1 of one label, and its gold support."""
 
     precision: float
@@ -29,7 +26,7 @@ class ClassScores(_Record):
     support: int
 
 
-class ClassificationMetrics(_Record):
+class ClassificationMetrics(Record):
     """Scores over ``labels``: accuracy, and macro-F1 and balanced accuracy averaged over the
     labels present in gold; ``confusion`` rows are gold labels, columns predictions."""
 
@@ -54,7 +51,7 @@ class ClassificationMetrics(_Record):
         return cls.model_validate(supported_vs_rest(gold, predicted))
 
 
-class PairsFileScores(_Record):
+class PairsFileScores(Record):
     """A verifier on one pairs file: pairs, seconds and throughput, 3-way scores (3-way
     files only; absent from the dump otherwise) and SUPPORTED-versus-rest scores."""
 

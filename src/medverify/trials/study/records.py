@@ -11,14 +11,10 @@ from datetime import datetime
 from enum import StrEnum
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import Field
 
-from medverify.records import Category, Verdict, utcnow
+from medverify.records import Category, Record, Verdict, utcnow
 from medverify.trials.curate import TrialSummary
-
-
-class _Record(BaseModel):
-    model_config = ConfigDict(extra="forbid")
 
 
 class Context(StrEnum):
@@ -43,7 +39,7 @@ class AnswerStatus(StrEnum):
     ERROR = "error"  # the model call failed for good: asked again on the next run
 
 
-class TrialQuestion(_Record):
+class TrialQuestion(Record):
     """One of the 15 clinician questions; ``section`` is the summary section it is about."""
 
     number: int = Field(ge=1)
@@ -52,7 +48,7 @@ class TrialQuestion(_Record):
     text: str
 
 
-class StudyTrial(_Record):
+class StudyTrial(Record):
     """A trial of the study: its record as read, and its curated summary."""
 
     nct_id: str
@@ -63,12 +59,12 @@ class StudyTrial(_Record):
     summary: TrialSummary
 
 
-class StudyModel(_Record):
+class StudyModel(Record):
     label: str
     spec: str
 
 
-class StudyManifest(_Record):
+class StudyManifest(Record):
     """``run.json``: what the study is; a rerun with anything else is refused."""
 
     run_id: str
@@ -88,7 +84,7 @@ class StudyManifest(_Record):
     medverify_version: str = "unknown"
 
 
-class TrialAnswer(_Record):
+class TrialAnswer(Record):
     """One model's answer to one question about one trial under one context."""
 
     model: str
@@ -121,7 +117,7 @@ def answer_id(model: str, nct_id: str, question: int, context: str) -> str:
     return f"{model}|{nct_id}|q{question:02d}|{context}"
 
 
-class UnitResult(_Record):
+class UnitResult(Record):
     """One judged unit: its text, category and what decided it. ``category`` ERROR means
     unscored (the judge failed or its output was unusable), never a verdict."""
 
@@ -135,7 +131,7 @@ class UnitResult(_Record):
     verdict: Verdict | None = None
 
 
-class AnswerJudgment(_Record):
+class AnswerJudgment(Record):
     """An answer judged at one granularity. ``error`` is set when the answer could not be
     cut into units (e.g. the decomposer failed): then it has no units and is redone on
     the next run. ``answer_sha256`` ties it to the answer text it judged."""

@@ -2,7 +2,7 @@
 escalates to a clinician, and at what review load (``medverify eval arbitration``).
 
 Input: claim/evidence pairs with gold labels (the shared pairs format of
-:mod:`medverify.evaluation`, judged here through the normal judge), or the claims of an
+:mod:`medverify.evals.pairs`, judged here through the normal judge), or the claims of an
 earlier ``eval arbitration --json`` output (already judged: only the sweep runs again). A
 pairs line may carry the risk classifier's hallucination probability as ``risk``; then the
 risk rules are measured too.
@@ -48,7 +48,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from medverify.arbitration import CONFIDENCE_OF, decide, policy_id
 from medverify.config import ArbitrationPolicy
 from medverify.errors import InputError
-from medverify.evaluation import Pair, judge_pairs, load_pairs
+from medverify.evals.pairs import Pair, judge_pairs, load_pairs
 from medverify.judge import Judge
 from medverify.records import Category, Decision, Verdict
 from medverify.report.svg import BLUE, GRID, INK, MUTED, ORANGE, PALETTE, Box, document, esc

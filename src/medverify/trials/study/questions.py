@@ -19,7 +19,7 @@ from medverify.prompts.untrusted import fence_id, fenced
 from medverify.records import Passage
 from medverify.retrieve import TextIndex
 from medverify.trials.curate import SECTIONS, TrialSummary, summary_documents
-from medverify.trialstudy.records import Context, StudyTrial, TrialQuestion
+from medverify.trials.study.records import Context, StudyTrial, TrialQuestion
 
 _QUESTIONS: tuple[tuple[str, str], ...] = (
     ("Definition", "Identify the title and purpose of the clinical trial."),

@@ -23,9 +23,9 @@ from typing import Any, Literal, TypeVar
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-from medverify.confidence_eval import ConfidenceScores, score_confidence
 from medverify.config import Config, KBSettings, RetrievalSettings, home
 from medverify.errors import InputError
+from medverify.evals.confidence import ConfidenceScores, score_confidence
 from medverify.executor import Executor
 from medverify.harness import stage_id
 from medverify.judge import JUDGES, Judge, JudgeItem, judge_options, make_judge

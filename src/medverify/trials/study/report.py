@@ -29,7 +29,7 @@ from medverify.bench.stats import bootstrap_weights, percentile_ci
 from medverify.config import Config
 from medverify.files import atomic_write_text
 from medverify.records import Category
-from medverify.trialstudy.records import (
+from medverify.trials.study.records import (
     AnswerJudgment,
     AnswerStatus,
     Context,
@@ -38,7 +38,7 @@ from medverify.trialstudy.records import (
     StudyTrial,
     TrialAnswer,
 )
-from medverify.trialstudy.runner import read_run, text_sha256
+from medverify.trials.study.runner import read_run, text_sha256
 
 SCORED = (Category.FACT, Category.HALLUCINATION, Category.COVERAGE_GAP,
           Category.JUDGMENT_ERROR)

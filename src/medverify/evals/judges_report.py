@@ -9,7 +9,7 @@ share of pairs the cascade sends to the model judge (right).
 
 from __future__ import annotations
 
-from medverify.judges_eval import CascadeCurve, Interval, JudgeOnSet, JudgesEval
+from medverify.evals.judges import CascadeCurve, Interval, JudgeOnSet, JudgesEval
 from medverify.report.svg import MUTED, PALETTE, Box, document, esc
 
 COLUMNS = ("set", "judge", "n", "macro-F1 [95% CI]", "F1 S / C / N", "FACT precision [CI]",

@@ -15,7 +15,7 @@ A run directory holds the whole study:
 4. ``judgments.jsonl``: each (answer, granularity) judgment is appended as soon as it is in.
    A rerun judges what is missing, what failed (no units), and what judged an answer text
    that has since changed.
-5. :func:`medverify.trialstudy.report.finish` writes ``summary.json`` and ``report.md``
+5. :func:`medverify.trials.study.report.finish` writes ``summary.json`` and ``report.md``
    from those files alone (``medverify trials report RUN`` does the same without a model).
 
 Each run of :meth:`TrialStudy.run` is recorded in the run store (kind ``trials``).
@@ -61,14 +61,14 @@ from medverify.records import Answer, Category, Claim, ClaimResult, Usage, packa
 from medverify.text import sentence_spans
 from medverify.trials.curate import curate
 from medverify.trials.reader import ReadReport
-from medverify.trialstudy.questions import (
+from medverify.trials.study.questions import (
     CONTEXT_NAMES,
     QUESTIONS,
     TrialEvidence,
     context_block,
     record_sha256,
 )
-from medverify.trialstudy.records import (
+from medverify.trials.study.records import (
     AnswerJudgment,
     AnswerStatus,
     Context,
@@ -313,7 +313,7 @@ class TrialStudy:
                   selection: dict[str, Any] | None = None) -> dict[str, Any]:
         """Ask, judge and report (see the module doc); resumes an earlier run of the same
         study. Returns the summary (``summary.json``)."""
-        from medverify.trialstudy.report import finish
+        from medverify.trials.study.report import finish
 
         started = time.perf_counter()
         trials = self.prepare(trials, selection=selection)

@@ -32,7 +32,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from medverify.config import Config
 from medverify.errors import InputError
-from medverify.evaluation import (
+from medverify.evals.pairs import (
     ERROR,
     JUDGMENT_ERROR,
     THREE_WAY,
