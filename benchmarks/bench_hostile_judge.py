@@ -1,8 +1,8 @@
 """A hostile LLM judge against the evidence rule (issue 27, part 4): how many hostile replies
 still make their claim FACT (target 0), and how many honest replies still count.
 
-Every reply of the corpus in ``tests/test_quote_cases.py`` goes through the real LLM judge
-(prompt, fences, strict parser, ``judge.evidence.check_quote``) over a scripted model; the
+Every reply of the corpus in ``tests/judge/test_quote_cases.py`` goes through the real LLM
+judge (prompt, fences, strict parser, ``judge.evidence.check_quote``) over a scripted model; the
 table gives each reply's category and the quote problem or error that stopped it. Writes
 benchmarks/results/hostile_judge.{json,md}.
 
@@ -27,7 +27,7 @@ from medverify.testing import ScriptedProvider
 
 ROOT = Path(__file__).resolve().parents[1]
 RESULTS = ROOT / "benchmarks" / "results"
-sys.path.insert(0, str(ROOT / "tests"))
+sys.path.insert(0, str(ROOT / "tests" / "judge"))
 
 from test_quote_cases import (  # noqa: E402
     HONEST,
@@ -79,8 +79,9 @@ def markdown(rows: list[dict[str, Any]], totals: dict[str, Any]) -> str:
     lines = [
         "# A hostile LLM judge against the evidence rule",
         "",
-        "`python benchmarks/bench_hostile_judge.py`: every reply of `tests/test_quote_cases.py`"
-        " through the real LLM judge (prompt, parser, `judge.evidence.check_quote`) over a "
+        "`python benchmarks/bench_hostile_judge.py`: every reply of "
+        "`tests/judge/test_quote_cases.py` through the real LLM judge (prompt, parser, "
+        "`judge.evidence.check_quote`) over a "
         "scripted model. Target: no hostile reply makes a FACT; honest replies still count.",
         "",
         f"- hostile replies: {totals['hostile']}, FACT: **{totals['hostile_fact']}**, "

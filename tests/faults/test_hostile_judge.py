@@ -1,6 +1,6 @@
 """A hostile LLM judge, end to end (issue 27, part 4): the real check flow (knowledge base,
 retrieval, the LLM judge's prompt, parser and evidence rule, reports) over a scripted model
-that answers with each reply of the hostile corpus (``tests/test_quote_cases.py``).
+that answers with each reply of the hostile corpus (``tests/judge/test_quote_cases.py``).
 
 No hostile reply may make its claim FACT (nor a true claim HALLUCINATION); a reply with a
 duplicate JSON key makes the claim ERROR with the cause; every honest reply still counts.
@@ -14,13 +14,13 @@ from typing import Any
 
 import pytest
 
+from judge.test_quote_cases import HONEST, HOSTILE, QuoteCase, corpus_reply
 from medverify.checker import Checker
 from medverify.config import Config
 from medverify.kb import KnowledgeBase
 from medverify.llm.facade import Model
 from medverify.records import Answer, Category, ClaimResult, Document
 from medverify.testing import ScriptedProvider
-from test_quote_cases import HONEST, HOSTILE, QuoteCase, corpus_reply
 
 
 def _check(tmp_path: Path, case: QuoteCase) -> tuple[ClaimResult, ScriptedProvider]:

@@ -176,7 +176,7 @@ def test_registry_and_options_from_config(tmp_path: Path) -> None:
 
 
 def test_shipped_verifier_judges_a_clear_case() -> None:
-    weights = Path(__file__).resolve().parents[1] / "src" / "medverify" / "verifier" / "weights"
+    weights = Path(__file__).resolve().parents[2] / "src" / "medverify" / "verifier" / "weights"
     if not (weights / "verifier.json").is_file():
         pytest.skip("no verifier weights shipped yet in src/medverify/verifier/weights/")
     judge = BuiltinJudge()

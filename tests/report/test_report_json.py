@@ -16,7 +16,7 @@ from medverify.report.render_json import read_json, report_to_json, write_json
 from medverify.report.schema import report_json_schema
 from report_fixtures import example_report
 
-SCHEMA_FILE = Path(__file__).resolve().parents[1] / "docs" / "report.schema.json"
+SCHEMA_FILE = Path(__file__).resolve().parents[2] / "docs" / "report.schema.json"
 
 
 def test_json_round_trips_and_keeps_non_ascii() -> None:

@@ -225,7 +225,7 @@ def llama_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
     reason = _skip_reason()
     if reason:
         pytest.skip(reason)
-    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
+    sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "benchmarks"))
     try:
         from bench_llamacpp_server import LlamaServer
     finally:

@@ -19,7 +19,7 @@ from medverify.trials.synthetic import (
     write_bulk_zip,
 )
 
-SAMPLES = Path(__file__).resolve().parents[2] / "shared" / "data" / "raw" / "clinicaltrials"
+SAMPLES = Path(__file__).resolve().parents[3] / "shared" / "data" / "raw" / "clinicaltrials"
 NCT_IDS = [
     "NCT00763412",
     "NCT00973089",

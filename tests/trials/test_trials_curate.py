@@ -26,7 +26,7 @@ from medverify.trials.curate import (
     text_of,
 )
 
-SAMPLES = Path(__file__).resolve().parents[2] / "shared" / "data" / "raw" / "clinicaltrials"
+SAMPLES = Path(__file__).resolve().parents[3] / "shared" / "data" / "raw" / "clinicaltrials"
 FILES = sorted(SAMPLES.glob("*.json"))
 pytestmark = pytest.mark.skipif(not FILES, reason="no ClinicalTrials.gov samples")
 

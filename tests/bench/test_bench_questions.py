@@ -20,7 +20,7 @@ from medverify.bench.questions import (
 from medverify.bench.records import ImportReport, Question
 from medverify.errors import InputError
 
-RAW = Path(__file__).resolve().parents[1].parent / "shared" / "data" / "raw"
+RAW = Path(__file__).resolve().parents[2].parent / "shared" / "data" / "raw"
 
 
 def balanced(report: ImportReport) -> bool:

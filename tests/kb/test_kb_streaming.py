@@ -21,7 +21,7 @@ from medverify.kb.loaders import TextFile, iter_documents, iter_sources, read_te
 from medverify.kb.store import PARTIAL, document_hash
 from medverify.records import Document
 
-SAMPLE = Path(__file__).resolve().parents[1] / "src" / "medverify" / "data" / "medquad_sample.jsonl"
+SAMPLE = Path(__file__).resolve().parents[2] / "src" / "medverify" / "data" / "medquad_sample.jsonl"
 SETTINGS = KBSettings(chunk_tokens=64, chunk_overlap=8, embedder="hash")
 WORDS = ["metformin", "dose", "(mg)", "kidney", "naïve", "U.S.", "e.g.", '"quoted."', "end.",
          "why?", "α-blocker", "3.5", "[ref]."]
