@@ -19,12 +19,24 @@ class KBError(MedverifyError):
     """Knowledge base missing, corrupt, or built with another embedder."""
 
 
-class MissingDependencyError(MedverifyError):
-    """An optional dependency is not installed; the message names the pip command."""
+class MissingDependencyError(ConfigError):
+    """An optional dependency is missing or broken. Every "pip install ..." advice goes
+    through this class, so the message always ends with the command that fixes it.
 
-    def __init__(self, package: str, extra: str | None = None) -> None:
-        hint = f"pip install 'medverify[{extra}]'" if extra else f"pip install {package}"
-        super().__init__(f"{package} is required for this feature: run `{hint}`")
+    ``extra`` names medverify's optional extra (``pip install 'medverify[extra]'``);
+    ``command`` replaces the advice (``pip install --force-reinstall X``, several part
+    packages); ``problem`` replaces the first half of the message (default: ``PACKAGE is
+    required for NEEDED_FOR``). A :class:`ConfigError`: the caller's next move is to change
+    the installation, as with any other setting (the service answers 409)."""
+
+    def __init__(self, package: str, extra: str | None = None, *,
+                 needed_for: str = "this feature", command: str | None = None,
+                 problem: str | None = None) -> None:
+        self.package = package
+        self.command = command or (
+            f"pip install 'medverify[{extra}]'" if extra else f"pip install {package}")
+        what = problem or f"{package} is required for {needed_for}"
+        super().__init__(f"{what}: run `{self.command}`")
 
 
 class ProviderError(MedverifyError):

@@ -32,7 +32,7 @@ from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any, Protocol, TypeVar, runtime_checkable
 
-from medverify.errors import ConfigError
+from medverify.errors import ConfigError, MissingDependencyError
 
 T = TypeVar("T")
 R = TypeVar("R")
@@ -131,8 +131,7 @@ def _import_ray() -> Any:
     try:
         import ray  # type: ignore[import-not-found,unused-ignore]
     except ImportError as exc:
-        raise ConfigError("ray is required for --executor ray: run "
-                          "`pip install 'medverify[ray]'`") from exc
+        raise MissingDependencyError("ray", "ray", needed_for="--executor ray") from exc
     return ray
 
 

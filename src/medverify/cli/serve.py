@@ -10,7 +10,7 @@ import click
 
 from medverify.cli import main
 from medverify.cli._common import config_option, load_config, store_option
-from medverify.errors import ConfigError
+from medverify.errors import ConfigError, MissingDependencyError
 from medverify.store.connections import display
 from medverify.store.runs import RunStore
 
@@ -39,8 +39,8 @@ def serve(kb: Path | None, store: Path | None, host: str | None, port: int | Non
 
         from medverify.service.app import CONFIG_ENV
     except ImportError as exc:
-        raise ConfigError(f"the service needs FastAPI and uvicorn ({exc}): "
-                          "pip install 'medverify[serve]'") from exc
+        raise MissingDependencyError("fastapi", "serve", problem=(
+            f"the service needs FastAPI and uvicorn ({exc})")) from exc
 
     service = {k: v for k, v in {"host": host, "port": port, "workers": workers}.items()
                if v is not None}

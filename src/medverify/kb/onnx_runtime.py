@@ -26,7 +26,7 @@ from typing import Any
 import numpy as np
 
 from medverify.config import home
-from medverify.errors import ConfigError, KBError
+from medverify.errors import ConfigError, KBError, MissingDependencyError
 
 log = logging.getLogger(__name__)
 
@@ -39,8 +39,8 @@ def _import_ort() -> Any:
     try:
         import onnxruntime  # type: ignore[import-untyped,import-not-found,unused-ignore]
     except ImportError as exc:
-        raise ConfigError("embed_runtime = \"onnx\" needs ONNX Runtime: run "
-                          "`pip install 'medverify[onnx]'`") from exc
+        raise MissingDependencyError("onnxruntime", "onnx", problem=(
+            'embed_runtime = "onnx" needs ONNX Runtime')) from exc
     return onnxruntime
 
 

