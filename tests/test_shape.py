@@ -1,0 +1,109 @@
+"""Size and shape of the source, checked like the layers (``scripts/shape.py`` measures):
+no module over ~600 lines, no function over ~60, no circle of file imports (function-level
+imports count), unless listed in ``shape.ALLOWED`` with a reason; every "pip install"
+advice goes through ``MissingDependencyError``."""
+
+from __future__ import annotations
+
+import ast
+import importlib.util
+import sys
+from pathlib import Path
+from types import ModuleType
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def _shape() -> ModuleType:
+    name = "medverify_shape"
+    if name in sys.modules:
+        return sys.modules[name]
+    spec = importlib.util.spec_from_file_location(name, ROOT / "scripts" / "shape.py")
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module
+    spec.loader.exec_module(module)
+    return module
+
+
+shape = _shape()
+
+
+def test_no_module_over_the_limit() -> None:
+    big = [s for s in shape.over(shape.modules(), shape.MAX_MODULE_LINES)
+           if s.where not in shape.ALLOWED]
+    assert not big, (f"modules over {shape.MAX_MODULE_LINES} lines (split them by what they "
+                     "hold, or list them in scripts/shape.py ALLOWED with a reason):\n"
+                     + "\n".join(f"  {s.lines}  {s.where}" for s in big))
+
+
+def test_no_function_over_the_limit() -> None:
+    long = [s for s in shape.over(shape.functions(), shape.MAX_FUNCTION_LINES)
+            if s.where not in shape.ALLOWED]
+    assert not long, (f"functions over {shape.MAX_FUNCTION_LINES} lines:\n"
+                      + "\n".join(f"  {s.lines}  {s.where}" for s in long))
+
+
+def test_allowed_entries_are_still_needed() -> None:
+    sizes = {s.where: s.lines for s in [*shape.modules(), *shape.functions()]}
+    stale = [key for key in shape.ALLOWED
+             if sizes.get(key, 0) <= (shape.MAX_FUNCTION_LINES if ":" in key
+                                      else shape.MAX_MODULE_LINES)]
+    assert not stale, f"ALLOWED entries no longer over their limit (remove them): {stale}"
+
+
+def test_no_circle_of_file_imports() -> None:
+    found = shape.circles(shape.file_imports())
+    assert not found, ("modules that import each other (also through function-level "
+                       "imports):\n" + "\n".join("  {" + ", ".join(c) + "}" for c in found))
+
+
+def test_the_measures_see_what_they_claim(tmp_path: Path) -> None:
+    package = tmp_path / "medverify"
+    (package / "kb").mkdir(parents=True)
+    (package / "__init__.py").write_text("")
+    (package / "kb" / "__init__.py").write_text("")
+    (package / "kb" / "store.py").write_text(
+        "def f():\n    from medverify.kb import ingest\n    return ingest\n")
+    (package / "kb" / "ingest.py").write_text(
+        "from medverify.kb.store import f\n\nclass A:\n    def g(self):\n"
+        + "        x = 1\n" * 70 + "        return x\n")
+    assert shape.circles(shape.file_imports(tmp_path)) == [
+        ["medverify.kb.ingest", "medverify.kb.store"]]
+    funcs = {s.where: s.lines for s in shape.functions(tmp_path)}
+    assert funcs["medverify/kb/ingest.py:A.g"] == 72
+    assert funcs["medverify/kb/store.py:f"] == 3
+    assert [s.where for s in shape.over(shape.modules(tmp_path), 60)] == [
+        "medverify/kb/ingest.py"]
+
+
+# A corrupt model file is bad data (an InputError) whose fix is reinstalling its package.
+PIP_ADVICE_ALSO_IN = {"MissingDependencyError", "CorruptModelError"}
+
+
+def _raises_with_pip_advice(tree: ast.AST) -> list[tuple[int, str]]:
+    found = []
+    for node in ast.walk(tree):
+        if not (isinstance(node, ast.Raise) and isinstance(node.exc, ast.Call)):
+            continue
+        texts = [n.value for n in ast.walk(node.exc)
+                 if isinstance(n, ast.Constant) and isinstance(n.value, str)]
+        func = node.exc.func
+        name = func.id if isinstance(func, ast.Name) else getattr(func, "attr", "")
+        if any("pip install" in t for t in texts) and name not in PIP_ADVICE_ALSO_IN:
+            found.append((node.lineno, name))
+    return found
+
+
+def test_pip_install_advice_goes_through_missing_dependency_error() -> None:
+    bad = []
+    for path in sorted((ROOT / "src" / "medverify").rglob("*.py")):
+        tree = ast.parse(path.read_text("utf-8"))
+        bad += [f"{path.relative_to(ROOT)}:{line} raises {name}"
+                for line, name in _raises_with_pip_advice(tree)]
+    assert not bad, "raise MissingDependencyError(package, extra, ...) instead:\n" + "\n".join(bad)
+
+
+def test_the_pip_advice_check_sees_a_plain_error() -> None:
+    tree = ast.parse('def f():\n    raise ConfigError("run pip install x")\n')
+    assert _raises_with_pip_advice(tree) == [(2, "ConfigError")]
