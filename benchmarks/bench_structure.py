@@ -1,17 +1,20 @@
 """Structure before and after a refactor: same numbers, fewer cycles, smaller modules.
 
-Checks out ``--before`` (default: the commit before issue 14's restructuring) and
-``--after`` (default HEAD) as git worktrees and measures both:
+Checks out ``--before`` (default: the commit before issue 29's restructuring; issue 14's
+was c7c1933) and ``--after`` (default HEAD) as git worktrees and measures both:
 
 - module sizes (the largest modules, in lines) and the unit import graph
   (``scripts/import_graph.py`` of the working tree, run over each tree's ``src``): cycles,
   strongly connected components, layer violations;
+- the shape rules (``scripts/shape.py`` of the working tree over each tree's ``src``):
+  modules over 600 and 500 lines, functions over 60 and 30 lines, circles of file imports;
 - duplicated blocks (the ``duplicates`` tool, when it is on PATH: pairs over ``src``);
 - behaviour: ``medverify eval pairs`` on Check-COVID dev (needs ``../shared/data``) and an
   offline benchmark study (``bench_study.py --questions 60 --judge word --selection
   lexical``), compared field by field with timings left out: the numbers must be equal;
-- pipeline overhead (``bench_pipeline.py``), run alternately ``--repeats`` times per tree
-  in one job, so the ratio is measured under the same load.
+- pipeline overhead (``bench_pipeline.py``) and the service's added latency
+  (``bench_service.py overhead --requests 150``), run alternately ``--repeats`` times per
+  tree in one job, so the ratios are measured under the same load.
 
     .venv/bin/python benchmarks/bench_structure.py [--before REV] [--after REV] [--repeats 2]
 
@@ -35,13 +38,14 @@ from typing import Any
 ROOT = Path(__file__).resolve().parents[1]
 RESULTS = ROOT / "benchmarks" / "results"
 PAIRS = ROOT.parent / "shared" / "data" / "pairs" / "checkcovid_dev.jsonl"
-BEFORE = "c7c1933"
+BEFORE = "4b22712"
 TIMING = {"wall_s", "seconds", "pairs_per_second", "peak_rss_mb", "phases_s",
           "share_outside_model_calls", "model_busy_s", "created_at", "machine", "python",
           "command", "medverify_version"}
 
 sys.path.insert(0, str(ROOT / "scripts"))
 import import_graph as ig  # noqa: E402
+import shape as sh  # noqa: E402
 
 
 def run(tree: Path, *args: str, **kwargs: Any) -> subprocess.CompletedProcess[str]:
@@ -86,6 +90,12 @@ def shape(tree: Path) -> dict[str, Any]:
         "components": [c for c in ig.components(graph) if len(c) > 1],
         "layer_violations": len(ig.violations(edges)),
     }
+    summary = sh.summary(src)
+    out["modules_over_600"] = {r["where"]: r["lines"] for r in summary["modules_over_600"]}
+    out["modules_over_500"] = summary["modules_over_500"]
+    out["functions_over_60"] = {r["where"]: r["lines"] for r in summary["functions_over_60"]}
+    out["functions_over_30"] = summary["functions_over_30"]
+    out["file_circles"] = summary["file_circles"]
     if shutil.which("duplicates"):
         line = subprocess.run(["duplicates", "--repo", str(src), "--most", "1", "--seconds",
                                "120"], text=True, capture_output=True).stdout.split("\n")[0]
@@ -110,8 +120,13 @@ def overhead(tree: Path, scratch: Path, n: int) -> dict[str, float]:
     target = scratch / f"pipeline-{tree.name}-{n}.json"
     run(tree, "benchmarks/bench_pipeline.py", "--out", str(target))
     data = json.loads(target.read_text("utf-8"))
+    service_dir = scratch / f"service-{tree.name}-{n}"
+    run(tree, "benchmarks/bench_service.py", "overhead", "--requests", "150",
+        "--out-dir", str(service_dir))
+    service = json.loads((service_dir / "service.json").read_text("utf-8"))["overhead"]
     return {"ms_per_claim": data["overhead"]["ms_per_claim_beyond_retrieval"],
-            "fanout_ratio": data["fanout"]["ratio"]}
+            "fanout_ratio": data["fanout"]["ratio"],
+            "service_added_p50_ms": service["added_p50_ms"]}
 
 
 def main() -> None:
@@ -147,6 +162,8 @@ def measure(trees: dict[str, Path], scratch: Path, repeats: int,
         for name, tree in trees.items():
             runs[name].append(overhead(tree, scratch, n))
     median = {name: statistics.median(r["ms_per_claim"] for r in rs) for name, rs in runs.items()}
+    service = {name: statistics.median(r["service_added_p50_ms"] for r in rs)
+               for name, rs in runs.items()}
     return {
         "machine": {"python": platform.python_version(), "cpu": platform.machine()},
         "revisions": revs, "shape": shapes, "behaviour_differences": same,
@@ -155,6 +172,8 @@ def measure(trees: dict[str, Path], scratch: Path, repeats: int,
         "study_pairs_judged": {n: d["study"]["pairs_judged"] for n, d in done.items()},
         "pipeline_runs": runs, "pipeline_ms_per_claim_median": median,
         "pipeline_overhead_ratio": median["after"] / median["before"],
+        "service_added_p50_ms_median": service,
+        "service_overhead_ratio": service["after"] / service["before"],
     }
 
 
@@ -170,12 +189,23 @@ def write(result: dict[str, Any]) -> None:
         ("strongly connected groups", _groups(b), _groups(a)),
         ("layer violations", b["layer_violations"], a["layer_violations"]),
     ]
+    rows += [
+        ("modules over 600 / over 500 lines", f"{len(b['modules_over_600'])} / "
+         f"{b['modules_over_500']}", f"{len(a['modules_over_600'])} / {a['modules_over_500']}"),
+        ("functions over 60 / over 30 lines", f"{len(b['functions_over_60'])} / "
+         f"{b['functions_over_30']}", f"{len(a['functions_over_60'])} / {a['functions_over_30']}"),
+        ("longest functions", _longest(b), _longest(a)),
+        ("circles of file imports", _circles(b), _circles(a)),
+    ]
     if "duplicates" in b:
         rows.append(("duplicates over src", b["duplicates"], a["duplicates"]))
     runs = result["pipeline_runs"]
     rows.append(("pipeline overhead, ms/claim (runs)",
                  ", ".join(f"{r['ms_per_claim']:.3f}" for r in runs["before"]),
                  ", ".join(f"{r['ms_per_claim']:.3f}" for r in runs["after"])))
+    rows.append(("service added p50, ms (runs)",
+                 ", ".join(f"{r['service_added_p50_ms']:.2f}" for r in runs["before"]),
+                 ", ".join(f"{r['service_added_p50_ms']:.2f}" for r in runs["after"])))
     lines = [
         f"# Structure before ({result['revisions']['before']}) and after "
         f"({result['revisions']['after']})", "",
@@ -183,7 +213,8 @@ def write(result: dict[str, Any]) -> None:
         "| measure | before | after |", "|---|---|---|",
         *(f"| {m} | {x} | {y} |" for m, x, y in rows), "",
         f"Pipeline overhead ratio after/before (medians): "
-        f"{result['pipeline_overhead_ratio']:.2f}.", "",
+        f"{result['pipeline_overhead_ratio']:.2f}; service added latency ratio after/before "
+        f"(medians): {result['service_overhead_ratio']:.2f}.", "",
         "Behaviour (timings left out): " + "; ".join(
             f"{what}: {'identical' if not diff else f'{len(diff)} differences'}"
             for what, diff in result["behaviour_differences"].items()) + ".",
@@ -196,6 +227,14 @@ def write(result: dict[str, Any]) -> None:
 
 def _largest(shape: dict[str, Any]) -> str:
     return ", ".join(f"{k} {v}" for k, v in list(shape["largest"].items())[:3])
+
+
+def _longest(shape: dict[str, Any]) -> str:
+    return ", ".join(f"{k} {v}" for k, v in list(shape["functions_over_60"].items())[:2]) or "-"
+
+
+def _circles(shape: dict[str, Any]) -> str:
+    return "; ".join("{" + ", ".join(c) + "}" for c in shape["file_circles"]) or "none"
 
 
 def _groups(shape: dict[str, Any]) -> str:
