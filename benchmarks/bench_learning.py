@@ -17,15 +17,15 @@ Design (recorded in the results):
 * Policy: the default ``[arbitration]`` policy with ``coverage_gap = "ESCALATE"`` (a claim
   the KB does not cover goes to a clinician; JUDGMENT_ERROR and ERROR escalate as always).
 * Each batch: :meth:`Checker.run` (recorded in a run store), the escalations queued with
-  :func:`medverify.learning.items_from_report` into a :class:`ReviewStore`, a simulated
+  :func:`medverify.review.items_from_report` into a :class:`ReviewStore`, a simulated
   reviewer labels each item with its gold label (SUPPORTED -> FACT citing the claim's
   evidence; CONTRADICTED -> HALLUCINATION, with no correction because Check-COVID carries
   none, so it teaches nothing; NOT_ENOUGH_INFO -> COVERAGE_GAP, teaching nothing), and
-  :func:`medverify.learning.teach` adds what the label settled to the KB. The control arm
+  :func:`medverify.review.teach` adds what the label settled to the KB. The control arm
   runs the same stream and labels without ``teach``.
 * Check-COVID has no URLs: the simulated reviewer cites ``https://example.org/cord19/<cord
   uid>`` (a stand-in on a reserved domain; never fetched) with the abstract's title as the
-  note. A FACT label teaches the claim's own text (what :func:`learning.lesson` does for
+  note. A FACT label teaches the claim's own text (what :func:`medverify.review.lesson` does for
   FACT with a source).
 
 Per batch: claims, escalated share, the judge's agreement with gold (category FACT /
@@ -55,9 +55,9 @@ from typing import Any
 from medverify.checker import Checker
 from medverify.config import ArbitrationPolicy, Config, KBSettings, RetrievalSettings
 from medverify.kb import KnowledgeBase
-from medverify.learning import DOC_PREFIX, items_from_report, loop_report, teach
 from medverify.records import Answer, Document
-from medverify.store.review import ReviewLabel, ReviewStore
+from medverify.review import DOC_PREFIX, ReviewLabel, items_from_report, loop_report, teach
+from medverify.store.review import ReviewStore
 from medverify.store.runs import RunStore
 
 ROOT = Path(__file__).resolve().parents[1]

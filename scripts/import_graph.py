@@ -61,6 +61,9 @@ LAYERS: dict[str, int] = {
     "arbitration": 2,  # the judge and the risk classifier decide together
     "risk": 2,
     "report": 2,  # metrics, JSON, HTML and terminal renderings shared by every flow
+    # clinician review: items from escalated claims, labels and their rules, teaching the KB
+    # (reversibly), the loop report; it persists through a ReviewLedger protocol, not store
+    "review": 2,
     # 3 the run store: saves and reads records (any pydantic record as JSON); recomputes a
     # report's metrics with report.metrics, so it sits above the stages.
     "store": 3,
@@ -75,7 +78,6 @@ LAYERS: dict[str, int] = {
     "injection": 4,
     "demo": 4,
     "trials.study": 4,  # CHECK's 15-question clinical-trial study (asks, judges, reports)
-    "learning": 4,  # the clinical loop: review items from reports, teach and revert the KB
     # 5 entry points.
     "cli": 5,
     "client": 5,  # the Python client of `medverify serve` (HTTP; the service's records)

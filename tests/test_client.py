@@ -23,12 +23,12 @@ from medverify.audit.records import AuditInput
 from medverify.client import AsyncClient, Client, RateLimited, ServiceError, WaitTimeout
 from medverify.errors import MedverifyError
 from medverify.records import Answer, Metrics, Report, Source
+from medverify.review import ReviewItem, ReviewLabel, ReviewStatus
 from medverify.risk.records import RiskScore
 from medverify.risk.stage import RiskText
 from medverify.service.records import Health, Job, Readiness, RunRecord
 from medverify.store.access import AuditEvent, KeyInfo, NewKey, Role
 from medverify.store.jobs import JobStatus
-from medverify.store.review import ReviewItem, ReviewLabel, ReviewStatus
 
 BASE = "http://medverify.test"
 KEY = "mv_sekret"

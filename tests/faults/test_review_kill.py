@@ -40,8 +40,9 @@ pytest.importorskip("uvicorn")
 
 from medverify.kb import KnowledgeBase
 from medverify.records import Claim, Document
+from medverify.review import ReviewItem, review_item_id
 from medverify.store.access import KeyStore, Role
-from medverify.store.review import ReviewItem, ReviewStore, review_item_id
+from medverify.store.review import ReviewStore
 from medverify.store.runs import RunStore
 from medverify.testing import FakeChatServer
 from medverify.testing.faults import cli_env, kill_points

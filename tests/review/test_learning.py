@@ -16,17 +16,6 @@ from medverify.checker import Checker
 from medverify.config import ArbitrationPolicy, Config
 from medverify.errors import InputError
 from medverify.kb import KnowledgeBase
-from medverify.learning import (
-    PRIORITY_BONUS,
-    items_from_report,
-    lesson,
-    loop_report,
-    period_of,
-    priority,
-    revert,
-    taught_document,
-    teach,
-)
 from medverify.llm.facade import Model
 from medverify.records import (
     Analysis,
@@ -41,14 +30,23 @@ from medverify.records import (
 )
 from medverify.report.metrics import compute_metrics
 from medverify.retrieve import Retriever
-from medverify.store.review import (
+from medverify.review import (
+    PRIORITY_BONUS,
     ItemLabel,
     KBChangeNotFound,
     LabelRole,
     ReviewLabel,
     ReviewStatus,
-    ReviewStore,
+    items_from_report,
+    lesson,
+    loop_report,
+    period_of,
+    priority,
+    revert,
+    taught_document,
+    teach,
 )
+from medverify.store.review import ReviewStore
 from medverify.store.runs import RunStore
 from medverify.testing import ScriptedProvider
 from medverify.testing.judge import Decision as RuleDecision
@@ -335,7 +333,7 @@ def test_decisions_are_on_the_checked_results(kb: KnowledgeBase, runs: RunStore)
 
 def test_start_up_teaches_what_a_crash_left_untaught_but_never_a_reverted_change(
         kb: KnowledgeBase, runs: RunStore) -> None:
-    from medverify.learning import finish_teaching
+    from medverify.review import finish_teaching
 
     checker, queue = _checker(kb), ReviewStore(runs)
     queue.add_items(items_from_report(_check(checker, runs)))

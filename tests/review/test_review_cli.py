@@ -15,8 +15,9 @@ from click.testing import CliRunner, Result
 from medverify.cli import main
 from medverify.kb import KnowledgeBase
 from medverify.records import Claim, Document
+from medverify.review import ReviewItem, ReviewLabel, ReviewStatus
 from medverify.store.access import AuditLog
-from medverify.store.review import ReviewItem, ReviewLabel, ReviewStatus, ReviewStore
+from medverify.store.review import ReviewStore
 from medverify.store.runs import RunStore
 
 T0 = datetime(2026, 3, 2, 9, 0, tzinfo=UTC)

@@ -13,7 +13,7 @@ import pytest
 
 from medverify.errors import InputError
 from medverify.records import Claim
-from medverify.store.review import (
+from medverify.review import (
     AlreadyLabelled,
     ItemClosed,
     ItemNotFound,
@@ -23,12 +23,12 @@ from medverify.store.review import (
     ReviewItem,
     ReviewLabel,
     ReviewStatus,
-    ReviewStore,
     check_source_url,
     cohen_kappa,
     deciding_label,
     review_item_id,
 )
+from medverify.store.review import ReviewStore
 from medverify.store.runs import RunStore
 from postgres_server import as_location
 

@@ -12,11 +12,11 @@ import pytest
 from click.testing import CliRunner, Result
 
 from medverify.cli import main
-from medverify.learning import judged_example_id, risk_examples
 from medverify.records import Claim, Passage
+from medverify.review import ReviewItem, ReviewLabel, ReviewStatus, judged_example_id, risk_examples
 from medverify.risk.data import read_examples, write_examples
 from medverify.risk.records import LabeledExample, RiskLabel
-from medverify.store.review import ReviewItem, ReviewLabel, ReviewStatus, ReviewStore
+from medverify.store.review import ReviewStore
 from medverify.store.runs import RunStore
 from medverify.testing.tiny_lm import build_tiny_lm
 

@@ -18,7 +18,6 @@ from fastapi.testclient import TestClient
 
 from medverify.config import ArbitrationPolicy, Config
 from medverify.kb import KnowledgeBase
-from medverify.learning import items_from_report
 from medverify.records import (
     Analysis,
     Answer,
@@ -33,11 +32,12 @@ from medverify.records import (
     Verdict,
 )
 from medverify.report.metrics import compute_metrics
+from medverify.review import ReviewItem, items_from_report
 from medverify.service import ui
 from medverify.service.app import create_app
 from medverify.service.ui import item_verdict
 from medverify.store.access import AuditLog, KeyStore, Role, SessionStore
-from medverify.store.review import ReviewItem, ReviewStore
+from medverify.store.review import ReviewStore
 from medverify.store.runs import RunStore
 from medverify.testing import ScriptedProvider, register_fake, unregister_fake
 from medverify.testing.judge import keyword_rule, scripted_judge

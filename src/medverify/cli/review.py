@@ -13,6 +13,7 @@ import csv
 import io
 import json
 import sys
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -26,9 +27,17 @@ from medverify.cli._common import config_option, load_config, store_option
 from medverify.errors import InputError, MedverifyError
 from medverify.files import atomic_write_text
 from medverify.kb import KnowledgeBase
-from medverify.learning import LoopPeriod, LoopReport, lesson, loop_report, teach
+from medverify.review import (
+    LoopPeriod,
+    LoopReport,
+    ReviewItem,
+    ReviewStatus,
+    label_and_teach,
+    lesson,
+    loop_report,
+)
 from medverify.store.access import AuditLog
-from medverify.store.review import ReviewItem, ReviewStatus, ReviewStore
+from medverify.store.review import ReviewStore
 from medverify.store.runs import RunStore
 
 EXPORT_COLUMNS = (
@@ -148,58 +157,72 @@ def import_labels(file: Path, kb_path: Path | None, teach_kb: bool, config_path:
     when some row was refused."""
     config = load_config(config_path, store=store, kb=kb_path)
     rows = _rows(file)
-    kb = None
-    if teach_kb and config.kb is not None:
-        kb = KnowledgeBase.open(config.kb)
-    added, skipped, refused, taught, untaught = 0, 0, [], 0, 0
+    kb = KnowledgeBase.open(config.kb) if teach_kb and config.kb is not None else None
     try:
         with RunStore(config.store_location) as db:
-            queue = ReviewStore(db)
-            for number, row in enumerate(rows, start=2 if file.suffix.lower() == ".csv"
-                                         else 1):
-                problem = row.get("_error")
-                values = {c: _uncell(str(row[c])) if row.get(c) is not None else None
-                          for c in IMPORT_COLUMNS}
-                if problem is None and not values["label"]:
-                    skipped += 1
-                    continue
-                try:
-                    if problem is not None:
-                        raise InputError(problem)
-                    if not values["item_id"]:
-                        raise InputError("no item_id")
-                    item = queue.label(values["item_id"] or "", values["reviewer"] or "",
-                                       (values["label"] or "").upper(),
-                                       correction=values["correction"],
-                                       source_url=values["source_url"],
-                                       source_passage_id=values["source_passage_id"],
-                                       note=values["note"])
-                except MedverifyError as exc:
-                    refused.append(f"row {number}: {exc}")
-                    continue
-                added += 1
-                if lesson(item) is not None:
-                    if kb is None:
-                        untaught += 1
-                    elif teach(item, kb, queue) is not None:
-                        taught += 1
+            done = _import_rows(ReviewStore(db), rows, kb,
+                                first=2 if file.suffix.lower() == ".csv" else 1)
             AuditLog(db).record(None, "review.import", target=str(file),
-                                detail=f"cli: {added} label(s), {len(refused)} refused")
+                                detail=f"cli: {done.added} label(s), {len(done.refused)} "
+                                "refused")
     finally:
         if kb is not None:
             kb.close()
-    click.echo(f"imported {added} label(s) from {file}; {skipped} row(s) without a label "
-               f"skipped; {len(refused)} refused")
-    if taught:
-        click.echo(f"taught the knowledge base {taught} reviewed statement(s)")
-    if untaught:
+    click.echo(f"imported {done.added} label(s) from {file}; {done.skipped} row(s) without a "
+               f"label skipped; {len(done.refused)} refused")
+    if done.taught:
+        click.echo(f"taught the knowledge base {done.taught} reviewed statement(s)")
+    if done.untaught:
         why = "no knowledge base is configured (--kb DIR)" if teach_kb else "--no-teach"
-        click.echo(f"{untaught} closed item(s) have a reviewed statement to teach; not taught: "
-                   f"{why}")
-    for line in refused:
+        click.echo(f"{done.untaught} closed item(s) have a reviewed statement to teach; not "
+                   f"taught: {why}")
+    for line in done.refused:
         click.echo(line, err=True)
-    if refused:
+    if done.refused:
         sys.exit(1)
+
+
+@dataclass
+class _Imported:
+    """What ``review import`` did with the rows of a file."""
+
+    added: int = 0
+    skipped: int = 0  # rows without a label
+    taught: int = 0
+    untaught: int = 0  # closed items with something to teach, and no KB to teach
+    refused: list[str] = field(default_factory=list)
+
+
+def _import_rows(queue: ReviewStore, rows: list[dict[str, Any]], kb: KnowledgeBase | None,
+                 *, first: int) -> _Imported:
+    """Label (and teach, when ``kb`` is given) from each row, numbered from ``first``."""
+    done = _Imported()
+    for number, row in enumerate(rows, start=first):
+        problem = row.get("_error")
+        values = {c: _uncell(str(row[c])) if row.get(c) is not None else None
+                  for c in IMPORT_COLUMNS}
+        if problem is None and not values["label"]:
+            done.skipped += 1
+            continue
+        try:
+            if problem is not None:
+                raise InputError(problem)
+            if not values["item_id"]:
+                raise InputError("no item_id")
+            item, change = label_and_teach(
+                queue, values["item_id"] or "", values["reviewer"] or "",
+                (values["label"] or "").upper(), kb=kb, correction=values["correction"],
+                source_url=values["source_url"],
+                source_passage_id=values["source_passage_id"], note=values["note"])
+        except MedverifyError as exc:
+            done.refused.append(f"row {number}: {exc}")
+            continue
+        done.added += 1
+        if change is not None:
+            done.taught += 1
+        elif kb is None and lesson(item) is not None:
+            done.untaught += 1
+    return done
 
 
 def _rate(value: float | None) -> str:

@@ -87,9 +87,9 @@ def data_reviews(out: Path, merge_file: Path | None, store: Path | None,
     """Claims clinicians settled FACT or HALLUCINATION in the review queue, as examples
     (then `risk features` and `risk train` as for any examples). Items not closed, and those
     closed JUDGMENT_ERROR, COVERAGE_GAP or CANNOT_TELL, are skipped and counted."""
-    from medverify.learning import judged_example_id, risk_examples
+    from medverify.review import ReviewStatus, judged_example_id, risk_examples
     from medverify.risk.data import read_examples, write_examples
-    from medverify.store.review import ReviewStatus, ReviewStore
+    from medverify.store.review import ReviewStore
     from medverify.store.runs import RunStore
 
     config = load_config(config_path, store=store)

@@ -1,15 +1,19 @@
-"""The clinical loop: escalated claims go to clinicians, their settled corrections go into
-the knowledge base (reversibly), and the loop measures itself.
+"""What review teaches: escalated claims become review items, settled corrections go into
+the knowledge base (reversibly), settled labels become risk-classifier examples.
 
 * :func:`items_from_report`: the claims of a report that arbitration escalated, as review
   items with what a reviewer needs (the answer, the claim, the passages, the deciding quote,
-  the judge's reason and probabilities, the risk, the decision);
+  the judge's reason and probabilities, the risk, the decision); :func:`queue_reports` adds
+  them to the queue;
 * :func:`teach`: a closed item whose settled label carries a correction (or is FACT with a
   source URL) becomes a knowledge-base document with its provenance, recorded as a
-  :class:`~medverify.store.review.KBChange`; :func:`revert` takes it out again;
-* :func:`loop_report`: per day, week or month, the claims checked and escalated, labels
-  given, items closed, how often the final label agreed with the judge, and the KB
-  documents added and reverted.
+  :class:`~medverify.review.records.KBChange`; :func:`revert` takes it out again;
+  :func:`label_and_teach` records a label and teaches what it settles (the service, the UI
+  and ``medverify review import`` all label through it);
+* :func:`risk_examples`: closed items settled FACT or HALLUCINATION as labelled examples.
+
+The store is any :class:`~medverify.review.workflow.ReviewLedger` (the run store's
+:class:`~medverify.store.review.ReviewStore`).
 
 Priority (higher is reviewed first): the claim's hallucination risk when the risk stage
 scored it, else one minus the judge's probability for the category it gave (an unsure
@@ -22,23 +26,19 @@ from __future__ import annotations
 
 import logging
 from collections import Counter
-from collections.abc import Iterable
-from datetime import UTC, date, datetime, timedelta
+from collections.abc import Iterable, Sequence
+from datetime import UTC, datetime
 from pathlib import Path
-from typing import TYPE_CHECKING, Literal
+from typing import TYPE_CHECKING
 
 from medverify.arbitration import arbitrate, confidence
 from medverify.config import ArbitrationPolicy
 from medverify.errors import InputError, MedverifyError
 from medverify.kb import KnowledgeBase
-from medverify.records import Category, ClaimResult, Decision, Document, Record, Report, utcnow
-from medverify.store.review import (
-    ItemLabel,
-    KBChange,
-    ReviewItem,
-    ReviewLabel,
-    ReviewStatus,
-    ReviewStore,
+from medverify.records import Category, ClaimResult, Decision, Document, Report, utcnow
+from medverify.review.records import ItemLabel, KBChange, ReviewItem, ReviewLabel, ReviewStatus
+from medverify.review.workflow import (
+    ReviewLedger,
     check_source_url,
     deciding_label,
     review_item_id,
@@ -55,8 +55,6 @@ _SEVERE = frozenset({Category.HALLUCINATION, Category.JUDGMENT_ERROR, Category.E
 
 DOC_PREFIX = "review-"
 """A taught document's id: ``review-<item id>``."""
-
-Period = Literal["day", "week", "month"]
 
 log = logging.getLogger(__name__)
 
@@ -161,7 +159,7 @@ def taught_document(item: ReviewItem, label: ItemLabel, text: str,
               "source_passage_id": label.source_passage_id})
 
 
-def teach(item: ReviewItem, kb: KnowledgeBase, store: ReviewStore) -> KBChange | None:
+def teach(item: ReviewItem, kb: KnowledgeBase, store: ReviewLedger) -> KBChange | None:
     """Add what a closed item settled to the knowledge base (see :func:`lesson`) and
     record the change; None when it teaches nothing. An item already taught (a change in
     force) is not taught twice: its change is returned. InputError for a source URL that
@@ -185,7 +183,7 @@ def teach(item: ReviewItem, kb: KnowledgeBase, store: ReviewStore) -> KBChange |
         raise
 
 
-def finish_teaching(store: ReviewStore, kb: KnowledgeBase) -> int:
+def finish_teaching(store: ReviewLedger, kb: KnowledgeBase) -> int:
     """Teach what closed items settled but a crash left untaught (the label was recorded,
     the process died before its KB document or its change record): the service runs this
     at start-up. A document already in the KB is not added twice (same id and text), and an
@@ -202,7 +200,7 @@ def finish_teaching(store: ReviewStore, kb: KnowledgeBase) -> int:
     return taught
 
 
-def revert(change_id: int, kb: KnowledgeBase, store: ReviewStore) -> KBChange:
+def revert(change_id: int, kb: KnowledgeBase, store: ReviewLedger) -> KBChange:
     """Take a taught document out of the knowledge base again and record the change as
     reverted (a reverted change is returned as it is). KBChangeNotFound for an unknown id;
     InputError when the change was made in another KB."""
@@ -214,6 +212,34 @@ def revert(change_id: int, kb: KnowledgeBase, store: ReviewStore) -> KBChange:
                          f"{kb.path}: open that knowledge base to revert it")
     kb.remove_documents([change.doc_id])
     return store.mark_reverted(change_id)
+
+
+def queue_reports(store: ReviewLedger, reports: Sequence[Report], *, labels_needed: int = 1,
+                  policy: ArbitrationPolicy | None = None) -> int:
+    """Add the escalated claims of checked reports to the review queue (see
+    :func:`items_from_report`); returns how many items were new."""
+    items = [item for report in reports for item in items_from_report(
+        report, labels_needed=labels_needed, policy=policy)]
+    return store.add_items(items) if items else 0
+
+
+def label_and_teach(store: ReviewLedger, item_id: str, reviewer: str,
+                    label: ReviewLabel | str, *, kb: KnowledgeBase | None,
+                    **fields: str | None) -> tuple[ReviewItem, KBChange | None]:
+    """Record a reviewer's label (``fields``: correction, source_url, source_passage_id,
+    note); when it closes the item with something to teach and ``kb`` is given, add it to
+    that knowledge base (see :func:`teach`; a retriever over it sees it at once). Raises the
+    store's refusals (ItemNotFound, ItemClosed, AlreadyLabelled, InputError); a failure to
+    teach is logged, not raised: the label stands, and :func:`finish_teaching` teaches it
+    later."""
+    item = store.label(item_id, reviewer, label, **fields)
+    change = None
+    if kb is not None:
+        try:
+            change = teach(item, kb, store)
+        except MedverifyError as exc:  # the label stands; the change can be taught again
+            log.warning("review item %s: could not teach the KB: %s", item_id, exc)
+    return item, change
 
 
 # ----------------------------------------------------------------------- risk training data
@@ -254,96 +280,3 @@ def judged_example_id(item: ReviewItem) -> str:
     """The id ``risk data kb`` gives the judge's example of the same claim of the same run
     (so a reviewed label can replace the judge's)."""
     return f"kb:{item.run_id or 'no-run'}:{item.answer_id}:{item.claim.id}"
-
-
-# ----------------------------------------------------------------------- the loop report
-
-
-class LoopPeriod(Record):
-    """The loop over one period (or all of it: ``period`` is ``all``)."""
-
-    period: str  # e.g. 2025-02-11, 2025-W07, 2025-02
-    start: date
-    claims_checked: int = 0  # claims of the check runs started in the period
-    escalated: int = 0  # review items created in the period
-    escalation_rate: float | None = None  # escalated / claims_checked (items of check runs)
-    labels: int = 0  # labels given
-    items_closed: int = 0
-    judge_agreement: float | None = None  # share of the final labels (CANNOT_TELL aside)
-    # of items closed in the period that equal the judge's category
-    kb_added: int = 0  # KB documents taught
-    kb_reverted: int = 0
-
-
-class LoopReport(Record):
-    """How the clinical loop is doing, period by period (oldest first)."""
-
-    by: Period
-    periods: list[LoopPeriod]
-    total: LoopPeriod
-    queue: dict[str, int]  # items per status now
-
-
-def period_of(when: datetime, by: Period) -> tuple[str, date]:
-    """(name, first day) of the period holding ``when`` (UTC)."""
-    day = when.astimezone(UTC).date()
-    if by == "day":
-        return day.isoformat(), day
-    if by == "month":
-        return f"{day:%Y-%m}", day.replace(day=1)
-    year, week, weekday = day.isocalendar()
-    return f"{year}-W{week:02d}", day - timedelta(days=weekday - 1)
-
-
-def loop_report(store: ReviewStore, *, by: Period = "week") -> LoopReport:
-    """The loop report of the review queue in ``store`` (see :class:`LoopPeriod`)."""
-    if by not in ("day", "week", "month"):
-        raise InputError(f"by is day, week or month, not {by!r}")
-    periods: dict[str, LoopPeriod] = {}
-    agree: dict[str, list[bool]] = {}
-
-    def at(when: datetime) -> LoopPeriod:
-        name, start = period_of(when, by)
-        if name not in periods:
-            periods[name] = LoopPeriod(period=name, start=start)
-        return periods[name]
-
-    for started, n in store.checked_claims():
-        at(started).claims_checked += n
-    escalated_in_runs: dict[str, int] = {}
-    for item in store.summaries():
-        at(item.created_at).escalated += 1
-        if item.run_id is not None:
-            name = period_of(item.created_at, by)[0]
-            escalated_in_runs[name] = escalated_in_runs.get(name, 0) + 1
-        if item.closed_at is not None:
-            at(item.closed_at).items_closed += 1
-            if item.final_label not in (None, ReviewLabel.CANNOT_TELL):
-                name = period_of(item.closed_at, by)[0]
-                agree.setdefault(name, []).append(item.final_label == item.category)
-    for label in store.labels():
-        at(label.created_at).labels += 1
-    for change in store.kb_changes(include_reverted=True):
-        at(change.created_at).kb_added += 1
-        if change.reverted_at is not None:
-            at(change.reverted_at).kb_reverted += 1
-    ordered = [periods[k] for k in sorted(periods, key=lambda k: (periods[k].start, k))]
-    for p in ordered:
-        p.escalation_rate = _share(escalated_in_runs.get(p.period, 0), p.claims_checked)
-        p.judge_agreement = _mean(agree.get(p.period, []))
-    total = LoopPeriod(period="all", start=ordered[0].start if ordered else utcnow().date())
-    for field in ("claims_checked", "escalated", "labels", "items_closed", "kb_added",
-                  "kb_reverted"):
-        setattr(total, field, sum(getattr(p, field) for p in ordered))
-    total.escalation_rate = _share(sum(escalated_in_runs.values()), total.claims_checked)
-    total.judge_agreement = _mean([x for v in agree.values() for x in v])
-    return LoopReport(by=by, periods=ordered, total=total, queue=store.counts())
-
-
-def _share(part: int, whole: int) -> float | None:
-    return min(1.0, part / whole) if whole else None
-
-
-def _mean(values: list[bool]) -> float | None:
-    return sum(values) / len(values) if values else None
-

@@ -15,11 +15,11 @@ from pydantic import Field
 from medverify.audit.records import AnswerAudit, AuditInput, AuditSummary
 from medverify.factcheck.records import FactCheckReport
 from medverify.records import Answer, Record, Report
+from medverify.review import ReviewLabel
 from medverify.risk.records import RiskScore
 from medverify.risk.stage import RiskText
 from medverify.store.access import Role
 from medverify.store.jobs import JobState
-from medverify.store.review import ReviewLabel
 
 # ----------------------------------------------------------------------- errors
 

@@ -20,15 +20,23 @@ from medverify.config import Config
 from medverify.errors import MedverifyError
 from medverify.factcheck.loop import FactChecker, ScopedLedger, metered
 from medverify.harness import close_owned
+from medverify.judge import runs_offline
 from medverify.kb import KnowledgeBase
-from medverify.learning import finish_teaching, items_from_report, teach
 from medverify.llm.facade import Model, UsageLedger, model_from_config
 from medverify.records import Report
+from medverify.review import (
+    KBChange,
+    ReviewItem,
+    ReviewLabel,
+    finish_teaching,
+    label_and_teach,
+    queue_reports,
+)
 from medverify.service.auth import TokenBucket
 from medverify.service.errors import ApiError
 from medverify.store.access import AuditLog, KeyStore
 from medverify.store.jobs import JobStore
-from medverify.store.review import KBChange, ReviewItem, ReviewLabel, ReviewStore
+from medverify.store.review import ReviewStore
 from medverify.store.runs import RunStore
 
 log = logging.getLogger(__name__)
@@ -75,7 +83,7 @@ class ServiceState:
             self.problems["checker"] = str(exc)
             return
         try:
-            shared = self.checker.judge if self.config.judge_name == "builtin" else None
+            shared = self.checker.judge if runs_offline(self.config.judge_name) else None
             self.factchecker = FactChecker.from_config(
                 self.config, kb=self.checker.kb, model=self.model, judge=shared)  # type: ignore[arg-type]
         except MedverifyError as exc:
@@ -84,9 +92,9 @@ class ServiceState:
     def finish_teaching(self) -> None:
         """Teach what closed review items settled but a stopped worker left untaught (on
         this thread: the run store's connection belongs to the event loop's)."""
-        if (self.config.review.enabled and self.checker is not None
-                and isinstance(self.checker.kb, KnowledgeBase)):
-            taught = finish_teaching(self.review, self.checker.kb)
+        kb = self._teachable_kb()
+        if self.config.review.enabled and kb is not None:
+            taught = finish_teaching(self.review, kb)
             if taught:
                 log.warning("taught %d reviewed item(s) a stopped worker left untaught", taught)
 
@@ -150,9 +158,8 @@ class ServiceState:
         settings = self.config.review
         if not settings.enabled:
             return 0
-        items = [item for report in reports for item in items_from_report(
-            report, labels_needed=settings.labels_needed, policy=self.config.arbitration)]
-        return self.review.add_items(items) if items else 0
+        return queue_reports(self.review, reports, labels_needed=settings.labels_needed,
+                             policy=self.config.arbitration)
 
     def label_and_teach(self, item_id: str, reviewer: str, label: ReviewLabel | str,
                         **fields: str | None) -> tuple[ReviewItem, KBChange | None]:
@@ -161,15 +168,13 @@ class ServiceState:
         to the knowledge base this worker's checker searches (the retriever sees it at
         once: the KB's indexes are updated in place). Raises the review store's refusals
         (ItemNotFound, ItemClosed, AlreadyLabelled, InputError)."""
-        item = self.review.label(item_id, reviewer, label, **fields)
-        change = None
-        checker = self.checker
-        if checker is not None and isinstance(checker.kb, KnowledgeBase):
-            try:
-                change = teach(item, checker.kb, self.review)
-            except MedverifyError as exc:  # the label stands; the change can be taught again
-                log.warning("review item %s: could not teach the KB: %s", item_id, exc)
-        return item, change
+        return label_and_teach(self.review, item_id, reviewer, label, kb=self._teachable_kb(),
+                               **fields)
+
+    def _teachable_kb(self) -> KnowledgeBase | None:
+        """The knowledge base this worker's checker searches, when review can teach it."""
+        kb = self.checker.kb if self.checker is not None else None
+        return kb if isinstance(kb, KnowledgeBase) else None
 
     @contextmanager
     def metered(self) -> Iterator[UsageLedger]:

@@ -34,19 +34,19 @@ from fastapi.routing import APIRoute
 from pydantic import ValidationError
 
 from medverify.errors import MedverifyError
-from medverify.learning import loop_report
 from medverify.records import CheckFinding
 from medverify.report.view import finding_effect, safe_url
-from medverify.store.access import KeyInfo, Role, Session, SessionStore
-from medverify.store.review import (
+from medverify.review import (
     AlreadyLabelled,
     ItemClosed,
     ItemNotFound,
     ReviewItem,
     ReviewLabel,
     ReviewStatus,
-    ReviewStore,
+    loop_report,
 )
+from medverify.store.access import KeyInfo, Role, Session, SessionStore
+from medverify.store.review import ReviewStore
 
 SESSION_COOKIE = "mv_session"
 LOGIN_COOKIE = "mv_login"  # the login form's double-submit CSRF token

@@ -1,185 +1,41 @@
-"""The clinician review queue, in the run store: escalated claims, reviewers' labels,
-adjudication, and the knowledge-base changes the labels made (reversible).
+"""The clinician review queue in the run store: the SQL of items, labels and
+knowledge-base changes (the records and rules are :mod:`medverify.review`).
 
 :class:`ReviewStore` keeps the queue in the tables of migration 0009 (``review_items``,
-``review_labels``, ``kb_changes``). An item is an escalated claim with what a reviewer
-needs to decide it; its id is derived from run id, answer id and claim id
-(:func:`review_item_id`), so adding the same escalations twice adds nothing.
+``review_labels``, ``kb_changes``). An item's id is derived from run id, answer id and
+claim id (:func:`~medverify.review.workflow.review_item_id`), so adding the same
+escalations twice adds nothing.
 
 Labelling (:meth:`ReviewStore.label`) is one ``BEGIN IMMEDIATE`` transaction: when
 reviewers label at once, in any process, each slot is taken by exactly one of them and a
-refused label writes nothing. With ``labels_needed=1`` the first label closes the item;
-with ``labels_needed=2`` the first makes it ``needs_second``, a second that agrees closes
-it, one that disagrees sends it to ``adjudication``, where a third reviewer's label (role
-``adjudication``) closes it. ``CANNOT_TELL`` is a label like the others (an item closed
-with it teaches nothing).
+refused label writes nothing; the status the label moves the item to is
+:func:`~medverify.review.workflow.next_status`'s.
 """
 
 from __future__ import annotations
 
-import hashlib
-from collections import Counter
 from collections.abc import Iterable, Sequence
 from datetime import UTC, datetime
-from enum import StrEnum
-from itertools import combinations
 from typing import Any
 
-from pydantic import Field, ValidationError
-
-from medverify.errors import InputError, MedverifyError
-from medverify.records import CheckFinding, Claim, Passage, Record
-from medverify.sources.safety import check_url
+from medverify.errors import InputError
+from medverify.review.records import (
+    AlreadyLabelled,
+    ItemClosed,
+    ItemLabel,
+    ItemNotFound,
+    ItemSummary,
+    KBChange,
+    KBChangeNotFound,
+    LabelRole,
+    PairAgreement,
+    ReviewItem,
+    ReviewLabel,
+    ReviewStatus,
+)
+from medverify.review.workflow import checked_label, pair_agreements
+from medverify.review.workflow import next_status as _next  # module-level: tests patch it
 from medverify.store.runs import RunStore
-
-
-class ReviewStatus(StrEnum):
-    OPEN = "open"  # no label yet
-    NEEDS_SECOND = "needs_second"  # two-reviewer mode: one label so far
-    ADJUDICATION = "adjudication"  # two labels that disagree: an adjudicator decides
-    CLOSED = "closed"  # settled: ``final_label`` holds
-
-
-class ReviewLabel(StrEnum):
-    """What a reviewer says of a claim: CHECK's four categories, or that they cannot tell."""
-
-    FACT = "FACT"
-    HALLUCINATION = "HALLUCINATION"
-    JUDGMENT_ERROR = "JUDGMENT_ERROR"
-    COVERAGE_GAP = "COVERAGE_GAP"
-    CANNOT_TELL = "CANNOT_TELL"
-
-
-class LabelRole(StrEnum):
-    FIRST = "first"
-    SECOND = "second"
-    ADJUDICATION = "adjudication"
-
-
-class ItemLabel(Record):
-    """One reviewer's label of one item."""
-
-    id: int = 0
-    item_id: str
-    reviewer: str  # the reviewer's API key id
-    role: LabelRole = LabelRole.FIRST
-    label: ReviewLabel
-    correction: str | None = Field(None, max_length=4000)  # the claim as it should read
-    source_url: str | None = Field(None, max_length=2000)  # where the correction comes from
-    source_passage_id: str | None = None  # or a KB passage
-    note: str | None = Field(None, max_length=4000)
-    created_at: datetime
-
-
-class ReviewItem(Record):
-    """An escalated claim with everything a reviewer needs to decide it."""
-
-    id: str
-    run_id: str | None = None
-    answer_id: str
-    question: str | None = None
-    answer_text: str
-    claim: Claim
-    passages: list[Passage] = Field(default_factory=list)
-    category: str  # the KB judge's category
-    probabilities: dict[str, float] = Field(default_factory=dict)
-    evidence_passage_id: str | None = None
-    evidence_quote: str | None = None
-    judge_reason: str | None = None
-    findings: list[CheckFinding] = Field(default_factory=list)  # the exact checks' findings
-    risk: float | None = None  # the classifier's hallucination probability
-    arbitration: dict[str, Any] = Field(default_factory=dict)  # the decision that escalated it
-    priority: float = 0.0  # higher first
-    topic: str | None = None
-    status: ReviewStatus = ReviewStatus.OPEN
-    assignee: str | None = None
-    labels_needed: int = 1
-    final_label: ReviewLabel | None = None
-    labels: list[ItemLabel] = Field(default_factory=list)
-    created_at: datetime
-    closed_at: datetime | None = None
-
-
-class KBChange(Record):
-    """A knowledge-base document added from a reviewed correction (reverted: rolled back)."""
-
-    id: int = 0
-    item_id: str
-    label_id: int
-    doc_id: str
-    kb_path: str
-    reviewer: str
-    text: str
-    source_url: str | None = None
-    created_at: datetime
-    reverted_at: datetime | None = None
-
-
-class PairAgreement(Record):
-    """How two reviewers agree over the items both labelled."""
-
-    reviewer_a: str
-    reviewer_b: str
-    n: int  # items both labelled
-    observed: float  # share of those items they labelled the same
-    kappa: float | None  # Cohen's kappa; None when undefined (one category used by both)
-
-
-class ItemSummary(Record):
-    """An item without its content: what the loop report counts."""
-
-    id: str
-    run_id: str | None
-    category: str
-    status: ReviewStatus
-    topic: str | None
-    final_label: ReviewLabel | None
-    created_at: datetime
-    closed_at: datetime | None
-
-
-class ItemNotFound(MedverifyError):
-    """No review item has this id."""
-
-
-class ItemClosed(MedverifyError):
-    """The review item is closed: it takes no more labels."""
-
-
-class AlreadyLabelled(MedverifyError):
-    """This reviewer has labelled this item already."""
-
-
-class KBChangeNotFound(MedverifyError):
-    """No knowledge-base change has this id."""
-
-
-def review_item_id(run_id: str | None, answer_id: str, claim_id: str) -> str:
-    """The id of the review item of one claim of one answer of one run: ``rv-`` and 16 hex
-    characters of the SHA-256 of the three (the same escalation always has the same id)."""
-    key = "\x00".join((run_id or "", answer_id, claim_id))
-    return "rv-" + hashlib.sha256(key.encode("utf-8", "surrogatepass")).hexdigest()[:16]
-
-
-_LOCAL_NAMES = ("localhost", "localhost.localdomain")
-
-
-def check_source_url(url: str | None) -> str | None:
-    """A reviewer's source URL, vetted without touching the network: None when blank;
-    InputError unless it is an http(s) URL whose host is not a blocked address (private,
-    loopback, link-local, cloud metadata, ... in any notation: the safe fetcher's rules,
-    :func:`medverify.sources.safety.check_url`) nor a loopback name (``localhost``).
-    Names are not resolved here."""
-    if url is None or not url.strip():
-        return None
-    checked = check_url(url)
-    if not checked.ok:
-        raise InputError(f"source_url {url.strip()[:200]!r} is refused: {checked.reason}; "
-                         "give a public http(s) address")
-    if checked.host in _LOCAL_NAMES or checked.host.endswith(".localhost"):
-        raise InputError(f"source_url {url.strip()[:200]!r} is refused: {checked.host} is a "
-                         "loopback name; give a public http(s) address")
-    return url.strip()
 
 
 def _stamp(when: datetime | None = None) -> str:
@@ -218,22 +74,6 @@ def _change_row(row: Sequence[Any]) -> KBChange:
                     kb_path=kb_path, reviewer=reviewer, text=text, source_url=source_url,
                     created_at=datetime.fromisoformat(created_at),
                     reverted_at=_when(reverted_at))
-
-
-def cohen_kappa(pairs: Sequence[tuple[str, str]]) -> float | None:
-    """Cohen's kappa of two raters' labels, one (a, b) pair per item: (p_o - p_e) /
-    (1 - p_e), p_o the share of items labelled the same and p_e the agreement expected by
-    chance from each rater's label frequencies. None without items, or when p_e is 1
-    (both raters used one and the same category: kappa is undefined)."""
-    n = len(pairs)
-    if n == 0:
-        return None
-    observed = sum(a == b for a, b in pairs) / n
-    first, second = Counter(a for a, _ in pairs), Counter(b for _, b in pairs)
-    expected = sum(first[k] * second[k] for k in first) / (n * n)
-    if expected >= 1.0:
-        return None
-    return (observed - expected) / (1.0 - expected)
 
 
 class ReviewStore:
@@ -381,8 +221,8 @@ class ReviewStore:
         AlreadyLabelled (this reviewer labelled it before; an adjudicator must be a third
         reviewer); InputError (an unknown label, a blank reviewer, a text over its limit, a
         source URL that is not a public http(s) address)."""
-        checked = self._checked_label(item_id, reviewer, label, correction, source_url,
-                                      source_passage_id, note)
+        checked = checked_label(item_id, reviewer, label, correction, source_url,
+                                source_passage_id, note)
         with self.runs.immediate():
             row = self._db.execute(
                 "SELECT status, labels_needed FROM review_items WHERE id = ?",
@@ -412,32 +252,6 @@ class ReviewStore:
                  now if status is ReviewStatus.CLOSED else None, item_id))
         return self.get(item_id)
 
-    @staticmethod
-    def _checked_label(item_id: str, reviewer: str, label: ReviewLabel | str,
-                       correction: str | None, source_url: str | None,
-                       source_passage_id: str | None, note: str | None) -> ItemLabel:
-        if not reviewer or not reviewer.strip():
-            raise InputError("a label needs a reviewer")
-        try:
-            value = ReviewLabel(label)
-        except ValueError:
-            raise InputError(f"unknown label {label!r}: one of "
-                             + ", ".join(x.value for x in ReviewLabel)) from None
-        url = check_source_url(source_url)
-
-        def blank(text: str | None) -> str | None:
-            return text.strip() if text and text.strip() else None
-
-        try:
-            return ItemLabel(item_id=item_id, reviewer=reviewer.strip(), label=value,
-                             correction=blank(correction), source_url=url,
-                             source_passage_id=blank(source_passage_id), note=blank(note),
-                             created_at=datetime.now(UTC))
-        except ValidationError as exc:
-            problem = exc.errors()[0]
-            where = ".".join(str(x) for x in problem.get("loc", ()))
-            raise InputError(f"{where}: {problem.get('msg')}") from None
-
     def labels(self, since: datetime | None = None) -> list[ItemLabel]:
         """Every label, oldest first (given since ``since``)."""
         where, args = ("", ()) if since is None else (" WHERE created_at >= ?", (_stamp(since),))
@@ -452,16 +266,7 @@ class ReviewStore:
         by_item: dict[str, dict[str, str]] = {}
         for row in self._db.execute("SELECT item_id, reviewer, label FROM review_labels"):
             by_item.setdefault(row[0], {})[row[1]] = row[2]
-        pairs: dict[tuple[str, str], list[tuple[str, str]]] = {}
-        for labels in by_item.values():
-            for a, b in combinations(sorted(labels), 2):
-                pairs.setdefault((a, b), []).append((labels[a], labels[b]))
-        out = []
-        for (a, b), seen in sorted(pairs.items()):
-            observed = sum(x == y for x, y in seen) / len(seen)
-            out.append(PairAgreement(reviewer_a=a, reviewer_b=b, n=len(seen),
-                                     observed=observed, kappa=cohen_kappa(seen)))
-        return out
+        return pair_agreements(by_item)
 
     # -- knowledge-base changes --------------------------------------------------------
 
@@ -516,30 +321,3 @@ class ReviewStore:
             " ON c.run_id = r.id WHERE r.kind = 'check' GROUP BY r.id").fetchall()
         return [(datetime.fromisoformat(created), int(n)) for created, n in rows]
 
-
-def _next(status: ReviewStatus, needed: int, earlier: list[ItemLabel],
-          label: ReviewLabel) -> tuple[LabelRole, ReviewStatus, ReviewLabel | None]:
-    """(the new label's role, the item's next status, its final label if it closes)."""
-    if status is ReviewStatus.OPEN:
-        if needed == 1:
-            return LabelRole.FIRST, ReviewStatus.CLOSED, label
-        return LabelRole.FIRST, ReviewStatus.NEEDS_SECOND, None
-    if status is ReviewStatus.NEEDS_SECOND:
-        first = next(e for e in earlier if e.role is LabelRole.FIRST)
-        if first.label is label:
-            return LabelRole.SECOND, ReviewStatus.CLOSED, label
-        return LabelRole.SECOND, ReviewStatus.ADJUDICATION, None
-    return LabelRole.ADJUDICATION, ReviewStatus.CLOSED, label
-
-
-def deciding_label(item: ReviewItem) -> ItemLabel | None:
-    """The label that settled a closed item: the adjudicator's; else, of the labels that
-    agree with the final one, the latest with a correction or source, else the latest."""
-    if item.final_label is None:
-        return None
-    agreeing = [x for x in item.labels if x.label is item.final_label]
-    for x in agreeing:
-        if x.role is LabelRole.ADJUDICATION:
-            return x
-    sourced = [x for x in agreeing if x.correction or x.source_url or x.source_passage_id]
-    return (sourced or agreeing or [None])[-1]
