@@ -44,13 +44,9 @@ from typing import Any
 
 import numpy as np
 
-from medverify.verifier.corpus import (
-    EDITS,
-    _keep_case,
-    _Matcher,
-    load_medquad,
-    normalize,
-)
+from medverify.verifier.corpus import EDITS, load_medquad, normalize
+from medverify.verifier.corpus.entities import _Matcher
+from medverify.verifier.corpus.text import _keep_case
 
 ROOT = Path(__file__).resolve().parents[1]
 RESULTS = ROOT / "benchmarks" / "results"
@@ -97,7 +93,7 @@ class Editor:
         start, end, _ = rng.choice(found)
         old = normalize(text[start:end])
         probe = text.lower()
-        for _ in range(8):  # as _Builder.make: another name, not already in the text
+        for _ in range(8):  # as entities.swapped_claim: another name, not already in the text
             new = rng.choice(self.pool)
             if normalize(new) != old and new not in probe:
                 return text[:start] + _keep_case(text[start:end], new) + text[end:]
