@@ -28,6 +28,7 @@ import random
 import time
 from collections import Counter
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -308,19 +309,41 @@ def measure_file(model: CrossEncoder, tokenizer: Any, path: Path, thresholds: di
 # -- the whole recipe --------------------------------------------------------------------------
 
 
-def finetune(config: FinetuneConfig) -> dict[str, Any]:
-    """Run the recipe (see the module doc); returns the metadata written to
-    ``verifier.json``. Resumes from ``out/checkpoint.pt`` when an earlier run of the same
-    config stopped."""
+@dataclass
+class _Run:
+    """One fine-tuning run: the model and what the run records as it goes."""
+
+    config: FinetuneConfig
+    device: torch.device
+    tokenizer: Any
+    model: CrossEncoder
+    held: list[vdata.Pair]
+    timing: dict[str, float] = field(default_factory=dict)
+    counts: dict[str, Any] = field(default_factory=dict)
+    history: list[dict[str, Any]] = field(default_factory=list)
+
+    def score_held(self) -> tuple[dict[str, float], float, np.ndarray]:
+        """Calibrated thresholds, macro-F1 and probabilities of the held-out pairs."""
+        probs = pair_probs(self.model, self.tokenizer,
+                           [(p.claim, p.evidence) for p in self.held],
+                           self.config.max_tokens, self.device)
+        thresholds, f1 = calibrate(probs, [p.label for p in self.held])
+        return thresholds, f1, probs
+
+
+def _seeded_device(config: FinetuneConfig) -> torch.device:
+    """Fix the seeds and threads; the device to train on."""
     random.seed(config.seed)
     np.random.seed(config.seed)
     torch.manual_seed(config.seed)
     if config.threads:
         torch.set_num_threads(config.threads)
-    device = resolve_device(config.device)
-    config.out.mkdir(parents=True, exist_ok=True)
-    recipe = config.model_dump(mode="json", exclude={"out", "eval_files", "threads",
-                                                     "device"})
+    return resolve_device(config.device)
+
+
+def _resume(config: FinetuneConfig, recipe: dict[str, Any]) -> dict[str, Any] | None:
+    """The checkpoint of an earlier run of this recipe, if any; unless that run is done,
+    ``recipe.json`` is (re)written. A checkpoint of another recipe is an error."""
     recipe_file = config.out / "recipe.json"
     resume = load_checkpoint(config.out / CHECKPOINT)
     if resume is not None:
@@ -329,62 +352,62 @@ def finetune(config: FinetuneConfig) -> dict[str, Any]:
             raise ConfigError(f"{config.out} holds a checkpoint of another recipe: use another "
                               "--out or delete it")
         if resume.get("stage") == "done":
-            return json.loads((config.out / "verifier.json").read_text("utf-8"))  # type: ignore[no-any-return]
+            return resume
     recipe_file.write_text(json.dumps(recipe, indent=2, sort_keys=True) + "\n", "utf-8")
+    return resume
 
-    started = time.perf_counter()
-    tokenizer = load_tokenizer()
-    model = build_model(config.n_layers).to(device)
-    if resume is not None:
-        model.load_state_dict(resume["model"], strict=False)
-    train, held = real_pairs(config)
-    timing: dict[str, float] = {}
-    counts: dict[str, Any] = {"real_train": len(train), "held_out": len(held)}
-    history: list[dict[str, Any]] = []
 
-    def score_held() -> tuple[dict[str, float], float, np.ndarray]:
-        probs = pair_probs(model, tokenizer, [(p.claim, p.evidence) for p in held],
-                           config.max_tokens, device)
-        thresholds, f1 = calibrate(probs, [p.label for p in held])
-        return thresholds, f1, probs
+def _stage1(run: _Run, corpus_path: Path, resume: dict[str, Any] | None) -> None:
+    """Stage 1: train on the synthetic corpus, then score the held-out pairs."""
+    config = run.config
+    t = time.perf_counter()
+    corpus = read_corpus(corpus_path, limit=config.corpus_limit,
+                         exclude=config.exclude_edits, seed=config.seed)
+    items = examples(run.tokenizer, corpus, config.max_tokens)
+    run.counts["corpus_pairs"] = len(corpus)
+    run.counts["corpus_by_edit"] = dict(sorted(Counter(p.source for p in corpus).items()))
+    run.timing["stage1_data_s"] = round(time.perf_counter() - t, 1)
+    t = time.perf_counter()
+    run_stage(run.model, run.tokenizer, items, stage="stage1", epochs=config.stage1_epochs,
+              lr=config.lr, config=config, device=run.device, resume=resume)
+    run.timing["stage1_train_s"] = round(time.perf_counter() - t, 1)
+    _, f1, _ = run.score_held()
+    run.history.append({"stage": "stage1", "held_out_macro_f1": round(f1, 4)})
 
-    done_stage1 = resume is not None and resume.get("stage") in ("stage2", "done")
-    if config.corpus is not None and config.stage1_epochs > 0 and not done_stage1:
-        t = time.perf_counter()
-        corpus = read_corpus(config.corpus, limit=config.corpus_limit,
-                             exclude=config.exclude_edits, seed=config.seed)
-        items = examples(tokenizer, corpus, config.max_tokens)
-        counts["corpus_pairs"] = len(corpus)
-        counts["corpus_by_edit"] = dict(sorted(Counter(p.source for p in corpus).items()))
-        timing["stage1_data_s"] = round(time.perf_counter() - t, 1)
-        t = time.perf_counter()
-        run_stage(model, tokenizer, items, stage="stage1", epochs=config.stage1_epochs,
-                  lr=config.lr, config=config, device=device, resume=resume)
-        timing["stage1_train_s"] = round(time.perf_counter() - t, 1)
-        _, f1, _ = score_held()
-        history.append({"stage": "stage1", "held_out_macro_f1": round(f1, 4)})
-        resume = None
+
+def _stage2(run: _Run, train: Sequence[vdata.Pair], resume: dict[str, Any] | None) \
+        -> tuple[float, dict[str, torch.Tensor] | None, int]:
+    """Stage 2: train on the real train pairs, keeping the epoch best on the held-out pairs
+    (loaded into the model); returns (its macro-F1, its weights or None, the epoch)."""
+    config = run.config
     best: tuple[float, dict[str, torch.Tensor] | None, int] = (-1.0, None, 0)
-    if config.stage2 and config.stage2_epochs > 0:
-        t = time.perf_counter()
-        items = examples(tokenizer, train, config.max_tokens)
+    t = time.perf_counter()
+    items = examples(run.tokenizer, train, config.max_tokens)
 
-        def on_epoch(epoch: int) -> None:
-            nonlocal best
-            _, f1, _ = score_held()
-            history.append({"stage": "stage2", "epoch": epoch,
+    def on_epoch(epoch: int) -> None:
+        nonlocal best
+        _, f1, _ = run.score_held()
+        run.history.append({"stage": "stage2", "epoch": epoch,
                             "held_out_macro_f1": round(f1, 4)})
-            if f1 > best[0]:
-                best = (f1, {k: v.detach().clone() for k, v in _trainable(model).items()},
-                        epoch)
+        if f1 > best[0]:
+            best = (f1, {k: v.detach().clone() for k, v in _trainable(run.model).items()},
+                    epoch)
 
-        run_stage(model, tokenizer, items, stage="stage2", epochs=config.stage2_epochs,
-                  lr=config.lr_stage2, config=config, device=device, resume=resume,
-                  on_epoch=on_epoch)
-        timing["stage2_s"] = round(time.perf_counter() - t, 1)
-        if best[1] is not None:
-            model.load_state_dict(best[1], strict=False)
-    thresholds, f1, probs = score_held()
+    run_stage(run.model, run.tokenizer, items, stage="stage2", epochs=config.stage2_epochs,
+              lr=config.lr_stage2, config=config, device=run.device, resume=resume,
+              on_epoch=on_epoch)
+    run.timing["stage2_s"] = round(time.perf_counter() - t, 1)
+    if best[1] is not None:
+        run.model.load_state_dict(best[1], strict=False)
+    return best
+
+
+def _metadata(run: _Run, recipe: dict[str, Any],
+              best: tuple[float, dict[str, torch.Tensor] | None, int]) -> dict[str, Any]:
+    """``verifier.json``'s content: thresholds calibrated on the held-out pairs, the recipe,
+    counts, history, and the dev/evaluation files measured."""
+    config, device = run.config, run.device
+    thresholds, f1, probs = run.score_held()
     held_pred = decide(probs, thresholds)
     meta: dict[str, Any] = {
         "name": "medverify-verifier-v3",
@@ -392,24 +415,60 @@ def finetune(config: FinetuneConfig) -> dict[str, Any]:
         "thresholds": thresholds,
         "thresholds_calibrated_on": f"held-out real train pairs ({device.type}, float)",
         "recipe": recipe,
-        "counts": counts,
-        "history": history,
+        "counts": run.counts,
+        "history": run.history,
         "stage2_best_epoch": best[2] if best[1] is not None else None,
         "held_out_macro_f1": round(f1, 4),
-        "held_out_macro_f1_by_dataset": per_dataset(held, held_pred),
+        "held_out_macro_f1_by_dataset": per_dataset(run.held, held_pred),
         "device": device.type if device.type != "cuda" else torch.cuda.get_device_name(0),
         "torch": torch.__version__,
     }
     t = time.perf_counter()
-    meta["dev"] = {path.stem: measure_file(model, tokenizer, path, thresholds,
+    meta["dev"] = {path.stem: measure_file(run.model, run.tokenizer, path, thresholds,
                                            config.max_tokens, device)
                    for path in config.eval_files if path.is_file()}
-    timing["eval_s"] = round(time.perf_counter() - t, 1)
-    timing["total_s"] = round(time.perf_counter() - started, 1)
-    meta["timing"] = timing
-    model.to("cpu")
-    save_verifier(model, config.out, metadata=meta)
-    tmp = config.out / (CHECKPOINT + ".tmp")
+    run.timing["eval_s"] = round(time.perf_counter() - t, 1)
+    return meta
+
+
+def _save_done(run: _Run, meta: dict[str, Any]) -> None:
+    """Save the verifier, then mark the checkpoint done."""
+    run.model.to("cpu")
+    save_verifier(run.model, run.config.out, metadata=meta)
+    tmp = run.config.out / (CHECKPOINT + ".tmp")
     torch.save({"stage": "done"}, tmp)  # a rerun returns the saved result
-    os.replace(tmp, config.out / CHECKPOINT)
+    os.replace(tmp, run.config.out / CHECKPOINT)
+
+
+def finetune(config: FinetuneConfig) -> dict[str, Any]:
+    """Run the recipe (see the module doc); returns the metadata written to
+    ``verifier.json``. Resumes from ``out/checkpoint.pt`` when an earlier run of the same
+    config stopped."""
+    device = _seeded_device(config)
+    config.out.mkdir(parents=True, exist_ok=True)
+    recipe = config.model_dump(mode="json", exclude={"out", "eval_files", "threads",
+                                                     "device"})
+    resume = _resume(config, recipe)
+    if resume is not None and resume.get("stage") == "done":
+        return json.loads((config.out / "verifier.json").read_text("utf-8"))  # type: ignore[no-any-return]
+
+    started = time.perf_counter()
+    tokenizer = load_tokenizer()
+    model = build_model(config.n_layers).to(device)
+    if resume is not None:
+        model.load_state_dict(resume["model"], strict=False)
+    train, held = real_pairs(config)
+    run = _Run(config, device, tokenizer, model, held,
+               counts={"real_train": len(train), "held_out": len(held)})
+    done_stage1 = resume is not None and resume.get("stage") in ("stage2", "done")
+    if config.corpus is not None and config.stage1_epochs > 0 and not done_stage1:
+        _stage1(run, config.corpus, resume)
+        resume = None
+    best: tuple[float, dict[str, torch.Tensor] | None, int] = (-1.0, None, 0)
+    if config.stage2 and config.stage2_epochs > 0:
+        best = _stage2(run, train, resume)
+    meta = _metadata(run, recipe, best)
+    run.timing["total_s"] = round(time.perf_counter() - started, 1)
+    meta["timing"] = run.timing
+    _save_done(run, meta)
     return meta
