@@ -8,10 +8,10 @@ from pathlib import Path
 
 import pytest
 
+from medverify.bench.question_input import decode_bytes
+from medverify.bench.question_sets import medlfqa_source
 from medverify.bench.questions import (
-    decode_bytes,
     load_questions,
-    medlfqa_source,
     merge_question_sets,
     read_questions,
     select_questions,

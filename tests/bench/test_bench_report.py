@@ -11,6 +11,7 @@ from medverify.audit.html import estimate_text
 from medverify.audit.records import AuditMetrics, Estimate
 from medverify.bench import export
 from medverify.bench.export import ROW_TYPES, TABLES, csv_cell, export_tables, table_rows
+from medverify.bench.loading import RunRecords, load_run
 from medverify.bench.plots import PALETTE, grouped_bars, source_chart, wrap
 from medverify.bench.records import BenchManifest, BenchSummary, Comparison, ReplyStats
 from medverify.bench.report import (
@@ -23,7 +24,7 @@ from medverify.bench.report import (
     render_bench_html,
     write_bench_html,
 )
-from medverify.bench.summary import RunRecords, load_run, summarize
+from medverify.bench.summary import summarize
 from medverify.errors import MissingDependencyError
 from test_bench_summary import GOOD, PRICES, fast_config, run_records, write_run
 

@@ -10,6 +10,7 @@ from medverify.audit.evaluate import AgreementScores
 from medverify.audit.metrics import audit_metrics
 from medverify.audit.records import AnswerAudit, Estimate
 from medverify.bench.layout import RunLayout
+from medverify.bench.loading import RunRecords, load_run
 from medverify.bench.records import (
     Attempt,
     BenchManifest,
@@ -20,9 +21,7 @@ from medverify.bench.records import (
     ReplyStatus,
 )
 from medverify.bench.summary import (
-    RunRecords,
     finish_run,
-    load_run,
     model_cost,
     summarize,
 )

@@ -638,7 +638,7 @@ def test_risk_features_survive_kills(spaces: tuple[Workspace, Workspace],
 
 
 def _schema_only(kb: Path) -> None:
-    from medverify.kb.store import _SCHEMA
+    from medverify.kb.database import SCHEMA as _SCHEMA
 
     conn = sqlite3.connect(kb / "kb.sqlite")
     conn.execute("PRAGMA journal_mode=WAL")

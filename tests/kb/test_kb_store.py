@@ -12,7 +12,7 @@ from medverify.config import KBSettings
 from medverify.errors import KBError
 from medverify.kb import HashEmbedder, KnowledgeBase, chunk_text, fts_query
 from medverify.kb.embed import WordTokenizer, get_embedder, split_windows
-from medverify.kb.store import select_terms
+from medverify.kb.fts import select_terms
 from medverify.records import Document
 from medverify.retrieve import Retriever
 

@@ -17,8 +17,8 @@ from medverify.kb import KnowledgeBase, LoadReport, chunk_text
 from medverify.kb import loaders as kb_loaders
 from medverify.kb.chunking import iter_chunks
 from medverify.kb.embed import HashEmbedder, WordTokenizer, normalize
+from medverify.kb.ingest import PARTIAL, document_hash
 from medverify.kb.loaders import TextFile, iter_documents, iter_sources, read_text
-from medverify.kb.store import PARTIAL, document_hash
 from medverify.records import Document
 
 SAMPLE = Path(__file__).resolve().parents[2] / "src" / "medverify" / "data" / "medquad_sample.jsonl"

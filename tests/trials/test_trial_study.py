@@ -32,13 +32,18 @@ from medverify.trials.study.questions import (
     context_block,
     questions_by_number,
 )
-from medverify.trials.study.records import AnswerStatus, Context, Granularity, TrialAnswer
-from medverify.trials.study.report import finish, summarize
-from medverify.trials.study.runner import (
+from medverify.trials.study.records import (
     ANSWERS,
     JUDGMENTS,
-    TrialStudy,
+    AnswerStatus,
+    Context,
+    Granularity,
+    TrialAnswer,
     read_run,
+)
+from medverify.trials.study.report import finish, summarize
+from medverify.trials.study.runner import (
+    TrialStudy,
     select_trials,
     sentence_units,
     study_trials,

@@ -28,9 +28,9 @@ from medverify.audit.metrics import answer_metrics
 from medverify.audit.records import AnswerAudit, AuditMetrics, ClaimAudit, PairJudgement
 from medverify.audit.urls import registered_domain, url_host
 from medverify.bench.agreement import defuse_cell
+from medverify.bench.loading import RunRecords, audit_model
 from medverify.bench.records import BenchOrigin, BenchSummary, Comparison, ModelReply
 from medverify.bench.stats import ALPHA, METRICS, question_key
-from medverify.bench.summary import RunRecords, audit_model
 from medverify.errors import MissingDependencyError
 from medverify.files import atomic_path, atomic_write_text
 

@@ -7,30 +7,42 @@ MedQuAD) into :class:`~medverify.bench.records.Question` records. Every record r
 counted in the :class:`~medverify.bench.records.ImportReport`: kept, duplicate (same
 whitespace/case-normalized text within a source, or an id already used), missing text or
 unreadable; repairs (non-UTF-8 lines, row-number prefixes) are reported too. Every
-problem message names the file and the line (or CSV row) it is about.
+problem message names the file and the line (or CSV row) it is about. Here: the generic
+readers, format detection and the canonical files; the public sets' readers are in
+:mod:`medverify.bench.question_sets`, decoding and counting in
+:mod:`medverify.bench.question_input`.
 """
 
 from __future__ import annotations
 
-import codecs
-import csv
 import hashlib
-import io
 import json
 import re
-import xml.etree.ElementTree as ET
-from collections.abc import Callable, Iterator, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
 from pydantic import ValidationError
 
-from medverify.audit.inputs import normalize_url
+from medverify.bench.question_input import (
+    SNIFF_BYTES,
+    Collector,
+    Decoded,
+    csv_rows,
+    decode_bytes,
+    json_objects,
+    pick_key,
+)
+from medverify.bench.question_sets import (
+    read_kqa,
+    read_liveqa,
+    read_medicationqa,
+    read_medlfqa,
+    read_medquad,
+)
 from medverify.bench.records import ImportReport, Question
 from medverify.errors import InputError
 from medverify.files import clean_record, write_records
-from medverify.records import Document, content_hash
 
 FORMATS = ("auto", "jsonl", "csv", "medicationqa", "kqa", "medlfqa", "liveqa", "medquad")
 
@@ -42,186 +54,9 @@ _JSONL_SUFFIXES = {".jsonl", ".ndjson", ".json"}
 _CSV_SUFFIXES = {".csv", ".tsv"}
 _XML_SUFFIXES = {".xml"}
 _DIRECTORY_SUFFIXES = {".jsonl", ".ndjson", ".csv", ".tsv", ".xml"}
-_SNIFF_BYTES = 4096
-
-
-# -- decoding ---------------------------------------------------------------------------
-
-
-@dataclass
-class Decoded:
-    """A file's text, the encoding it was read with and the lines that needed a fallback."""
-
-    text: str
-    encoding: str
-    repaired: list[int] = field(default_factory=list)
-    fallback: str | None = None
-
-
-def decode_bytes(raw: bytes) -> Decoded:
-    """Decode a question file: UTF-8 (BOM or not), UTF-16 with BOM, and line by line a
-    cp1252 (then latin-1) fallback for lines that are not UTF-8. Never fails on odd bytes;
-    raises :class:`InputError` only for what looks like a binary file."""
-    if raw.startswith(codecs.BOM_UTF8):
-        return _decode_lines(raw[len(codecs.BOM_UTF8):], "utf-8-sig")
-    if raw.startswith(codecs.BOM_UTF16_LE):
-        return _decode_utf16(raw[2:], "utf-16-le")
-    if raw.startswith(codecs.BOM_UTF16_BE):
-        return _decode_utf16(raw[2:], "utf-16-be")
-    if b"\x00" in raw[:_SNIFF_BYTES]:
-        return _decode_utf16(raw, _utf16_without_bom(raw[:_SNIFF_BYTES]))
-    return _decode_lines(raw, "utf-8")
-
-
-def _decode_lines(raw: bytes, label: str) -> Decoded:
-    parts: list[str] = []
-    decoded = Decoded("", label)
-    for number, chunk in enumerate(raw.split(b"\n"), start=1):
-        try:
-            parts.append(chunk.decode("utf-8"))
-        except UnicodeDecodeError:
-            text, used = _fallback_decode(chunk)
-            parts.append(text)
-            decoded.repaired.append(number)
-            decoded.fallback = "latin-1" if "latin-1" in (used, decoded.fallback) else used
-    decoded.text = "\n".join(parts)
-    if decoded.fallback:
-        decoded.encoding = f"{label}+{decoded.fallback}"
-    return decoded
-
-
-def _fallback_decode(chunk: bytes) -> tuple[str, str]:
-    try:
-        return chunk.decode("cp1252"), "cp1252"
-    except UnicodeDecodeError:
-        return chunk.decode("latin-1"), "latin-1"
-
-
-def _utf16_without_bom(head: bytes) -> str:
-    even, odd = head[0::2].count(0), head[1::2].count(0)
-    if max(even, odd) < len(head) // 4:
-        raise InputError("this looks like a binary file (NUL bytes), not a question file")
-    return "utf-16-le" if odd > even else "utf-16-be"
-
-
-def _decode_utf16(raw: bytes, codec: str) -> Decoded:
-    try:
-        return Decoded(raw.decode(codec), "utf-16")
-    except UnicodeDecodeError:
-        text = raw.decode(codec, errors="replace")
-    repaired = [n for n, line in enumerate(text.split("\n"), start=1) if "\ufffd" in line]
-    return Decoded(text, "utf-16", repaired, "replacement")
-
-
-def normalized_text(text: str) -> str:
-    """The text compared for duplicates: whitespace collapsed, case folded."""
-    return " ".join(text.split()).casefold()
-
-
-def _collapse(text: str | None) -> str:
-    return " ".join((text or "").split())
-
-
-# -- collecting questions -------------------------------------------------------------------
-
-
-class _Collector:
-    """Questions kept so far and the report; every record ends in exactly one counter."""
-
-    def __init__(self, report: ImportReport) -> None:
-        self.report = report
-        self.name = ""  # the file being read, as problem messages name it
-        self.questions: list[Question] = []
-        self._texts: dict[tuple[str, str], str] = {}
-        self._ids: dict[str, str] = {}
-
-    def unreadable(self, where: str, message: str) -> None:
-        self.report.read += 1
-        self.report.unreadable += 1
-        self.report.problems.append(f"{where}: {message}")
-
-    def missing(self, where: str, message: str = "no question text") -> None:
-        self.report.read += 1
-        self.report.missing_text += 1
-        self.report.problems.append(f"{where}: {message}")
-
-    def note(self, message: str) -> None:
-        self.report.problems.append(message)
-
-    def offer(self, where: str, text: object, source: str, *, qid: str | None = None,
-              reference: Document | None = None, meta: dict[str, Any] | None = None) -> None:
-        """Keep one question, or count why not."""
-        if text is None or (isinstance(text, str) and not text.strip()):
-            self.missing(where)
-            return
-        if not isinstance(text, str):
-            self.unreadable(where, f"question is a {type(text).__name__}, not text")
-            return
-        norm = normalized_text(text)
-        question = Question(id=qid or f"{source}:{content_hash(norm)}", text=text.strip(),
-                            source=source, reference=reference, meta=meta or {})
-        duplicate = self._duplicate_of(question, norm)
-        self.report.read += 1
-        if duplicate is not None:
-            self.report.duplicates += 1
-            self.report.problems.append(f"{where}: {duplicate}")
-            return
-        self._texts[(question.source, norm)] = where
-        self._ids[question.id] = where
-        self.report.kept += 1
-        self.questions.append(question)
-
-    def _duplicate_of(self, question: Question, norm: str) -> str | None:
-        first = self._texts.get((question.source, norm))
-        if first is not None:
-            return f"duplicate of the question at {first} (source {question.source!r})"
-        first = self._ids.get(question.id)
-        if first is not None:
-            return f"id {question.id!r} already used at {first} by another question; skipped"
-        return None
-
-
-def _reference(source: str, text: object, url: str | None, *, title: str | None = None,
-               doc_source: str | None = None) -> Document | None:
-    """The reference answer/document kept with an imported question, when there is one."""
-    body = text.strip() if isinstance(text, str) else ""
-    url = url.strip() if url and url.strip() else None
-    if not body and url is None:
-        return None
-    digest = content_hash(f"{url or ''}\x00{body}")
-    return Document(doc_id=f"{source}:ref:{digest}", text=body, url=url, title=title or None,
-                    source=doc_source or source)
-
-
-def _pick_key(obj: dict[str, Any], candidates: Sequence[str]) -> str | None:
-    lowered = {str(key).lower(): key for key in obj}
-    for name in candidates:
-        if name in lowered:
-            return lowered[name]
-    return None
 
 
 # -- JSONL ------------------------------------------------------------------------------------
-
-
-def _json_objects(path: Path, decoded: Decoded, out: _Collector
-                  ) -> Iterator[tuple[str, dict[str, Any]]]:
-    for number, line in enumerate(decoded.text.split("\n"), start=1):
-        if not line.strip():
-            continue
-        where = f"{out.name} line {number}"
-        try:
-            obj = json.loads(line)
-        except json.JSONDecodeError as exc:
-            out.unreadable(where, f"invalid JSON ({exc.msg} at column {exc.colno})")
-            continue
-        except RecursionError:
-            out.unreadable(where, "invalid JSON (nested too deeply)")
-            continue
-        if not isinstance(obj, dict):
-            out.unreadable(where, f"expected a JSON object, got {type(obj).__name__}")
-            continue
-        yield where, obj
 
 
 def _canonical(obj: dict[str, Any]) -> Question | None:
@@ -233,8 +68,8 @@ def _canonical(obj: dict[str, Any]) -> Question | None:
         return None
 
 
-def _read_jsonl(path: Path, decoded: Decoded, source: str | None, out: _Collector) -> None:
-    for where, obj in _json_objects(path, decoded, out):
+def _read_jsonl(path: Path, decoded: Decoded, source: str | None, out: Collector) -> None:
+    for where, obj in json_objects(path, decoded, out):
         question = _canonical(obj)
         if question is not None:
             out.offer(where, question.text, question.source, qid=question.id,
@@ -244,12 +79,12 @@ def _read_jsonl(path: Path, decoded: Decoded, source: str | None, out: _Collecto
 
 
 def _offer_generic(where: str, obj: dict[str, Any], default_source: str,
-                   out: _Collector) -> None:
-    text_key = _pick_key(obj, TEXT_KEYS)
+                   out: Collector) -> None:
+    text_key = pick_key(obj, TEXT_KEYS)
     if text_key is None:
         out.missing(where, f"no question field (looked for {', '.join(TEXT_KEYS)})")
         return
-    id_key, source_key = _pick_key(obj, ID_KEYS), _pick_key(obj, SOURCE_KEYS)
+    id_key, source_key = pick_key(obj, ID_KEYS), pick_key(obj, SOURCE_KEYS)
     raw_source = obj.get(source_key) if source_key else None
     source = raw_source.strip() if isinstance(raw_source, str) and raw_source.strip() else None
     raw_id = obj.get(id_key) if id_key else None
@@ -258,227 +93,25 @@ def _offer_generic(where: str, obj: dict[str, Any], default_source: str,
     out.offer(where, obj[text_key], source or default_source, qid=qid, meta=meta)
 
 
-# -- CSV ----------------------------------------------------------------------------------------
-
-
-def _csv_rows(path: Path, decoded: Decoded, out: _Collector, text_columns: Sequence[str]
-              ) -> Iterator[tuple[str, str, dict[str, str]]]:
-    """(where, text column, row) for each data row; InputError without a question column."""
-    delimiter = "\t" if path.suffix.lower() == ".tsv" else ","
-    reader = csv.reader(io.StringIO(decoded.text, newline=""), delimiter=delimiter)
-    header = [cell.strip() for cell in next(reader, [])]
-    text_key = _pick_key(dict.fromkeys(header), [c.lower() for c in text_columns])
-    if text_key is None:
-        raise InputError(f"{path} line 1: no question column (expected one of "
-                         f"{', '.join(text_columns)}; found: {', '.join(header) or 'nothing'})")
-    for where, row in _csv_records(path, reader, out):
-        if len(row) > len(header):
-            out.unreadable(where, f"{len(row)} fields but the header has {len(header)}")
-        elif any(cell.strip() for cell in row):
-            yield where, text_key, dict(zip(header, row + [""] * (len(header) - len(row)),
-                                            strict=True))
-
-
-def _csv_records(path: Path, reader: Any, out: _Collector) -> Iterator[tuple[str, list[str]]]:
-    index = 0
-    while True:
-        start = reader.line_num + 1
-        index += 1
-        where = f"{out.name} row {index} (line {start})"
-        try:
-            row = next(reader)
-        except StopIteration:
-            return
-        except csv.Error as exc:
-            out.unreadable(where, f"malformed CSV ({exc})")
-            if reader.line_num < start:
-                return
-            continue
-        yield where, row
-
-
-def _read_csv(path: Path, decoded: Decoded, source: str | None, out: _Collector) -> None:
-    for where, text_key, row in _csv_rows(path, decoded, out, TEXT_KEYS):
+def _read_csv(path: Path, decoded: Decoded, source: str | None, out: Collector) -> None:
+    for where, text_key, row in csv_rows(path, decoded, out, TEXT_KEYS):
         obj: dict[str, Any] = {k: v for k, v in row.items() if v.strip() or k == text_key}
         _offer_generic(where, obj, source or path.stem, out)
 
 
-def _read_medicationqa(path: Path, decoded: Decoded, source: str | None,
-                       out: _Collector) -> None:
-    source = source or "medicationqa"
-    for where, text_key, row in _csv_rows(path, decoded, out, ("Question",)):
-        reference = _reference(source, row.get("Answer"), row.get("URL"),
-                               title=row.get("Section Title"))
-        meta = {_snake(k): v.strip() for k, v in row.items()
-                if k not in (text_key, "Answer", "URL") and v.strip()}
-        out.offer(where, row[text_key], source, reference=reference, meta=meta)
-
-
-def _snake(name: str) -> str:
-    return re.sub(r"[^0-9a-z]+", "_", name.lower()).strip("_")
-
-
-# -- K-QA and MedLFQA -----------------------------------------------------------------------------
-
-_URL = re.compile(r"https?://\S+")
-_ROW_PREFIX = re.compile(r'\A\d{0,4},\s*"?(?P<text>.*?)"?\s*\Z', re.DOTALL)
-_ANSWER_FIELDS = ("Question", "Free_form_answer")
-
-
-def _read_kqa(path: Path, decoded: Decoded, source: str | None, out: _Collector) -> None:
-    _read_answer_records(path, decoded, source or "k-qa", out, strip_row_prefix=False)
-
-
-def _read_medlfqa(path: Path, decoded: Decoded, source: str | None, out: _Collector) -> None:
-    _read_answer_records(path, decoded, source or medlfqa_source(path), out,
-                         strip_row_prefix=True)
-
-
-def medlfqa_source(path: Path) -> str:
-    """``healthsearch_qa_test.jsonl`` -> ``healthsearch_qa``; ``live_qa_test_MedLFQA`` ->
-    ``live_qa``."""
-    name = re.sub(r"(_MedLFQA)?$", "", path.stem, flags=re.IGNORECASE)
-    return re.sub(r"_test$", "", name) or path.stem
-
-
-def _read_answer_records(path: Path, decoded: Decoded, source: str, out: _Collector, *,
-                         strip_row_prefix: bool) -> None:
-    repaired: list[str] = []
-    for where, obj in _json_objects(path, decoded, out):
-        text = obj.get("Question")
-        meta = {k: v for k, v in obj.items() if k not in _ANSWER_FIELDS}
-        if strip_row_prefix and isinstance(text, str):
-            match = _ROW_PREFIX.match(text.strip())
-            if match and match.group("text").strip():
-                meta["original_text"], text = text, match.group("text")
-                repaired.append(where.rsplit(" ", 1)[-1])
-        urls = [u for u in map(normalize_url, _URL.findall(str(obj.get("Sources") or ""))) if u]
-        if urls:
-            meta["reference_urls"] = urls
-        reference = _reference(source, obj.get("Free_form_answer"), urls[0] if urls else None)
-        out.offer(where, text, source, reference=reference, meta=meta)
-    if repaired:
-        shown = ", ".join(repaired[:5]) + (", ..." if len(repaired) > 5 else "")
-        out.note(f"{out.name}: removed a leading row-number prefix (such as '60,') from "
-                 f"{len(repaired)} question(s) (lines {shown}); the original is in "
-                 "meta['original_text']")
-
-
-# -- XML: LiveQA and MedQuAD ----------------------------------------------------------------------
-
-_QID_ATTR = re.compile(r'\bqid="([^"]+)"')
-_ROOT_TAG = re.compile(r"<([A-Za-z_][\w.\-]*)")
-
-
-def _parse_xml(path: Path, decoded: Decoded, out: _Collector) -> ET.Element | None:
-    try:
-        return ET.fromstring(decoded.text)
-    except ET.ParseError as exc:
-        line = exc.position[0] if exc.position else "?"
-        out.unreadable(f"{out.name} line {line}", f"invalid XML ({exc}); whole file skipped")
-        return None
-
-
-def _qid_lines(text: str) -> dict[str, int]:
-    lines: dict[str, int] = {}
-    line, position = 1, 0
-    for match in _QID_ATTR.finditer(text):
-        line += text.count("\n", position, match.start())
-        position = match.start()
-        lines.setdefault(match.group(1), line)
-    return lines
-
-
-def _read_liveqa(path: Path, decoded: Decoded, source: str | None, out: _Collector) -> None:
-    source = source or "liveqa"
-    root = _parse_xml(path, decoded, out)
-    if root is None:
-        return
-    lines = _qid_lines(decoded.text)
-    for index, node in enumerate(root.iter("NLM-QUESTION"), start=1):
-        qid = node.get("qid") or str(index)
-        where = f"{out.name} line {lines.get(qid, '?')} (question {qid})"
-        text, meta = _liveqa_question(node)
-        answers = _liveqa_answers(node)
-        reference = _reference(source, *answers[0]) if answers else None
-        meta.update(qid=qid, reference_urls=[url for _, url in answers if url])
-        out.offer(where, text, source, qid=f"{source}:{qid}", reference=reference, meta=meta)
-
-
-def _liveqa_question(node: ET.Element) -> tuple[str, dict[str, Any]]:
-    """The NIST paraphrase, else the NLM summary, else the original subject and message."""
-    original = node.find("Original-Question")
-    subject = _collapse(original.findtext("SUBJECT")) if original is not None else ""
-    message = _collapse(original.findtext("MESSAGE")) if original is not None else ""
-    candidates = (("nist_paraphrase", _collapse(node.findtext("NIST-PARAPHRASE"))),
-                  ("nlm_summary", _collapse(node.findtext("NLM-Summary"))),
-                  ("original", _collapse(f"{subject}. {message}" if subject else message)))
-    used, text = next(((name, text) for name, text in candidates if text), ("none", ""))
-    meta: dict[str, Any] = {"question_field": used, "subject": subject, "message": message}
-    if candidates[1][1]:
-        meta["summary"] = candidates[1][1]
-    meta["focus"] = [_collapse(f.text) for f in node.iter("FOCUS") if _collapse(f.text)]
-    meta["types"] = [_collapse(t.text) for t in node.iter("TYPE") if _collapse(t.text)]
-    return text, meta
-
-
-def _liveqa_answers(node: ET.Element) -> list[tuple[str, str | None]]:
-    answers = []
-    for ref in node.iter():
-        if ref.tag in ("ReferenceAnswer", "RefAnswer"):
-            url = _collapse(ref.findtext("AnswerURL")) or None
-            answers.append(((ref.findtext("ANSWER") or "").strip(), url))
-    return answers
-
-
-# MedQuAD: <Document id source url> (or <DiseaseFile fid source url>) with <Focus> and
-# <QAPair><Question qid qtype/><Answer/>; a few files use <doc docid corpus url>,
-# <doctitle-focus> and <pair><question/><answer/>.
-_MEDQUAD = {
-    "Document": ("source", "Focus", "QAPair", "Question", "Answer"),
-    "DiseaseFile": ("source", "Focus", "QAPair", "Question", "Answer"),
-    "doc": ("corpus", "doctitle-focus", "pair", "question", "answer"),
-}
-
-
-def _read_medquad(path: Path, decoded: Decoded, source: str | None, out: _Collector) -> None:
-    source = source or "medquad"
-    root = _parse_xml(path, decoded, out)
-    if root is None:
-        return
-    shape = _MEDQUAD.get(root.tag)
-    if shape is None:
-        out.unreadable(f"{out.name} line 1", f"XML root <{root.tag}> is not a MedQuAD or "
-                       "LiveQA question file; whole file skipped")
-        return
-    collection_attr, focus_tag, pair_tag, question_tag, answer_tag = shape
-    collection = root.get(collection_attr)
-    focus = _collapse(root.findtext(focus_tag)) or None
-    lines = _qid_lines(decoded.text)
-    for index, pair in enumerate(root.iter(pair_tag), start=1):
-        node = pair.find(question_tag)
-        qid = node.get("qid") if node is not None else None
-        where = f"{out.name} line {lines.get(qid or '', '?')} (pair {index})"
-        reference = _reference(source, pair.findtext(answer_tag), root.get("url"), title=focus,
-                               doc_source=collection)
-        meta = {"collection": collection, "focus": focus, "document": path.stem, "qid": qid,
-                "qtype": node.get("qtype") if node is not None else None}
-        text = _collapse(node.text) if node is not None else None
-        out.offer(where, text, source, reference=reference,
-                  meta={k: v for k, v in meta.items() if v})
-
 
 # -- dispatch ----------------------------------------------------------------------------------
 
-Reader = Callable[[Path, Decoded, str | None, _Collector], None]
+_ROOT_TAG = re.compile(r"<([A-Za-z_][\w.\-]*)")
+Reader = Callable[[Path, Decoded, str | None, Collector], None]
 _READERS: dict[str, Reader] = {
     "jsonl": _read_jsonl,
     "csv": _read_csv,
-    "medicationqa": _read_medicationqa,
-    "kqa": _read_kqa,
-    "medlfqa": _read_medlfqa,
-    "liveqa": _read_liveqa,
-    "medquad": _read_medquad,
+    "medicationqa": read_medicationqa,
+    "kqa": read_kqa,
+    "medlfqa": read_medlfqa,
+    "liveqa": read_liveqa,
+    "medquad": read_medquad,
 }
 _FORMAT_SUFFIXES = {
     "jsonl": _JSONL_SUFFIXES, "kqa": _JSONL_SUFFIXES, "medlfqa": _JSONL_SUFFIXES,
@@ -507,7 +140,7 @@ def _csv_kind(path: Path, text: str) -> str:
 
 
 def _xml_kind(text: str) -> str:
-    body = re.sub(r"<\?.*?\?>|<!--.*?-->|<!DOCTYPE[^>]*>", "", text[:_SNIFF_BYTES], flags=re.S)
+    body = re.sub(r"<\?.*?\?>|<!--.*?-->|<!DOCTYPE[^>]*>", "", text[:SNIFF_BYTES], flags=re.S)
     match = _ROOT_TAG.search(body)
     root = match.group(1) if match else ""
     return "liveqa" if root.startswith(("LiveQA", "NLM-QUESTION")) else "medquad"
@@ -538,7 +171,7 @@ def _first_object_keys(text: str) -> set[str]:
     return set()
 
 
-def _read_file(path: Path, format: str, source: str | None, out: _Collector,
+def _read_file(path: Path, format: str, source: str | None, out: Collector,
                name: str | None = None) -> tuple[str, str]:
     """Read one file into ``out``; returns (format used, encoding)."""
     out.name = name or path.name
@@ -582,7 +215,7 @@ def read_questions(path: Path, *, source: str | None = None, format: str = "auto
         raise InputError(f"unknown question format {format!r}; use one of {', '.join(FORMATS)}")
     if not path.exists():
         raise InputError(f"no such question file or directory: {path}")
-    out = _Collector(ImportReport(path=str(path), format=format))
+    out = Collector(ImportReport(path=str(path), format=format))
     if path.is_dir():
         used, encodings = _read_directory(path, format, source, out)
     else:
@@ -593,7 +226,7 @@ def read_questions(path: Path, *, source: str | None = None, format: str = "auto
     return [clean_record(q) for q in out.questions], out.report
 
 
-def _read_directory(root: Path, format: str, source: str | None, out: _Collector
+def _read_directory(root: Path, format: str, source: str | None, out: Collector
                     ) -> tuple[set[str], set[str]]:
     files, others = _directory_files(root, format)
     if not files:

@@ -204,6 +204,13 @@ class Comparison(Record):
     test: str = ""
 
 
+MISSING_STATUS = "missing"  # ReplyStats.statuses key: questions without a reply
+RUN_WARNINGS = "run_warnings"
+"""``notes`` key: what a reader must know before trusting the study's numbers."""
+FETCH_CHANGES = "fetch_changes"
+"""``notes`` key: cited URLs whose fetch outcome changed between attempts (FetchChange)."""
+
+
 class ReplyStats(Record):
     """How one model's replies turned out: counts per status and the bad-input tallies."""
 

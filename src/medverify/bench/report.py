@@ -24,10 +24,19 @@ from medverify.audit.html import METRICS, ci_text, estimate_text
 from medverify.audit.metrics import answer_metrics
 from medverify.audit.records import AnswerAudit, AuditMetrics, Estimate, FetchChange
 from medverify.audit.urls import DomainCount, fetch_change_lines
+from medverify.bench.loading import RunRecords
 from medverify.bench.plots import metric_chart, source_chart
-from medverify.bench.records import BenchOrigin, BenchSummary, Comparison, ModelCost, ReplyStats
+from medverify.bench.records import (
+    FETCH_CHANGES,
+    MISSING_STATUS,
+    RUN_WARNINGS,
+    BenchOrigin,
+    BenchSummary,
+    Comparison,
+    ModelCost,
+    ReplyStats,
+)
 from medverify.bench.stats import ALPHA, significant
-from medverify.bench.summary import FETCH_CHANGES, MISSING_STATUS, RUN_WARNINGS, RunRecords
 from medverify.files import atomic_write_text
 from medverify.report.nodes import scalar_text, to_node
 from medverify.report.view import percent, shorten, total_usage

@@ -21,9 +21,11 @@ from typing import TYPE_CHECKING
 from medverify.errors import ConfigError
 from medverify.kb.chunking import Chunk, chunk_text
 from medverify.kb.embed import EMBEDDERS, Embedder, HashEmbedder, Tokenizer, get_embedder
+from medverify.kb.fts import fts_query
+from medverify.kb.ingest import IngestStats
 from medverify.kb.loaders import LoadReport, iter_documents
 from medverify.kb.protocol import KBStore, StoredChunk
-from medverify.kb.store import IngestStats, KBStats, KnowledgeBase, fts_query
+from medverify.kb.store import KBStats, KnowledgeBase
 from medverify.registry import Registry
 
 if TYPE_CHECKING:

@@ -8,8 +8,10 @@
 from __future__ import annotations
 
 import os
+import re
 import sqlite3
 import time
+from collections.abc import Mapping
 from pathlib import Path
 
 from medverify.config import KBSettings
@@ -19,6 +21,10 @@ from medverify.kb.embed import Embedder, precision_of
 SCHEMA_VERSION = 1
 DB_NAME = "kb.sqlite"
 PRECISION_KEY = "embed_precision"  # meta: fp32 or int8, the precision of the stored vectors
+DOC_ID_PREFIX = "doc_id_prefix"  # a where key over document ids, not metadata
+CHUNK_COLUMNS = ('c.id, c.ord, c.text, c.start, c."end", d.doc_id, d.title, d.url, '
+                 "d.source")  # a StoredChunk's, from chunks c JOIN documents d
+_META_KEY = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,63}")
 BUILD_HINT = "build one with `medverify kb ingest PATH... --kb {path}`"
 
 SCHEMA = """
@@ -118,6 +124,15 @@ def read_precision(conn: sqlite3.Connection) -> str:
     return str(row[0]) if row else "fp32"
 
 
+def recorded_precision(conn: sqlite3.Connection) -> str:
+    """:func:`read_precision`, or ``fp32`` when the database cannot be read (opening the
+    KB then reports that)."""
+    try:
+        return read_precision(conn)
+    except sqlite3.DatabaseError:
+        return "fp32"
+
+
 def read_generation(conn: sqlite3.Connection) -> int:
     """The KB's generation: bumped by every committed ingest batch."""
     row = conn.execute("SELECT value FROM meta WHERE key='generation'").fetchone()
@@ -133,3 +148,27 @@ def count_rows(conn: sqlite3.Connection) -> tuple[int, int]:
 
 def write_meta(conn: sqlite3.Connection, meta: dict[str, str]) -> None:
     conn.executemany("INSERT OR REPLACE INTO meta (key, value) VALUES (?, ?)", meta.items())
+
+
+def metadata_condition(where: Mapping[str, str]) -> tuple[str, list[str]]:
+    """The SQL condition (over ``documents d``) and its parameters selecting the documents
+    whose metadata matches every ``key=value`` of ``where`` (a list-valued field matches
+    when one element does; strings compare case-insensitively; ``true``/``false`` match
+    booleans); the key ``doc_id_prefix`` selects document ids starting with the value.
+    KBError on a key that is not a plain name."""
+    clauses, params = [], []
+    for key, value in where.items():
+        if key == DOC_ID_PREFIX:  # not metadata: a range of the indexed document ids
+            clauses.append("d.doc_id >= ? AND d.doc_id < ?")
+            params += [value, value + "\U0010ffff"]
+            continue
+        if not _META_KEY.fullmatch(key):
+            raise KBError(f"bad metadata key {key!r}: letters, digits and _ only")
+        wanted = {"true": "1", "false": "0"}.get(value.lower(), value)
+        path = f"$.{key}"
+        clauses.append(
+            "(CASE json_type(d.meta, ?) WHEN 'array' THEN EXISTS (SELECT 1 FROM "
+            "json_each(d.meta, ?) WHERE lower(CAST(value AS TEXT)) = lower(?)) "
+            "ELSE lower(CAST(json_extract(d.meta, ?) AS TEXT)) = lower(?) END)")
+        params += [path, path, wanted, path, wanted]
+    return " AND ".join(clauses) or "1", params

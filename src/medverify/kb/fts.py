@@ -1,22 +1,29 @@
-"""Full-text query text for the FTS5 table: terms of untrusted text, made inert.
+"""Lexical search over the FTS5 table: query terms of untrusted text made inert, and ranking.
 
 What goes into a ``chunks_fts MATCH`` expression, and the words counted per chunk in the
 ``terms`` table (whose document frequencies let a query on a large KB skip very common
-words). The bm25 scores come from SQLite's FTS5, or on a large KB with fresh stored
-postings from the same formula computed here in numpy (:class:`Bm25Ranker`; see
-``KnowledgeBase.lexical_candidates``).
+words). The ranking of a lexical query is here too (:func:`rank_lexical`): the bm25
+scores come from SQLite's FTS5, or on a large KB with fresh stored postings
+(:class:`StoredPostings`) from the same formula computed here in numpy
+(:class:`Bm25Ranker`), or, opted in, from the bounded rank query (:func:`idf_ranked`);
+``KnowledgeBase.lexical_candidates`` serves what they rank.
 """
 
 from __future__ import annotations
 
+import heapq
 import itertools
 import math
 import re
 import sqlite3
 import threading
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Literal
 
 import numpy as np
+
+from medverify.kb.protocol import Candidate
 
 MAX_QUERY_TERMS = 32
 LEXICAL_BUDGET = 5000  # postings a lexical query may touch before common terms are dropped
@@ -156,6 +163,27 @@ def build_postings(conn: sqlite3.Connection, generation: int) -> dict[str, int]:
             conn.execute(statement)
     conn.execute("DELETE FROM lexical_postings")
     conn.execute("DELETE FROM lexical_lengths")
+    lengths, rows = _row_lengths(conn)
+    total = int(lengths.sum())
+    conn.execute("INSERT INTO lexical_lengths (id, lens) VALUES (0, ?)",
+                 (lengths.astype(LEN_DTYPE).tobytes(),))
+    vocab = conn.execute("SELECT term, doc, cnt FROM temp.lexical_row").fetchall()
+    instances = conn.execute("SELECT doc FROM temp.lexical_inst")  # term by term, same order
+    postings = _write_postings(conn, vocab, instances)
+    if next(iter(instances), None) is not None:
+        raise RuntimeError("the FTS5 instances outnumber its vocabulary")
+    if int(lengths.max(initial=0)) >= 2**32:
+        raise RuntimeError("a row of 2**32 tokens or more")
+    conn.execute("DROP TABLE temp.lexical_inst")
+    conn.execute("DROP TABLE temp.lexical_row")
+    conn.executemany("INSERT OR REPLACE INTO meta (key, value) VALUES (?, ?)",
+                     [(POSTINGS_GENERATION, str(generation)), (POSTINGS_ROWS, str(rows)),
+                      (POSTINGS_TOKENS, str(total))])
+    return {"terms": len(vocab), "postings": postings, "rows": rows, "tokens": total}
+
+
+def _row_lengths(conn: sqlite3.Connection) -> tuple[np.ndarray, int]:
+    """Every FTS5 row's length in tokens (indexed by row id) and the number of rows."""
     last = int(conn.execute("SELECT max(id) FROM chunks_fts_docsize").fetchone()[0] or 0)
     if last >= 2**32:
         raise RuntimeError("row ids past 2**32: no stored postings (bm25() ranks)")
@@ -164,11 +192,13 @@ def build_postings(conn: sqlite3.Connection, generation: int) -> dict[str, int]:
     for rowid, sizes in conn.execute("SELECT id, sz FROM chunks_fts_docsize"):
         lengths[rowid] = sum(_varints(sizes))
         rows += 1
-    total = int(lengths.sum())
-    conn.execute("INSERT INTO lexical_lengths (id, lens) VALUES (0, ?)",
-                 (lengths.astype(LEN_DTYPE).tobytes(),))
-    vocab = conn.execute("SELECT term, doc, cnt FROM temp.lexical_row").fetchall()
-    instances = conn.execute("SELECT doc FROM temp.lexical_inst")  # term by term, same order
+    return lengths, rows
+
+
+def _write_postings(conn: sqlite3.Connection, vocab: list[tuple[str, int, int]],
+                    instances: sqlite3.Cursor) -> int:
+    """Insert each vocabulary term's posting list (row ids, hits), reading its instances
+    (row ids, term by term in the vocabulary's order) in batches; returns the postings."""
     postings = 0
     at = 0
     while at < len(vocab):
@@ -195,16 +225,7 @@ def build_postings(conn: sqlite3.Connection, generation: int) -> dict[str, int]:
             postings += n_docs
         conn.executemany("INSERT INTO lexical_postings (term, docs, tfs) VALUES (?, ?, ?)",
                          out)
-    if next(iter(instances), None) is not None:
-        raise RuntimeError("the FTS5 instances outnumber its vocabulary")
-    if int(lengths.max(initial=0)) >= 2**32:
-        raise RuntimeError("a row of 2**32 tokens or more")
-    conn.execute("DROP TABLE temp.lexical_inst")
-    conn.execute("DROP TABLE temp.lexical_row")
-    conn.executemany("INSERT OR REPLACE INTO meta (key, value) VALUES (?, ?)",
-                     [(POSTINGS_GENERATION, str(generation)), (POSTINGS_ROWS, str(rows)),
-                      (POSTINGS_TOKENS, str(total))])
-    return {"terms": len(vocab), "postings": postings, "rows": rows, "tokens": total}
+    return postings
 
 
 def drop_postings(conn: sqlite3.Connection) -> None:
@@ -303,3 +324,176 @@ def bm25_top(phrases: Sequence[tuple[np.ndarray, np.ndarray]], rows: int, avgdl:
              lengths: np.ndarray, depth: int) -> list[tuple[int, float]]:
     """:meth:`Bm25Ranker.top` for one query (``lengths``: every row's length in tokens)."""
     return Bm25Ranker(rows, lengths, avgdl).top(phrases, depth)
+
+
+# ---- ranking a lexical query: bm25(), stored postings, or the bounded rank query ----------
+
+@dataclass(frozen=True)
+class LexicalKnobs:
+    """How a KB ranks lexical queries (``KnowledgeBase``'s ``lexical_*`` attributes)."""
+
+    budget: int  # postings a query may touch before its most common words are dropped
+    exact: int  # postings up to which bm25() ranks even on a large KB
+    large: int | None  # chunks from which the bounded rank query may rank (None: never)
+    postings_from: int | None  # chunks from which fresh stored postings rank (None: never)
+
+
+def document_frequencies(conn: sqlite3.Connection, terms: Sequence[str]) -> dict[str, int]:
+    """The chunks holding each of ``terms`` (the ``terms`` table), by term."""
+    marks = ",".join("?" * len(terms))
+    rows = conn.execute(f"SELECT term, df FROM terms WHERE term IN ({marks})", terms)
+    return dict(rows.fetchall())
+
+
+def last_chunk_id(conn: sqlite3.Connection) -> int:
+    """The KB's size in chunks, near enough (ids only grow) and O(log n) to read."""
+    return int(conn.execute("SELECT max(id) FROM chunks").fetchone()[0] or 0)
+
+
+def rank_lexical(conn: sqlite3.Connection, query: str, depth: int, knobs: LexicalKnobs,
+                 postings: Callable[[Sequence[str], int], list[Candidate] | None],
+                 ) -> list[Candidate]:
+    """Up to ``depth`` (chunk id, BM25 score) of the chunks matching the query's terms,
+    best first (ties by chunk id). The terms are quoted (inert FTS5 syntax); on a large KB
+    the most common ones are dropped past ``knobs.budget`` postings.
+
+    FTS5's ``bm25()`` costs tens of microseconds per matching row (measured at 1M chunks:
+    docs/scale.md), so on a KB of ``knobs.postings_from`` chunks or more (``[kb_settings]
+    lexical_postings_from``, 100,000 by default) that holds stored postings built at its
+    current generation (``KnowledgeBase.build_lexical_postings``), the same bm25 is computed
+    from them in numpy (``postings``: :meth:`StoredPostings.ranked` of the budgeted terms,
+    None when not fresh): the same scores and order as bm25() (a word FTS5 splits into
+    several tokens adds FTS5's bm25() of that phrase alone). Without fresh postings, bm25()
+    ranks; with ``knobs.large`` set (``lexical_bounded_from``, opt-in), a query past
+    ``knobs.exact`` postings on a KB that large is ranked by the bounded rank query instead
+    (summed idf: fast, but it agrees poorly with bm25)."""
+    terms = query_terms(query)
+    if not terms:
+        return []
+    df = document_frequencies(conn, terms)
+    terms = select_terms(terms, df, knobs.budget)
+    if knobs.postings_from is not None and last_chunk_id(conn) >= knobs.postings_from:
+        ranked = postings(terms, depth)
+        if ranked is not None:
+            return ranked
+    if (knobs.large is not None and sum(df.get(t, 0) for t in terms) > knobs.exact
+            and last_chunk_id(conn) >= knobs.large):
+        return idf_ranked(conn, terms, depth, knobs.budget)
+    rows = conn.execute(
+        "SELECT rowid, bm25(chunks_fts) AS s FROM chunks_fts WHERE chunks_fts MATCH ? "
+        "ORDER BY s, rowid LIMIT ?", (fts_match(terms), depth)).fetchall()
+    return [(int(r[0]), -float(r[1])) for r in rows]
+
+
+def idf_ranked(conn: sqlite3.Connection, terms: Sequence[str], depth: int,
+               budget: int) -> list[Candidate]:
+    """The bounded rank query: no bm25() call, each word's posting list read once (its
+    first ``budget`` rows), a chunk scored by the summed idf of the words it holds."""
+    total = last_chunk_id(conn)
+    scores: dict[int, float] = {}
+    for term in terms:
+        ids = [r[0] for r in conn.execute(
+            "SELECT rowid FROM chunks_fts WHERE chunks_fts MATCH ? LIMIT ?",
+            (fts_match([term]), budget))]
+        idf = math.log(1.0 + (total - len(ids) + 0.5) / (len(ids) + 0.5))
+        for chunk_id in ids:
+            scores[chunk_id] = scores.get(chunk_id, 0.0) + idf
+    best = heapq.nlargest(depth, scores.items(), key=lambda item: (item[1], -item[0]))
+    return [(int(i), float(s)) for i, s in best]
+
+
+class StoredPostings:
+    """The stored postings of one KB connection, read to rank lexical queries: the ranker
+    of the generation they were built at (cached), the KB's FTS5 tokenizer, and the
+    phrases known to match nothing at that generation. Callers serialise (the KB's lock)."""
+
+    def __init__(self, conn: sqlite3.Connection) -> None:
+        self._conn = conn
+        self._tokenizer: FtsTokenizer | None = None
+        self._at: tuple[int, Bm25Ranker] | None = None  # (generation, ranker)
+        self._phrases_at: tuple[int, set[str]] = (-1, set())  # phrases matching nothing
+
+    def forget(self) -> None:
+        """Drop the cached ranker (after the postings were built again or dropped)."""
+        self._at = None
+
+    def meta(self) -> dict[str, str]:
+        """The KB's generation and the postings' meta keys, as stored."""
+        keys = ("generation", POSTINGS_GENERATION, POSTINGS_ROWS, POSTINGS_TOKENS)
+        return dict(self._conn.execute(
+            "SELECT key, value FROM meta WHERE key IN (?, ?, ?, ?)", keys).fetchall())
+
+    def state(self) -> Literal["fresh", "stale", "missing"]:
+        """Whether the KB holds stored postings at its current generation."""
+        if self.meta().get(POSTINGS_GENERATION) is None:
+            return "missing"
+        return "fresh" if self.ranker() is not None else "stale"
+
+    def ranker(self) -> Bm25Ranker | None:
+        """The ranker of the stored postings (their rows' lengths) when they were built at
+        the KB's current generation; None when stale or absent."""
+        meta = self.meta()
+        built = meta.get(POSTINGS_GENERATION)
+        if built is None or built != meta.get("generation"):
+            return None
+        if self._at is None or self._at[0] != int(built):
+            try:
+                row = self._conn.execute(
+                    "SELECT lens FROM lexical_lengths WHERE id = 0").fetchone()
+            except sqlite3.OperationalError:
+                return None  # (the tables were dropped by hand)
+            if row is None:
+                return None
+            rows, tokens = int(meta[POSTINGS_ROWS]), int(meta[POSTINGS_TOKENS])
+            self._at = (int(built), Bm25Ranker(
+                rows, np.frombuffer(row[0], dtype=LEN_DTYPE),
+                float(tokens) / float(max(rows, 1))))
+        return self._at[1]
+
+    def ranked(self, terms: Sequence[str], depth: int) -> list[Candidate] | None:
+        """bm25 over the stored postings (see :class:`Bm25Ranker`); None when there are no
+        fresh postings (or a query word has no FTS5 token). A word FTS5 splits into several
+        tokens is a phrase: its share of each row's score is FTS5's bm25() of that phrase
+        alone (the same double), and a phrase that matches nothing (the usual case,
+        remembered for the generation) adds nothing."""
+        ranker = self.ranker()
+        if ranker is None:
+            return None
+        if self._tokenizer is None:
+            self._tokenizer = FtsTokenizer(tokenizer_spec(self._conn))
+        phrases = []
+        for term, tokens in zip(terms, self._tokenizer.tokens(terms), strict=True):
+            if not tokens:
+                return None
+            if len(tokens) > 1:
+                parts = self._phrase_parts(term)
+                if parts is not None:
+                    phrases.append(parts)
+                continue
+            try:
+                row = self._conn.execute("SELECT docs, tfs FROM lexical_postings WHERE "
+                                         "term = ?", tokens).fetchone()
+            except sqlite3.OperationalError:
+                return None
+            if row is not None:
+                phrases.append((np.frombuffer(row[0], dtype=DOC_DTYPE),
+                                np.frombuffer(row[1], dtype=TF_DTYPE)))
+        return ranker.top(phrases, depth)
+
+    def _phrase_parts(self, term: str) -> tuple[np.ndarray, np.ndarray] | None:
+        """(row ids, bm25 parts) of a word FTS5 reads as a phrase of several tokens, from
+        FTS5's bm25() of that phrase alone; None when it matches no row."""
+        generation = self._at[0] if self._at is not None else -1
+        if self._phrases_at[0] != generation:
+            self._phrases_at = (generation, set())
+        if term in self._phrases_at[1]:
+            return None
+        rows = self._conn.execute(
+            "SELECT rowid, bm25(chunks_fts) FROM chunks_fts WHERE chunks_fts MATCH ? "
+            "ORDER BY rowid", (fts_match([term]),)).fetchall()
+        if not rows:
+            if len(self._phrases_at[1]) < 10_000:
+                self._phrases_at[1].add(term)
+            return None
+        ids = np.fromiter((r[0] for r in rows), dtype=np.int64, count=len(rows))
+        return ids, -np.fromiter((r[1] for r in rows), dtype=np.float64, count=len(rows))

@@ -185,6 +185,13 @@ class VectorIndex:
         return choose_spec(self.policy, self._count() if count is None else count, self.dim,
                            self.threshold)
 
+    def current_spec(self) -> IndexSpec:
+        """The loaded index's spec, else the saved file's, else what would be built."""
+        if self.spec is not None:
+            return self.spec
+        recorded = self.recorded_spec() if self.state() == "fresh" else None
+        return recorded or self.wanted_spec()
+
     def ensure(self) -> Any:
         """The faiss index: the saved file when it can be trusted (memory-mapped), else
         rebuilt (and saved when the directory is writable)."""

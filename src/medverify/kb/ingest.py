@@ -33,7 +33,7 @@ from collections import deque
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Protocol
 
 import numpy as np
 from pydantic import BaseModel
@@ -45,7 +45,8 @@ from medverify.kb.loaders import KBInput, TextFile
 
 if TYPE_CHECKING:
     from medverify.executor import Executor
-    from medverify.kb.store import KnowledgeBase
+    from medverify.kb.embed import Embedder
+    from medverify.kb.index import VectorIndex
 
 log = logging.getLogger(__name__)
 
@@ -127,6 +128,24 @@ class _InFlight:
     vectors: Future[np.ndarray] | Future[Sequence[np.ndarray]]
 
 
+class IngestTarget(Protocol):
+    """What an ingest needs of its KB (:class:`medverify.kb.store.KnowledgeBase`)."""
+
+    flush_chunks: int  # chunks per committed batch
+    window_chars: int  # characters of a document tokenized at once
+
+    @property
+    def dim(self) -> int: ...
+
+    @property
+    def embedder(self) -> Embedder: ...
+
+    @property
+    def vector_index(self) -> VectorIndex: ...
+
+    def embed_task(self) -> EmbedTask: ...
+
+
 class Ingester:
     """One ingest run into ``kb`` through its connection ``conn`` (started by
     :meth:`KnowledgeBase.ingest`, which holds the KB's lock); ``kb.flush_chunks`` and
@@ -135,7 +154,7 @@ class Ingester:
     overlap = True  # embed a batch in a thread while the next one is read and chunked
     bulk = True  # executemany inserts (False: one INSERT per chunk, as before issue 19)
 
-    def __init__(self, kb: KnowledgeBase, conn: sqlite3.Connection, chunk_tokens: int,
+    def __init__(self, kb: IngestTarget, conn: sqlite3.Connection, chunk_tokens: int,
                  chunk_overlap: int, executor: Executor | None = None) -> None:
         self.kb = kb
         self.conn = conn

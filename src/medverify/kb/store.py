@@ -11,17 +11,16 @@ Layout of a KB directory::
 (:mod:`medverify.kb.database`), the vector index kept in step with it
 (:mod:`medverify.kb.index`), ingest (:mod:`medverify.kb.ingest`), the snapshot id and the
 primitive searches the retrieval stage combines (:meth:`~KnowledgeBase.lexical_candidates`,
-:meth:`~KnowledgeBase.dense_candidates`, :meth:`~KnowledgeBase.chunks`). Ranking (modes,
-fusion, passages with scores) is :class:`medverify.retrieve.Retriever`'s.
+:meth:`~KnowledgeBase.dense_candidates`, :meth:`~KnowledgeBase.chunks`). A lexical query is
+ranked by :mod:`medverify.kb.fts` (bm25(), stored postings or the bounded rank query); the
+store serves the candidates. Ranking (modes, fusion, passages with scores) is
+:class:`medverify.retrieve.Retriever`'s.
 """
 
 from __future__ import annotations
 
 import hashlib
-import heapq
 import logging
-import math
-import re
 import sqlite3
 import threading
 import time
@@ -38,50 +37,32 @@ from medverify.errors import ConfigError, KBError
 from medverify.kb.chunking import WINDOW_CHARS
 from medverify.kb.database import (
     BUILD_HINT,
+    CHUNK_COLUMNS,
     DB_NAME,
-    SCHEMA,
     SCHEMA_VERSION,
     connect,
     count_rows,
     create_database,
     initial_meta,
+    metadata_condition,
     read_generation,
-    read_precision,
+    recorded_precision,
     remove_database,
     unfinished_creation,
 )
 from medverify.kb.embed import Embedder, EmbedTask, get_embedder, precision_of
 from medverify.kb.fts import (
-    DOC_DTYPE,
-    LEN_DTYPE,
     LEXICAL_BUDGET,
-    MAX_QUERY_TERMS,
-    POSTINGS_GENERATION,
-    POSTINGS_ROWS,
-    POSTINGS_TOKENS,
-    STOPWORDS,
-    TF_DTYPE,
-    Bm25Ranker,
-    FtsTokenizer,
+    LexicalKnobs,
+    StoredPostings,
     build_postings,
-    chunk_terms,
+    document_frequencies,
     drop_postings,
-    fts_match,
-    fts_query,
-    query_terms,
-    select_terms,
-    tokenizer_spec,
+    last_chunk_id,
+    rank_lexical,
 )
-from medverify.kb.index import (
-    INDEX_META,
-    INDEX_NAME,
-    SMALL_BATCH,
-    IndexSpec,
-    SearchKnobs,
-    VectorIndex,
-    choose_spec,
-)
-from medverify.kb.ingest import PARTIAL, Ingester, IngestStats, document_hash
+from medverify.kb.index import IndexSpec, SearchKnobs, VectorIndex, choose_spec
+from medverify.kb.ingest import Ingester, IngestStats
 from medverify.kb.loaders import KBInput
 from medverify.kb.protocol import Candidate, StoredChunk, Subset
 
@@ -89,36 +70,10 @@ if TYPE_CHECKING:
     from medverify.config import Config
     from medverify.executor import Executor
 
-__all__ = [  # names other modules (and older code) import from here
-    "DB_NAME",
-    "INDEX_META",
-    "INDEX_NAME",
-    "LEXICAL_BUDGET",
-    "MAX_QUERY_TERMS",
-    "PARTIAL",
-    "SCHEMA_VERSION",
-    "SMALL_BATCH",
-    "STOPWORDS",
-    "_SCHEMA",
-    "IngestStats",
-    "KBStats",
-    "KnowledgeBase",
-    "chunk_terms",
-    "document_hash",
-    "fts_match",
-    "fts_query",
-    "query_terms",
-    "select_terms",
-]
-
 INDEX_POLICY_KEY = "vector_index"  # meta: the KB's vector index policy (auto or a kind)
 LEXICAL_EXACT = 1000  # postings past which a lexical query is ranked without bm25() ...
 MAX_FILTERED = 20_000  # chunks a metadata filter may match (ranked exactly in memory)
-DOC_ID_PREFIX = "doc_id_prefix"  # a where key over document ids, not metadata
-_META_KEY = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,63}")
 log = logging.getLogger(__name__)
-
-_SCHEMA = SCHEMA
 
 
 class KBStats(BaseModel):
@@ -140,13 +95,6 @@ class KBStats(BaseModel):
     embed_precision: str = "fp32"  # the precision of the stored vectors (and of queries)
     lexical_postings: Literal["fresh", "stale", "missing"] = "missing"  # stored postings
     # ranking lexical queries on a large KB (docs/scale.md); bm25() ranks unless fresh
-
-
-def _recorded_precision(conn: sqlite3.Connection) -> str:
-    try:
-        return read_precision(conn)
-    except sqlite3.DatabaseError:
-        return "fp32"  # unreadable: KnowledgeBase() reports it
 
 
 class KnowledgeBase:
@@ -180,9 +128,7 @@ class KnowledgeBase:
         # chunks from which a lexical query is ranked from the stored postings (bm25() in
         # numpy, equal to FTS5's) when the KB has them at its generation; None: never
         self.lexical_postings_from: int | None = knobs.lexical_postings_from
-        self._fts_tokenizer: FtsTokenizer | None = None
-        self._postings_at: tuple[int, Bm25Ranker] | None = None  # (generation, ranker)
-        self._phrases_at: tuple[int, set[str]] = (-1, set())  # phrases matching nothing
+        self._postings = StoredPostings(conn)  # ranks lexical queries on a large KB
         if embedder is not None:
             self._check_embedder(embedder)
         if settings is not None:
@@ -222,7 +168,7 @@ class KnowledgeBase:
             raise KBError(f"no knowledge base at {path}: " + BUILD_HINT.format(path=path))
         conn = connect(path / DB_NAME)
         knobs = settings or KBSettings()
-        emb = (get_embedder(embedder, _recorded_precision(conn),  # type: ignore[arg-type]
+        emb = (get_embedder(embedder, recorded_precision(conn),  # type: ignore[arg-type]
                             knobs.embed_device, knobs.embed_runtime)
                if embedder is not None else None)  # a name: in the KB's precision
         return cls(path, conn, emb, retrieval, settings)
@@ -380,17 +326,9 @@ class KnowledgeBase:
                            chunk_overlap=int(self._meta["chunk_overlap"]),
                            snapshot_id=self.snapshot_id, vector_index=self._vectors.state(),
                            size_bytes=size, index_policy=self.index_policy,
-                           index_kind=self._index_spec().describe(),
+                           index_kind=self._vectors.current_spec().describe(),
                            embed_precision=self.embed_precision,
                            lexical_postings=self.lexical_postings_state())
-
-    def _index_spec(self) -> IndexSpec:
-        """The loaded index's spec, else the saved file's, else what would be built."""
-        if self._vectors.spec is not None:
-            return self._vectors.spec
-        recorded = (self._vectors.recorded_spec() if self._vectors.state() == "fresh"
-                    else None)
-        return recorded or self._vectors.wanted_spec()
 
     def _counts(self) -> tuple[int, int]:
         return count_rows(self._conn)
@@ -456,7 +394,7 @@ class KnowledgeBase:
         or with the switch off, nothing. Returns the build's counts, or None."""
         with self._lock:
             if (self.lexical_postings_from is None
-                    or self._last_chunk_id() < self.lexical_postings_from
+                    or last_chunk_id(self._conn) < self.lexical_postings_from
                     or self.lexical_postings_state() == "fresh"):
                 return None
             started = time.perf_counter()
@@ -519,37 +457,12 @@ class KnowledgeBase:
 
     def lexical_candidates(self, query: str, depth: int) -> list[Candidate]:
         """Up to ``depth`` (chunk id, BM25 score) of the chunks matching the query's terms,
-        best first (ties by chunk id). The terms are quoted (inert FTS5 syntax); on a large
-        KB the most common ones are dropped past ``lexical_budget`` postings.
-
-        FTS5's ``bm25()`` costs tens of microseconds per matching row (measured at 1M
-        chunks: docs/scale.md), so on a KB of ``lexical_postings_from`` chunks or more
-        (``[kb_settings] lexical_postings_from``, 100,000 by default) that holds stored
-        postings built at its current generation (:meth:`build_lexical_postings`), the same
-        bm25 is computed from them in numpy: the same scores and order as bm25() (a word
-        FTS5 splits into several tokens adds FTS5's bm25() of that phrase alone).
-        Without fresh postings, bm25() ranks; with ``lexical_bounded_from`` set (opt-in),
-        a query past ``lexical_exact`` postings on a KB that large is ranked by the bounded
-        rank query instead (summed idf: fast, but it agrees poorly with bm25)."""
+        best first (ties by chunk id), as :func:`medverify.kb.fts.rank_lexical` ranks them
+        with this KB's ``lexical_*`` settings and its stored postings (when fresh)."""
+        knobs = LexicalKnobs(self.lexical_budget, self.lexical_exact, self.lexical_large,
+                             self.lexical_postings_from)
         with self.reading():
-            terms = query_terms(query)
-            if not terms:
-                return []
-            df = self._document_frequencies(terms)
-            terms = select_terms(terms, df, self.lexical_budget)
-            if (self.lexical_postings_from is not None
-                    and self._last_chunk_id() >= self.lexical_postings_from):
-                ranked = self._postings_ranked(terms, depth)
-                if ranked is not None:
-                    return ranked
-            if (self.lexical_large is not None
-                    and sum(df.get(t, 0) for t in terms) > self.lexical_exact
-                    and self._last_chunk_id() >= self.lexical_large):
-                return self._idf_ranked(terms, depth)
-            rows = self._conn.execute(
-                "SELECT rowid, bm25(chunks_fts) AS s FROM chunks_fts WHERE chunks_fts MATCH ? "
-                "ORDER BY s, rowid LIMIT ?", (fts_match(terms), depth)).fetchall()
-            return [(int(r[0]), -float(r[1])) for r in rows]
+            return rank_lexical(self._conn, query, depth, knobs, self._postings_ranked)
 
     def build_lexical_postings(self) -> dict[str, int]:
         """Write the stored postings (every FTS5 token's chunk ids and hits, every chunk's
@@ -565,120 +478,26 @@ class KnowledgeBase:
             except BaseException:
                 self._conn.rollback()
                 raise
-            self._postings_at = None
+            self._postings.forget()
             return stats
 
     def drop_lexical_postings(self) -> None:
         """Remove the stored postings (bm25() ranks every lexical query again)."""
         with self._lock, self._damage_is_an_error(), self._conn:
             drop_postings(self._conn)
-            self._postings_at = None
+            self._postings.forget()
 
     def lexical_postings_state(self) -> Literal["fresh", "stale", "missing"]:
         """Whether the KB holds stored postings at its current generation."""
         with self.reading():
-            built = self._postings_meta().get(POSTINGS_GENERATION)
-            if built is None:
-                return "missing"
-            return "fresh" if self._postings_lengths() is not None else "stale"
-
-    def _postings_meta(self) -> dict[str, str]:
-        keys = ("generation", POSTINGS_GENERATION, POSTINGS_ROWS, POSTINGS_TOKENS)
-        return dict(self._conn.execute("SELECT key, value FROM meta WHERE key IN (?, ?, ?, ?)",
-                                       keys).fetchall())
-
-    def _postings_lengths(self) -> Bm25Ranker | None:
-        """The ranker of the stored postings (their rows' lengths) when they were built at
-        the KB's current generation; None when stale or absent."""
-        meta = self._postings_meta()
-        built = meta.get(POSTINGS_GENERATION)
-        if built is None or built != meta.get("generation"):
-            return None
-        if self._postings_at is None or self._postings_at[0] != int(built):
-            try:
-                row = self._conn.execute(
-                    "SELECT lens FROM lexical_lengths WHERE id = 0").fetchone()
-            except sqlite3.OperationalError:
-                return None  # (the tables were dropped by hand)
-            if row is None:
-                return None
-            rows, tokens = int(meta[POSTINGS_ROWS]), int(meta[POSTINGS_TOKENS])
-            self._postings_at = (int(built), Bm25Ranker(
-                rows, np.frombuffer(row[0], dtype=LEN_DTYPE),
-                float(tokens) / float(max(rows, 1))))
-        return self._postings_at[1]
+            return self._postings.state()
 
     def _postings_ranked(self, terms: Sequence[str], depth: int) -> list[Candidate] | None:
-        """bm25 over the stored postings (see :class:`medverify.kb.fts.Bm25Ranker`); None
-        when there are no fresh postings (or a query word has no FTS5 token). A word FTS5
-        splits into several tokens is a phrase: its share of each row's score is FTS5's
-        bm25() of that phrase alone (the same double), and a phrase that matches nothing
-        (the usual case, remembered for the generation) adds nothing."""
-        ranker = self._postings_lengths()
-        if ranker is None:
-            return None
-        if self._fts_tokenizer is None:
-            self._fts_tokenizer = FtsTokenizer(tokenizer_spec(self._conn))
-        phrases = []
-        for term, tokens in zip(terms, self._fts_tokenizer.tokens(terms), strict=True):
-            if not tokens:
-                return None
-            if len(tokens) > 1:
-                parts = self._phrase_parts(term)
-                if parts is not None:
-                    phrases.append(parts)
-                continue
-            try:
-                row = self._conn.execute("SELECT docs, tfs FROM lexical_postings WHERE "
-                                         "term = ?", tokens).fetchone()
-            except sqlite3.OperationalError:
-                return None
-            if row is not None:
-                phrases.append((np.frombuffer(row[0], dtype=DOC_DTYPE),
-                                np.frombuffer(row[1], dtype=TF_DTYPE)))
-        return ranker.top(phrases, depth)
-
-    def _phrase_parts(self, term: str) -> tuple[np.ndarray, np.ndarray] | None:
-        """(row ids, bm25 parts) of a word FTS5 reads as a phrase of several tokens, from
-        FTS5's bm25() of that phrase alone; None when it matches no row."""
-        generation = self._postings_at[0] if self._postings_at is not None else -1
-        if self._phrases_at[0] != generation:
-            self._phrases_at = (generation, set())
-        if term in self._phrases_at[1]:
-            return None
-        rows = self._conn.execute(
-            "SELECT rowid, bm25(chunks_fts) FROM chunks_fts WHERE chunks_fts MATCH ? "
-            "ORDER BY rowid", (fts_match([term]),)).fetchall()
-        if not rows:
-            if len(self._phrases_at[1]) < 10_000:
-                self._phrases_at[1].add(term)
-            return None
-        ids = np.fromiter((r[0] for r in rows), dtype=np.int64, count=len(rows))
-        return ids, -np.fromiter((r[1] for r in rows), dtype=np.float64, count=len(rows))
-
-    def _idf_ranked(self, terms: Sequence[str], depth: int) -> list[Candidate]:
-        """The bounded rank query of :meth:`lexical_candidates`: no bm25() call, each
-        word's posting list read once (its first ``lexical_budget`` rows)."""
-        total = self._last_chunk_id()
-        scores: dict[int, float] = {}
-        for term in terms:
-            ids = [r[0] for r in self._conn.execute(
-                "SELECT rowid FROM chunks_fts WHERE chunks_fts MATCH ? LIMIT ?",
-                (fts_match([term]), self.lexical_budget))]
-            idf = math.log(1.0 + (total - len(ids) + 0.5) / (len(ids) + 0.5))
-            for chunk_id in ids:
-                scores[chunk_id] = scores.get(chunk_id, 0.0) + idf
-        best = heapq.nlargest(depth, scores.items(), key=lambda item: (item[1], -item[0]))
-        return [(int(i), float(s)) for i, s in best]
-
-    def _last_chunk_id(self) -> int:
-        """The KB's size in chunks, near enough (ids only grow) and O(log n) to read."""
-        return int(self._conn.execute("SELECT max(id) FROM chunks").fetchone()[0] or 0)
+        """:meth:`medverify.kb.fts.StoredPostings.ranked` of this KB's stored postings."""
+        return self._postings.ranked(terms, depth)
 
     def _document_frequencies(self, terms: Sequence[str]) -> dict[str, int]:
-        marks = ",".join("?" * len(terms))
-        rows = self._conn.execute(f"SELECT term, df FROM terms WHERE term IN ({marks})", terms)
-        return dict(rows.fetchall())
+        return document_frequencies(self._conn, terms)
 
     def _current_vectors(self) -> Any:
         """The faiss index, in step with SQLite: when another process (a worker of the
@@ -715,22 +534,7 @@ class KnowledgeBase:
         the reserved key ``doc_id_prefix`` selects documents whose id starts with the value
         through the document-id index (a trial KB's ``NCT02210780#``: one trial's sections,
         at any KB size)."""
-        clauses, params = [], []
-        for key, value in where.items():
-            if key == DOC_ID_PREFIX:  # not metadata: a range of the indexed document ids
-                clauses.append("d.doc_id >= ? AND d.doc_id < ?")
-                params += [value, value + "\U0010ffff"]
-                continue
-            if not _META_KEY.fullmatch(key):
-                raise KBError(f"bad metadata key {key!r}: letters, digits and _ only")
-            wanted = {"true": "1", "false": "0"}.get(value.lower(), value)
-            path = f"$.{key}"
-            clauses.append(
-                "(CASE json_type(d.meta, ?) WHEN 'array' THEN EXISTS (SELECT 1 FROM "
-                "json_each(d.meta, ?) WHERE lower(CAST(value AS TEXT)) = lower(?)) "
-                "ELSE lower(CAST(json_extract(d.meta, ?) AS TEXT)) = lower(?) END)")
-            params += [path, path, wanted, path, wanted]
-        condition = " AND ".join(clauses) or "1"
+        condition, params = metadata_condition(where)
         with self.reading():
             try:
                 count = self._conn.execute(
@@ -742,9 +546,8 @@ class KnowledgeBase:
                 raise KBError(f"the filter matches {count:,} chunks, more than the "
                               f"{limit:,} ranked exactly in memory: narrow it")
             rows = self._conn.execute(
-                f'SELECT c.id, c.ord, c.text, c.start, c."end", d.doc_id, d.title, d.url, '
-                f"d.source, c.vector FROM chunks c JOIN documents d ON d.id = c.doc "
-                f"WHERE {condition} ORDER BY c.id", params).fetchall()
+                f"SELECT {CHUNK_COLUMNS}, c.vector FROM chunks c JOIN documents d "
+                f"ON d.id = c.doc WHERE {condition} ORDER BY c.id", params).fetchall()
         chunks = [StoredChunk(*r[:9]) for r in rows]
         vectors = (np.frombuffer(b"".join(r[9] for r in rows), dtype=np.float32)
                    .reshape(len(rows), self.dim) if rows else np.zeros((0, self.dim),
@@ -758,12 +561,9 @@ class KnowledgeBase:
         marks = ",".join("?" * len(ids))
         with self.reading():
             rows = self._conn.execute(
-                f'SELECT c.id, c.ord, c.text, c.start, c."end", d.doc_id, d.title, d.url, '
-                f"d.source FROM chunks c JOIN documents d ON d.id = c.doc "
+                f"SELECT {CHUNK_COLUMNS} FROM chunks c JOIN documents d ON d.id = c.doc "
                 f"WHERE c.id IN ({marks})", list(ids))
             return {r[0]: StoredChunk(*r) for r in rows}
-
-    # ---- search (deprecated wrappers) ----------------------------------------------
 
     # ---- lifecycle ----------------------------------------------------------------
 

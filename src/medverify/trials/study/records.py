@@ -2,19 +2,27 @@
 
 A run directory holds everything a report needs (``medverify trials report RUN`` recomputes
 it without calling a model): the manifest, the trials with their records and curated
-summaries, every answer, and every judged unit.
+summaries, every answer, and every judged unit. :func:`read_run` reads them back.
 """
 
 from __future__ import annotations
 
+import hashlib
+from collections.abc import Sequence
 from datetime import datetime
 from enum import StrEnum
+from pathlib import Path
 from typing import Any
 
 from pydantic import Field
 
+from medverify.errors import InputError
+from medverify.files import read_json_record, read_records
 from medverify.records import Category, Record, Verdict, utcnow
 from medverify.trials.curate import TrialSummary
+
+MANIFEST, TRIALS, ANSWERS, JUDGMENTS = "run.json", "trials.jsonl", "answers.jsonl", \
+    "judgments.jsonl"  # the files of a run directory
 
 
 class Context(StrEnum):
@@ -147,3 +155,37 @@ class AnswerJudgment(Record):
     @property
     def key(self) -> tuple[str, str]:
         return (self.answer_id, self.granularity.value)
+
+
+# -- the run directory: content hashes, reading it back ------------------------------------
+
+
+def trials_sha256(trials: Sequence[StudyTrial]) -> str:
+    digest = hashlib.sha256()
+    for trial in trials:
+        digest.update(f"{trial.nct_id}:{trial.record_sha256}\n".encode())
+    return digest.hexdigest()
+
+
+def text_sha256(text: str) -> str:
+    return hashlib.sha256(text.encode("utf-8", "surrogatepass")).hexdigest()
+
+
+def read_manifest(root: Path) -> StudyManifest | None:
+    return read_json_record(root / MANIFEST, StudyManifest, "study manifest")
+
+
+def read_run(root: Path, warnings: list[str] | None = None) -> tuple[
+        StudyManifest, list[StudyTrial], list[TrialAnswer], list[AnswerJudgment]]:
+    """Everything a report needs from a run directory (InputError when it is not one)."""
+    manifest = read_manifest(root)
+    if manifest is None:
+        raise InputError(f"{root} is not a trial study run directory (no {MANIFEST})")
+    trials = read_records(root / TRIALS, StudyTrial, warnings, key=lambda t: t.nct_id,
+                          repair=False)
+    answers = read_records(root / ANSWERS, TrialAnswer, warnings, key=lambda a: a.key,
+                           repair=False)
+    judgments = read_records(root / JUDGMENTS, AnswerJudgment, warnings, key=lambda j: j.key,
+                             repair=False)
+    return manifest, trials, answers, judgments
+

@@ -37,8 +37,9 @@ from medverify.trials.study.records import (
     StudyManifest,
     StudyTrial,
     TrialAnswer,
+    read_run,
+    text_sha256,
 )
-from medverify.trials.study.runner import read_run, text_sha256
 
 SCORED = (Category.FACT, Category.HALLUCINATION, Category.COVERAGE_GAP,
           Category.JUDGMENT_ERROR)
@@ -88,16 +89,44 @@ def summarize(manifest: StudyManifest, answers: Sequence[TrialAnswer],
               n_examples: int = 3, records: Sequence[StudyTrial] = ()) -> dict[str, Any]:
     """The study's summary (``summary.json``) from its records (see the module doc)."""
     trials = list(manifest.trials)
-    index = {t: i for i, t in enumerate(trials)}
     models = [m.label for m in manifest.models]
     contexts = [c.value for c in manifest.contexts]
     grans = [g.value for g in manifest.granularities]
     wanted = {(m, t, q.number, c) for m in models for t in trials for q in manifest.questions
               for c in contexts}
     answers = [a for a in answers if a.key in wanted]
-    by_id = {a.id: a for a in answers}
-    judged = current_judgments(answers, judgments)
+    asked = _asked(answers)
+    cells = {(m, c, g): _Cell(len(trials)) for m in models for c in contexts for g in grans}
+    example_gran = _example_granularity(grans)
+    per_question, examples = _tally(answers, current_judgments(answers, judgments), cells,
+                                    {t: i for i, t in enumerate(trials)}, example_gran)
+    weights = bootstrap_weights(len(trials), n_boot, np.random.default_rng(seed)) \
+        if trials else np.zeros((0, 0))
+    return {
+        "run_id": manifest.run_id,
+        "models": [m.model_dump() for m in manifest.models],
+        "contexts": contexts, "granularities": grans,
+        "n_trials": len(trials), "n_questions": len(manifest.questions),
+        "judge": manifest.judge, "decomposer": manifest.decomposer,
+        "json_chars": manifest.json_chars, "selection": manifest.selection,
+        "bootstrap": {"resamples": n_boot, "seed": seed, "unit": "trial"},
+        "answers": [{"model": m, "context": c, **{k: asked[(m, c)][k] for k in
+                                                  ("ok", "empty", "error", "json_cut",
+                                                   "prompt_tokens", "completion_tokens")},
+                     "expected": len(trials) * len(manifest.questions)}
+                    for m in models for c in contexts],
+        "rates": _rates(cells, weights),
+        "contrasts": _contrasts(cells, models, grans, contexts, weights),
+        "per_question": _question_rows(manifest, per_question, (models, contexts, grans)),
+        "examples": [{"model": m, "context": c, "granularity": example_gran, **e}
+                     for (m, c), found in sorted(examples.items()) for e in found[:n_examples]],
+        "curation_problems": {t.nct_id: t.summary.problems for t in records
+                              if t.summary.problems},
+    }
 
+
+def _asked(answers: Sequence[TrialAnswer]) -> dict[tuple[str, str], Counter[str]]:
+    """Per (model, context): answers by status, JSON contexts cut, tokens."""
     asked: dict[tuple[str, str], Counter[str]] = defaultdict(Counter)
     for a in answers:
         counter = asked[(a.model, a.context.value)]
@@ -105,10 +134,22 @@ def summarize(manifest: StudyManifest, answers: Sequence[TrialAnswer],
         counter["json_cut"] += a.context_truncated
         counter["prompt_tokens"] += a.prompt_tokens or 0
         counter["completion_tokens"] += a.completion_tokens or 0
-    cells = {(m, c, g): _Cell(len(trials)) for m in models for c in contexts for g in grans}
-    per_question: dict[tuple[str, str, str, int], Counter[str]] = defaultdict(Counter)
-    examples: dict[tuple[str, str], list[dict[str, Any]]] = defaultdict(list)
-    example_gran = _example_granularity(grans)
+    return asked
+
+
+_PerQuestion = dict[tuple[str, str, str, int], Counter[str]]
+_Examples = dict[tuple[str, str], list[dict[str, Any]]]
+
+
+def _tally(answers: Sequence[TrialAnswer], judged: dict[tuple[str, str], AnswerJudgment],
+           cells: dict[tuple[str, str, str], _Cell], index: dict[str, int],
+           example_gran: str) -> tuple[_PerQuestion, _Examples]:
+    """Count the judged units into ``cells`` (by trial); returns the unit counts per
+    question and the hallucinated units at ``example_gran``, per (model, context)."""
+    by_id = {a.id: a for a in answers}
+    grans = {g for _, _, g in cells}
+    per_question: _PerQuestion = defaultdict(Counter)
+    examples: _Examples = defaultdict(list)
     for (answer_id, gran), judgment in sorted(judged.items()):
         answer = by_id.get(answer_id)
         if answer is None or gran not in grans:
@@ -134,9 +175,12 @@ def summarize(manifest: StudyManifest, answers: Sequence[TrialAnswer],
                         "evidence_quote": unit.evidence_quote,
                     })
         cell.flagged[t] += hallucinated
+    return per_question, examples
 
-    weights = bootstrap_weights(len(trials), n_boot, np.random.default_rng(seed)) \
-        if trials else np.zeros((0, 0))
+
+def _rates(cells: dict[tuple[str, str, str], _Cell],
+           weights: np.ndarray) -> list[dict[str, Any]]:
+    """Per model x context x granularity: the share of each label, with bootstrap CIs."""
     rates = []
     for (m, c, g), cell in cells.items():
         scored = cell.scored
@@ -149,6 +193,13 @@ def summarize(manifest: StudyManifest, answers: Sequence[TrialAnswer],
                            for cat in SCORED},
             ANY_HALLUCINATION: _estimate(cell.flagged, cell.answers, weights).model_dump(),
         })
+    return rates
+
+
+def _contrasts(cells: dict[tuple[str, str, str], _Cell], models: Sequence[str],
+               grans: Sequence[str], contexts: Sequence[str],
+               weights: np.ndarray) -> list[dict[str, Any]]:
+    """Hallucination and fact shares of two contexts compared, paired by trial."""
     contrasts = []
     for m in models:
         for g in grans:
@@ -164,6 +215,14 @@ def summarize(manifest: StudyManifest, answers: Sequence[TrialAnswer],
                     contrasts.append({"model": m, "granularity": g, "category": cat.value,
                                       "a": a, "b": b, "difference": value,
                                       "ci": percentile_ci(diff)})
+    return contrasts
+
+
+def _question_rows(manifest: StudyManifest, per_question: _PerQuestion,
+                   axes: tuple[list[str], list[str], list[str]]) -> list[dict[str, Any]]:
+    """Per question x model x context x granularity (``axes``: the last three): the share
+    of each label among its scored units."""
+    models, contexts, grans = axes
     questions = []
     for q in manifest.questions:
         for m in models:
@@ -178,25 +237,7 @@ def summarize(manifest: StudyManifest, answers: Sequence[TrialAnswer],
                         "rates": {cat.value: (counter[cat.value] / scored if scored else None)
                                   for cat in SCORED},
                     })
-    return {
-        "run_id": manifest.run_id,
-        "models": [m.model_dump() for m in manifest.models],
-        "contexts": contexts, "granularities": grans,
-        "n_trials": len(trials), "n_questions": len(manifest.questions),
-        "judge": manifest.judge, "decomposer": manifest.decomposer,
-        "json_chars": manifest.json_chars, "selection": manifest.selection,
-        "bootstrap": {"resamples": n_boot, "seed": seed, "unit": "trial"},
-        "answers": [{"model": m, "context": c, **{k: asked[(m, c)][k] for k in
-                                                  ("ok", "empty", "error", "json_cut",
-                                                   "prompt_tokens", "completion_tokens")},
-                     "expected": len(trials) * len(manifest.questions)}
-                    for m in models for c in contexts],
-        "rates": rates, "contrasts": contrasts, "per_question": questions,
-        "examples": [{"model": m, "context": c, "granularity": example_gran, **e}
-                     for (m, c), found in sorted(examples.items()) for e in found[:n_examples]],
-        "curation_problems": {t.nct_id: t.summary.problems for t in records
-                              if t.summary.problems},
-    }
+    return questions
 
 
 def _example_granularity(grans: Sequence[str]) -> str:
@@ -255,6 +296,23 @@ def markdown(summary: dict[str, Any], warnings: Sequence[str] = ()) -> str:
                      f"{row['expected']} | {row['empty']} | {row['error']} | "
                      f"{row['json_cut'] if row['context'] == 'json' else '-'} | "
                      f"{row['prompt_tokens']:,} / {row['completion_tokens']:,} |")
+    lines += _rate_tables(summary) + _contrast_table(summary) + _question_tables(summary)
+    lines += _example_lines(summary)
+    problems = summary.get("curation_problems") or {}
+    if problems:
+        lines += ["", "## Curation problems", "",
+                  f"{len(problems)} trial record(s) have result rows naming a group their "
+                  "module does not list; those rows are in the summaries without a group "
+                  "title:", ""]
+        lines += [f"- {nct}: {_cell('; '.join(found))}" for nct, found in problems.items()]
+    if warnings:
+        lines += ["", "## Warnings", ""] + [f"- {_cell(w)}" for w in warnings]
+    return "\n".join(lines) + "\n"
+
+
+def _rate_tables(summary: dict[str, Any]) -> list[str]:
+    """One table of label shares per granularity."""
+    lines: list[str] = []
     for gran in summary["granularities"]:
         lines += ["", f"## Label distribution, {gran} level", "",
                   "| model | context | " + " | ".join(LABELS.values())
@@ -267,37 +325,39 @@ def markdown(summary: dict[str, Any], warnings: Sequence[str] = ()) -> str:
             lines.append(f"| {_cell(row['model'])} | {row['context']} | {cats} | "
                          f"{pct(row[ANY_HALLUCINATION])} | {row['units_scored']} | "
                          f"{row['units_unscored']} |")
-    if summary["contrasts"]:
-        lines += ["", "## Contexts compared (paired by trial)", "",
-                  "| model | level | share of | context A | context B | A - B (95 % CI) |",
-                  "|---|---|---|---|---|---|"]
-        for c in summary["contrasts"]:
-            ci = c["ci"]
-            interval = f" ({100 * ci[0]:+.1f} to {100 * ci[1]:+.1f})" if ci else ""
-            lines.append(f"| {_cell(c['model'])} | {c['granularity']} | "
-                         f"{LABELS[Category(c['category'])].lower()} | {c['a']} | {c['b']} | "
-                         f"{100 * c['difference']:+.1f} pts{interval} |")
-    lines += _question_tables(summary)
-    if summary["examples"]:
-        lines += ["", f"## Examples of hallucinated units ({summary['examples'][0]['granularity']}"
-                  " level)", ""]
-        for e in summary["examples"]:
-            quote = ""
-            if e.get("evidence_quote"):
-                quote = (f" Evidence ({_cell(e['evidence_section'])}): "
-                         f"\"{_cell(e['evidence_quote'])}\"")
-            lines.append(f"- {_cell(e['model'])}, {e['context']}, {e['nct_id']} Q{e['question']}: "
-                         f"\"{_cell(e['unit'])}\".{quote}")
-    problems = summary.get("curation_problems") or {}
-    if problems:
-        lines += ["", "## Curation problems", "",
-                  f"{len(problems)} trial record(s) have result rows naming a group their "
-                  "module does not list; those rows are in the summaries without a group "
-                  "title:", ""]
-        lines += [f"- {nct}: {_cell('; '.join(found))}" for nct, found in problems.items()]
-    if warnings:
-        lines += ["", "## Warnings", ""] + [f"- {_cell(w)}" for w in warnings]
-    return "\n".join(lines) + "\n"
+    return lines
+
+
+def _contrast_table(summary: dict[str, Any]) -> list[str]:
+    """The contexts compared, paired by trial (nothing when no pair was scored)."""
+    if not summary["contrasts"]:
+        return []
+    lines = ["", "## Contexts compared (paired by trial)", "",
+             "| model | level | share of | context A | context B | A - B (95 % CI) |",
+             "|---|---|---|---|---|---|"]
+    for c in summary["contrasts"]:
+        ci = c["ci"]
+        interval = f" ({100 * ci[0]:+.1f} to {100 * ci[1]:+.1f})" if ci else ""
+        lines.append(f"| {_cell(c['model'])} | {c['granularity']} | "
+                     f"{LABELS[Category(c['category'])].lower()} | {c['a']} | {c['b']} | "
+                     f"{100 * c['difference']:+.1f} pts{interval} |")
+    return lines
+
+
+def _example_lines(summary: dict[str, Any]) -> list[str]:
+    """The hallucinated units shown as examples, with their evidence when quoted."""
+    if not summary["examples"]:
+        return []
+    lines = ["", f"## Examples of hallucinated units ({summary['examples'][0]['granularity']}"
+             " level)", ""]
+    for e in summary["examples"]:
+        quote = ""
+        if e.get("evidence_quote"):
+            quote = (f" Evidence ({_cell(e['evidence_section'])}): "
+                     f"\"{_cell(e['evidence_quote'])}\"")
+        lines.append(f"- {_cell(e['model'])}, {e['context']}, {e['nct_id']} Q{e['question']}: "
+                     f"\"{_cell(e['unit'])}\".{quote}")
+    return lines
 
 
 def _question_tables(summary: dict[str, Any]) -> list[str]:

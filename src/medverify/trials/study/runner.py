@@ -23,7 +23,6 @@ Each run of :meth:`TrialStudy.run` is recorded in the run store (kind ``trials``
 
 from __future__ import annotations
 
-import hashlib
 import shutil
 import time
 from collections.abc import Callable, Sequence
@@ -38,7 +37,6 @@ from medverify.errors import ConfigError, InputError, MedverifyError, ProviderEr
 from medverify.files import (
     append_record,
     atomic_write_text,
-    read_json_record,
     read_records,
     write_records,
 )
@@ -69,6 +67,10 @@ from medverify.trials.study.questions import (
     record_sha256,
 )
 from medverify.trials.study.records import (
+    ANSWERS,
+    JUDGMENTS,
+    MANIFEST,
+    TRIALS,
     AnswerJudgment,
     AnswerStatus,
     Context,
@@ -79,15 +81,17 @@ from medverify.trials.study.records import (
     TrialAnswer,
     TrialQuestion,
     UnitResult,
+    read_manifest,
+    text_sha256,
+    trials_sha256,
 )
+from medverify.trials.study.report import finish
 
 STAGE = "trial_answer"
 MAX_UNSAMPLED = 5_000  # a study of more trials than this needs an explicit --sample
 Progress = Callable[[str, int, int], None]
 """Called with (phase, done, total)."""
 
-MANIFEST, TRIALS, ANSWERS, JUDGMENTS = "run.json", "trials.jsonl", "answers.jsonl", \
-    "judgments.jsonl"
 _FRESH = (MANIFEST, TRIALS, ANSWERS, JUDGMENTS, "summary.json", "report.md", "timing.json")
 
 
@@ -153,17 +157,6 @@ def select_trials(paths: Sequence[Path], *, condition: str | None = None,
                         f"more than {MAX_UNSAMPLED:,} registry records match the selection: "
                         "draw a sample (--sample N) for a study")
     return study_trials(chosen), selection, report
-
-
-def trials_sha256(trials: Sequence[StudyTrial]) -> str:
-    digest = hashlib.sha256()
-    for trial in trials:
-        digest.update(f"{trial.nct_id}:{trial.record_sha256}\n".encode())
-    return digest.hexdigest()
-
-
-def text_sha256(text: str) -> str:
-    return hashlib.sha256(text.encode("utf-8", "surrogatepass")).hexdigest()
 
 
 def sentence_units(text: str) -> list[str]:
@@ -313,8 +306,6 @@ class TrialStudy:
                   selection: dict[str, Any] | None = None) -> dict[str, Any]:
         """Ask, judge and report (see the module doc); resumes an earlier run of the same
         study. Returns the summary (``summary.json``)."""
-        from medverify.trials.study.report import finish
-
         started = time.perf_counter()
         trials = self.prepare(trials, selection=selection)
         self._harness = RunHarness.opening("trials", self.config, record=self.record,
@@ -581,26 +572,3 @@ class TrialStudy:
 
 def _sections(evidence: TrialEvidence, item: JudgeItem) -> list[str]:
     return [s for p in item.passages if (s := evidence.section_of(p.id)) is not None]
-
-
-# -- reading a run back ------------------------------------------------------------------
-
-
-def read_manifest(root: Path) -> StudyManifest | None:
-    return read_json_record(root / MANIFEST, StudyManifest, "study manifest")
-
-
-def read_run(root: Path, warnings: list[str] | None = None) -> tuple[
-        StudyManifest, list[StudyTrial], list[TrialAnswer], list[AnswerJudgment]]:
-    """Everything a report needs from a run directory (InputError when it is not one)."""
-    manifest = read_manifest(root)
-    if manifest is None:
-        raise InputError(f"{root} is not a trial study run directory (no {MANIFEST})")
-    trials = read_records(root / TRIALS, StudyTrial, warnings, key=lambda t: t.nct_id,
-                          repair=False)
-    answers = read_records(root / ANSWERS, TrialAnswer, warnings, key=lambda a: a.key,
-                           repair=False)
-    judgments = read_records(root / JUDGMENTS, AnswerJudgment, warnings, key=lambda j: j.key,
-                             repair=False)
-    return manifest, trials, answers, judgments
-
