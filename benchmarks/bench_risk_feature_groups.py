@@ -6,7 +6,7 @@ Inputs: the work folders of ``bench_risk_real_model.py`` (MedQA-USMLE), ``bench_
 ``examples.jsonl`` and ``timing.json``. Each data set is split by question exactly as its
 benchmark splits it (``split_questions``, same seed and test share).
 
-Groups: the per-position series of :mod:`medverify.risk.features` (``MODEL_SERIES``:
+Groups: the per-position series of :mod:`medverify.risk.series` (``MODEL_SERIES``:
 logprob, prob, rank, log_rank, top1, top5, topk_mass, entropy, entropy_lb; each gives the
 12 ``STATS``) plus ``length`` (the scalars ``m0.n_tokens`` and ``unit.n_chars``), and
 three families of them: ``answer-token likelihood`` (logprob, prob, rank, log_rank: how
@@ -52,7 +52,7 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from bench_risk_pubmedqa import KQA, RM, load_features, token_cost
 
-from medverify.risk.features import MODEL_SERIES
+from medverify.risk.series import MODEL_SERIES
 
 ROOT = Path(__file__).resolve().parents[1]
 RESULTS = ROOT / "benchmarks" / "results"

@@ -14,18 +14,20 @@ from medverify.risk.features import (
     FEATURE_SCHEMA_VERSION,
     FILL_VALUE,
     STATS,
-    align_positions,
     build_schema,
     claim_units,
     describe,
-    entropy_with_tail,
     extract_features,
     feature_names,
-    pairwise_kl,
-    position_features,
     vectorize,
 )
 from medverify.risk.records import TokenStep, TokenTrace, TopToken
+from medverify.risk.series import (
+    align_positions,
+    entropy_with_tail,
+    pairwise_kl,
+    position_features,
+)
 
 ln = math.log
 
