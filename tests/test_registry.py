@@ -17,19 +17,13 @@ import numpy as np
 import pytest
 from click.testing import CliRunner
 
+import medverify.checker as checker_module
 import medverify.judge as judge_module
 from medverify.cli import main
 from medverify.cli._names import RegistryChoice, registry_names
 from medverify.config import Config
 from medverify.errors import ConfigError
-from medverify.judge import (
-    JUDGES,
-    Judge,
-    JudgeItem,
-    judge_from_config,
-    judge_options,
-    make_judge,
-)
+from medverify.judge import JUDGES, Judge, JudgeItem
 from medverify.judge import builtin as builtin_module
 from medverify.judge.builtin import BuiltinJudge
 from medverify.judge.cascade import CascadeJudge
@@ -232,16 +226,21 @@ def test_builtin_judges_are_made_from_the_config(monkeypatch: pytest.MonkeyPatch
     config = Config(claims_per_call=3, judge_settings={"cascade_high": 0.8,
                                                        "support_threshold": 0.7})
     model = facade.Model(ScriptedProvider(scripted_judge(keyword_rule(supported="x"))))
-    llm = judge_from_config(config, model, "llm")
+    llm = JUDGES.create("llm", config, model)
     assert isinstance(llm, LLMJudge) and llm.claims_per_call == 3 and llm.model is model
-    cascade = judge_from_config(config, model, "cascade")
+    cascade = JUDGES.create("cascade", config, model)
     assert isinstance(cascade, CascadeJudge) and cascade.high == 0.8
     assert cascade.builtin.support_threshold == 0.7 and cascade.llm.claims_per_call == 3
-    builtin = judge_from_config(config, None, "builtin")
+    builtin = JUDGES.create("builtin", config, None)
     assert isinstance(builtin, BuiltinJudge) and builtin.support_threshold == 0.7
-    # the name defaults to the configured one
-    assert isinstance(judge_from_config(Config(judge="llm"), model), LLMJudge)
-    assert isinstance(judge_from_config(Config(model="fake:x"), model), LLMJudge)
+    # the configured name
+    assert Config(judge="llm").judge_name == Config(model="fake:x").judge_name == "llm"
+    # overrides for one judge: a copy of the config with other settings
+    quiet = config.model_copy(update={"judge_settings": config.judge_settings.model_copy(
+        update={"quotes": False, "max_passages": 24}), "claims_per_call": 8})
+    assert JUDGES.create("builtin", quiet, None).quotes is False
+    assert JUDGES.create("llm", quiet, model).max_passages == 24  # type: ignore[attr-defined]
+    assert JUDGES.create("cascade", quiet, model).llm.claims_per_call == 8  # type: ignore[attr-defined]
 
 
 @pytest.mark.parametrize("name", ["llm", "cascade"])
@@ -249,18 +248,13 @@ def test_judges_that_need_a_model_say_so(name: str) -> None:
     message = (f"the {name} judge needs a model: pass --model SPEC (or use --judge builtin, "
                "which runs offline)")
     with pytest.raises(ConfigError) as made:
-        judge_from_config(Config(), None, name)
+        JUDGES.create(name, Config(), None)
     assert str(made.value) == message
-    with pytest.raises(ConfigError) as old:
-        make_judge(name, **judge_options(name, Config(), None))
-    assert str(old.value) == message
 
 
 def test_unknown_judge_is_a_config_error_listing_the_known_ones() -> None:
     with pytest.raises(ConfigError, match=r"unknown judge 'nope'; known: .*builtin.*llm"):
-        judge_from_config(Config(judge="nope"), None)
-    with pytest.raises(ConfigError, match="judge 'nope' is not available"):
-        make_judge("nope")
+        JUDGES.create(Config(judge="nope").judge_name, Config(), None)
 
 
 @pytest.fixture
@@ -273,39 +267,35 @@ def plugin_judges(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Registry[J
         "not-a-judge": "{module}:not_a_judge",
         "broken": "no_such_module_xyz:Judge",
     }})
-    registry: Registry[Judge] = Registry("judge", group=group)
+    registry: Registry[Judge] = Registry("judge", group=group, protocol=Judge)
     for name in JUDGES.names():
         if JUDGES.plugin(name) is None:
             registry.register(name, JUDGES.get(name))
     monkeypatch.setattr(judge_module, "JUDGES", registry)
+    monkeypatch.setattr(checker_module, "JUDGES", registry)  # where `check` makes its judge
     return registry
 
 
 def test_plugin_judge_from_config(plugin_judges: Registry[Judge]) -> None:
     config = Config(judge="nothing")
-    judge = judge_from_config(config, None)
+    judge = judge_module.JUDGES.create(config.judge_name, config, None)
     assert judge.name == "nothing" and judge.config is config  # type: ignore[attr-defined]
     [verdict] = asyncio.run(judge.judge([_item()]))
     assert verdict.judge == "nothing" and verdict.category.value == "COVERAGE_GAP"
-    # the older entry points reach it too (callers not yet on judge_from_config)
-    options = judge_options("nothing", config, None)
-    assert options == {"config": config, "model": None}
-    older = make_judge("nothing", **options, quotes=False)
-    assert older.name == "nothing" and older.config is config  # type: ignore[attr-defined]
 
 
 def test_plugin_judge_errors_are_config_errors(plugin_judges: Registry[Judge]) -> None:
     with pytest.raises(ConfigError, match=r"judge 'failing' from plugin demo-plugin failed: "
                        r"ValueError: the plugin is misconfigured"):
-        judge_from_config(Config(), None, "failing")
+        judge_module.JUDGES.create("failing", Config(), None)
     with pytest.raises(ConfigError, match=r"'not-a-judge' from plugin demo-plugin made a int, "
                        r"which is not a judge"):
-        judge_from_config(Config(), None, "not-a-judge")
+        judge_module.JUDGES.create("not-a-judge", Config(), None)
     with pytest.raises(ConfigError, match=r"judge 'broken' from plugin demo-plugin failed to "
                        r"load"):
-        judge_from_config(Config(), None, "broken")
+        judge_module.JUDGES.create("broken", Config(), None)
     # a broken plugin does not stop the others
-    assert judge_from_config(Config(), None, "nothing").name == "nothing"
+    assert judge_module.JUDGES.create("nothing", Config(), None).name == "nothing"
 
 
 def test_cli_choices_come_from_the_registry(
@@ -337,7 +327,8 @@ def _patched(monkeypatch: pytest.MonkeyPatch, tmp_path: Path, module: object, at
     group = _group()
     install_plugin(tmp_path, monkeypatch, {group: {group_name: target}})
     original: Registry[object] = getattr(module, attr)
-    registry: Registry[object] = Registry(kind, group=group)
+    registry: Registry[object] = Registry(kind, group=group, call=original.call,
+                                          protocol=original.protocol)
     for name in original.names():
         if original.plugin(name) is None:
             registry.register(name, original.get(name))
@@ -363,3 +354,20 @@ def test_plugin_embedder_by_name(tmp_path: Path, monkeypatch: pytest.MonkeyPatch
     assert embedder.id == "ones" and embedder.embed(["a", "b"]).shape == (2, 3)
     assert np.allclose(np.linalg.norm(embedder.embed(["a"]), axis=1), 1.0)
     assert get_embedder("hash").id == "hash-256"
+
+
+def test_every_registry_wraps_a_plugins_failures_the_same_way(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from medverify import decompose
+
+    _patched(monkeypatch, tmp_path, decompose, "DECOMPOSERS", "decomposer", "failing",
+             "{module}:failing")
+    with pytest.raises(ConfigError, match=r"decomposer 'failing' from plugin demo-plugin "
+                       r"failed: ValueError: the plugin is misconfigured"):
+        decompose.DECOMPOSERS.create("failing", Config(), None)
+    _patched(monkeypatch, tmp_path, facade, "providers", "model provider", "answerless",
+             "{module}:not_a_judge")
+    with pytest.raises(ConfigError, match=r"model provider 'answerless' from plugin "
+                       r"demo-plugin made a int, which is not a model provider"):
+        facade.get_model("answerless:small")

@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING
 
 from medverify.arbitration import after_recheck, arbitrate_all, recheck_candidates
 from medverify.config import Config
-from medverify.decompose import Decomposer, make_decomposer
+from medverify.decompose import DECOMPOSERS, Decomposer
 from medverify.errors import MedverifyError
 from medverify.harness import (
     CancelToken,
@@ -32,7 +32,7 @@ from medverify.harness import (
     prompt_versions,
     stage_id,
 )
-from medverify.judge import Judge, JudgeItem, judge_from_config
+from medverify.judge import JUDGES, Judge, JudgeItem
 from medverify.kb import KnowledgeBase
 from medverify.llm.facade import Model, UsageLedger
 from medverify.records import Answer, Claim, ClaimResult, Passage, Report
@@ -82,9 +82,9 @@ class Checker:
             kb=kb,
             ledger=ledger,
             model=model,
-            decomposer=make_decomposer(config.decomposer_name, model, config),
-            judge=judge_from_config(config, model),
-            recheck=(judge_from_config(config, model, config.arbitration.recheck_judge)
+            decomposer=DECOMPOSERS.create(config.decomposer_name, config, model),
+            judge=JUDGES.create(config.judge_name, config, model),
+            recheck=(JUDGES.create(config.arbitration.recheck_judge, config, model)
                      if config.arbitration.recheck_judge else None),
             owned=tuple(owned),
         )
@@ -99,7 +99,7 @@ class Checker:
         out = {"judge": stage_id(self.judge)}
         if self.recheck is not None:
             out["recheck"] = stage_id(self.recheck)
-        if self.decomposer.name == "llm" and spec:
+        if self.decomposer.prompt_version is not None and spec:  # it asks the model
             out["decompose"] = spec
         if self.risk is not None and self.risk.classifier is not None:
             out["risk"] = f"{self.risk.classifier.id} over " + ", ".join(

@@ -106,6 +106,11 @@ class JudgeSettings(_Section):
     # Exact checks (numbers, negation, direction, population, drug) on every passage that
     # would support a claim: off lets a wrong dose or interval through as FACT.
     exact_checks: bool = True
+    # The built-in judge quotes the sentence it relied on (off: no quote and no second pass
+    # over long passages; `eval pairs` turns it off, labels never depend on the quote).
+    quotes: bool = True
+    # Passages the LLM judge puts in one call with its claims (fact-checking raises it).
+    max_passages: int = Field(10, ge=1)
 
 
 class FetchSettings(_Section):

@@ -26,7 +26,7 @@ from pydantic import BaseModel
 
 from medverify.checker import Checker
 from medverify.config import Config, KBSettings
-from medverify.decompose import make_decomposer
+from medverify.decompose import DECOMPOSERS
 from medverify.files import atomic_write_text
 from medverify.judge import Judge
 from medverify.kb import KnowledgeBase, LoadReport, iter_documents, sample_kb_path
@@ -195,7 +195,7 @@ def run_demo(out_dir: Path = DEFAULT_OUT, **options: object) -> DemoResult:
 def _checker(config: Config, kb: KnowledgeBase, judge: Judge | None) -> Checker:
     if judge is None:
         return Checker.from_config(config, kb=kb)
-    return Checker(config=config, kb=kb, decomposer=make_decomposer("rules", None),
+    return Checker(config=config, kb=kb, decomposer=DECOMPOSERS.create("rules", config),
                    judge=judge, ledger=UsageLedger())
 
 

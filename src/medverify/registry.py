@@ -8,10 +8,18 @@ add names through Python entry points in the registry's group (e.g. ``medverify.
     [project.entry-points."medverify.judges"]
     mine = "my_package.judge:MyJudge.from_config"
 
+There is one way to build a component: ``REGISTRY.create(name, config, model=None)``. The
+factory gets the config (and the model, for the kinds that need one); a caller that wants
+other settings for one component passes ``config.model_copy(update=...)``. How a registry
+hands ``config`` and ``model`` to its factories is its ``call`` (default
+``factory(config, model)``), so a plugin factory's signature stays what docs/plugins.md says.
+
 Entry points are read once, on the first lookup; a plugin cannot replace a built-in name (it
 is skipped with a warning), and a plugin that fails to import is an error only when it is
-chosen, never for the rest of medverify. See docs/plugins.md for what each group's factory
-is called with.
+chosen, never for the rest of medverify. A plugin's failures (an import error, an exception
+from its factory, a factory that makes something of the wrong kind) become a
+:class:`ConfigError` naming the kind, the name and the distribution, the same for every
+registry; a built-in factory's errors are its own. See docs/plugins.md.
 """
 
 from __future__ import annotations
@@ -22,11 +30,19 @@ from collections.abc import Callable
 from importlib import metadata
 from typing import Any, Generic, TypeVar
 
-from medverify.errors import ConfigError
+from medverify.errors import ConfigError, MedverifyError
 
 T = TypeVar("T")
 
 log = logging.getLogger(__name__)
+
+Call = Callable[[Callable[..., Any], Any, Any], Any]
+"""How a registry calls a factory: ``call(factory, config, model)``."""
+
+
+def call_with_config_and_model(factory: Callable[..., Any], config: Any, model: Any) -> Any:
+    """The usual call: ``factory(config, model)``."""
+    return factory(config, model)
 
 
 def load_attr(target: str) -> Any:
@@ -42,9 +58,17 @@ class Registry(Generic[T]):
     """Maps a short name to a factory: a callable, a ``"module:attr"`` string, or (from a
     plugin) an entry point, all imported lazily on first use."""
 
-    def __init__(self, kind: str, group: str | None = None) -> None:
+    def __init__(self, kind: str, group: str | None = None, *,
+                 call: Call = call_with_config_and_model, protocol: type | None = None,
+                 needs: str = "") -> None:
+        """``call``: how :meth:`create` calls a factory; ``protocol``: what a plugin's
+        factory must make (a ``runtime_checkable`` protocol; None: not checked), ``needs``
+        saying what that means in an error."""
         self.kind = kind
         self.group = group
+        self.call = call
+        self.protocol = protocol
+        self.needs = needs
         self._factories: dict[str, Callable[..., T] | str | metadata.EntryPoint] = {}
         self._plugins: dict[str, str] = {}
         self._scanned = group is None
@@ -109,5 +133,23 @@ class Registry(Generic[T]):
                               f"failed to load ({factory.value}): {type(exc).__name__}: {exc}"
                               ) from exc
 
-    def create(self, name: str, *args: Any, **kwargs: Any) -> T:
-        return self.get(name)(*args, **kwargs)
+    def create(self, name: str, config: Any, model: Any = None) -> T:
+        """The component registered as ``name``, made by its factory from ``config`` (and
+        ``model``, for the kinds that need one). ConfigError for an unknown name and for
+        any failure of a plugin (see the module docstring)."""
+        factory = self.get(name)
+        plugin = self.plugin(name)
+        if plugin is None:
+            return self.call(factory, config, model)  # type: ignore[no-any-return]
+        try:
+            made = self.call(factory, config, model)
+        except MedverifyError:
+            raise
+        except Exception as exc:
+            raise ConfigError(f"{self.kind} {name!r} from plugin {plugin} failed: "
+                              f"{type(exc).__name__}: {exc}") from exc
+        if self.protocol is not None and not isinstance(made, self.protocol):
+            raise ConfigError(f"{self.kind} {name!r} from plugin {plugin} made a "
+                              f"{type(made).__name__}, which is not a {self.kind}"
+                              f"{f' ({self.needs})' if self.needs else ''}")
+        return made  # type: ignore[no-any-return]

@@ -8,7 +8,7 @@ import logging
 
 import pytest
 
-from medverify.decompose import LLMDecomposer, make_decomposer, parse_reply, segment
+from medverify.decompose import DECOMPOSERS, LLMDecomposer, parse_reply, segment
 from medverify.errors import ConfigError, ParseError, ProviderError
 from medverify.llm.base import ChatRequest, Completion
 from medverify.llm.facade import Model
@@ -161,7 +161,7 @@ def test_provider_errors_propagate() -> None:
 
 
 def test_factory_builds_the_llm_decomposer() -> None:
-    decomposer = make_decomposer("llm", Model(ScriptedProvider([GOOD])))
+    decomposer = DECOMPOSERS.create("llm", None, Model(ScriptedProvider([GOOD])))
     assert isinstance(decomposer, LLMDecomposer)
     with pytest.raises(ConfigError):
         LLMDecomposer(Model(ScriptedProvider([])), chunk_size=0)

@@ -1,4 +1,4 @@
-"""The decomposer registry: plugin group, ``factory(config, model)`` factories, make_decomposer."""
+"""The decomposer registry: plugin group, ``factory(config, model)`` factories, create."""
 
 from __future__ import annotations
 
@@ -9,7 +9,6 @@ from medverify.decompose import (
     DECOMPOSERS,
     LLMDecomposer,
     RuleDecomposer,
-    make_decomposer,
 )
 from medverify.errors import ConfigError
 from medverify.llm.facade import Model
@@ -31,9 +30,9 @@ def test_factories_take_config_and_model() -> None:
         DECOMPOSERS.get("llm")(Config(), None)
 
 
-def test_make_decomposer_accepts_a_config() -> None:
+def test_create_takes_the_config_and_the_model() -> None:
     config = Config()
-    assert isinstance(make_decomposer(config.decomposer_name, None, config), RuleDecomposer)
-    assert isinstance(make_decomposer("rules", config=config), RuleDecomposer)
+    assert isinstance(DECOMPOSERS.create(config.decomposer_name, config), RuleDecomposer)
+    assert isinstance(DECOMPOSERS.create("rules", config, None), RuleDecomposer)
     with pytest.raises(ConfigError, match="needs a model"):
-        make_decomposer("llm", config=config)
+        DECOMPOSERS.create("llm", config)

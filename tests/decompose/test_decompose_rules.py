@@ -13,7 +13,6 @@ from medverify.decompose import (
     DECOMPOSERS,
     Decomposer,
     RuleDecomposer,
-    make_decomposer,
     segment,
     split_coordination,
 )
@@ -282,13 +281,13 @@ def test_replacement_characters_and_odd_input_do_not_crash() -> None:
 
 def test_registry_and_factory() -> None:
     assert DECOMPOSERS.names() == ["llm", "rules"]
-    rules = make_decomposer("rules")
+    rules = DECOMPOSERS.create("rules", None)
     assert isinstance(rules, RuleDecomposer) and isinstance(rules, Decomposer)
     assert rules.name == "rules" and rules.prompt_version is None
     with pytest.raises(ConfigError, match="needs a model"):
-        make_decomposer("llm")
+        DECOMPOSERS.create("llm", None)
     with pytest.raises(ConfigError, match="unknown decomposer"):
-        make_decomposer("nope")
+        DECOMPOSERS.create("nope", None)
 
 
 # --------------------------------------------------------------------------- properties

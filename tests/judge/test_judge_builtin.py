@@ -10,7 +10,7 @@ import pytest
 
 from medverify.config import Config
 from medverify.errors import ConfigError
-from medverify.judge import JudgeItem, judge_options, make_judge
+from medverify.judge import JUDGES, JudgeItem
 from medverify.judge.builtin import BuiltinJudge, best_sentence, truncate_words
 from medverify.records import Category, Claim, Passage
 from medverify.testing.verifier import FailingVerifier, LexicalVerifier, TableVerifier
@@ -164,15 +164,15 @@ def test_window_picks_the_region_of_the_quote() -> None:
 
 def test_registry_and_options_from_config(tmp_path: Path) -> None:
     config = Config(judge_settings={"support_threshold": 0.7, "batch_size": 8})
-    options = judge_options("builtin", config, None)
-    judge = make_judge("builtin", **{**options, "verifier": LexicalVerifier()})
+    options = BuiltinJudge.config_options(config, None)
+    judge = BuiltinJudge(**{**options, "verifier": LexicalVerifier()})
     assert isinstance(judge, BuiltinJudge)
     assert judge.support_threshold == 0.7 and judge.contradict_threshold == 0.6
     assert judge.batch_size == 8
     with pytest.raises(ConfigError, match="needs a model"):
-        make_judge("cascade", **judge_options("cascade", config, None))
+        JUDGES.create("cascade", config, None)
     with pytest.raises(ConfigError, match="needs a model"):
-        make_judge("llm")
+        JUDGES.create("llm", Config(), None)
 
 
 def test_shipped_verifier_judges_a_clear_case() -> None:

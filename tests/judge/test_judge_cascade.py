@@ -9,7 +9,7 @@ import pytest
 from medverify.checker import Checker
 from medverify.config import Config
 from medverify.errors import ConfigError
-from medverify.judge import JudgeItem, judge_options, make_judge
+from medverify.judge import JudgeItem
 from medverify.judge.cascade import NOTE_KEY, CascadeJudge
 from medverify.kb import KnowledgeBase
 from medverify.llm.facade import Model
@@ -154,8 +154,8 @@ def test_report_says_how_many_calls_were_saved(
 def test_cascade_options_come_from_the_config() -> None:
     model, _ = _model()
     config = Config(judge_settings={"cascade_high": 0.8, "cascade_low": 0.05})
-    options = judge_options("cascade", config, model)
-    judge = make_judge("cascade", **{**options, "verifier": LexicalVerifier()})
+    options = CascadeJudge.config_options(config, model)
+    judge = CascadeJudge(**{**options, "verifier": LexicalVerifier()})
     assert isinstance(judge, CascadeJudge)
     assert (judge.high, judge.low) == (0.8, 0.05)
     assert judge.llm.claims_per_call == config.claims_per_call

@@ -8,7 +8,7 @@ from collections.abc import Callable
 import numpy as np
 import pytest
 
-from medverify.judge import JudgeItem, judge_from_config
+from medverify.judge import JUDGES, JudgeItem
 from medverify.judge.calibration import Family
 from medverify.judge.llm_scored import (
     FEATURES,
@@ -114,7 +114,7 @@ def test_registered_and_shipped_calibrations_load() -> None:
     from medverify.config import Config
 
     provider = ScriptedProvider([])
-    judge = judge_from_config(Config(judge="llm-scored"), Model(provider))
+    judge = JUDGES.create("llm-scored", Config(), Model(provider))
     assert isinstance(judge, ScoredLLMJudge) and judge.calibration is None  # fake model
     for entry in load_llm_calibrations():
         assert entry.prompt.startswith("judge_scored/") and entry.family.rows > 0

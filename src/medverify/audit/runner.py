@@ -53,7 +53,7 @@ from medverify.audit.urls import (
 )
 from medverify.audit.verify import PairVerifier
 from medverify.config import Config
-from medverify.decompose import Decomposer, make_decomposer
+from medverify.decompose import DECOMPOSERS, Decomposer
 from medverify.errors import ConfigError
 from medverify.executor import Executor, LocalExecutor
 from medverify.files import append_record, atomic_write_text, read_records
@@ -69,7 +69,7 @@ from medverify.harness import (
     run_each,
     stage_id,
 )
-from medverify.judge import JUDGES, Judge, judge_from_config
+from medverify.judge import JUDGES, Judge
 from medverify.kb.embed import Embedder, get_embedder
 from medverify.llm.facade import Model, UsageLedger
 from medverify.records import Claim, Source, Usage
@@ -172,7 +172,7 @@ class Auditor:
         pickle); ``judge`` and ``embedder`` then only name them in the summary."""
         opened = Resources.open(config, model=model, need_kb=False)
         model, ledger = opened.model, opened.ledger
-        judge = judge or judge_from_config(config, model)
+        judge = judge or JUDGES.create(config.judge_name, config, model)
         settings = config.audit
         selector = PassageSelector(
             embedder or get_embedder(config.kb_settings.embedder),
@@ -183,7 +183,7 @@ class Auditor:
         return cls(
             config=config,
             out_dir=Path(out_dir),
-            decomposer=make_decomposer(config.decomposer_name, model, config),
+            decomposer=DECOMPOSERS.create(config.decomposer_name, config, model),
             judge=judge,
             selector=selector,
             ledger=ledger,
@@ -459,7 +459,7 @@ class Auditor:
             "judge": stage_id(self.judge),
             "embedder": self.selector.embedder.id,
         }
-        if self.decomposer.name == "llm" and spec:
+        if self.decomposer.prompt_version is not None and spec:  # it asks the model
             out["decompose"] = spec
         if self.cleanup is not None and spec:
             out["cleanup"] = spec

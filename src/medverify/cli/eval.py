@@ -3,16 +3,15 @@
 from __future__ import annotations
 
 import asyncio
+from collections.abc import AsyncIterator, Callable
+from contextlib import asynccontextmanager
 from pathlib import Path
 
 import click
-from rich import box
 from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
-from medverify.audit.evaluate import AgreementScores, AuditEvaluation, evaluate_audit
-from medverify.audit.records import Estimate
 from medverify.cli import main
 from medverify.cli._common import (
     config_option,
@@ -24,17 +23,6 @@ from medverify.cli._common import (
 from medverify.cli._names import EMBEDDERS, JUDGES, NamesHelpOption, RegistryChoice
 from medverify.config import Config, KBSettings
 from medverify.errors import InputError
-from medverify.evals.arbitration import (
-    SWEPT,
-    ArbitrationEval,
-    LabelledClaim,
-    PolicyPoint,
-    Source,
-    curve_svg,
-    judge_sources,
-    read_source,
-)
-from medverify.evals.arbitration import evaluate as evaluate_arbitration
 from medverify.evals.confidence import confidence_table
 from medverify.evals.confidence import curve_svg as confidence_svg
 from medverify.evals.pairs import (
@@ -48,19 +36,9 @@ from medverify.evals.pairs import (
     pairs_model,
 )
 from medverify.executor import LocalExecutor, executor_from_spec
-from medverify.factcheck.evaluate import evaluate as evaluate_factcheck
-from medverify.factcheck.evaluate import read_fact_labels, read_ratings, read_reports
-from medverify.factcheck.records import FactCheckScores
 from medverify.files import atomic_write_text
-from medverify.harness import stage_id
-from medverify.injection import (
-    InjectionCase,
-    InjectionReport,
-    load_cases,
-    measure_injection,
-    rate_text,
-)
-from medverify.judge import judge_from_config
+from medverify.judge import Judge
+from medverify.llm.facade import Model
 from medverify.retrieve import MODES
 
 
@@ -217,16 +195,18 @@ def _print_confidence(out: Console, result: PairsEval, svg_out: Path | None) -> 
         console.print(f"curves: {svg_out}")
 
 
-_judge_model = pairs_model
-_labelling_judge = pairs_judge
-
-
-async def _eval_pairs(config: Config, files: list[Path], limit: int | None) -> PairsEval:
-    model = _judge_model(config)
+@asynccontextmanager
+async def judge_with_progress(
+    config: Config, what: str, total: int,
+    make: Callable[[Config, Model | None], Judge] = pairs_judge,
+) -> AsyncIterator[tuple[Judge, Callable[[int], None]]]:
+    """The configured judge, made by ``make`` (default: the one for labelled pairs) with
+    the model it calls (closed after), and a progress bar over ``total`` items of ``what``
+    (the callback takes how many more are done)."""
+    model = pairs_model(config)
     try:
-        judge = _labelling_judge(config, model)
-        total = sum(len(load_pairs(f, limit)) for f in files)
-        with progress_bar("judging pairs", total) as bar:
+        judge = make(config, model)
+        with progress_bar(what, total) as bar:
             done = 0
 
             def advance(n: int) -> None:
@@ -234,10 +214,16 @@ async def _eval_pairs(config: Config, files: list[Path], limit: int | None) -> P
                 done += n
                 bar(done, total)
 
-            return await aevaluate_pairs(files, judge, limit=limit, progress=advance)
+            yield judge, advance
     finally:
         if model is not None:
             await model.aclose()
+
+
+async def _eval_pairs(config: Config, files: list[Path], limit: int | None) -> PairsEval:
+    total = sum(len(load_pairs(f, limit)) for f in files)
+    async with judge_with_progress(config, "judging pairs", total) as (judge, advance):
+        return await aevaluate_pairs(files, judge, limit=limit, progress=advance)
 
 
 def _num(value: float | None) -> str:
@@ -292,366 +278,3 @@ def confusion_table(scores: PairScores) -> Table:
     for gold, row in scores.confusion.items():
         table.add_row(gold, *(str(row.get(c, 0)) for c in columns))
     return table
-
-
-@eval_group.command("audit")
-@click.argument("out_dir", metavar="DIR", type=click.Path(path_type=Path))
-@click.option(
-    "--by",
-    default="system",
-    show_default=True,
-    help="Answer field to break the scores down by (an input field such as system).",
-)
-@json_out_option("Write the full result (confusion matrices included) as JSON here.")
-@config_option
-def audit(out_dir: Path, by: str, json_out: Path | None, config_path: Path | None) -> None:
-    """Agreement of a citation audit (DIR of `medverify audit --out DIR`) with the gold
-    claim labels: balanced accuracy, agreement and Cohen's kappa with bootstrap CIs."""
-    config = load_config(config_path)
-    result = evaluate_audit(
-        out_dir, by=by or None, n_boot=config.audit.bootstrap, seed=config.audit.seed
-    )
-    if json_out is not None:
-        atomic_write_text(json_out, result.model_dump_json(indent=2) + "\n")
-    for warning in result.warnings:
-        console.print(f"[yellow]warning:[/] {warning}")
-    out = Console()
-    out.print(audit_table(result))
-    out.print(audit_confusion_table(result.overall))
-    if json_out is not None:
-        console.print(f"JSON result: {json_out}")
-
-
-def _estimate(estimate: Estimate) -> str:
-    if estimate.value is None:
-        return "—"
-    ci = f"\n{estimate.ci[0]:.2f}–{estimate.ci[1]:.2f}" if estimate.ci else ""
-    return f"{estimate.value:.3f}{ci}"
-
-
-def audit_table(result: AuditEvaluation) -> Table:
-    """One row for all claims, then one per value of the breakdown field."""
-    title = f"Audit vs gold labels: {result.n_gold} labelled claims in {result.n_answers} answers"
-    caption = (
-        "unsc.: unscored (judge failed); S: share SUPPORTED by gold labels / by the audit; "
-        "under each score its 95 % bootstrap CI (resampling claims)"
-    )
-    table = Table(
-        title=title,
-        title_justify="left",
-        caption=caption,
-        caption_justify="left",
-        box=box.SIMPLE_HEAD,
-    )
-    table.add_column(result.by or "claims", overflow="fold")
-    for name in ("n", "unsc.", "S gold/pred", "bal. acc", "agreement", "kappa"):
-        table.add_column(name, justify="right", no_wrap=True)
-    rows = [("all", result.overall), ("with a valid source", result.with_source),
-            *result.breakdown.items()]
-    for name, scores in rows:
-        table.add_row(Text(name), *_audit_cells(scores), style="bold" if name == "all" else "")
-    return table
-
-
-def _audit_cells(scores: AgreementScores) -> list[str]:
-    return [
-        str(scores.n),
-        str(scores.n_unscored),
-        f"{_rate(scores.gold_supported_rate)}/{_rate(scores.predicted_supported_rate)}",
-        _estimate(scores.balanced_accuracy),
-        _estimate(scores.agreement),
-        _estimate(scores.kappa),
-    ]
-
-
-def _rate(value: float | None) -> str:
-    return "—" if value is None else f"{value:.2f}"
-
-
-def audit_confusion_table(scores: AgreementScores) -> Table:
-    """Gold labels in rows, the audit's prediction in columns."""
-    table = Table(title="all claims: gold (rows) x audit (columns)", title_justify="left")
-    table.add_column("gold")
-    columns = list(next(iter(scores.confusion.values()), {}))
-    for column in columns:
-        table.add_column(column, justify="right")
-    for gold, row in scores.confusion.items():
-        table.add_row(gold, *(str(row.get(c, 0)) for c in columns))
-    return table
-
-
-@eval_group.command("factcheck")
-@click.argument("reports_path", metavar="REPORTS.json|DIR",
-                type=click.Path(exists=True, path_type=Path))
-@click.option("--labels", "labels_path", required=True,
-              type=click.Path(exists=True, dir_okay=False, path_type=Path),
-              help="Human fact labels (JSONL, JSON or CSV): answer_id or question, fact, "
-              "label (true/false).")
-@click.option("--ratings", "ratings_path",
-              type=click.Path(exists=True, dir_okay=False, path_type=Path),
-              help="Answer ratings (JSONL, JSON or CSV): answer_id and rating "
-              "(improved/equal/worse), or initial and final scores.")
-@json_out_option("Write the full result as JSON here.")
-@config_option
-def factcheck(reports_path: Path, labels_path: Path, ratings_path: Path | None,
-              json_out: Path | None, config_path: Path | None) -> None:
-    """Hallucination detection of `medverify factcheck` reports against human fact labels:
-    confusion matrix with FALSE as the positive class (FALSE and UNVERIFIABLE verdicts
-    count as predicted false, ERROR is unscored), sensitivity, specificity, PPV, F1 and
-    balanced accuracy with 95 % bootstrap CIs; with --ratings, improved/equal/worse."""
-    config = load_config(config_path)
-    ratings = read_ratings(ratings_path) if ratings_path is not None else None
-    result = evaluate_factcheck(read_reports(reports_path), read_fact_labels(labels_path), ratings,
-                      n_boot=config.audit.bootstrap, seed=config.audit.seed)
-    if json_out is not None:
-        atomic_write_text(json_out, result.model_dump_json(indent=2) + "\n")
-    for line in result.unmatched:
-        console.print(Text(f"warning: unmatched label, {line}", style="yellow"))
-    out = Console()
-    out.print(Text(f"{result.n_matched} of {result.n_labels} labels matched facts of "
-                   f"{result.n_reports} reports ({result.n_facts} facts)"))
-    out.print(factcheck_confusion_table(result.scores))
-    out.print(factcheck_scores_table(result.scores, result.intervals))
-    if result.ratings is not None:
-        r = result.ratings
-        out.print(Text(f"Answer ratings (n={r.n}): improved {r.improved}, equal {r.equal}, "
-                       f"worse {r.worse}"))
-    if json_out is not None:
-        console.print(f"JSON result: {json_out}")
-
-
-def factcheck_confusion_table(scores: FactCheckScores) -> Table:
-    """Human labels in rows, the initial verdicts in columns (FALSE is positive)."""
-    table = Table(title=f"human (rows) x initial verdict (columns); {scores.n_unscored} "
-                  "unscored (ERROR)", title_justify="left")
-    table.add_column("human")
-    table.add_column("predicted FALSE", justify="right")
-    table.add_column("predicted TRUE", justify="right")
-    table.add_row("false", f"TP {scores.tp}", f"FN {scores.fn}")
-    table.add_row("true", f"FP {scores.fp}", f"TN {scores.tn}")
-    return table
-
-
-def factcheck_scores_table(scores: FactCheckScores,
-                           intervals: dict[str, tuple[float, float]]) -> Table:
-    """Each score with its 95 % bootstrap interval (— when undefined)."""
-    table = Table(title=f"Detection scores (n={scores.n})", title_justify="left",
-                  box=box.SIMPLE_HEAD)
-    table.add_column("score")
-    table.add_column("value", justify="right")
-    table.add_column("95 % CI", justify="right")
-    for name in ("sensitivity", "specificity", "ppv", "f1", "balanced_accuracy"):
-        ci = intervals.get(name)
-        table.add_row(name.replace("_", " "), _num(getattr(scores, name)),
-                      f"{ci[0]:.3f}–{ci[1]:.3f}" if ci else "—")
-    return table
-
-
-@eval_group.command("injection")
-@click.option("--cases", "cases_path", type=click.Path(exists=True, dir_okay=False, path_type=Path),
-              help="Probes: a JSON set shaped like the shipped one, or JSONL of cases "
-              "(default: the shipped set, data/injection.json).")
-@click.option("--judge", "judge_name", type=RegistryChoice(JUDGES),
-              help="Judge to attack (default: llm with --model, else builtin).")
-@click.option("--model", "-m", help="Model spec (needed by --judge llm and cascade).")
-@click.option("--limit", type=click.IntRange(1), help="Only the first N probes.")
-@json_out_option("Write every probe's clean and attacked verdicts (raw output included).")
-@config_option
-def injection(
-    cases_path: Path | None,
-    judge_name: str | None,
-    model: str | None,
-    limit: int | None,
-    json_out: Path | None,
-    config_path: Path | None,
-) -> None:
-    """Prompt injection: how often attacker text in a KB passage or a cited page flips the
-    judge's verdict to the attacker's target (flip rate with 95 % Wilson intervals)."""
-    config = load_config(config_path, model=model, judge=judge_name)
-    version, cases = load_cases(cases_path)
-    cases = cases[:limit] if limit else cases
-    result = asyncio.run(_eval_injection(config, cases, version))
-    if json_out is not None:
-        atomic_write_text(json_out, result.model_dump_json(indent=2) + "\n")
-    Console().print(injection_table(result))
-    if json_out is not None:
-        console.print(f"JSON result: {json_out}")
-    errors = sum(1 for o in result.outcomes if not o.scored)
-    if errors:
-        console.print(f"[magenta]{errors} of {len(result.outcomes)} probes were not scored "
-                      "(judge errors; see --json)[/]")
-
-
-async def _eval_injection(
-    config: Config, cases: list[InjectionCase], version: str
-) -> InjectionReport:
-    model = _judge_model(config)
-    try:
-        judge = judge_from_config(config, model)
-        with progress_bar("judging probes", 2 * len(cases)) as bar:
-            done = 0
-
-            def advance(n: int) -> None:
-                nonlocal done
-                done += n
-                bar(done, 2 * len(cases))
-
-            return await measure_injection(judge, cases, cases_version=version, progress=advance)
-    finally:
-        if model is not None:
-            await model.aclose()
-
-
-def injection_table(result: InjectionReport) -> Table:
-    """One row per attack and one for all probes."""
-    table = Table(title=f"Prompt injection: {result.judge} ({result.cases_version})",
-                  title_justify="left")
-    for name in ("attack", "probes", "errors", "flipped to target", "verdict changed",
-                 "clean correct", "not counted"):
-        table.add_column(name, justify="left" if name == "attack" else "right")
-    totals = [result.overall, *([result.controls] if result.controls else [])]
-    for group in [*result.by_attack, *totals]:
-        table.add_row(Text(group.name), str(group.n), str(group.n_errors),
-                      rate_text(group.flip), rate_text(group.changed),
-                      rate_text(group.clean_correct), str(group.not_counted),
-                      style="bold" if group in totals else "")
-    return table
-
-
-def _parse_grid(value: str) -> list[float] | None:
-    if value.strip().lower() == "auto":
-        return None
-    try:
-        grid = sorted({float(part) for part in value.split(",") if part.strip()})
-    except ValueError as exc:
-        raise InputError(f"--grid expects comma-separated numbers like 0.6,0.8, not {value!r}"
-                         ) from exc
-    if not grid or grid[0] <= 0 or grid[-1] > 1:
-        raise InputError("--grid values must be in (0, 1]")
-    return grid
-
-
-@eval_group.command("arbitration")
-@click.argument(
-    "files", nargs=-1, required=True, type=click.Path(exists=True, dir_okay=False, path_type=Path)
-)
-@click.option("--judge", "judge_name", type=RegistryChoice(JUDGES), default="builtin",
-              show_default=True, help="Judge of the pairs (judged claims are not judged again).")
-@click.option("--model", "-m", help="Model spec (needed by --judge llm and cascade).")
-@click.option("--limit", type=click.IntRange(1), help="Only the first N rows of each file.")
-@click.option("--max-escalation", type=click.FloatRange(0, 1), default=0.2, show_default=True,
-              help="Largest share of claims the chosen policy may escalate.")
-@click.option("--grid", "grid_text", default="auto", show_default=True,
-              help="min_confidence values swept for FACT, HALLUCINATION and COVERAGE_GAP, "
-              "each also off: comma-separated, or auto (per category, quantiles 5-95 % of "
-              "the judge's confidences in it).")
-@json_out_option("Write the sweep (front, chosen policy, every judged claim) as JSON here; "
-                 "it can be passed back as FILE to sweep again without judging.")
-@click.option("--svg", "svg_out", type=click.Path(path_type=Path, dir_okay=False),
-              help="Write the curve (errors caught vs share escalated) as SVG here.")
-@config_option
-def arbitration(
-    files: tuple[Path, ...],
-    judge_name: str,
-    model: str | None,
-    limit: int | None,
-    max_escalation: float,
-    grid_text: str,
-    json_out: Path | None,
-    svg_out: Path | None,
-    config_path: Path | None,
-) -> None:
-    """How well an arbitration policy routes the judge's mistakes to review, on labelled
-    claim/evidence pairs (JSONL, with an optional `risk` per line) or the JSON of an earlier
-    run: sweeps [arbitration] min_confidence (and high_risk/low_risk when risks are given),
-    prints the Pareto front (share escalated vs share of judge errors caught) and the
-    policy that catches the most errors within --max-escalation, as a TOML block.
-
-    An error is a claim whose judge category disagrees with its gold label (SUPPORTED ->
-    FACT, CONTRADICTED -> HALLUCINATION, NOT_ENOUGH_INFO -> COVERAGE_GAP; 2-way
-    NOT_SUPPORTED -> HALLUCINATION or COVERAGE_GAP); caught = escalated. Claims the judge
-    failed on (ERROR) are counted apart."""
-    grid = _parse_grid(grid_text)
-    config = load_config(config_path, model=model, judge=judge_name)
-    sources = [read_source(f, limit) for f in files]
-    claims, judge_id = asyncio.run(_judge_sources(config, sources))
-    result = evaluate_arbitration(claims, config.arbitration, max_escalation=max_escalation,
-                                  grid=grid, judge=judge_id, files=[str(f) for f in files])
-    if json_out is not None:
-        atomic_write_text(json_out, result.model_dump_json(indent=2) + "\n")
-    if svg_out is not None:
-        atomic_write_text(svg_out, curve_svg(result) + "\n")
-    out = Console()
-    out.print(Text(f"{result.n} claims ({result.n_with_risk} with a risk): {result.n_errors} "
-                   f"judge errors ({result.n_judgment_errors} JUDGMENT_ERROR), "
-                   f"{result.n_judge_errors} ERROR (judge failed, counted apart); "
-                   f"{result.n_policies} policies swept"))
-    out.print(arbitration_table(result))
-    if result.chosen is None:
-        console.print(f"[yellow]no policy escalates at most {max_escalation:.0%} of the claims "
-                      "(ERROR and JUDGMENT_ERROR claims escalate by policy)[/]")
-    else:
-        click.echo(f"\nCatches the most errors escalating at most {max_escalation:.0%}:\n")
-        click.echo(result.chosen_toml, nl=False)
-    for path in (json_out, svg_out):
-        if path is not None:
-            console.print(f"wrote {path}")
-
-
-async def _judge_sources(config: Config, sources: list[Source]
-                         ) -> tuple[list[LabelledClaim], str | None]:
-    """The labelled claims of every source; the judge's id (None: nothing was judged)."""
-    total = sum(len(s.pairs) for s in sources)
-    if not total:
-        return await judge_sources(sources, None), None
-    model = _judge_model(config)
-    try:
-        judge = _labelling_judge(config, model)
-        with progress_bar("judging pairs", total) as bar:
-            done = 0
-
-            def advance(n: int) -> None:
-                nonlocal done
-                done += n
-                bar(done, total)
-
-            return await judge_sources(sources, judge, advance), stage_id(judge)
-    finally:
-        if model is not None:
-            await model.aclose()
-
-
-def arbitration_table(result: ArbitrationEval) -> Table:
-    """The Pareto front, one row per policy (the configured policy first when it is not on
-    the front)."""
-    table = Table(title=f"Arbitration policies on the front ({result.n} claims, "
-                  f"{result.n_errors} judge errors)", title_justify="left", box=box.SIMPLE_HEAD,
-                  caption="FACT/HALL./GAP <: min_confidence; escalated: share of claims; "
-                  "caught: share of judge errors escalated; precision: share of escalated "
-                  "(non-ERROR) claims that are errors; slipped: errors accepted",
-                  caption_justify="left")
-    table.add_column("policy", overflow="fold")
-    names = ["FACT <", "HALL. <", "GAP <", *(["risk hi/lo"] if result.high_risk_grid else []),
-             "escalated", "caught", "precision", "slipped"]
-    for name in names:
-        table.add_column(name, justify="right", no_wrap=True, min_width=len(name))
-    base = _thresholds(result.base)
-    rows = [] if any(_thresholds(p) == base for p in result.front) else [result.base]
-    for p in [*rows, *result.front]:
-        marks = [n for n, hit in (("configured", _thresholds(p) == base),
-                                  ("chosen", p == result.chosen)) if hit]
-        floors = [p.min_confidence.get(c.value) for c in SWEPT]
-        table.add_row(
-            ", ".join(marks), *("—" if f is None else f"{f:g}" for f in floors),
-            *([f"{p.high_risk:g}/{p.low_risk:g}"] if result.high_risk_grid else []),
-            _pct(p.escalated), _pct(p.caught), _pct(p.precision), str(p.n_accepted_errors),
-            style="bold" if marks else "")
-    return table
-
-
-def _thresholds(point: PolicyPoint) -> tuple[object, ...]:
-    return (sorted(point.min_confidence.items()), point.high_risk, point.low_risk)
-
-
-def _pct(value: float | None) -> str:
-    return "—" if value is None else f"{100 * value:.1f}%"

@@ -10,6 +10,7 @@ import click
 
 from medverify.cli import main
 from medverify.cli._common import config_option, load_config, store_option
+from medverify.cli._names import JUDGES, RegistryChoice
 from medverify.errors import ConfigError, MissingDependencyError
 from medverify.store.connections import display
 from medverify.store.runs import RunStore
@@ -24,7 +25,8 @@ from medverify.store.runs import RunStore
 @click.option("--workers", type=click.IntRange(1, 64),
               help="Worker processes; each loads the KB and models once (default 1).")
 @click.option("-m", "--model", help="Model spec for the LLM judge (default: built-in judge).")
-@click.option("--judge", help="Judge name (default: llm with --model, else builtin).")
+@click.option("--judge", type=RegistryChoice(JUDGES),
+              help="Judge (default: llm with --model, else builtin).")
 @config_option
 def serve(kb: Path | None, store: Path | None, host: str | None, port: int | None,
           workers: int | None, model: str | None, judge: str | None,

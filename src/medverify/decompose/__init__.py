@@ -24,7 +24,7 @@ None), e.g. ``mine = "my_package.decompose:MyDecomposer.from_config"``.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Protocol, runtime_checkable
+from typing import Protocol, runtime_checkable
 
 from medverify.decompose.clauses import VerbClass, split_coordination, split_semicolons
 from medverify.decompose.llm import LLMDecomposer, parse_reply
@@ -32,10 +32,6 @@ from medverify.decompose.rules import RuleDecomposer, is_droppable
 from medverify.decompose.segment import Segment, SegmentKind, clean_text, segment
 from medverify.records import Answer, Claim
 from medverify.registry import Registry
-
-if TYPE_CHECKING:
-    from medverify.config import Config
-    from medverify.llm.facade import Model
 
 __all__ = [
     "DECOMPOSERS",
@@ -47,7 +43,6 @@ __all__ = [
     "VerbClass",
     "clean_text",
     "is_droppable",
-    "make_decomposer",
     "parse_reply",
     "segment",
     "split_coordination",
@@ -66,14 +61,10 @@ class Decomposer(Protocol):
     async def decompose(self, answer: Answer) -> list[Claim]: ...
 
 
-DECOMPOSERS: Registry[Decomposer] = Registry("decomposer", group="medverify.decomposers")
+DECOMPOSERS: Registry[Decomposer] = Registry(
+    "decomposer", group="medverify.decomposers", protocol=Decomposer,
+    needs="it needs name, prompt_version and an async decompose(answer) method")
+"""Decomposer factories by name: ``DECOMPOSERS.create(name, config, model)`` calls
+``factory(config, model)`` (ConfigError for an unknown name, or for "llm" without a model)."""
 DECOMPOSERS.register("rules", "medverify.decompose.rules:RuleDecomposer.from_config")
 DECOMPOSERS.register("llm", "medverify.decompose.llm:LLMDecomposer.from_config")
-
-
-def make_decomposer(name: str, model: Model | None = None,
-                    config: Config | None = None) -> Decomposer:
-    """The decomposer registered as ``name`` ("rules", "llm" or a plugin's), built by its
-    factory as ``factory(config, model)``; ConfigError for an unknown name or for "llm"
-    without a model."""
-    return DECOMPOSERS.create(name, config, model)

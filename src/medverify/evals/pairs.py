@@ -28,7 +28,7 @@ from medverify.errors import InputError
 from medverify.evals.confidence import ConfidenceScores, score_confidence
 from medverify.executor import Executor
 from medverify.harness import stage_id
-from medverify.judge import JUDGES, Judge, JudgeItem, judge_options, make_judge
+from medverify.judge import JUDGES, Judge, JudgeItem, runs_offline
 from medverify.kb.embed import Embedder, get_embedder
 from medverify.kb.loaders import LoadReport, iter_documents
 from medverify.kb.store import KnowledgeBase
@@ -426,19 +426,19 @@ def evaluate_pairs(paths: Sequence[str | Path], judge: Judge, **options: Any) ->
 
 
 def pairs_model(config: Config) -> Model | None:
-    """The model a configured judge calls (None for the built-in judge or without a model)."""
-    if not config.model or config.judge_name == "builtin":
+    """The model a configured judge calls (None for a judge that runs offline, e.g. the
+    built-in one, or without a model)."""
+    if not config.model or runs_offline(config.judge_name):
         return None
     return model_from_config(config)
 
 
 def pairs_judge(config: Config, model: Model | None) -> Judge:
     """The configured judge for scoring labelled pairs: labels and categories never depend
-    on the quoted sentence, so a local judge skips quoting."""
-    options = judge_options(config.judge_name, config, model)
-    if config.judge_name in ("builtin", "cascade"):  # the judges that quote a sentence
-        options["quotes"] = False
-    return make_judge(config.judge_name, **options)
+    on the quoted sentence, so a judge that quotes one skips it (``[judge_settings] quotes``)."""
+    settings = config.judge_settings.model_copy(update={"quotes": False})
+    return JUDGES.create(config.judge_name, config.model_copy(update={"judge_settings": settings}),
+                         model)
 
 
 _WORKER_JUDGES: dict[str, Judge] = {}

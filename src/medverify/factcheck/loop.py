@@ -34,7 +34,7 @@ import numpy as np
 
 from medverify.audit.select import PassageSelector
 from medverify.config import Config
-from medverify.decompose import Decomposer, make_decomposer
+from medverify.decompose import DECOMPOSERS, Decomposer
 from medverify.errors import ConfigError, MedverifyError
 from medverify.factcheck.records import (
     AnswerVersion,
@@ -65,7 +65,7 @@ from medverify.harness import (
     prompt_versions,
     stage_id,
 )
-from medverify.judge import Judge, JudgeItem, judge_options, make_judge
+from medverify.judge import JUDGES, Judge, JudgeItem
 from medverify.kb import KnowledgeBase
 from medverify.kb.embed import Embedder
 from medverify.llm.facade import Model, UsageLedger
@@ -269,8 +269,9 @@ class FactChecker:
         rewriter = (LLMRewriter(model, facts_per_call=settings.facts_per_call)
                     if model is not None else ExtractiveRewriter())
         return cls(config=config, kb=kb, ledger=ledger, model=model, selector=selector,
-                   decomposer=make_decomposer(config.decomposer_name, model, config),
-                   judge=judge or _make_judge(config, model), rewriter=rewriter,
+                   decomposer=DECOMPOSERS.create(config.decomposer_name, config, model),
+                   judge=judge or JUDGES.create(config.judge_name, judge_config(config), model),
+                   rewriter=rewriter,
                    owned=tuple(owned))
 
     async def aclose(self) -> None:
@@ -286,7 +287,7 @@ class FactChecker:
         spec = self.model.spec if self.model else None
         out = {"judge": stage_id(self.judge),
                "rewrite": spec if self.llm_rewrites and spec else "extractive"}
-        if self.decomposer.name == "llm" and spec:
+        if self.decomposer.prompt_version is not None and spec:  # it asks the model
             out["decompose"] = spec
         if self.llm_rewrites and spec:
             out["rewrite_answer"] = spec
@@ -472,14 +473,15 @@ class FactChecker:
         return reports
 
 
-def _make_judge(config: Config, model: Model | None) -> Judge:
-    """The configured judge; the LLM judge batches ``facts_per_call`` facts per call, with
-    room for their passages when the evidence is trimmed to windows."""
-    name = config.judge_name
-    options = judge_options(name, config, model)
+def judge_config(config: Config) -> Config:
+    """The config the fact-checker makes its judge from: ``facts_per_call`` facts per call
+    (``claims_per_call``), with room for their passages (``[judge_settings] max_passages``)
+    when the evidence is trimmed to windows."""
     settings = config.factcheck
-    if "claims_per_call" in options:
-        options["claims_per_call"] = settings.facts_per_call
-    if name == "llm" and settings.evidence == "passages":
-        options["max_passages"] = max(10, settings.passages_per_fact * settings.facts_per_call)
-    return make_judge(name, **options)
+    update: dict[str, object] = {"claims_per_call": settings.facts_per_call}
+    if settings.evidence == "passages":
+        room = max(config.judge_settings.max_passages,
+                   settings.passages_per_fact * settings.facts_per_call)
+        update["judge_settings"] = config.judge_settings.model_copy(
+            update={"max_passages": room})
+    return config.model_copy(update=update)

@@ -124,6 +124,7 @@ class BuiltinJudge:
 
     name = "builtin"
     prompt_version: str | None = None
+    offline = True  # never calls a model (medverify.judge.runs_offline)
 
     def __init__(
         self,
@@ -185,6 +186,7 @@ class BuiltinJudge:
             "calibration": settings.calibration,
             "family": settings.calibration_family,
             "checks": settings.exact_checks,
+            "quotes": settings.quotes,
         }
 
     @classmethod

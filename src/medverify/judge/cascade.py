@@ -48,7 +48,6 @@ class CascadeJudge:
     """Built-in judge first, LLM judge for the claims it is not confident about."""
 
     name = "cascade"
-    needs_model = True
 
     def __init__(
         self,
@@ -87,7 +86,8 @@ class CascadeJudge:
         settings = config.judge_settings
         return {
             **BuiltinJudge.config_options(config, model),
-            **LLMJudge.config_options(config, model),
+            "model": model,
+            "claims_per_call": config.claims_per_call,
             "high": settings.cascade_high,
             "low": settings.cascade_low,
             "route": settings.cascade_route,

@@ -99,7 +99,6 @@ class LLMJudge(PromptedModelJudge):
     """Judge claims with a chat model. See ``prompts/judge/v1.md``."""
 
     name = "llm"
-    needs_model = True
 
     def __init__(
         self,
@@ -118,8 +117,10 @@ class LLMJudge(PromptedModelJudge):
 
     @classmethod
     def config_options(cls, config: Config, model: Model | None) -> dict[str, Any]:
-        """Constructor options from the config: the model and ``claims_per_call``."""
-        return {"model": model, "claims_per_call": config.claims_per_call}
+        """Constructor options from the config: the model, ``claims_per_call`` and
+        ``[judge_settings] max_passages``."""
+        return {"model": model, "claims_per_call": config.claims_per_call,
+                "max_passages": config.judge_settings.max_passages}
 
     @property
     def judge_id(self) -> str:

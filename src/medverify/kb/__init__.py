@@ -29,6 +29,8 @@ from medverify.kb.store import KBStats, KnowledgeBase
 from medverify.registry import Registry
 
 if TYPE_CHECKING:
+    from collections.abc import Callable
+
     from medverify.config import Config
 
 __all__ = [
@@ -53,8 +55,14 @@ __all__ = [
     "sample_kb_path",
 ]
 
-KB_STORES: Registry[KBStore] = Registry("KB store", group="medverify.kb_stores")
-"""KB stores by name; a factory is called as ``factory(path, config)``."""
+def _call_store(factory: Callable[..., KBStore], config: Config, model: object) -> KBStore:
+    """``KB_STORES.create(name, config)`` calls ``factory(config.kb, config)``."""
+    return factory(config.kb, config)
+
+
+KB_STORES: Registry[KBStore] = Registry("KB store", group="medverify.kb_stores",
+                                        call=_call_store)
+"""KB stores by name: ``KB_STORES.create(name, config)`` calls ``factory(path, config)``."""
 KB_STORES.register("embedded", "medverify.kb.store:KnowledgeBase.from_config")
 
 DEFAULT_STORE = "embedded"
@@ -62,13 +70,14 @@ DEFAULT_STORE = "embedded"
 
 def open_store(config: Config, name: str = DEFAULT_STORE) -> KBStore:
     """The KB store ``name`` at ``config.kb``, opened with ``config`` (ConfigError when no
-    KB is configured or the name is unknown)."""
+    KB is configured or the name is unknown). Kept beside ``KB_STORES.create`` for the
+    one thing it adds: the error that says how to give a KB when none is configured."""
     if config.kb is None:
         raise ConfigError(
             "no knowledge base given: pass --kb DIR (build one with "
             "`medverify kb ingest PATH --kb DIR`)"
         )
-    return KB_STORES.create(name, config.kb, config)
+    return KB_STORES.create(name, config)
 
 
 def sample_kb_path() -> Path:

@@ -47,7 +47,14 @@ class Embedder(Protocol):
     def embed(self, texts: list[str]) -> np.ndarray: ...
 
 
-EMBEDDERS: Registry[Embedder] = Registry("embedder", group="medverify.embedders")
+def _call_embedder(factory: Callable[[], Embedder], config: Any, model: Any) -> Embedder:
+    """``EMBEDDERS.create(name, None)`` calls ``factory()``: an embedder takes no settings."""
+    return factory()
+
+
+EMBEDDERS: Registry[Embedder] = Registry(
+    "embedder", group="medverify.embedders", call=_call_embedder, protocol=Embedder,
+    needs="it needs id, dim, tokenizer and an embed(texts) method")
 
 
 def normalize(vectors: np.ndarray) -> np.ndarray:
@@ -470,7 +477,7 @@ def get_embedder(spec: str | Embedder | None = None, precision: Precision = "aut
     if spec == DEFAULT_EMBEDDER and EMBEDDERS.get(spec) is minilm:
         return minilm(precision, device, runtime)
     if spec in EMBEDDERS.names():
-        return EMBEDDERS.create(spec)
+        return EMBEDDERS.create(spec, None)
     if spec.startswith("hash-") and spec[5:].isdigit():
         return HashEmbedder(int(spec[5:]))
     path = Path(spec).expanduser()

@@ -257,7 +257,7 @@ def get_model(spec: str | ModelSpec, settings: ModelSettings | None = None, *,
     """
     parsed = parse_spec(spec) if isinstance(spec, str) else spec
     effective = parsed.apply(settings)
-    provider = providers.create(parsed.provider, parsed, effective)
+    provider = providers.create(parsed.provider, effective, parsed)
     slow = getattr(provider, "default_timeout_s", None)  # e.g. an in-process CPU model
     if parsed.timeout_s is None and isinstance(slow, float) and slow > effective.timeout_s:
         effective = effective.model_copy(update={"timeout_s": slow})

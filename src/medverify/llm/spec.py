@@ -17,12 +17,14 @@ query part holds options: ``key_env`` (name of the environment variable with the
 Providers are looked up by name in :data:`providers`; built-ins register there the same way
 plugins do (``providers.register("name", factory)``, factory ``(ModelSpec, ModelSettings) ->
 Provider``); installed packages add providers through the ``medverify.providers`` entry-point
-group (see docs/plugins.md).
+group (see docs/plugins.md). ``providers.create(spec.provider, settings, spec)`` makes one:
+the settings are the registry's config and the parsed spec its model.
 """
 
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
 from typing import Any
 from urllib.parse import parse_qsl, urlsplit
 
@@ -39,9 +41,19 @@ _OPTION_FIELDS = {"key_env": "key_env", "timeout": "timeout_s", "concurrency": "
                   "retries": "max_retries"}
 _OVERRIDES = ("timeout_s", "concurrency", "max_retries")
 
-providers: Registry[Provider] = Registry("model provider", group="medverify.providers")
-"""Provider factories by spec prefix: ``factory(spec: ModelSpec, settings: ModelSettings)``;
-plugins add names through the ``medverify.providers`` entry-point group."""
+
+def _call_provider(factory: Callable[..., Provider], settings: ModelSettings,
+                   spec: ModelSpec) -> Provider:
+    """``providers.create(name, settings, spec)`` calls ``factory(spec, settings)``."""
+    return factory(spec, settings)
+
+
+providers: Registry[Provider] = Registry(
+    "model provider", group="medverify.providers", call=_call_provider, protocol=Provider,
+    needs="it needs an id and an async complete(request) method")
+"""Provider factories by spec prefix: ``providers.create(name, settings, spec)`` calls
+``factory(spec: ModelSpec, settings: ModelSettings)``; plugins add names through the
+``medverify.providers`` entry-point group."""
 
 for _kind in ("openai", "vllm", "ollama", "llamacpp", "lmstudio", "openai-compatible"):
     providers.register(_kind, "medverify.llm.openai_compat:from_spec")

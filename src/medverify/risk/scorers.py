@@ -45,7 +45,7 @@ import asyncio
 import logging
 import os
 import threading
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol, runtime_checkable
@@ -84,21 +84,28 @@ class Scorer(Protocol):
     async def score(self, items: Sequence[ScoreItem]) -> list[TokenTrace]: ...
 
 
-SCORERS: Registry[Scorer] = Registry("risk scorer")
-"""Scorer factories by spec prefix: ``factory(spec: str, settings: RiskSettings)``."""
+def _call_scorer(factory: Callable[..., Scorer], settings: RiskSettings, spec: str) -> Scorer:
+    """``SCORERS.create(prefix, settings, spec)`` calls ``factory(spec, settings)``."""
+    return factory(spec, settings)
+
+
+SCORERS: Registry[Scorer] = Registry("risk scorer", call=_call_scorer)
+"""Scorer factories by spec prefix: ``SCORERS.create(prefix, settings, spec)`` calls
+``factory(spec: str, settings: RiskSettings)``."""
 SCORERS.register("hf", "medverify.risk.scorers:hf_from_spec")
 for _kind in ("vllm", "openai-compatible"):
     SCORERS.register(_kind, "medverify.risk.scorers:openai_from_spec")
 
 
 def make_scorer(spec: str, settings: RiskSettings | None = None) -> Scorer:
-    """The scorer named by ``spec`` (``hf:PATH``, ``vllm:MODEL@URL``, ...)."""
+    """The scorer named by ``spec`` (``hf:PATH``, ``vllm:MODEL@URL``, ...): the spec is
+    checked and its prefix picks the factory, so this is the way in, not ``SCORERS.create``."""
     text = spec.strip() if isinstance(spec, str) else ""
     prefix, sep, rest = text.partition(":")
     if not sep or not rest.strip():
         raise ConfigError(f"scorer spec {spec!r}: expected hf:/path/to/model or "
                           "vllm:MODEL@http://host:8000/v1")
-    return SCORERS.create(prefix, text, settings or RiskSettings())
+    return SCORERS.create(prefix, settings or RiskSettings(), text)
 
 
 def render_prompt(item: ScoreItem) -> str:

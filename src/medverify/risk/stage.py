@@ -185,10 +185,11 @@ async def units(answer: str, question: str | None, granularity: str) -> list[Ris
 
         return [RiskText(id=f"s{s.index + 1}", text=s.text, question=question)
                 for s in segment(answer)]
-    from medverify.decompose import make_decomposer
+    from medverify.decompose import DECOMPOSERS
     from medverify.records import Answer
 
-    claims = await make_decomposer("rules").decompose(Answer(text=answer, question=question))
+    rules = DECOMPOSERS.create("rules", None)
+    claims = await rules.decompose(Answer(text=answer, question=question))
     return [RiskText(id=c.id, text=c.text, question=question) for c in claims]
 
 

@@ -32,7 +32,7 @@ from types import TracebackType
 from typing import Any
 
 from medverify.config import Config
-from medverify.decompose import Decomposer, make_decomposer
+from medverify.decompose import DECOMPOSERS, Decomposer
 from medverify.errors import ConfigError, InputError, MedverifyError, ProviderError
 from medverify.files import (
     append_record,
@@ -51,7 +51,7 @@ from medverify.harness import (
     run_each,
     stage_id,
 )
-from medverify.judge import Judge, JudgeItem, judge_from_config
+from medverify.judge import JUDGES, Judge, JudgeItem
 from medverify.kb.embed import Embedder, get_embedder
 from medverify.llm.facade import Model, model_from_config
 from medverify.prompts import load_prompt
@@ -239,9 +239,9 @@ class TrialStudy:
             raise ConfigError("a study needs at least one context, granularity and question")
         opened = Resources.open(config, need_kb=False)
         if judge is None:
-            judge = judge_from_config(config, opened.model)
+            judge = JUDGES.create(config.judge_name, config, opened.model)
         if decomposer is None and Granularity.CLAIM in granularities:
-            decomposer = make_decomposer(config.decomposer_name, opened.model, config)
+            decomposer = DECOMPOSERS.create(config.decomposer_name, config, opened.model)
         if embedder is None and config.retrieval.mode != "lexical":
             embedder = get_embedder(config.kb_settings.embedder)
         asked = [Asked(e.label, model_from_config(config, e.spec)) for e in entries]
