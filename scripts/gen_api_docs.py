@@ -140,7 +140,7 @@ def route_role(route: APIRoute) -> Role | None:
 def error_codes() -> list[tuple[int, str]]:
     """(status, code) of every error the service answers, sorted by status."""
     found: set[tuple[int, str]] = set()
-    for path in sorted(Path(medverify.service.__file__).parent.glob("*.py")):
+    for path in sorted(Path(medverify.service.__file__).parent.rglob("*.py")):
         text = path.read_text("utf-8")
         found |= {(int(status), code) for status, code in _PATTERN.findall(text)}
     found |= {(status, _STATUS_CODES[status]) for status in FRAMEWORK_STATUSES}
