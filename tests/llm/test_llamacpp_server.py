@@ -31,14 +31,13 @@ from medverify.config import RiskSettings
 from medverify.risk.records import TokenTrace
 from medverify.risk.scorers import (
     NO_PROMPT_LOGPROBS,
-    OpenAICompatScorer,
     ScoreItem,
     Scorer,
     load_local_lm,
     make_scorer,
     render_prompt,
-    steps_from_echo_logprobs,
 )
+from medverify.risk.server_scorer import OpenAICompatScorer, steps_from_echo_logprobs
 from medverify.testing.local_server import CompletionsServer
 
 ITEMS = [

@@ -23,13 +23,13 @@ from medverify.risk.scorers import (  # noqa: E402
     EMPTY_ANSWER,
     NO_PROMPT_LOGPROBS,
     HFScorer,
-    OpenAICompatScorer,
     ScoreItem,
     Scorer,
     load_local_lm,
     make_scorer,
     render_prompt,
 )
+from medverify.risk.server_scorer import OpenAICompatScorer  # noqa: E402
 from medverify.testing.local_server import CompletionsServer  # noqa: E402
 from medverify.testing.tiny_lm import build_tiny_lm  # noqa: E402
 
