@@ -225,6 +225,9 @@ class NumberJudge:
 # -- small registry records ----------------------------------------------------------------
 
 
+Arm = tuple[str, str, str]  # (label, arm type, drug)
+
+
 def make_record(nct_id: str, title: str, *, condition: str = "Non-small Cell Lung Cancer",
                 drug: str = "Examplimab", enrolled: int = 120, responders: tuple[int, int] =
                 (18, 31), at_risk: tuple[int, int] = (60, 60), serious: tuple[int, int] =
@@ -232,97 +235,116 @@ def make_record(nct_id: str, title: str, *, condition: str = "Non-small Cell Lun
     """A small but complete ClinicalTrials.gov API v2 study record (made up, for tests and
     examples that must run without the registry samples): two arms, one primary outcome
     with a statistical analysis, one secondary outcome, serious and other adverse events."""
-    arms = [("Placebo", "PLACEBO_COMPARATOR", "Placebo"), (drug, "EXPERIMENTAL", drug)]
+    arms: list[Arm] = [("Placebo", "PLACEBO_COMPARATOR", "Placebo"), (drug, "EXPERIMENTAL", drug)]
     record: dict[str, Any] = {
-        "protocolSection": {
-            "identificationModule": {"nctId": nct_id, "briefTitle": title},
-            "statusModule": {"overallStatus": "COMPLETED",
-                             "startDateStruct": {"date": "2019-03"},
-                             "completionDateStruct": {"date": "2022-11"}},
-            "sponsorCollaboratorsModule": {"leadSponsor": {"name": "Example Oncology"}},
-            "descriptionModule": {"briefSummary": f"This study compares {drug} with placebo "
-                                  f"in adults with {condition.lower()}."},
-            "conditionsModule": {"conditions": [condition], "keywords": ["immunotherapy"]},
-            "designModule": {"studyType": "INTERVENTIONAL", "phases": ["PHASE2"],
-                             "designInfo": {"allocation": "RANDOMIZED",
-                                            "interventionModel": "PARALLEL",
-                                            "primaryPurpose": "TREATMENT",
-                                            "maskingInfo": {"masking": "DOUBLE"}},
-                             "enrollmentInfo": {"count": enrolled, "type": "ACTUAL"}},
-            "armsInterventionsModule": {
-                "armGroups": [{"label": label, "type": kind, "interventionNames": [f"Drug: {d}"]}
-                              for label, kind, d in arms],
-                "interventions": [{"type": "DRUG", "name": d,
-                                   "description": f"{d} 10 mg/kg intravenously every 3 weeks"}
-                                  for _, _, d in arms],
-            },
-            "outcomesModule": {
-                "primaryOutcomes": [{"measure": "Objective Response Rate",
-                                     "timeFrame": "Up to 24 months"}],
-                "secondaryOutcomes": [{"measure": "Progression-free Survival",
-                                       "timeFrame": "Up to 36 months"}],
-            },
-            "eligibilityModule": {"sex": "ALL", "minimumAge": "18 Years",
-                                  "healthyVolunteers": False,
-                                  "eligibilityCriteria": "Inclusion Criteria:\n* ECOG 0-1\n\n"
-                                  "Exclusion Criteria:\n* Active autoimmune disease"},
-        },
+        "protocolSection": _protocol_section(nct_id, title, condition, drug, enrolled, arms),
         "hasResults": with_results,
     }
     if not with_results:
         return record
     groups = [{"id": f"OG00{i}", "title": label} for i, (label, _, _) in enumerate(arms)]
     record["resultsSection"] = {
-        "participantFlowModule": {
-            "groups": [{"id": f"FG00{i}", "title": label} for i, (label, _, _) in
-                       enumerate(arms)],
-            "periods": [{"title": "Overall Study", "milestones": [
-                {"type": "STARTED", "achievements": [
-                    {"groupId": f"FG00{i}", "numSubjects": str(n)}
-                    for i, n in enumerate(at_risk)]},
-                {"type": "COMPLETED", "achievements": [
-                    {"groupId": f"FG00{i}", "numSubjects": str(n - 5)}
-                    for i, n in enumerate(at_risk)]}]}],
-        },
-        "outcomeMeasuresModule": {"outcomeMeasures": [
-            {"type": "PRIMARY", "title": "Objective Response Rate", "paramType": "NUMBER",
-             "unitOfMeasure": "participants", "timeFrame": "Up to 24 months",
-             "groups": groups,
-             "denoms": [{"units": "Participants", "counts": [
-                 {"groupId": g["id"], "value": str(n)} for g, n in zip(groups, at_risk,
-                                                                      strict=True)]}],
-             "classes": [{"categories": [{"measurements": [
-                 {"groupId": g["id"], "value": str(n)} for g, n in zip(groups, responders,
-                                                                      strict=True)]}]}],
-             "analyses": [{"groupIds": [g["id"] for g in groups],
-                           "statisticalMethod": "Cochran-Mantel-Haenszel",
-                           "paramType": "Odds Ratio (OR)", "paramValue": "2.41",
-                           "ciPctValue": "95", "ciNumSides": "TWO_SIDED",
-                           "ciLowerLimit": "1.12", "ciUpperLimit": "5.19",
-                           "pValue": "0.021"}]},
-            {"type": "SECONDARY", "title": "Progression-free Survival", "paramType": "MEDIAN",
-             "dispersionType": "95% Confidence Interval", "unitOfMeasure": "months",
-             "timeFrame": "Up to 36 months", "groups": groups,
-             "classes": [{"categories": [{"measurements": [
-                 {"groupId": "OG000", "value": "4.2", "lowerLimit": "3.1",
-                  "upperLimit": "5.6"},
-                 {"groupId": "OG001", "value": "7.9", "lowerLimit": "6.0",
-                  "upperLimit": "9.8"}]}]}]},
-        ]},
-        "adverseEventsModule": {
-            "frequencyThreshold": "5", "timeFrame": "Up to 36 months",
-            "eventGroups": [{"id": f"EG00{i}", "title": label, "seriousNumAffected": s,
-                             "seriousNumAtRisk": n, "otherNumAffected": n // 2,
-                             "otherNumAtRisk": n, "deathsNumAffected": 1, "deathsNumAtRisk": n}
-                            for i, ((label, _, _), s, n) in enumerate(zip(arms, serious,
-                                                                          at_risk, strict=True))],
-            "seriousEvents": [{"term": "Pneumonitis", "organSystem": "Respiratory disorders",
-                               "stats": [{"groupId": f"EG00{i}", "numAffected": s,
-                                          "numAtRisk": n} for i, (s, n) in
-                                         enumerate(zip(serious, at_risk, strict=True))]}],
-            "otherEvents": [{"term": "Fatigue", "organSystem": "General disorders",
-                             "stats": [{"groupId": f"EG00{i}", "numAffected": n // 3,
-                                        "numAtRisk": n} for i, n in enumerate(at_risk)]}],
-        },
+        "participantFlowModule": _participant_flow(arms, at_risk),
+        "outcomeMeasuresModule": _outcome_measures(groups, responders, at_risk),
+        "adverseEventsModule": _adverse_events(arms, serious, at_risk),
     }
     return record
+
+
+def _protocol_section(nct_id: str, title: str, condition: str, drug: str, enrolled: int,
+                      arms: list[Arm]) -> dict[str, Any]:
+    return {
+        "identificationModule": {"nctId": nct_id, "briefTitle": title},
+        "statusModule": {"overallStatus": "COMPLETED",
+                         "startDateStruct": {"date": "2019-03"},
+                         "completionDateStruct": {"date": "2022-11"}},
+        "sponsorCollaboratorsModule": {"leadSponsor": {"name": "Example Oncology"}},
+        "descriptionModule": {"briefSummary": f"This study compares {drug} with placebo "
+                              f"in adults with {condition.lower()}."},
+        "conditionsModule": {"conditions": [condition], "keywords": ["immunotherapy"]},
+        "designModule": {"studyType": "INTERVENTIONAL", "phases": ["PHASE2"],
+                         "designInfo": {"allocation": "RANDOMIZED",
+                                        "interventionModel": "PARALLEL",
+                                        "primaryPurpose": "TREATMENT",
+                                        "maskingInfo": {"masking": "DOUBLE"}},
+                         "enrollmentInfo": {"count": enrolled, "type": "ACTUAL"}},
+        "armsInterventionsModule": {
+            "armGroups": [{"label": label, "type": kind, "interventionNames": [f"Drug: {d}"]}
+                          for label, kind, d in arms],
+            "interventions": [{"type": "DRUG", "name": d,
+                               "description": f"{d} 10 mg/kg intravenously every 3 weeks"}
+                              for _, _, d in arms],
+        },
+        "outcomesModule": {
+            "primaryOutcomes": [{"measure": "Objective Response Rate",
+                                 "timeFrame": "Up to 24 months"}],
+            "secondaryOutcomes": [{"measure": "Progression-free Survival",
+                                   "timeFrame": "Up to 36 months"}],
+        },
+        "eligibilityModule": {"sex": "ALL", "minimumAge": "18 Years",
+                              "healthyVolunteers": False,
+                              "eligibilityCriteria": "Inclusion Criteria:\n* ECOG 0-1\n\n"
+                              "Exclusion Criteria:\n* Active autoimmune disease"},
+    }
+
+
+def _participant_flow(arms: list[Arm], at_risk: tuple[int, int]) -> dict[str, Any]:
+    return {
+        "groups": [{"id": f"FG00{i}", "title": label} for i, (label, _, _) in
+                   enumerate(arms)],
+        "periods": [{"title": "Overall Study", "milestones": [
+            {"type": "STARTED", "achievements": [
+                {"groupId": f"FG00{i}", "numSubjects": str(n)}
+                for i, n in enumerate(at_risk)]},
+            {"type": "COMPLETED", "achievements": [
+                {"groupId": f"FG00{i}", "numSubjects": str(n - 5)}
+                for i, n in enumerate(at_risk)]}]}],
+    }
+
+
+def _outcome_measures(groups: list[dict[str, str]], responders: tuple[int, int],
+                      at_risk: tuple[int, int]) -> dict[str, Any]:
+    return {"outcomeMeasures": [
+        {"type": "PRIMARY", "title": "Objective Response Rate", "paramType": "NUMBER",
+         "unitOfMeasure": "participants", "timeFrame": "Up to 24 months",
+         "groups": groups,
+         "denoms": [{"units": "Participants", "counts": [
+             {"groupId": g["id"], "value": str(n)} for g, n in zip(groups, at_risk,
+                                                                  strict=True)]}],
+         "classes": [{"categories": [{"measurements": [
+             {"groupId": g["id"], "value": str(n)} for g, n in zip(groups, responders,
+                                                                  strict=True)]}]}],
+         "analyses": [{"groupIds": [g["id"] for g in groups],
+                       "statisticalMethod": "Cochran-Mantel-Haenszel",
+                       "paramType": "Odds Ratio (OR)", "paramValue": "2.41",
+                       "ciPctValue": "95", "ciNumSides": "TWO_SIDED",
+                       "ciLowerLimit": "1.12", "ciUpperLimit": "5.19",
+                       "pValue": "0.021"}]},
+        {"type": "SECONDARY", "title": "Progression-free Survival", "paramType": "MEDIAN",
+         "dispersionType": "95% Confidence Interval", "unitOfMeasure": "months",
+         "timeFrame": "Up to 36 months", "groups": groups,
+         "classes": [{"categories": [{"measurements": [
+             {"groupId": "OG000", "value": "4.2", "lowerLimit": "3.1",
+              "upperLimit": "5.6"},
+             {"groupId": "OG001", "value": "7.9", "lowerLimit": "6.0",
+              "upperLimit": "9.8"}]}]}]},
+    ]}
+
+
+def _adverse_events(arms: list[Arm], serious: tuple[int, int],
+                    at_risk: tuple[int, int]) -> dict[str, Any]:
+    return {
+        "frequencyThreshold": "5", "timeFrame": "Up to 36 months",
+        "eventGroups": [{"id": f"EG00{i}", "title": label, "seriousNumAffected": s,
+                         "seriousNumAtRisk": n, "otherNumAffected": n // 2,
+                         "otherNumAtRisk": n, "deathsNumAffected": 1, "deathsNumAtRisk": n}
+                        for i, ((label, _, _), s, n) in enumerate(zip(arms, serious,
+                                                                      at_risk, strict=True))],
+        "seriousEvents": [{"term": "Pneumonitis", "organSystem": "Respiratory disorders",
+                           "stats": [{"groupId": f"EG00{i}", "numAffected": s,
+                                      "numAtRisk": n} for i, (s, n) in
+                                     enumerate(zip(serious, at_risk, strict=True))]}],
+        "otherEvents": [{"term": "Fatigue", "organSystem": "General disorders",
+                         "stats": [{"groupId": f"EG00{i}", "numAffected": n // 3,
+                                    "numAtRisk": n} for i, n in enumerate(at_risk)]}],
+    }
