@@ -19,12 +19,10 @@ from medverify.retrieve import Retriever
 from medverify.trials.curate import (
     SECTIONS,
     curate,
-    enum_text,
-    resolve,
     select_studies,
     summary_documents,
-    text_of,
 )
+from medverify.trials.summary import enum_text, resolve, text_of
 
 SAMPLES = Path(__file__).resolve().parents[3] / "shared" / "data" / "raw" / "clinicaltrials"
 FILES = sorted(SAMPLES.glob("*.json"))
