@@ -371,3 +371,14 @@ def test_every_registry_wraps_a_plugins_failures_the_same_way(
     with pytest.raises(ConfigError, match=r"model provider 'answerless' from plugin "
                        r"demo-plugin made a int, which is not a model provider"):
         facade.get_model("answerless:small")
+
+
+def test_judges_declare_what_callers_used_to_read_from_their_names() -> None:
+    from medverify.judge import JUDGES, declares
+
+    traits = ("offline", "needs_model", "io_bound", "composite")
+    table = {name: {t for t in traits if declares(name, t)} for name in JUDGES.names()}
+    assert table["builtin"] == {"offline"}
+    assert table["llm"] == {"needs_model", "io_bound"}
+    assert table["llm-scored"] == {"needs_model"}
+    assert table["cascade"] == {"needs_model", "composite"}

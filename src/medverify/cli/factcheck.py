@@ -117,7 +117,9 @@ def _require_model(config: Config, baseline: str | None) -> None:
         raise ConfigError("--baseline selfrefine needs a model: pass --model SPEC")
     if config.factcheck.trace == "llm":
         raise ConfigError("--trace llm needs a model: pass --model SPEC or --trace similarity")
-    if config.judge_name in ("llm", "cascade"):
+    from medverify.judge import declares  # the judge package, only when needed
+
+    if declares(config.judge_name, "needs_model"):
         raise ConfigError(f"--judge {config.judge_name} needs a model: pass --model SPEC")
 
 

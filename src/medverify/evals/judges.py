@@ -48,6 +48,7 @@ from medverify.evals.pairs import (
 )
 from medverify.files import append_record, read_records, record_json
 from medverify.harness import stage_id
+from medverify.judge import declares
 from medverify.records import Usage, Verdict, utcnow
 
 CHUNK = 8  # pairs judged between two appends to the verdicts file
@@ -328,5 +329,5 @@ def _cascades(set_name: str, pairs: Sequence[Pair], entries: Sequence[JudgeEntry
     if "builtin" not in judged:
         return []
     return [cascade_curve(set_name, e.label, pairs, judged["builtin"], judged[e.label])
-            for e in entries if e.model and e.name != "cascade"
+            for e in entries if e.model and not declares(e.name, "composite")
             and len(judged[e.label]) == len(pairs) == len(judged["builtin"])]

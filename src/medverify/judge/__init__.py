@@ -60,8 +60,19 @@ def model_required(name: str) -> ConfigError:
     )
 
 
-def runs_offline(name: str) -> bool:
-    """Whether judge ``name`` never calls a model, as its factory's class says
-    (``offline = True``, the built-in judge); a judge that does not say may call one."""
+def declares(name: str, trait: str) -> bool:
+    """Whether the class behind judge ``name``'s factory declares ``trait = True``; a judge
+    that says nothing declares nothing. The traits, so that no caller branches on a name:
+
+    * ``offline``: never calls a model (the built-in judge);
+    * ``needs_model``: cannot run without a model (``llm``, ``llm-scored``, ``cascade``);
+    * ``io_bound``: its time is spent waiting on model calls, so the model layer's
+      concurrency limit is the one that counts (``llm``);
+    * ``composite``: routes claims between other judges (``cascade``)."""
     factory = JUDGES.get(name)
-    return bool(getattr(getattr(factory, "__self__", factory), "offline", False))
+    return bool(getattr(getattr(factory, "__self__", factory), trait, False))
+
+
+def runs_offline(name: str) -> bool:
+    """Whether judge ``name`` never calls a model (``offline = True``)."""
+    return declares(name, "offline")

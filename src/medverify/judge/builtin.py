@@ -124,7 +124,7 @@ class BuiltinJudge:
 
     name = "builtin"
     prompt_version: str | None = None
-    offline = True  # never calls a model (medverify.judge.runs_offline)
+    offline = True  # never calls a model (medverify.judge.declares)
 
     def __init__(
         self,

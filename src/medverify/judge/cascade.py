@@ -48,6 +48,8 @@ class CascadeJudge:
     """Built-in judge first, LLM judge for the claims it is not confident about."""
 
     name = "cascade"
+    needs_model = True  # medverify.judge.declares
+    composite = True
 
     def __init__(
         self,

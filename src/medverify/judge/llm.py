@@ -99,6 +99,8 @@ class LLMJudge(PromptedModelJudge):
     """Judge claims with a chat model. See ``prompts/judge/v1.md``."""
 
     name = "llm"
+    needs_model = True  # medverify.judge.declares
+    io_bound = True
 
     def __init__(
         self,

@@ -116,6 +116,7 @@ class ScoredLLMJudge(PromptedModelJudge):
     """Judge claims with a chat model's Yes/No option probabilities (see module doc)."""
 
     name = "llm-scored"
+    needs_model = True  # medverify.judge.declares
     claims_per_call = 1  # one claim per call (the cascade's call count uses it)
 
     def __init__(self, model: Model, *, max_passages: int = 3, max_passage_chars: int = 2000,

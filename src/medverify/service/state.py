@@ -20,7 +20,7 @@ from medverify.config import Config
 from medverify.errors import MedverifyError
 from medverify.factcheck.loop import FactChecker, ScopedLedger, metered
 from medverify.harness import close_owned
-from medverify.judge import runs_offline
+from medverify.judge import declares, runs_offline
 from medverify.kb import KnowledgeBase
 from medverify.llm.facade import Model, UsageLedger, model_from_config
 from medverify.records import Report
@@ -146,7 +146,7 @@ class ServiceState:
         CPU at once, where late ones are overtaken and time out."""
         if self.check_slots is None:
             limit = self.config.service.max_concurrent_checks
-            if limit is None and self.config.judge_name == "llm":
+            if limit is None and declares(self.config.judge_name, "io_bound"):
                 return await work()  # I/O-bound: the model layer's limit is the one that counts
             self.check_slots = asyncio.Semaphore(limit or 2 * (os.cpu_count() or 1))
         async with self.check_slots:
