@@ -237,7 +237,7 @@ def markdown(payload: dict[str, Any]) -> str:
         "a stand-in URL for its abstract (`https://example.org/cord19/<cord uid>`: "
         "Check-COVID has no URLs), which teaches the claim's text; CONTRADICTED -> "
         "HALLUCINATION without a correction (the data has none): nothing taught; "
-        "NOT_ENOUGH_INFO -> COVERAGE_GAP: nothing taught. Learning: `learning.teach` after "
+        "NOT_ENOUGH_INFO -> COVERAGE_GAP: nothing taught. Learning: `review.teach` after "
         "each label; control: the same stream and labels, no teaching.", "",
         "Agreement: the judge's category equals the gold one (FACT / HALLUCINATION / "
         "COVERAGE_GAP for SUPPORTED / CONTRADICTED / NOT_ENOUGH_INFO), before review. "

@@ -1,5 +1,5 @@
 """Reviewed labels as training data: closed review items as risk-classifier examples
-(``learning.risk_examples``, ``medverify risk data reviews`` then the usual ``risk features``
+(``review.risk_examples``, ``medverify risk data reviews`` then the usual ``risk features``
 and ``risk train``, on a tiny random-weight model), and ``medverify review calibrate``
 (the verifier's threshold calibration on reviewed single-passage claims)."""
 

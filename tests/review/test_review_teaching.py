@@ -1,4 +1,4 @@
-"""The clinical loop (learning.py): review items from a report, teaching the KB what a
+"""The clinical loop (review/teaching.py): review items from a report, teaching the KB what a
 review settled (with provenance), reverting it, and the loop report; plus the KB's document
 removal and its index staying in step across processes."""
 
