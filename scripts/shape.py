@@ -17,11 +17,13 @@ from __future__ import annotations
 
 import argparse
 import ast
+import importlib.util
 import json
 import sys
 from collections.abc import Iterator, Mapping
 from dataclasses import asdict, dataclass
 from pathlib import Path
+from types import ModuleType
 
 ROOT = Path(__file__).resolve().parents[1]
 SOURCE = ROOT / "src"
@@ -81,82 +83,37 @@ def functions(source: Path = SOURCE) -> list[Sized]:
     return sorted(found, key=lambda s: (-s.lines, s.where))
 
 
-def _module_name(path: Path, source: Path) -> str:
-    parts = list(path.relative_to(source).with_suffix("").parts)
-    if parts[-1] == "__init__":
-        parts.pop()
-    return ".".join(parts)
-
-
-def _targets(node: ast.AST, module: str, is_package: bool, known: set[str]) -> list[str]:
-    if isinstance(node, ast.Import):
-        return [a.name for a in node.names if a.name in known]
-    if not isinstance(node, ast.ImportFrom):
-        return []
-    if node.level:
-        base = module.split(".")
-        keep = len(base) - node.level + (1 if is_package else 0)
-        parent = ".".join(base[:keep] + ([node.module] if node.module else []))
-    else:
-        parent = node.module or ""
-    subs = [f"{parent}.{a.name}" for a in node.names if f"{parent}.{a.name}" in known]
-    rest = len(subs) < len(node.names)
-    return subs + ([parent] if rest and parent in known else [])
+def _import_graph() -> ModuleType:
+    """``scripts/import_graph.py`` (the unit graph), which also parses the file imports."""
+    name = "medverify_import_graph"
+    if name not in sys.modules:
+        spec = importlib.util.spec_from_file_location(name, Path(__file__).with_name(
+            "import_graph.py"))
+        assert spec is not None and spec.loader is not None
+        sys.modules[name] = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(sys.modules[name])
+    return sys.modules[name]
 
 
 def file_imports(source: Path = SOURCE) -> dict[str, set[str]]:
     """module -> the medverify modules it imports (anywhere in the file)."""
-    paths = {_module_name(p, source): p for p in _files(source)}
+    ig = _import_graph()
+    paths = ig._modules(source)
     known = set(paths)
     out: dict[str, set[str]] = {}
     for module, path in paths.items():
         tree = ast.parse(path.read_text("utf-8"), filename=str(path))
         is_package = path.name == "__init__.py"
         out[module] = {t for node in ast.walk(tree)
-                       for t in _targets(node, module, is_package, known) if t != module}
+                       for t in ig._targets(node, module, is_package, known)
+                       if t in known and t != module}
     return out
 
 
 def circles(g: Mapping[str, set[str]]) -> list[list[str]]:
-    """Strongly connected components of more than one module (Tarjan, iterative), sorted."""
-    index: dict[str, int] = {}
-    low: dict[str, int] = {}
-    stack: list[str] = []
-    on_stack: set[str] = set()
-    found: list[list[str]] = []
-    for root in sorted(g):
-        if root in index:
-            continue
-        work = [(root, iter(sorted(g.get(root, ()))))]
-        index[root] = low[root] = len(index)
-        stack.append(root)
-        on_stack.add(root)
-        while work:
-            v, children = work[-1]
-            w = next(children, None)
-            if w is not None:
-                if w not in index:
-                    index[w] = low[w] = len(index)
-                    stack.append(w)
-                    on_stack.add(w)
-                    work.append((w, iter(sorted(g.get(w, ())))))
-                elif w in on_stack:
-                    low[v] = min(low[v], index[w])
-                continue
-            work.pop()
-            if work:
-                low[work[-1][0]] = min(low[work[-1][0]], low[v])
-            if low[v] == index[v]:
-                members = []
-                while True:
-                    x = stack.pop()
-                    on_stack.discard(x)
-                    members.append(x)
-                    if x == v:
-                        break
-                if len(members) > 1:
-                    found.append(sorted(members))
-    return sorted(found)
+    """Groups of more than one module that import each other (strongly connected
+    components, as for units in ``import_graph.components``), sorted."""
+    return _import_graph().components(g)  # type: ignore[no-any-return]
 
 
 def over(items: list[Sized], limit: int) -> list[Sized]:

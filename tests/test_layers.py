@@ -4,27 +4,11 @@ each other (directly or round a loop), and every unit has a layer."""
 
 from __future__ import annotations
 
-import importlib.util
-import sys
 from pathlib import Path
-from types import ModuleType
 
-ROOT = Path(__file__).resolve().parents[1]
+from script_modules import load_script
 
-
-def _import_graph() -> ModuleType:
-    name = "medverify_import_graph"
-    if name in sys.modules:
-        return sys.modules[name]
-    spec = importlib.util.spec_from_file_location(name, ROOT / "scripts" / "import_graph.py")
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[name] = module
-    spec.loader.exec_module(module)
-    return module
-
-
-ig = _import_graph()
+ig = load_script("import_graph")
 
 
 

@@ -6,27 +6,11 @@ advice goes through ``MissingDependencyError``."""
 from __future__ import annotations
 
 import ast
-import importlib.util
-import sys
 from pathlib import Path
-from types import ModuleType
 
-ROOT = Path(__file__).resolve().parents[1]
+from script_modules import ROOT, load_script
 
-
-def _shape() -> ModuleType:
-    name = "medverify_shape"
-    if name in sys.modules:
-        return sys.modules[name]
-    spec = importlib.util.spec_from_file_location(name, ROOT / "scripts" / "shape.py")
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[name] = module
-    spec.loader.exec_module(module)
-    return module
-
-
-shape = _shape()
+shape = load_script("shape")
 
 
 def test_no_module_over_the_limit() -> None:
