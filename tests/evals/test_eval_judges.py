@@ -133,3 +133,16 @@ def test_cli_writes_table_svg_and_json(pairs_file: Path, tmp_path: Path,
     table = (out / "judges.md").read_text("utf-8")
     assert "cascade=fake:judges" in table and "macro-F1" in table
     assert (out / "judges.svg").read_text("utf-8").startswith("<svg")
+
+
+def test_judge_option_names_a_registered_judge(tmp_path: Path) -> None:
+    from click.testing import CliRunner
+
+    from medverify.cli import main
+
+    pairs = tmp_path / "p.jsonl"
+    pairs.write_text("{}\n")
+    result = CliRunner().invoke(main, ["eval", "judges", str(pairs), "--judge", "nope=x:y",
+                                       "--out", str(tmp_path / "o")])
+    assert result.exit_code == 2
+    assert "'nope' is not one of" in result.output and "builtin" in result.output

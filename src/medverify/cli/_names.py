@@ -52,3 +52,22 @@ class NamesHelpOption(click.Option):
     def get_help_record(self, ctx: click.Context) -> tuple[str, str] | None:
         self.help = self.help_template.format(names=", ".join(registry_names(self.names_from)))
         return super().get_help_record(ctx)
+
+
+class RegistryEntry(click.ParamType):
+    """``NAME`` or ``NAME=VALUE`` whose NAME must be one of a registry's names (``--judge
+    llm-scored=local:qwen2.5-0.5b``): the value stays the string given; the name is checked
+    when the option is read, like a :class:`RegistryChoice`."""
+
+    name = "NAME[=VALUE]"
+
+    def __init__(self, registry: str) -> None:
+        self.registry = registry
+
+    def convert(self, value: Any, param: click.Parameter | None,
+                ctx: click.Context | None) -> Any:
+        name = str(value).strip().partition("=")[0]
+        names = registry_names(self.registry)
+        if name not in names:
+            self.fail(f"{name!r} is not one of {', '.join(names)}", param, ctx)
+        return value

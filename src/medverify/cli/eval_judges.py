@@ -14,6 +14,7 @@ import click
 from rich.table import Table
 
 from medverify.cli._common import config_option, console, load_config
+from medverify.cli._names import JUDGES, RegistryEntry
 from medverify.cli.eval import eval_group
 from medverify.files import atomic_write_text
 
@@ -22,6 +23,7 @@ from medverify.files import atomic_write_text
 @click.argument("pairs_files", nargs=-1, required=True, metavar="PAIRS.jsonl...",
                 type=click.Path(exists=True, dir_okay=False, path_type=Path))
 @click.option("--judge", "judges", multiple=True, required=True, metavar="NAME[=MODEL]",
+              type=RegistryEntry(JUDGES),
               help="A judge to compare (repeat): builtin, llm=SPEC, llm-scored=SPEC, "
               "cascade=SPEC, or a plugin's name.")
 @click.option("--sample", type=int, default=150, show_default=True,
