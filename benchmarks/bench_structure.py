@@ -135,7 +135,9 @@ def main() -> None:
     parser.add_argument("--after", default="HEAD")
     parser.add_argument("--repeats", type=int, default=2)
     args = parser.parse_args()
-    revs = {"before": args.before, "after": args.after}
+    revs = {name: subprocess.run(["git", "rev-parse", "--short", rev], cwd=ROOT, text=True,
+                                 capture_output=True, check=True).stdout.strip()
+            for name, rev in (("before", args.before), ("after", args.after))}
     with tempfile.TemporaryDirectory(prefix="mv-structure-") as tmp:
         scratch = Path(tmp)
         trees = {}
