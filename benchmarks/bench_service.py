@@ -182,10 +182,22 @@ def small_kb(path: Path) -> dict[str, Any]:
         return {"documents": len(docs), "chunks": kb.stats().chunks, "embedder": "hash"}
 
 
+def letters(n: int) -> str:
+    """``n`` written in letters (0 -> "a", 26 -> "ba"): a claim that differs per request
+    without a number, which the judge's exact checks would look for in the evidence (it
+    stands mid-sentence: "cf." or "vs." at a sentence's end would join two sentences)."""
+    out = ""
+    while True:
+        n, digit = divmod(n, 26)
+        out = chr(ord("a") + digit) + out
+        if n == 0:
+            return out
+
+
 def two_claim_answer(n: int) -> dict[str, str]:
     return {"question": "How is type 2 diabetes treated?",
-            "text": f"Metformin is a first-line medicine for type 2 diabetes in patient {n}. "
-                    "The usual starting dose is 5000 mg daily."}
+            "text": f"In clinic {letters(n)}, metformin is a first-line medicine for type 2 "
+                    "diabetes. The usual starting dose is 5000 mg daily."}
 
 
 def run_overhead(work: Path, requests: int, warmup: int) -> dict[str, Any]:

@@ -13,8 +13,10 @@ was c7c1933) and ``--after`` (default HEAD) as git worktrees and measures both:
   offline benchmark study (``bench_study.py --questions 60 --judge word --selection
   lexical``), compared field by field with timings left out: the numbers must be equal;
 - pipeline overhead (``bench_pipeline.py``) and the service's added latency
-  (``bench_service.py overhead --requests 150``), run alternately ``--repeats`` times per
-  tree in one job, so the ratios are measured under the same load.
+  (``bench_service.py overhead --requests 150``; this checkout's copy in both trees: the
+  copy at 4b22712 numbered its claims, which the exact checks of issue 27 refuse), run
+  alternately ``--repeats`` times per tree in one job, so the ratios are measured under the
+  same load.
 
     .venv/bin/python benchmarks/bench_structure.py [--before REV] [--after REV] [--repeats 2]
 
@@ -51,8 +53,23 @@ import shape as sh  # noqa: E402
 def run(tree: Path, *args: str, **kwargs: Any) -> subprocess.CompletedProcess[str]:
     env = {**os.environ, "PYTHONPATH": str(tree / "src"), "HF_HUB_OFFLINE": "1",
            "TRANSFORMERS_OFFLINE": "1"}
-    return subprocess.run([sys.executable, *args], cwd=tree, env=env, text=True,
-                          capture_output=True, check=True, **kwargs)
+    done = subprocess.run([sys.executable, *args], cwd=tree, env=env, text=True,
+                          capture_output=True, **kwargs)
+    if done.returncode:
+        raise SystemExit(f"{' '.join(args)} failed in {tree}:\n{done.stderr[-3000:]}")
+    return done
+
+
+def current_script(tree: Path, name: str) -> str:
+    """This checkout's ``benchmarks/NAME`` copied into ``tree`` (so both trees are measured
+    by the same benchmark), reading ``medverify.checker`` as ``medverify.pipeline`` in a
+    tree from before the rename."""
+    text = (ROOT / "benchmarks" / name).read_text("utf-8")
+    if not (tree / "src" / "medverify" / "checker.py").exists():
+        text = text.replace("from medverify.checker import", "from medverify.pipeline import")
+    target = tree / "benchmarks" / f"now_{name}"
+    target.write_text(text, "utf-8")
+    return str(target.relative_to(tree))
 
 
 def untimed(value: Any) -> Any:
@@ -121,7 +138,7 @@ def overhead(tree: Path, scratch: Path, n: int) -> dict[str, float]:
     run(tree, "benchmarks/bench_pipeline.py", "--out", str(target))
     data = json.loads(target.read_text("utf-8"))
     service_dir = scratch / f"service-{tree.name}-{n}"
-    run(tree, "benchmarks/bench_service.py", "overhead", "--requests", "150",
+    run(tree, current_script(tree, "bench_service.py"), "overhead", "--requests", "150",
         "--out-dir", str(service_dir))
     service = json.loads((service_dir / "service.json").read_text("utf-8"))["overhead"]
     return {"ms_per_claim": data["overhead"]["ms_per_claim_beyond_retrieval"],
