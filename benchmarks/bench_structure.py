@@ -15,8 +15,8 @@ was c7c1933) and ``--after`` (default HEAD) as git worktrees and measures both:
 - pipeline overhead (``bench_pipeline.py``) and the service's added latency
   (``bench_service.py overhead --requests 150``; this checkout's copy in both trees: the
   copy at 4b22712 numbered its claims, which the exact checks of issue 27 refuse), run
-  alternately ``--repeats`` times per tree in one job, so the ratios are measured under the
-  same load.
+  alternately ``--repeats`` times per tree in one job (before first in even repeats, after
+  first in odd ones), so the ratios are measured under the same load.
 
     .venv/bin/python benchmarks/bench_structure.py [--before REV] [--after REV] [--repeats 2]
 
@@ -180,8 +180,8 @@ def measure(trees: dict[str, Path], scratch: Path, repeats: int,
     same = {what: differences(untimed(done["before"][what]), untimed(done["after"][what]))
             for what in done["before"]}
     runs: dict[str, list[dict[str, float]]] = {"before": [], "after": []}
-    for n in range(repeats):
-        for name, tree in trees.items():
+    for n in range(repeats):  # the order alternates, so neither tree always runs second
+        for name, tree in (list(trees.items()) if n % 2 == 0 else list(trees.items())[::-1]):
             runs[name].append(overhead(tree, scratch, n))
     median = {name: statistics.median(r["ms_per_claim"] for r in rs) for name, rs in runs.items()}
     service = {name: statistics.median(r["service_added_p50_ms"] for r in rs)
