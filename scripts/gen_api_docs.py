@@ -79,7 +79,11 @@ CODE_TEXT = {
     "item_closed": "the review item is closed: it takes no more labels",
     "already_labelled": "this key has labelled the review item already (an adjudicator must "
     "be a third reviewer)",
-    "rate_limited": "over the key's rate limit; `Retry-After` says when to try again",
+    "rate_limited": "over the key's rate limit, or over the client address's limit on "
+    "requests without a valid key (checked before the key); `Retry-After` says when to try "
+    "again, in the same whole seconds as the message",
+    "overloaded": "no check slot came free within `queue_wait_s`; nothing was checked or "
+    "recorded, `Retry-After` says when the queue should have room",
     "internal": "an unexpected error; the message names its type, the server log has "
     "the details",
     "not_ready": "the knowledge base or a model did not load; `GET /readyz` says what",
@@ -94,10 +98,15 @@ FRAMEWORK_STATUSES = (404, 405)
 LIMITS = [
     ("max_body_bytes", "larger request bodies: 413 `too_large`"),
     ("max_answers_per_job", "answers (or audit inputs) in one job; more: 413 `too_large`"),
-    ("request_timeout_s", "seconds `POST /v1/check` and `POST /v1/risk` may take; then 504 "
-     "`timeout`"),
+    ("request_timeout_s", "seconds `POST /v1/check` and `POST /v1/risk` may work (a check's "
+     "clock starts when its slot is granted); then 504 `timeout`"),
+    ("queue_wait_s", "seconds a check waits for a slot; then 503 `overloaded` with "
+     "`Retry-After`, nothing checked or recorded"),
     ("rate_per_minute", "requests a minute per key (per worker process); over it: 429"),
     ("rate_burst", "requests a key may make at once before the rate applies"),
+    ("auth_failures_per_minute", "requests without a valid key a minute per client address "
+     "(per worker process); over it: 429 before any key is read"),
+    ("auth_failure_burst", "such requests an address may make at once"),
 ]
 
 _PATTERN = re.compile(r'(?:ApiError|error_response)\(\s*(\d{3}),\s*"([a-z_]+)"')
@@ -338,7 +347,7 @@ def _auth() -> str:
 
 def _error_section(schema: dict[str, Any]) -> str:
     example = {"error": {"code": "rate_limited", "message": "over 600 requests a minute for "
-                         "key 4de462d8fc12; retry after 0.1 s", "detail": None}}
+                         "key 4de462d8fc12; retry after 1 s", "detail": None}}
     lines = ["## Errors", "",
              "Every 4xx and 5xx response has one shape, "
              f"{type_of({'$ref': 'ErrorResponse'})}:", "", "```json",
@@ -354,7 +363,8 @@ def _error_section(schema: dict[str, Any]) -> str:
     for status, code in error_codes():
         lines.append(f"| {status} | `{code}` | {_cell(CODE_TEXT[code])} |")
     lines += ["", "Headers: a 429 carries `Retry-After` (whole seconds, at least 1; the "
-              "Python client waits it and retries, 3 times by default); a 401 carries "
+              "Python client waits it and retries, 3 times by default), and so does a 503 "
+              "`overloaded` (not retried by the client); a 401 carries "
               "`WWW-Authenticate: Bearer`. There are no `X-RateLimit-*` headers.", ""]
     return "\n".join(lines)
 

@@ -254,12 +254,22 @@ class ServiceSettings(_Section):
     workers: int = Field(1, ge=1, le=64)
     max_body_bytes: int = Field(1_048_576, ge=1024)  # larger bodies: 413
     max_answers_per_job: int = Field(1000, ge=1)
-    request_timeout_s: float = Field(30.0, gt=0)  # synchronous endpoints: 504 after this
+    # synchronous endpoints: 504 after this much work (POST /v1/check: counted from when
+    # its check slot is granted, not from arrival; the cut-off run is recorded interrupted)
+    request_timeout_s: float = Field(30.0, gt=0)
     # POST /v1/check at once per worker, the rest wait; None: 2 per core with a local
     # (CPU-bound) judge, no limit with the LLM judge ([llm] concurrency caps its calls)
     max_concurrent_checks: int | None = Field(None, ge=1)
+    # longest a check waits for a slot; then 503 overloaded + Retry-After, nothing checked
+    # or recorded. Larger: fewer refusals, longer waits; 0: refuse whenever all are busy
+    queue_wait_s: float = Field(5.0, ge=0)
     rate_per_minute: int = Field(600, ge=1)  # per API key; beyond it: 429 + Retry-After
     rate_burst: int = Field(60, ge=1)
+    # requests without a valid key (none, wrong, revoked) per client address, checked
+    # before any key is read; beyond it that address gets 429 + Retry-After on every
+    # keyed endpoint, a valid key included, until a token is due (per worker process)
+    auth_failures_per_minute: int = Field(30, ge=1)
+    auth_failure_burst: int = Field(20, ge=1)  # such requests an address may make at once
     job_concurrency: int = Field(2, ge=1)  # jobs run at once per worker
     job_poll_s: float = Field(0.2, gt=0)
     max_job_attempts: int = Field(3, ge=1)  # a job a crash interrupted this often: failed

@@ -4,8 +4,9 @@ is in test_service_server.py."""
 
 from __future__ import annotations
 
+import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -19,7 +20,9 @@ from medverify.config import Config
 from medverify.kb import KnowledgeBase
 from medverify.records import Document
 from medverify.service.app import create_app
-from medverify.store.access import KeyStore, Role
+from medverify.service.auth import TokenBucket
+from medverify.service.refusals import RefusalTally
+from medverify.store.access import AuditLog, KeyStore, Role
 from medverify.store.runs import RunStore
 from medverify.testing import ScriptedProvider, register_fake, unregister_fake
 from medverify.testing.judge import keyword_rule, scripted_judge
@@ -145,7 +148,14 @@ def test_the_rate_limit_answers_429_with_retry_after(setup: dict[str, Any]) -> N
         assert codes[:2] == [200, 200]
         limited = client.get("/v1/jobs", headers=_auth(setup))
         error = _error(limited, 429, "rate_limited")
-        assert int(limited.headers["Retry-After"]) >= 1 and "retry after" in error["message"]
+        _retry_agrees(limited, error)
+
+
+def _retry_agrees(response: Any, error: dict[str, Any]) -> int:
+    """The whole seconds of ``Retry-After``, which the message says too (never "0.0 s")."""
+    seconds = int(response.headers["Retry-After"])
+    assert seconds >= 1 and f"retry after {seconds} s" in error["message"], error
+    return seconds
 
 
 def test_a_slow_model_times_out_cleanly_and_the_worker_stays_healthy(
@@ -154,6 +164,9 @@ def test_a_slow_model_times_out_cleanly_and_the_worker_stays_healthy(
     with _client(setup, request_timeout_s=1.0) as client:
         _error(client.post("/v1/check", json=ANSWER, headers=_auth(setup)), 504, "timeout")
         assert client.get("/healthz").status_code == 200
+        [run] = client.portal.call(client.app.state.service.runs.list_runs)  # type: ignore
+        # recorded as what happened: cut off, with the reason
+        assert run.status == "interrupted" and "request_timeout_s" in (run.error or "")
         setup["provider"].delay_s = 0.0
         # another answer: the timed-out call may still be finishing in the model layer, and
         # an identical request would wait for it
@@ -210,3 +223,129 @@ def test_risk_without_a_classifier_says_so(setup: dict[str, Any]) -> None:
 
 def test_the_config_handed_to_workers_is_not_read_as_a_setting() -> None:
     assert Config.load(env={"MEDVERIFY_SERVE_CONFIG": "{}"}) == Config.load(env={})
+
+
+# ----------------------------------------------------------------------- admission control
+
+
+def _hold_slot(client: TestClient) -> Callable[[], None]:
+    """Take the worker's only check slot (on the app's event loop); returns its release."""
+    slots = client.app.state.service.check_slots.slots  # type: ignore[attr-defined]
+    client.portal.call(slots.acquire)  # type: ignore[union-attr]
+    return lambda: client.portal.call(slots.release)  # type: ignore[union-attr]
+
+
+def test_a_check_that_finds_no_slot_in_time_gets_503_and_leaves_no_run(
+        setup: dict[str, Any]) -> None:
+    with _client(setup, max_concurrent_checks=1, queue_wait_s=0.3) as client:
+        release = _hold_slot(client)
+        started = time.monotonic()
+        refused = client.post("/v1/check", json=ANSWER, headers=_auth(setup))
+        waited = time.monotonic() - started
+        _retry_agrees(refused, _error(refused, 503, "overloaded"))
+        assert 0.3 <= waited < 5.0
+        assert client.portal.call(client.app.state.service.runs.list_runs) == []  # type: ignore
+        release()
+        assert client.post("/v1/check", json=ANSWER, headers=_auth(setup)).status_code == 200
+        assert len(client.portal.call(client.app.state.service.runs.list_runs)) == 1  # type: ignore
+
+
+def test_the_timeout_counts_the_work_not_the_wait_for_a_slot(setup: dict[str, Any]) -> None:
+    other = {**ANSWER, "text": "Metformin is a first-line medicine."}
+    with _client(setup, max_concurrent_checks=1, queue_wait_s=20,
+                 request_timeout_s=1.0) as client:
+        assert client.post("/v1/check", json=other, headers=_auth(setup)).status_code == 200
+        release = _hold_slot(client)
+        timer = threading.Timer(1.5, release)  # longer than request_timeout_s
+        timer.start()
+        started = time.monotonic()
+        response = client.post("/v1/check", json=ANSWER, headers=_auth(setup))
+        timer.join()
+        assert response.status_code == 200, response.text
+        assert time.monotonic() - started >= 1.5
+
+
+# ----------------------------------------------------------------------- pre-auth limits
+
+
+def _from_peer(app: Any) -> Any:
+    """``app`` seeing the client address a test names in ``X-Test-Peer``."""
+
+    async def wrapped(scope: dict[str, Any], receive: Any, send: Any) -> None:
+        peer = dict(scope.get("headers") or []).get(b"x-test-peer")
+        if scope["type"] == "http" and peer:
+            scope = {**scope, "client": (peer.decode(), 40000)}
+        await app(scope, receive, send)
+
+    return wrapped
+
+
+def test_wrong_keys_from_one_address_are_throttled_and_logged_as_two_rows(
+        setup: dict[str, Any]) -> None:
+    app = create_app(_config(setup["tmp"], auth_failures_per_minute=6, auth_failure_burst=10))
+    wrong = {"Authorization": "Bearer mvk_000000000000_wrongwrongwrongwrong",
+             "X-Test-Peer": "10.0.0.1"}
+    with TestClient(_from_peer(app)) as client:
+        responses = [client.post("/v1/check", json=ANSWER, headers=wrong) for _ in range(200)]
+        assert [r.status_code for r in responses[:10]] == [401] * 10
+        assert {r.status_code for r in responses[10:]} == {429}
+        _retry_agrees(responses[-1], _error(responses[-1], 429, "rate_limited"))
+        elsewhere = client.post("/v1/check", json=ANSWER,
+                                headers={**_auth(setup), "X-Test-Peer": "10.0.0.2"})
+        assert elsewhere.status_code == 200, elsewhere.text
+        # the address is refused before its key is read, a valid one included
+        _error(client.post("/v1/check", json=ANSWER,
+                           headers={**_auth(setup), "X-Test-Peer": "10.0.0.1"}),
+               429, "rate_limited")
+    with RunStore(setup["tmp"] / "runs.db") as store:
+        anonymous = [e for e in AuditLog(store).list(1000) if e.key_id is None]
+    assert len(anonymous) == 2, anonymous  # the first refusal, and the sum of the others
+    first, summary = sorted(anonymous, key=lambda e: e.id)
+    assert first.status == 401 and "10.0.0.1" in (first.detail or "")
+    assert summary.action == "refused requests"
+    assert "200 more refused request(s) from 10.0.0.1" in (summary.detail or "")
+    # 9 more 401s, 190 more 429s and the valid key's 429
+    assert "POST /v1/check -> 429: 191, POST /v1/check -> 401: 9" in (summary.detail or "")
+
+
+def test_requests_with_a_valid_key_spend_nothing_of_the_address_budget(
+        setup: dict[str, Any]) -> None:
+    app = create_app(_config(setup["tmp"], auth_failures_per_minute=1, auth_failure_burst=2))
+    peer = {"X-Test-Peer": "10.0.0.3"}
+    with TestClient(_from_peer(app)) as client:
+        assert {client.get("/v1/jobs", headers={**_auth(setup), **peer}).status_code
+                for _ in range(10)} == {200}
+        codes = [client.get("/v1/jobs", headers=peer).status_code for _ in range(3)]
+        assert codes == [401, 401, 429]
+
+
+def test_refusals_are_counted_per_address_and_window(tmp_path: Path) -> None:
+    now = [0.0]
+    with RunStore(tmp_path / "runs.db") as store:
+        audit = AuditLog(store)
+        tally = RefusalTally(audit, window_s=60, clock=lambda: now[0])
+        for at, address in [(0, "a"), (5, "b"), (10, "a"), (20, "a"), (61, "a")]:
+            now[0] = at
+            tally.refused(address, "POST /v1/check", 401)
+        rows = sorted(audit.list(), key=lambda e: e.id)
+        assert [(e.action, e.status) for e in rows] == [
+            ("POST /v1/check", 401), ("POST /v1/check", 401),  # a's and b's first
+            ("refused requests", None), ("POST /v1/check", 401)]  # a's window closed, new one
+        assert rows[2].detail is not None and rows[2].detail.startswith("2 more refused")
+        tally.flush()  # b and a's new window counted nothing more: no summary rows
+        assert len(audit.list()) == 4
+
+
+def test_the_address_buckets_forget_addresses_that_have_refilled() -> None:
+    now = [0.0]
+    bucket = TokenBucket(rate=1.0, burst=2, clock=lambda: now[0])
+    for n in range(3000):
+        bucket.take(f"10.0.{n // 256}.{n % 256}")
+    assert len(bucket._tokens) == 3000  # none refilled yet: all kept
+    now[0] = 10.0  # every bucket full again
+    for n in range(1100):  # new addresses, until the table is due to be pruned
+        bucket.take(f"10.1.{n // 256}.{n % 256}")
+    assert len(bucket._tokens) <= 1100  # the 3000 refilled ones are forgotten
+    assert bucket.due("10.9.9.9") == 0.0  # looking takes nothing
+    assert bucket.take("10.9.9.9") == 0.0 and bucket.take("10.9.9.9") == 0.0
+    assert bucket.take("10.9.9.9") == bucket.due("10.9.9.9") == 1.0  # the burst is spent

@@ -22,6 +22,7 @@ from fastapi.routing import APIRoute
 
 from medverify.config import Config
 from medverify.records import package_version
+from medverify.service.auth import client_address
 from medverify.service.errors import BodyGuard, install_error_handlers
 from medverify.service.jobs import JobRunner
 from medverify.service.records import ErrorResponse
@@ -45,9 +46,11 @@ ERRORS: dict[int | str, dict[str, Any]] = {
         415: "unsupported_media_type: a POST body that is not application/json",
         422: "invalid_request (the body or a parameter does not validate) or "
              "invalid_input (an answer the checker refuses, e.g. empty)",
-        429: "rate_limited: over the key's rate limit; see the Retry-After header",
+        429: "rate_limited: over the key's rate limit, or the address's limit on requests "
+             "without a valid key; see the Retry-After header",
         500: "internal: an unexpected error (the server log has the details)",
-        503: "not_ready: the KB or models did not load (see /readyz)",
+        503: "not_ready: the KB or models did not load (see /readyz); overloaded: no "
+             "check slot came free within queue_wait_s (see the Retry-After header)",
         504: "timeout: no result within request_timeout_s"}.items()}
 
 _ROUTE_OPTIONS = tuple(name for name in inspect.signature(APIRouter.add_api_route).parameters
@@ -107,14 +110,20 @@ def app_from_env() -> FastAPI:
 async def audit_writes(request: Request,
                        call_next: Callable[[Request], Awaitable[Response]]) -> Response:
     """Every write (and every refused key) goes to the audit log: key id, action, target,
-    status."""
+    status. Refusals of requests without a valid key (401, the per-address 429, a write
+    to an unknown path) are counted per address and minute, not written one row each
+    (:mod:`medverify.service.refusals`: at most two rows an address a minute)."""
     response = await call_next(request)
     state = getattr(request.app.state, "service", None)
-    if state is not None and (request.method != "GET" or response.status_code == 401):
-        key = getattr(request.state, "key", None)
-        route = request.scope.get("route")
-        action = f"{request.method} {getattr(route, 'path', request.url.path)}"
+    status, write = response.status_code, request.method != "GET"
+    key = getattr(request.state, "key", None)
+    if state is None or not (write or (key is None and status in (401, 429))):
+        return response
+    route = request.scope.get("route")
+    action = f"{request.method} {getattr(route, 'path', request.url.path)}"
+    if key is None and status >= 400:
+        state.refusals.refused(client_address(request), action, status)
+    else:
         state.audit.record(key.id if key else None, action,
-                           target=getattr(request.state, "target", None),
-                           status=response.status_code)
+                           target=getattr(request.state, "target", None), status=status)
     return response

@@ -1,4 +1,5 @@
-"""Who is asking: API keys with roles, and a per-key rate limit.
+"""Who is asking: API keys with roles, a per-key rate limit, and a per-address limit on
+requests without a valid key.
 
 A request names its key as ``Authorization: Bearer <secret>`` (or ``X-API-Key``). Keys are
 stored hashed in the run store (:class:`medverify.store.access.KeyStore`); a missing,
@@ -6,7 +7,12 @@ malformed, wrong or revoked key is 401, a key whose role is too low for the endp
 Each key may make ``[service] rate_per_minute`` requests a minute, in bursts of up to
 ``rate_burst`` (a token bucket per key and worker process); over it: 429 with
 ``Retry-After``.
-"""
+
+Before any key is looked at, the client's address is checked against its own bucket:
+each request from it without a valid key (none, malformed, unknown, wrong, revoked) takes
+a token (``[service] auth_failures_per_minute``, ``auth_failure_burst``); an address with
+none left gets 429 with ``Retry-After`` for every request that needs a key, a valid one
+included, until a token is due. Requests with a valid key take nothing from it."""
 
 from __future__ import annotations
 
@@ -18,7 +24,7 @@ from dataclasses import dataclass, field
 from fastapi import Request
 
 from medverify.service.errors import ApiError
-from medverify.store.access import KeyInfo, Role
+from medverify.store.access import KeyInfo, KeyStore, Role
 
 
 @dataclass
@@ -29,17 +35,49 @@ class TokenBucket:
     burst: float
     clock: Callable[[], float] = time.monotonic
     _tokens: dict[str, tuple[float, float]] = field(default_factory=dict)
+    _prune_at: int = 1024
 
     def take(self, key: str) -> float:
         """Take a token for ``key``: 0.0 when granted, else the seconds until one is due."""
         now = self.clock()
-        tokens, last = self._tokens.get(key, (self.burst, now))
-        tokens = min(self.burst, tokens + (now - last) * self.rate)
+        tokens = self._level(key, now)
         if tokens >= 1.0:
             self._tokens[key] = (tokens - 1.0, now)
+            self._prune(now)
             return 0.0
         self._tokens[key] = (tokens, now)
         return (1.0 - tokens) / self.rate
+
+    def due(self, key: str) -> float:
+        """The seconds until ``key`` has a token (0.0: it has one now), taking nothing."""
+        tokens = self._level(key, self.clock())
+        return 0.0 if tokens >= 1.0 else (1.0 - tokens) / self.rate
+
+    def _level(self, key: str, now: float) -> float:
+        tokens, last = self._tokens.get(key, (self.burst, now))
+        return min(self.burst, tokens + (now - last) * self.rate)
+
+    def _prune(self, now: float) -> None:
+        """Forget the keys whose bucket has refilled (a new one starts full anyway), once
+        the table has doubled since the last time: memory stays bounded by the keys (or
+        addresses) active within one refill time."""
+        if len(self._tokens) < self._prune_at:
+            return
+        self._tokens = {k: v for k, v in self._tokens.items()
+                        if self._level(k, now) < self.burst}
+        self._prune_at = max(1024, 2 * len(self._tokens))
+
+
+def retry_seconds(wait: float) -> int:
+    """``wait`` as the whole seconds a ``Retry-After`` header (and its message) says."""
+    return max(1, math.ceil(wait))
+
+
+def client_address(request: Request) -> str:
+    """The client's address as the server saw it (uvicorn takes it from
+    ``X-Forwarded-For`` only when the peer is a trusted proxy: ``--forwarded-allow-ips``,
+    127.0.0.1 by default)."""
+    return request.client.host if request.client is not None else "unknown"
 
 
 def presented_secret(request: Request) -> str | None:
@@ -54,25 +92,44 @@ def authorize(request: Request, needed: Role) -> KeyInfo:
     """The key making ``request``, checked for ``needed`` and the rate limit; records it on
     ``request.state.key`` for the audit log."""
     state = request.app.state.service
-    secret = presented_secret(request)
-    if secret is None:
-        raise ApiError(401, "unauthorized", "no API key: send Authorization: Bearer <key> "
-                       "(create one with `medverify keys create NAME`)",
-                       headers={"WWW-Authenticate": "Bearer"})
-    key = state.keys.verify(secret)
-    if key is None:
-        raise ApiError(401, "unauthorized", "the API key is unknown, wrong or revoked",
-                       headers={"WWW-Authenticate": "Bearer"})
+    key = _identify(request, state.keys, state.address_limiter,
+                    state.config.service.auth_failures_per_minute)
     request.state.key = key
     if not key.role.allows(needed):
         raise ApiError(403, "forbidden", f"this endpoint needs the {needed.value} role; the "
                        f"key {key.id} has {key.role.value}")
     wait = state.limiter.take(key.id)
     if wait > 0:
-        raise ApiError(429, "rate_limited", f"over {state.config.service.rate_per_minute} "
-                       f"requests a minute for key {key.id}; retry after {wait:.1f} s",
-                       headers={"Retry-After": str(max(1, math.ceil(wait)))})
+        raise _limited(f"over {state.config.service.rate_per_minute} requests a minute for "
+                       f"key {key.id}", wait)
     return key
+
+
+def _identify(request: Request, keys: KeyStore, limiter: TokenBucket,
+              per_minute: int) -> KeyInfo:
+    """The valid key ``request`` presents; 429 before looking when its address is out of
+    tokens for requests without one, else 401 (taking a token) when it has none."""
+    address = client_address(request)
+    wait = limiter.due(address)
+    if wait > 0:
+        raise _limited(f"over {per_minute} requests a minute without a valid API key from "
+                       f"{address}", wait)
+    secret = presented_secret(request)
+    key = keys.verify(secret) if secret is not None else None
+    if key is None:
+        limiter.take(address)
+        problem = ("no API key: send Authorization: Bearer <key> (create one with "
+                   "`medverify keys create NAME`)" if secret is None
+                   else "the API key is unknown, wrong or revoked")
+        raise ApiError(401, "unauthorized", problem, headers={"WWW-Authenticate": "Bearer"})
+    return key
+
+
+def _limited(what: str, wait: float) -> ApiError:
+    """429 ``rate_limited``: the message and ``Retry-After`` give the same whole seconds."""
+    retry = retry_seconds(wait)
+    return ApiError(429, "rate_limited", f"{what}; retry after {retry} s",
+                    headers={"Retry-After": str(retry)})
 
 
 def role(needed: Role) -> Callable[[Request], KeyInfo]:

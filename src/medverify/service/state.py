@@ -4,7 +4,6 @@ stage)."""
 
 from __future__ import annotations
 
-import asyncio
 import logging
 import os
 import socket
@@ -32,8 +31,10 @@ from medverify.review import (
     label_and_teach,
     queue_reports,
 )
+from medverify.service.admission import CheckSlots
 from medverify.service.auth import TokenBucket
 from medverify.service.errors import ApiError
+from medverify.service.refusals import RefusalTally
 from medverify.store.access import AuditLog, KeyStore
 from medverify.store.jobs import JobStore
 from medverify.store.review import ReviewStore
@@ -56,12 +57,14 @@ class ServiceState:
     audit: AuditLog
     review: ReviewStore
     limiter: TokenBucket
+    address_limiter: TokenBucket  # requests without a valid key, per client address
+    refusals: RefusalTally  # those requests in the audit log, counted by the minute
+    check_slots: CheckSlots
     worker: str
     model: Model | None = None
     checker: Checker | None = None
     factchecker: FactChecker | None = None
     problems: dict[str, str] = field(default_factory=dict)
-    check_slots: asyncio.Semaphore | None = None
 
     @classmethod
     def open(cls, config: Config) -> ServiceState:
@@ -69,8 +72,13 @@ class ServiceState:
         runs.interrupt_orphans()  # runs of killed processes of this host
         settings = config.service
         limiter = TokenBucket(rate=settings.rate_per_minute / 60.0, burst=settings.rate_burst)
+        by_address = TokenBucket(rate=settings.auth_failures_per_minute / 60.0,
+                                 burst=settings.auth_failure_burst)
+        audit = AuditLog(runs)
         return cls(config=config, runs=runs, keys=KeyStore(runs), jobs=JobStore(runs),
-                   audit=AuditLog(runs), review=ReviewStore(runs), limiter=limiter,
+                   audit=audit, review=ReviewStore(runs), limiter=limiter,
+                   address_limiter=by_address, refusals=RefusalTally(audit),
+                   check_slots=_check_slots(config),
                    worker=f"{socket.gethostname()}:{os.getpid()}")
 
     def load(self) -> None:
@@ -143,14 +151,10 @@ class ServiceState:
     async def checking(self, work: Callable[[], Awaitable[T]]) -> T:
         """Run ``work`` in one of ``[service] max_concurrent_checks`` slots, first come
         first served: under load, requests wait here in order instead of all sharing the
-        CPU at once, where late ones are overtaken and time out."""
-        if self.check_slots is None:
-            limit = self.config.service.max_concurrent_checks
-            if limit is None and declares(self.config.judge_name, "io_bound"):
-                return await work()  # I/O-bound: the model layer's limit is the one that counts
-            self.check_slots = asyncio.Semaphore(limit or 2 * (os.cpu_count() or 1))
-        async with self.check_slots:
-            return await work()
+        CPU at once. The wait is bounded (``queue_wait_s``, then 503 ``overloaded`` before
+        any work starts) and ``request_timeout_s`` counts from the slot's grant (504
+        ``timeout``): see :mod:`medverify.service.admission`."""
+        return await self.check_slots.run(work)
 
     def queue_for_review(self, reports: Sequence[Report]) -> int:
         """Add the escalated claims of checked reports to the review queue (``[review]
@@ -190,4 +194,17 @@ class ServiceState:
         if self.model is not None:
             owned.append(self.model)
         await close_owned(owned)
+        self.refusals.flush()
         self.runs.close()
+
+
+def _check_slots(config: Config) -> CheckSlots:
+    """The worker's check slots: ``[service] max_concurrent_checks``, or 2 per core with a
+    local (CPU-bound) judge; none with an I/O-bound judge left unlimited (the model
+    layer's ``[llm] concurrency`` is the limit that counts there)."""
+    settings = config.service
+    limit = settings.max_concurrent_checks
+    if limit is None and not declares(config.judge_name, "io_bound"):
+        limit = 2 * (os.cpu_count() or 1)
+    return CheckSlots(limit, queue_wait_s=settings.queue_wait_s,
+                      timeout_s=settings.request_timeout_s)

@@ -3,19 +3,15 @@ hallucination risk, within the request (batches go to the jobs routes)."""
 
 from __future__ import annotations
 
-import asyncio
-from collections.abc import Awaitable
-from typing import Any
-
 from fastapi import APIRouter, Request
 
 from medverify.harness import validate_answer
 from medverify.records import Answer, Report
 from medverify.risk.stage import RiskText
+from medverify.service.admission import within
 from medverify.service.errors import ApiError
 from medverify.service.records import RiskRequest, RiskResponse
 from medverify.service.routes.deps import Client, State
-from medverify.service.state import ServiceState
 
 router = APIRouter(tags=["check"])
 
@@ -31,13 +27,15 @@ async def check(answer: Answer, request: Request, key: Client, state: State) -> 
     /v1/jobs/check``.
 
     422 ``invalid_input`` for an empty answer or one over ``max_answer_chars``; 503
-    ``not_ready`` when the KB or judge did not load; 504 ``timeout`` after ``[service]
-    request_timeout_s``."""
+    ``not_ready`` when the KB or judge did not load; 503 ``overloaded`` (with
+    ``Retry-After``, nothing checked or recorded) when no check slot came free within
+    ``[service] queue_wait_s``; 504 ``timeout`` when the check itself ran past
+    ``[service] request_timeout_s`` (counted from its slot's grant; its run is recorded
+    ``interrupted``)."""
     checker = state.need_checker()
     validate_answer(answer, state.config.max_answer_chars)
     with state.metered() as used:
-        [report] = await timed(state, state.checking(
-            lambda: checker.run([answer], store=state.runs)))
+        [report] = await state.checking(lambda: checker.run([answer], store=state.runs))
     request.state.target = report.run_id
     state.queue_for_review([report])
     return report.model_copy(update={"usage": used.as_dict()})
@@ -54,15 +52,5 @@ async def risk(body: RiskRequest, key: Client, state: State) -> RiskResponse:
         raise ApiError(409, "not_configured", "no risk classifier is configured "
                        "([risk] classifier = DIR, with its scorers)")
     texts: list[RiskText] = body.texts
-    scores = await timed(state, checker.risk.score(texts))
+    scores = await within(state.config.service.request_timeout_s, checker.risk.score(texts))
     return RiskResponse(scores=scores)
-
-
-async def timed(state: ServiceState, work: Awaitable[Any]) -> Any:
-    """``work``'s result, or 504 ``timeout`` after ``[service] request_timeout_s``."""
-    limit = state.config.service.request_timeout_s
-    try:
-        return await asyncio.wait_for(work, limit)
-    except TimeoutError:
-        raise ApiError(504, "timeout", f"no result within {limit:g} s ([service] "
-                       "request_timeout_s); submit long work as a job") from None
