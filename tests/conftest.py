@@ -5,6 +5,7 @@ from pathlib import Path
 
 import pytest
 
+from chromium_browser import browser  # noqa: F401 (fixture)
 from postgres_server import pg_cluster, pg_url, store_location  # noqa: F401 (fixtures)
 from ray_cluster import ray_executor  # noqa: F401 (fixture)
 

@@ -5,8 +5,6 @@ Chromium (``apt-get install chromium``; see docs/review.md)."""
 
 from __future__ import annotations
 
-import os
-import shutil
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -28,12 +26,7 @@ pytest.importorskip("uvicorn")
 pytest.importorskip("playwright.sync_api",
                     reason="Playwright is not installed (pip install playwright: the dev extra)")
 
-from playwright.sync_api import sync_playwright
-
 pytestmark = pytest.mark.browser
-
-CHROMIUM = (os.environ.get("MEDVERIFY_CHROMIUM") or shutil.which("chromium")
-            or "/usr/bin/chromium")
 
 ANSWER = {"question": "How are these conditions treated?",
           "text": "Lisinopril lowers blood pressure. Statins lower cholesterol. "
@@ -52,17 +45,6 @@ def in_the_kb(claim: str, passages: dict[str, str]) -> Decision:
     does not hold is a COVERAGE_GAP (escalated, with the policy below)."""
     text = claim.casefold().strip().rstrip(".")
     return any(text in p.casefold() for p in passages.values()), False
-
-
-@pytest.fixture(scope="module")
-def browser() -> Iterator[Any]:
-    if not Path(CHROMIUM).exists():
-        pytest.skip(f"no Chromium at {CHROMIUM} (apt-get install chromium)")
-    with sync_playwright() as playwright:
-        launched = playwright.chromium.launch(executable_path=CHROMIUM, headless=True,
-                                              args=["--no-sandbox"])
-        yield launched
-        launched.close()
 
 
 @pytest.fixture

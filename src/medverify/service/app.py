@@ -23,6 +23,7 @@ from fastapi.routing import APIRoute
 from medverify.config import Config
 from medverify.records import package_version
 from medverify.service.auth import client_address
+from medverify.service.docs_pages import docs_router
 from medverify.service.errors import BodyGuard, install_error_handlers
 from medverify.service.jobs import JobRunner
 from medverify.service.records import ErrorResponse
@@ -79,6 +80,7 @@ def create_app(config: Config, *, run_jobs: bool = True) -> FastAPI:
             await state.aclose()
 
     app = FastAPI(title="medverify", version=package_version(), lifespan=lifespan, responses=ERRORS,
+                  docs_url=None, redoc_url=None,  # docs_pages: the pages without a CDN
                   description="Checks what medical LLM answers claim. Every request but the "
                   "health checks needs an API key: `Authorization: Bearer <key>`.")
     install_error_handlers(app)
@@ -87,6 +89,7 @@ def create_app(config: Config, *, run_jobs: bool = True) -> FastAPI:
     for router in ROUTERS:
         _declare(app, router)
     app.include_router(review_pages)  # the review UI (docs/review.md)
+    app.include_router(docs_router())  # /docs, /redoc and their assets (no CDN)
     return app
 
 

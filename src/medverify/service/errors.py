@@ -2,12 +2,14 @@
 
 Every 4xx/5xx response is an :class:`~medverify.service.records.ErrorResponse`:
 ``{"error": {"code": ..., "message": ..., "detail": ...}}``. Malformed JSON, a body that
-is not UTF-8, the wrong content type, unknown fields, oversize bodies: each gets its own
-code and a message that says what to do; nothing is written for a request that fails here.
+is not UTF-8 (UTF-16 too: only UTF-8 JSON is accepted), ``NaN``/``Infinity`` (not JSON
+numbers), the wrong content type, unknown fields, oversize bodies: each gets its own code
+and a message that says what to do; nothing is written for a request that fails here.
 """
 
 from __future__ import annotations
 
+import json
 import logging
 from collections.abc import Awaitable, Callable, MutableMapping
 from typing import Any
@@ -35,6 +37,8 @@ _STATUS_CODES = {400: "bad_request", 401: "unauthorized", 403: "forbidden", 404:
 
 
 _NOT_JSON = "the request body is not valid JSON in UTF-8"
+_NOT_NUMBER = ("the request body is not valid JSON: {} is not a JSON number (RFC 8259 has no "
+               "NaN or Infinity; send a finite number or null)")
 
 
 class ApiError(Exception):
@@ -137,6 +141,10 @@ class BodyGuard:
         if body is None:
             await error_response(413, "too_large", self._too_large())(scope, receive, send)
             return
+        problem = json_problem(body) if _is_json(headers) else None
+        if problem is not None:
+            await error_response(400, "invalid_json", problem)(scope, receive, send)
+            return
         await self.app(scope, _replay(body), send)
 
     def _too_large(self) -> str:
@@ -169,6 +177,36 @@ class BodyGuard:
             if not message.get("more_body", False):
                 break
         return b"".join(chunks)
+
+
+def _is_json(headers: dict[str, str]) -> bool:
+    return headers.get("content-type", "").split(";")[0].strip().lower() == "application/json"
+
+
+def json_problem(body: bytes) -> str | None:
+    """Why ``body`` is not JSON in UTF-8, or None when it is (or is empty: the route says
+    what it lacks; a UTF-8 byte order mark is ignored, as RFC 8259 allows). Python's parser
+    would take UTF-16 and UTF-32 (it guesses the encoding of bytes) and ``NaN``/``Infinity``;
+    the API documents only UTF-8 JSON, so both are refused here, before any handler runs."""
+    if not body.strip():
+        return None
+    try:
+        json.loads(body.decode("utf-8-sig"), parse_constant=_not_a_number)
+    except UnicodeDecodeError:
+        return _NOT_JSON + " (it is not UTF-8; UTF-16 and other encodings are not accepted)"
+    except _NotANumber as exc:
+        return _NOT_NUMBER.format(exc)
+    except ValueError as exc:
+        return f"{_NOT_JSON} ({exc})"
+    return None
+
+
+class _NotANumber(ValueError):
+    """A ``NaN``, ``Infinity`` or ``-Infinity`` in a body."""
+
+
+def _not_a_number(constant: str) -> Any:
+    raise _NotANumber(constant)
 
 
 async def _drain(receive: Receive) -> None:

@@ -33,17 +33,18 @@ router = APIRouter(tags=["review"])
 
 @router.get("/v1/review/items", response_model=list[ReviewItem])
 async def review_items(
-        key: Reviewer, state: State, status: ReviewStatus | None = None,
+        key: Reviewer, state: State, status: ReviewStatus | Literal["all"] | None = None,
         topic: str | None = None, min_priority: float | None = None,
         assignee: str | None = None, limit: Annotated[int, Query(ge=1, le=500)] = 50,
         offset: Annotated[int, Query(ge=0)] = 0) -> list[ReviewItem]:
     """The review queue: escalated claims, highest priority first, then oldest.
 
-    Filters: ``status`` (open, needs_second, adjudication, closed; default all),
+    Filters: ``status`` (open, needs_second, adjudication, closed, or all: the default),
     ``topic``, ``min_priority``, ``assignee`` (a key id). While an item waits for its
     second label, a key sees only its own labels of it (the second review is blind);
     an admin key sees every label."""
-    items = state.review.list(status=status, min_priority=min_priority, topic=topic,
+    wanted = None if status == "all" else status
+    items = state.review.list(status=wanted, min_priority=min_priority, topic=topic,
                               assignee=assignee, limit=limit, offset=offset)
     return [_shown(item, key) for item in items]
 

@@ -1,8 +1,15 @@
 """``GET /v1/runs/{run_id}`` and its HTML report: recorded runs read back from the store
-(no model call), for the keys whose requests or jobs made them."""
+(no model call), for the keys whose requests or jobs made them. The report page carries a
+strict Content-Security-Policy (:func:`report_headers`): the report is self-contained, so
+nothing outside it loads, and only its own script runs."""
 
 from __future__ import annotations
 
+import base64
+import hashlib
+import importlib.resources
+import re
+from functools import lru_cache
 from typing import Annotated, Any
 
 from fastapi import APIRouter, Query
@@ -51,7 +58,29 @@ async def run_report(run_id: str, key: Client, state: State,
     reports = state.runs.reports(info.id)
     if answer >= len(reports):
         raise ApiError(404, "not_found", f"run {info.id} has {len(reports)} answers")
-    return HTMLResponse(render_html(reports[answer]))
+    return HTMLResponse(render_html(reports[answer]), headers=report_headers())
+
+
+REPORT_TEMPLATE = "report.html.j2"
+_SCRIPT = re.compile(r"<script>(.*?)</script>", re.S)
+
+
+@lru_cache(maxsize=1)
+def report_headers() -> dict[str, str]:
+    """The headers of an HTML report: a CSP that loads nothing from outside the page
+    (inline styles, ``data:`` images), runs only the report template's own inline scripts
+    (by their SHA-256, so a script that escaped into the page would not run), and allows
+    no forms, frames or base URL; plus ``nosniff``, no framing, no referrer, no caching."""
+    template = importlib.resources.files("medverify.report") / "templates" / REPORT_TEMPLATE
+    scripts = _SCRIPT.findall(template.read_text(encoding="utf-8"))
+    hashes = " ".join(f"'sha256-{base64.b64encode(hashlib.sha256(s.encode()).digest()).decode()}'"
+                      for s in scripts) or "'none'"
+    return {"Content-Security-Policy": (
+                "default-src 'none'; style-src 'unsafe-inline'; img-src data:; "
+                f"script-src {hashes}; form-action 'none'; frame-ancestors 'none'; "
+                "base-uri 'none'"),
+            "X-Content-Type-Options": "nosniff", "X-Frame-Options": "DENY",
+            "Referrer-Policy": "no-referrer", "Cache-Control": "no-store"}
 
 
 def _run_info(state: ServiceState, key: KeyInfo, run_id: str) -> Any:
