@@ -82,3 +82,78 @@ def test_eval_retrieval_cli(tmp_path: Path) -> None:
     code, out = invoke("eval", "retrieval", "--corpus", str(corpus), "--queries", str(queries),
                        "-k", "x", "--embedder", "hash")
     assert code == 2 and "comma-separated" in out
+
+
+def test_ingest_sample_builds_the_shipped_sample(tmp_path: Path,
+                                                monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.chdir(tmp_path)  # without --kb, --sample builds ./kb
+    code, out = invoke("kb", "ingest", "--sample", "--embedder", "hash", "--limit", "5")
+    assert code == 0, out
+    assert "added 5 documents" in out and "from the shipped MedQuAD sample in" in out
+    assert "KB now has 5 documents" in out and (tmp_path / "kb" / "kb.sqlite").exists()
+    code, out = invoke("kb", "stats", "--kb", "kb", "--json")
+    assert code == 0 and json.loads(out)["embedder_id"] == "hash-256"
+
+
+def test_ingest_sample_usage_errors(corpus: Path, tmp_path: Path) -> None:
+    kb = str(tmp_path / "kb")
+    code, out = invoke("kb", "ingest", str(corpus), "--sample", "--kb", kb)
+    assert code == 2 and "takes no PATHS" in out
+    code, out = invoke("kb", "ingest", "--sample", str(corpus), "--kb", kb)  # not a number
+    assert code == 2 and "is not a number" in out and "takes no PATHS" in out
+    code, out = invoke("kb", "ingest", str(corpus), "--sample", "3", "--kb", kb)
+    assert code == 2 and "needs --format ctgov" in out
+    code, out = invoke("kb", "ingest", "--kb", kb)
+    assert code == 2 and "--sample" in out
+    code, out = invoke("kb", "ingest", str(corpus))
+    assert code == 2 and "--kb" in out
+    assert not (tmp_path / "kb").exists()
+
+
+def test_large_folder_warns_with_an_estimate_and_goes_on(tmp_path: Path) -> None:
+    from medverify.cli.kb import LARGE_FILES
+
+    folder = tmp_path / "many"
+    folder.mkdir()
+    for i in range(LARGE_FILES + 1):
+        (folder / f"d{i}.txt").write_text(f"Note {i}: aspirin {i} mg.", "utf-8")
+    code, out = invoke("kb", "ingest", str(folder), "--kb", str(tmp_path / "kb"),
+                       "--embedder", "hash")
+    assert code == 0, out
+    flat = " ".join(out.split())
+    assert f"reads {LARGE_FILES + 1:,} files" in flat and "takes about" in flat
+    assert "--limit N" in flat and "--sample" in flat
+    assert "measured:" in flat and "MB/s of input" in flat  # the rate after two batches
+    assert f"added {LARGE_FILES + 1} documents" in flat
+    small = tmp_path / "few"
+    small.mkdir()
+    (small / "a.txt").write_text("one small note", "utf-8")
+    code, out = invoke("kb", "ingest", str(small), "--kb", str(tmp_path / "kb2"),
+                       "--embedder", "hash")
+    assert code == 0 and "warning" not in out
+    code, out = invoke("kb", "ingest", str(folder), "--kb", str(tmp_path / "kb3"),
+                       "--embedder", "hash", "--limit", "3")  # already made small
+    assert code == 0 and "takes about" not in out
+
+
+def test_large_input_by_size(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from medverify.cli import kb as kb_cli
+
+    monkeypatch.setattr(kb_cli, "LARGE_MB", 0.001)  # 1 kB
+    big = tmp_path / "big.txt"
+    big.write_text("Aspirin lowers fever. " * 100, "utf-8")
+    code, out = invoke("kb", "ingest", str(big), "--kb", str(tmp_path / "kb"),
+                       "--embedder", "hash")
+    flat = " ".join(out.split())
+    assert code == 0 and "reads 1 file (0 XML, 0.0 MB of others)" in flat
+    assert "takes about" in flat
+
+
+def test_estimate_counts_xml_by_file_and_other_files_by_size() -> None:
+    from medverify.cli import kb as kb_cli
+
+    estimate = kb_cli.estimate_seconds
+    assert estimate(900, 900, 0) == pytest.approx(900 / kb_cli.FILES_PER_S)
+    assert estimate(10, 0, 50_000_000) == pytest.approx(50 / kb_cli.MB_PER_S)
+    assert estimate(3000, 0, 3000) == pytest.approx(3000 / kb_cli.CHUNKS_PER_S)  # tiny files
+    assert [kb_cli._duration(s) for s in (42, 1500, 9000)] == ["42 s", "25 min", "2.5 h"]
