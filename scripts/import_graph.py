@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import argparse
 import ast
+import functools
 import sys
 from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass
@@ -129,6 +130,18 @@ def _modules(source: Path) -> dict[str, Path]:
     return {module_name(p, source): p for p in sorted((source / PACKAGE).rglob("*.py"))}
 
 
+def parsed(path: Path) -> ast.Module:
+    """The syntax tree of ``path``, parsed once per version of the file (the layer and
+    shape tests read every module several times)."""
+    stat = path.stat()
+    return _parse(path, stat.st_mtime_ns, stat.st_size)
+
+
+@functools.lru_cache(maxsize=4096)
+def _parse(path: Path, _mtime_ns: int, _size: int) -> ast.Module:
+    return ast.parse(path.read_text("utf-8"), filename=str(path))
+
+
 def _targets(node: ast.AST, module: str, is_package: bool, known: set[str]) -> list[str]:
     if isinstance(node, ast.Import):
         return [alias.name for alias in node.names]
@@ -151,7 +164,7 @@ def imports(source: Path = SOURCE) -> list[Import]:
     known = set(modules)
     found: set[Import] = set()
     for module, path in modules.items():
-        tree = ast.parse(path.read_text("utf-8"), filename=str(path))
+        tree = parsed(path)
         is_package = path.name == "__init__.py"
         for node in ast.walk(tree):
             for target in _targets(node, module, is_package, known):

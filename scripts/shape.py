@@ -76,7 +76,7 @@ def functions(source: Path = SOURCE) -> list[Sized]:
     """Every function and method (nested ones too) and its length, longest first."""
     found = []
     for path in _files(source):
-        tree = ast.parse(path.read_text("utf-8"), filename=str(path))
+        tree = _import_graph().parsed(path)
         for name, node in _functions(tree, ""):
             length = (node.end_lineno or node.lineno) - node.lineno + 1  # type: ignore[attr-defined]
             found.append(Sized(f"{_rel(path, source)}:{name}", length))
@@ -102,7 +102,7 @@ def file_imports(source: Path = SOURCE) -> dict[str, set[str]]:
     known = set(paths)
     out: dict[str, set[str]] = {}
     for module, path in paths.items():
-        tree = ast.parse(path.read_text("utf-8"), filename=str(path))
+        tree = _import_graph().parsed(path)
         is_package = path.name == "__init__.py"
         out[module] = {t for node in ast.walk(tree)
                        for t in ig._targets(node, module, is_package, known)

@@ -82,7 +82,7 @@ def _raises_with_pip_advice(tree: ast.AST) -> list[tuple[int, str]]:
 def test_pip_install_advice_goes_through_missing_dependency_error() -> None:
     bad = []
     for path in sorted((ROOT / "src" / "medverify").rglob("*.py")):
-        tree = ast.parse(path.read_text("utf-8"))
+        tree = shape._import_graph().parsed(path)
         bad += [f"{path.relative_to(ROOT)}:{line} raises {name}"
                 for line, name in _raises_with_pip_advice(tree)]
     assert not bad, "raise MissingDependencyError(package, extra, ...) instead:\n" + "\n".join(bad)
