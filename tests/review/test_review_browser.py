@@ -6,6 +6,7 @@ Chromium (``apt-get install chromium``; see docs/review.md)."""
 from __future__ import annotations
 
 from collections.abc import Iterator
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -14,8 +15,10 @@ import pytest
 
 from medverify.config import Config
 from medverify.kb import KnowledgeBase
-from medverify.records import Document
+from medverify.records import Claim, Document, Passage, Span
+from medverify.review import ReviewItem
 from medverify.store.access import KeyStore, Role
+from medverify.store.review import ReviewStore
 from medverify.store.runs import RunStore
 from medverify.testing import ScriptedProvider, register_fake, unregister_fake
 from medverify.testing.judge import Decision, scripted_judge
@@ -215,3 +218,95 @@ def test_a_form_without_its_csrf_token_is_refused_and_nothing_is_written(
     assert navigation.value.status == 200
     item = _api(server, "GET", f"/v1/review/items/{item_id}", Role.ADMIN)
     assert item["status"] == "closed" and [x["label"] for x in item["labels"]] == ["FACT"]
+
+
+SENTENCES = ("Metformin is a first-line medicine for type 2 diabetes in adults. ",
+             "It lowers blood glucose by reducing hepatic glucose production. ",
+             "Gastrointestinal side effects are common at the start and usually settle. ",
+             "The dose is increased slowly to the usual maximum of 2 g a day. ",
+             "Kidney function is checked before starting and at least once a year. ")
+QUOTE = "Metformin is a first-line medicine for type 2 diabetes in adults."
+HOSTILE = "<script>window.__pwned=3</script></mark><b>x</b> "
+
+
+def _passage_text(n: int) -> str:
+    """About 2,200 characters (a 512-token chunk), the deciding sentence in the middle."""
+    body = "".join(SENTENCES[(n + i) % len(SENTENCES)] for i in range(34))
+    return HOSTILE + body if n == 6 else body
+
+
+def _clinical_item() -> ReviewItem:
+    """A realistic escalated claim: seven chunk-sized passages (the default top_k), the
+    built-in judge's maxima and thresholds, each passage's own probabilities."""
+    passages = [Passage(id=f"p{n}", doc_id=f"d{n}", title=f"Guideline section {n}",
+                        url=f"https://guidelines.example.org/diabetes/{n}",
+                        text=_passage_text(n)) for n in range(7)]
+    claim = "Metformin is the first medicine for type 2 diabetes."
+    answer = f"For most adults, {claim} Lifestyle changes come first."
+    at = answer.index(claim)
+    return ReviewItem(
+        id="rv-clinical", answer_id="a1", question="What is the first medicine?",
+        answer_text=answer, claim=Claim(id="c1", text=claim,
+                                        span=Span(start=at, end=at + len(claim))),
+        passages=passages, category="FACT",
+        probabilities={"SUPPORTED": 0.91, "CONTRADICTED": 0.08, "NOT_ENOUGH_INFO": 0.6,
+                       "threshold_support": 0.81, "threshold_contradict": 0.4},
+        passage_probabilities={p.id: {"SUPPORTED": round(0.91 - 0.1 * i, 2),
+                                      "CONTRADICTED": round(0.01 * (i + 1), 2),
+                                      "NOT_ENOUGH_INFO": round(0.08 + 0.09 * i, 2)}
+                               for i, p in enumerate(passages)},
+        evidence_passage_id="p0", evidence_quote=QUOTE,
+        judge_reason="supported by p0", risk=0.35,
+        arbitration={"decision": "ESCALATE", "rule": "not_sure", "policy": "arbitration/v1",
+                     "inputs": {"confident": False, "not_sure": "a number differs"}},
+        priority=0.7, topic="diabetes", created_at=datetime.now(UTC))
+
+
+def _open_clinical_item(page: Any, server: dict[str, Any], tmp_path: Path) -> str:
+    with RunStore(tmp_path / "runs.db") as store:
+        ReviewStore(store).add_items([_clinical_item()])
+    page.set_viewport_size({"width": 1280, "height": 800})
+    _login(page, server)
+    url = server["url"] + "/review/items/rv-clinical"
+    page.goto(url)
+    return url
+
+
+def test_the_item_page_puts_the_decision_and_the_form_in_the_first_screen(
+        page: Any, server: dict[str, Any], tmp_path: Path) -> None:
+    _open_clinical_item(page, server, tmp_path)
+    height = page.evaluate("document.body.scrollHeight")
+    print(f"item page height at 1280x800, passages collapsed: {height} px")
+    shot = page.screenshot(path=str(tmp_path / "item-first-screen.png"))
+    assert isinstance(shot, bytes) and shot[:8] == b"\x89PNG\r\n\x1a\n"
+    assert (tmp_path / "item-first-screen.png").stat().st_size == len(shot)
+    for selector in ("#claim", "#decision", "#quote mark.quote", "#label-form", "#submit"):
+        box = page.locator(selector).bounding_box()
+        assert box is not None and box["y"] >= 0, selector
+        assert box["y"] + box["height"] <= 800, (selector, box)
+    assert QUOTE in page.inner_text("#quote") and "Guideline section 0" in page.inner_text(
+        "#quote")
+    assert "ESCALATE" in page.inner_text("#decision") and "not sure" in page.inner_text(
+        "#decision")
+    passages = page.locator("details.passage")
+    assert passages.count() == 7
+    assert page.evaluate("[...document.querySelectorAll('details.passage')]"
+                         ".every(d => !d.open)")
+    assert not page.locator("details.passage mark.quote").is_visible()
+    assert not any(t.is_visible() for t in page.locator("details.passage .text").all())
+    summary = page.inner_text("details.passage[data-passage=p0] summary")
+    assert "this passage supports the claim: 0.91; contradicts: 0.01" in summary
+    page.click("details.passage[data-passage=p0] summary")
+    assert page.locator("details.passage[data-passage=p0] mark.quote").inner_text() == QUOTE
+    page.click("details.passage[data-passage=p6] summary")
+    assert page.inner_text("details.passage[data-passage=p6] .text").startswith(HOSTILE)
+    assert page.evaluate("typeof window.__pwned") == "undefined"
+    assert "FACT needs a passage with support ≥ 0.81" in page.inner_text("#thresholds")
+    # the keyboard flow: 1 chooses FACT, c jumps to the correction, Esc leaves it, Enter saves
+    page.keyboard.press("1")
+    page.keyboard.press("c")
+    assert page.evaluate("document.activeElement.id") == "correction"
+    page.keyboard.press("Escape")
+    with page.expect_navigation():
+        page.keyboard.press("Enter")
+    assert "Saved your label" in page.inner_text("[role=status]")

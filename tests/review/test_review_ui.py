@@ -368,9 +368,7 @@ def test_the_item_page_lists_the_findings_an_item_carries() -> None:
     assert (verdict.confident, verdict.reason) == (False, REASON)
     assert verdict.findings == [(finding, "support not counted")]
     assert item_verdict(base).findings == []
-    html = ui._environment().get_template("item.html.j2").render(
-        nonce="n", session=None, csrf="", item=item, answer=None, passages=[], labels=[],
-        shown_labels=[], mine=True, probabilities=[], done=None, verdict=verdict)
+    html = _render(item)
     findings = html[html.index('id="findings"'):]
     findings = findings[: findings.index("</ul>")]
     assert "<strong>number</strong> (support not counted): the claim says Take &lt;script&gt;" in (
@@ -389,3 +387,110 @@ def test_review_items_keep_their_verdicts_findings_through_the_store(
         queue.add_items([item])
         [stored] = [i for i in queue.list() if i.id == "rv-findings"]
     assert stored.findings == [finding]
+
+
+# ---- the item page's layout: the first screen, then the details -------------------------
+
+HOSTILE = "<script>window.__pwned=4</script></mark><b>x</b> "
+
+
+def _render(item: ReviewItem) -> str:
+    return ui._environment().get_template("item.html.j2").render(
+        nonce="n", session=None, csrf="t", done=None, **ui.item_context(item, None))
+
+
+def _clinical(**extra: Any) -> ReviewItem:
+    passages = [Passage(id="p1", doc_id="d1", title="Diabetes <guideline>",
+                        url="https://example.org/metformin",
+                        text=HOSTILE + "Metformin is a first-line medicine. " + HOSTILE),
+                Passage(id="p2", doc_id="d2", text="Insulin is kept cold.")]
+    fields: dict[str, Any] = {
+        "passages": passages, "evidence_quote": "a first-line medicine", "category": "FACT",
+        "probabilities": {"SUPPORTED": 0.91, "CONTRADICTED": 0.3, "NOT_ENOUGH_INFO": 0.7,
+                          "threshold_support": 0.81, "threshold_contradict": 0.4},
+        "passage_probabilities": {"p1": {"SUPPORTED": 0.91, "CONTRADICTED": 0.02,
+                                         "NOT_ENOUGH_INFO": 0.07},
+                                  "p2": {"SUPPORTED": 0.0, "CONTRADICTED": 0.3,
+                                         "NOT_ENOUGH_INFO": 0.7}}}
+    fields.update(extra)
+    return _item("rv-clinical", 0.5, **fields)
+
+
+def test_the_item_page_puts_claim_decision_quote_and_form_before_the_details() -> None:
+    html = _render(_clinical())
+    order = [html.index(x) for x in ('id="claim"', 'id="decision"', 'id="quote"',
+                                     'id="label-form"', 'id="submit"', 'id="answer"',
+                                     "<details", 'id="judge"', 'id="rule"')]
+    assert order == sorted(order)
+    decision = html[html.index('id="decision"'):html.index('id="label-form"')]
+    assert 'id="action">ESCALATE</strong>' in decision and "coverage_gap_high_risk" in decision
+    assert '<span class="badge FACT">FACT</span>' in decision
+    assert ('(from “Diabetes &lt;guideline&gt;”, passage <code>p1</code>)</span>: '
+            '<mark class="quote">a first-line medicine</mark>') in decision
+    unsure = _render(_clinical(arbitration={"decision": "ESCALATE", "rule": "not_sure",
+                                            "inputs": {"confident": False,
+                                                       "not_sure": "a number differs"}}))
+    decision = unsure[unsure.index('id="decision"'):unsure.index('id="label-form"')]
+    assert 'class="unsure"' in decision and "FACT, not sure:</strong> a number differs" in (
+        decision)
+    # nothing dropped: the item's facts are all still on the page
+    for kept in ("Item <code>rv-clinical</code>", "topic diabetes", "Policy <code>",
+                 "Hallucination probability <strong>80%</strong>", "not in the passages",
+                 "How?", 'href="https://example.org/metformin"', 'id="shortcuts"'):
+        assert kept in html, kept
+
+
+def test_passages_are_collapsed_with_the_quote_marked_and_hostile_text_escaped() -> None:
+    html = _render(_clinical(passages=[Passage(
+        id="p1", doc_id="d1", title="Diabetes <guideline>",
+        text=HOSTILE + "Metformin is a first-line medicine. " + HOSTILE)]))
+    details = re.findall(r"<details[^>]*>.*?</details>", html, re.S)
+    assert len(details) == 1 and " open" not in details[0].split(">")[0]
+    body = details[0]
+    assert ('<details class="card passage deciding" data-passage="p1">' in body)
+    escaped = "&lt;script&gt;window.__pwned=4&lt;/script&gt;&lt;/mark&gt;&lt;b&gt;x&lt;/b&gt; "
+    assert (escaped + 'Metformin is <mark class="quote">a first-line medicine</mark>. '
+            + escaped) in body
+    assert body.count("<mark") == body.count("</mark>") == 1
+    assert "<script" not in body and "<b>" not in body
+    assert html.count("<script") == 1  # the page's own
+    assert "this passage supports the claim: 0.91; contradicts: 0.02; neither: 0.07" in body
+    missing = _render(_clinical(evidence_quote="not in the text"))
+    assert "The judge's quote is not in this passage verbatim" in missing
+    assert "no per-passage probabilities recorded" in _render(_clinical(
+        passage_probabilities={}))
+
+
+def test_thresholds_are_a_caption_and_maxima_are_labelled_as_such() -> None:
+    html = _render(_clinical())
+    table = html[html.index('id="probabilities"'):]
+    table = table[:table.index("</table>")]
+    caption = table[table.index("<caption"):table.index("</caption>")]
+    assert ("FACT needs a passage with support ≥ 0.81 and none with contradiction ≥ 0.40; "
+            "HALLUCINATION the reverse") in caption
+    assert "not one distribution" in caption
+    rows = re.findall(r"<tr><td>(.*?)</td><td>(.*?)</td></tr>", table)
+    assert [r[1] for r in rows] == ["0.30", "0.70", "0.91"]  # no threshold rows
+    assert all("threshold" not in r[0] for r in rows)
+    assert "Highest over the passages" in table
+    plain = _render(_clinical(probabilities={"SUPPORTED": 0.2, "CONTRADICTED": 0.1,
+                                             "NOT_ENOUGH_INFO": 0.7}))
+    assert "<caption" not in plain and "Highest over" not in plain and ">Outcome<" in plain
+    assert "No probabilities." in _render(_clinical(probabilities={}))
+
+
+def test_items_from_a_report_keep_each_passages_own_probabilities() -> None:
+    claim = Claim(id="c9", text="Metformin is first-line.")
+    passage = Passage(id="p1", doc_id="d1", text="Metformin is a first-line medicine.")
+    raw = '{"passages": {"p1": {"SUPPORTED": 0.3, "CONTRADICTED": 0.6, "NOT_ENOUGH_INFO": 0.1}}}'
+    for output, expected in ((raw, {"p1": {"SUPPORTED": 0.3, "CONTRADICTED": 0.6,
+                                           "NOT_ENOUGH_INFO": 0.1}}),
+                             ("not json", {}), ('{"passages": [{"id": "p1"}]}', {})):
+        verdict = Verdict(claim_id="c9", factual=Analysis(holds=True),
+                          counterfactual=Analysis(holds=False), confident=False,
+                          not_sure="unsure", raw_output=output)
+        result = ClaimResult.from_verdict(claim, [passage], verdict)
+        report = Report(answer=Answer(id="a9", text="Metformin is first-line."),
+                        results=[result], metrics=compute_metrics([result]), run_id="run9")
+        [item] = items_from_report(report, policy=ArbitrationPolicy(not_sure="ESCALATE"))
+        assert item.passage_probabilities == expected, output

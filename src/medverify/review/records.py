@@ -69,6 +69,9 @@ class ReviewItem(Record):
     passages: list[Passage] = Field(default_factory=list)
     category: str  # the KB judge's category
     probabilities: dict[str, float] = Field(default_factory=dict)
+    # passage id -> that passage's own SUPPORTED / CONTRADICTED / NOT_ENOUGH_INFO
+    # probabilities (the built-in judge's; {} for a judge that gives none)
+    passage_probabilities: dict[str, dict[str, float]] = Field(default_factory=dict)
     evidence_passage_id: str | None = None
     evidence_quote: str | None = None
     judge_reason: str | None = None

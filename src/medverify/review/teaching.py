@@ -24,6 +24,7 @@ before a claim the KB merely does not cover.
 
 from __future__ import annotations
 
+import json
 import logging
 from collections import Counter
 from collections.abc import Iterable, Sequence
@@ -35,7 +36,15 @@ from medverify.arbitration import arbitrate, confidence
 from medverify.config import ArbitrationPolicy
 from medverify.errors import InputError, MedverifyError
 from medverify.kb import KnowledgeBase
-from medverify.records import Category, ClaimResult, Decision, Document, Report, utcnow
+from medverify.records import (
+    Category,
+    ClaimResult,
+    Decision,
+    Document,
+    Report,
+    Verdict,
+    utcnow,
+)
 from medverify.review.records import ItemLabel, KBChange, ReviewItem, ReviewLabel, ReviewStatus
 from medverify.review.workflow import (
     ReviewLedger,
@@ -71,6 +80,17 @@ def priority(result: ClaimResult) -> float:
         base = 1.0 - conf if conf is not None else 0.5
     bonus = PRIORITY_BONUS if result.category in _SEVERE else 0.0
     return round(base + bonus, 6)
+
+
+def passage_probabilities(verdict: Verdict | None) -> dict[str, dict[str, float]]:
+    """Each passage's own probabilities from the built-in judge's raw output (JSON
+    ``{"passages": {id: {"SUPPORTED": p, ...}}}``); {} for any other judge or output."""
+    try:
+        rows = json.loads(verdict.raw_output or "")["passages"] if verdict else {}
+        return {str(pid): {str(k): float(v) for k, v in row.items()}
+                for pid, row in rows.items()}
+    except (ValueError, TypeError, KeyError, AttributeError):
+        return {}
 
 
 def judge_reason(result: ClaimResult) -> str | None:
@@ -116,6 +136,7 @@ def items_from_report(report: Report, *, labels_needed: int = 1, topic: str | No
             answer_text=answer.text, claim=result.claim, passages=result.passages,
             category=result.category.value,
             probabilities=dict(verdict.probabilities or {}) if verdict else {},
+            passage_probabilities=passage_probabilities(verdict),
             evidence_passage_id=result.evidence_passage_id,
             evidence_quote=result.evidence_quote, judge_reason=judge_reason(result),
             findings=list(verdict.findings) if verdict else [],

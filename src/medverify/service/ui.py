@@ -259,12 +259,19 @@ def _item(request: Request, item_id: str) -> ReviewItem:
 
 @dataclass
 class PassageView:
+    """One passage as the item page shows it: its text split around the deciding quote
+    (each part escaped on its own, the quote in a ``<mark>``) and this passage's own
+    probabilities (None where the judge recorded none per passage)."""
+
     id: str
     title: str | None
     url: str | None
     parts: list[tuple[str, bool]]  # (text, is the deciding quote)
     deciding: bool
     quote_missing: bool  # the deciding passage, whose text does not hold the quote verbatim
+    support: float | None = None  # this passage's P(SUPPORTED)
+    contradict: float | None = None  # this passage's P(CONTRADICTED)
+    neither: float | None = None  # this passage's P(NOT_ENOUGH_INFO)
 
 
 def answer_parts(item: ReviewItem) -> tuple[str, str, str] | None:
@@ -296,11 +303,56 @@ def passage_views(item: ReviewItem) -> list[PassageView]:
     for passage in item.passages:
         deciding = passage.id == item.evidence_passage_id
         parts = quote_parts(passage.text, item.evidence_quote) if deciding else None
+        own = item.passage_probabilities.get(passage.id, {})
         views.append(PassageView(
             id=passage.id, title=passage.title, url=passage.url,
             parts=parts or [(passage.text, False)], deciding=deciding,
-            quote_missing=deciding and bool(item.evidence_quote) and parts is None))
+            quote_missing=deciding and bool(item.evidence_quote) and parts is None,
+            support=own.get("SUPPORTED"), contradict=own.get("CONTRADICTED"),
+            neither=own.get("NOT_ENOUGH_INFO")))
     return views
+
+
+@dataclass
+class JudgeNumbers:
+    """The item's ``probabilities`` as what they are: ``values`` the judge's numbers
+    (with the built-in judge, each the highest any one passage reached: ``maxima``), the
+    thresholds apart, for a caption (``support``/``contradict``, any other in ``other``)."""
+
+    values: list[tuple[str, float]]
+    support: float | None
+    contradict: float | None
+    other: list[tuple[str, float]]
+
+    @property
+    def maxima(self) -> bool:
+        return self.support is not None or self.contradict is not None
+
+
+OUTCOME_NAMES = {"SUPPORTED": "support", "CONTRADICTED": "contradiction",
+                 "NOT_ENOUGH_INFO": "neither (not enough information)"}
+"""How the page names the judge's probability keys."""
+
+
+def judge_numbers(item: ReviewItem) -> JudgeNumbers:
+    found = dict(item.probabilities or {})
+    support, contradict = found.pop("threshold_support", None), found.pop(
+        "threshold_contradict", None)
+    other = sorted((k, v) for k, v in found.items() if k.startswith("threshold_"))
+    return JudgeNumbers(values=sorted((k, v) for k, v in found.items()
+                                      if not k.startswith("threshold_")),
+                        support=support, contradict=contradict, other=other)
+
+
+def item_context(item: ReviewItem, key: KeyInfo | None) -> dict[str, Any]:
+    """What the item page's template is rendered with (``key``: the reviewer's)."""
+    passages = passage_views(item)
+    deciding = next((p for p in passages if p.deciding), None)
+    return {"item": item, "answer": answer_parts(item), "verdict": item_verdict(item),
+            "passages": passages, "deciding": deciding, "labels": LABELS,
+            "numbers": judge_numbers(item), "names": OUTCOME_NAMES,
+            "shown_labels": visible_labels(item, key) if key else list(item.labels),
+            "mine": key is not None and any(x.reviewer == key.id for x in item.labels)}
 
 
 @dataclass
@@ -445,12 +497,7 @@ async def item_page(request: Request, item_id: str, done: str | None = None) -> 
     if isinstance(session, Response):
         return session
     item = _item(request, item_id)
-    return render(request, "item.html.j2", item=item, answer=answer_parts(item),
-                  verdict=item_verdict(item),
-                  passages=passage_views(item), labels=LABELS,
-                  shown_labels=visible_labels(item, session.key),
-                  mine=any(x.reviewer == session.key.id for x in item.labels),
-                  probabilities=sorted((item.probabilities or {}).items()), done=done)
+    return render(request, "item.html.j2", done=done, **item_context(item, session.key))
 
 
 def _source_url(value: str) -> str | None:
