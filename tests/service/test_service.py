@@ -349,3 +349,29 @@ def test_the_address_buckets_forget_addresses_that_have_refilled() -> None:
     assert bucket.due("10.9.9.9") == 0.0  # looking takes nothing
     assert bucket.take("10.9.9.9") == 0.0 and bucket.take("10.9.9.9") == 0.0
     assert bucket.take("10.9.9.9") == bucket.due("10.9.9.9") == 1.0  # the burst is spent
+
+
+def test_a_timed_out_wait_for_a_slot_keeps_no_slot() -> None:
+    import asyncio
+
+    from medverify.service.admission import _acquire_within
+
+    async def race(delay: float) -> bool:
+        """The slot is released about when the wait gives up; whatever the wait returns,
+        afterwards the one slot must be free again."""
+        slots = asyncio.Semaphore(1)
+        await slots.acquire()
+        waiter = asyncio.ensure_future(_acquire_within(slots, 0.01))
+        await asyncio.sleep(delay)
+        slots.release()
+        if await waiter:
+            slots.release()
+        return not slots.locked()
+
+    async def scenario() -> list[bool]:
+        return [await race(0.01 + i * 0.0005) for i in range(-10, 10)]
+
+    assert all(asyncio.run(scenario()))
+    held = asyncio.Semaphore(1)
+    asyncio.run(held.acquire())
+    assert asyncio.run(_acquire_within(held, 0.01)) is False and held.locked()

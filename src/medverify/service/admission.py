@@ -48,6 +48,23 @@ async def within(limit: float, work: Awaitable[T]) -> T:
     raise ApiError(504, "timeout", f"{reason}; submit long work as a job")
 
 
+async def _acquire_within(slots: asyncio.Semaphore, limit: float) -> bool:
+    """Acquire ``slots`` within ``limit`` seconds; False (holding nothing) when that fails.
+    A grant that arrives just as the wait is given up is released again, so a timed-out
+    wait never keeps a slot (``asyncio.wait_for`` on Python 3.11 can lose one that way)."""
+    acquire = asyncio.ensure_future(slots.acquire())
+    done, _ = await asyncio.wait({acquire}, timeout=limit)
+    if done:
+        return True
+    acquire.cancel()
+    try:
+        await acquire
+    except asyncio.CancelledError:
+        return False
+    slots.release()  # granted while being cancelled: give it back
+    return False
+
+
 class CheckSlots:
     """The check slots of one worker: ``limit`` checks run at once (None: no limit), the
     others wait in arrival order up to ``queue_wait_s``; each check's work may take
@@ -80,14 +97,13 @@ class CheckSlots:
             return
         self.waiting += 1
         try:
-            await asyncio.wait_for(slots.acquire(), self.queue_wait_s)
-        except TimeoutError:
-            retry = self.retry_after()
-            raise ApiError(503, "overloaded", f"all {self.limit} check slots stayed busy for "
-                           f"{self.queue_wait_s:g} s ([service] queue_wait_s); nothing was "
-                           f"checked or recorded: retry after {retry} s, or submit the "
-                           "answers as a job (POST /v1/jobs/check)",
-                           headers={"Retry-After": str(retry)}) from None
+            if not await _acquire_within(slots, self.queue_wait_s):
+                retry = self.retry_after()
+                raise ApiError(503, "overloaded", f"all {self.limit} check slots stayed busy for "
+                               f"{self.queue_wait_s:g} s ([service] queue_wait_s); nothing was "
+                               f"checked or recorded: retry after {retry} s, or submit the "
+                               "answers as a job (POST /v1/jobs/check)",
+                               headers={"Retry-After": str(retry)})
         finally:
             self.waiting -= 1
 
