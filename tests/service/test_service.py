@@ -4,6 +4,7 @@ is in test_service_server.py."""
 
 from __future__ import annotations
 
+import re
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -317,6 +318,53 @@ def test_requests_with_a_valid_key_spend_nothing_of_the_address_budget(
                 for _ in range(10)} == {200}
         codes = [client.get("/v1/jobs", headers=peer).status_code for _ in range(3)]
         assert codes == [401, 401, 429]
+
+
+def _login_form(client: TestClient, peer: str) -> dict[str, str]:
+    """A fresh login form's fields (its double-submit token; the cookie stays on
+    ``client``)."""
+    page = client.get("/review/login", headers={"X-Test-Peer": peer})
+    found = re.search(r'name="csrf" value="([^"]+)"', page.text)
+    assert page.status_code == 200 and found, page.text
+    return {"csrf": found.group(1)}
+
+
+def test_wrong_logins_on_the_review_page_spend_the_address_budget(
+        setup: dict[str, Any]) -> None:
+    burst = 5
+    app = create_app(_config(setup["tmp"], auth_failures_per_minute=6,
+                             auth_failure_burst=burst))
+    peer = {"X-Test-Peer": "10.0.0.4"}
+    with TestClient(_from_peer(app)) as client:
+        form = _login_form(client, "10.0.0.4")
+        wrong = [client.post("/review/login", data={**form, "key": f"mvk_0_wrong{n}"},
+                             headers=peer, follow_redirects=False) for n in range(burst + 1)]
+        assert [r.status_code for r in wrong] == [401] * burst + [429]
+        limited = wrong[-1]
+        seconds = int(limited.headers["Retry-After"])
+        assert 1 <= seconds <= 10 and "text/html" in limited.headers["content-type"]
+        assert f"try again in {seconds} s" in limited.text, limited.text
+        # a limit is a limit: the right key from that address is refused too, and so are
+        # its API requests (one budget per address)
+        right = {**form, "key": setup["secrets"][Role.REVIEWER]}
+        again = client.post("/review/login", data=right, headers=peer, follow_redirects=False)
+        assert again.status_code == 429 and "mv_session" not in again.headers.get(
+            "set-cookie", "")
+        _error(client.post("/v1/check", json=ANSWER, headers={**_auth(setup), **peer}),
+               429, "rate_limited")
+        elsewhere = client.post("/review/login", data=right, follow_redirects=False,
+                                headers={"X-Test-Peer": "10.0.0.5"})
+        assert elsewhere.status_code == 303, elsewhere.text
+    with RunStore(setup["tmp"] / "runs.db") as store:
+        anonymous = sorted((e for e in AuditLog(store).list(1000) if e.key_id is None),
+                           key=lambda e: e.id)
+    assert [(e.action, e.status) for e in anonymous] == [
+        ("POST /review/login", 401), ("refused requests", None)]
+    assert "10.0.0.4" in (anonymous[0].detail or "")
+    assert ("7 more refused request(s) from 10.0.0.4" in (anonymous[1].detail or "")
+            and "POST /review/login -> 401: 4" in (anonymous[1].detail or "")
+            and "POST /review/login -> 429: 2" in (anonymous[1].detail or "")
+            and "POST /v1/check -> 429: 1" in (anonymous[1].detail or "")), anonymous[1]
 
 
 def test_refusals_are_counted_per_address_and_window(tmp_path: Path) -> None:

@@ -12,7 +12,9 @@ Before any key is looked at, the client's address is checked against its own buc
 each request from it without a valid key (none, malformed, unknown, wrong, revoked) takes
 a token (``[service] auth_failures_per_minute``, ``auth_failure_burst``); an address with
 none left gets 429 with ``Retry-After`` for every request that needs a key, a valid one
-included, until a token is due. Requests with a valid key take nothing from it."""
+included, until a token is due. Requests with a valid key take nothing from it. The
+review UI's login form (:mod:`medverify.service.ui`) checks the key it is given through
+the same limit (:func:`verify_within_limit`)."""
 
 from __future__ import annotations
 
@@ -92,32 +94,24 @@ def authorize(request: Request, needed: Role) -> KeyInfo:
     """The key making ``request``, checked for ``needed`` and the rate limit; records it on
     ``request.state.key`` for the audit log."""
     state = request.app.state.service
-    key = _identify(request, state.keys, state.address_limiter,
-                    state.config.service.auth_failures_per_minute)
+    key = _identify(request)
     request.state.key = key
     if not key.role.allows(needed):
         raise ApiError(403, "forbidden", f"this endpoint needs the {needed.value} role; the "
                        f"key {key.id} has {key.role.value}")
     wait = state.limiter.take(key.id)
     if wait > 0:
-        raise _limited(f"over {state.config.service.rate_per_minute} requests a minute for "
-                       f"key {key.id}", wait)
+        raise Throttled(f"over {state.config.service.rate_per_minute} requests a minute for "
+                        f"key {key.id}", wait)
     return key
 
 
-def _identify(request: Request, keys: KeyStore, limiter: TokenBucket,
-              per_minute: int) -> KeyInfo:
+def _identify(request: Request) -> KeyInfo:
     """The valid key ``request`` presents; 429 before looking when its address is out of
     tokens for requests without one, else 401 (taking a token) when it has none."""
-    address = client_address(request)
-    wait = limiter.due(address)
-    if wait > 0:
-        raise _limited(f"over {per_minute} requests a minute without a valid API key from "
-                       f"{address}", wait)
     secret = presented_secret(request)
-    key = keys.verify(secret) if secret is not None else None
+    key = verify_within_limit(request, secret)
     if key is None:
-        limiter.take(address)
         problem = ("no API key: send Authorization: Bearer <key> (create one with "
                    "`medverify keys create NAME`)" if secret is None
                    else "the API key is unknown, wrong or revoked")
@@ -125,11 +119,35 @@ def _identify(request: Request, keys: KeyStore, limiter: TokenBucket,
     return key
 
 
-def _limited(what: str, wait: float) -> ApiError:
-    """429 ``rate_limited``: the message and ``Retry-After`` give the same whole seconds."""
-    retry = retry_seconds(wait)
-    return ApiError(429, "rate_limited", f"{what}; retry after {retry} s",
-                    headers={"Retry-After": str(retry)})
+def verify_within_limit(request: Request, secret: str | None) -> KeyInfo | None:
+    """The valid key ``secret`` names, under the per-address limit on requests without
+    one: when the client's address is out of tokens, :class:`Throttled` (429 with
+    ``Retry-After``) before the secret is even looked at, so a correct key is refused too
+    until a token is due; else None, taking a token, when ``secret`` is missing or not a
+    valid key. The API's key check and the review UI's login form both go through here."""
+    state = request.app.state.service
+    keys: KeyStore = state.keys
+    limiter: TokenBucket = state.address_limiter
+    address = client_address(request)
+    wait = limiter.due(address)
+    if wait > 0:
+        raise Throttled(f"over {state.config.service.auth_failures_per_minute} requests a "
+                        f"minute without a valid API key from {address}", wait)
+    key = keys.verify(secret) if secret else None
+    if key is None:
+        limiter.take(address)
+    return key
+
+
+class Throttled(ApiError):
+    """429 ``rate_limited`` (a key over its rate, or an address out of tokens for requests
+    without a valid key): ``retry`` is the whole seconds its message and ``Retry-After``
+    header both give."""
+
+    def __init__(self, what: str, wait: float) -> None:
+        self.retry = retry_seconds(wait)
+        super().__init__(429, "rate_limited", f"{what}; retry after {self.retry} s",
+                         headers={"Retry-After": str(self.retry)})
 
 
 def role(needed: Role) -> Callable[[Request], KeyInfo]:

@@ -10,7 +10,10 @@ untrusted text; a URL becomes a link only when it is http(s)); the session id li
 an ``HttpOnly; SameSite=Strict`` cookie scoped to ``/review`` and is stored hashed
 (:class:`~medverify.store.access.SessionStore`); every form carries a per-session CSRF token
 (the login form a double-submit one), and a POST without the right one is refused before
-anything is written; pages carry a nonce-based Content-Security-Policy. Labelling goes
+anything is written; the login form checks the key under the API's per-address limit on
+requests without a valid key (:func:`~medverify.service.auth.verify_within_limit`: 429 with
+``Retry-After``), and its refusals are audited like the API's, counted by the minute;
+pages carry a nonce-based Content-Security-Policy. Labelling goes
 through the same library call as the JSON endpoint, so the UI never writes anything else.
 """
 
@@ -45,6 +48,7 @@ from medverify.review import (
     ReviewStatus,
     loop_report,
 )
+from medverify.service.auth import Throttled, verify_within_limit
 from medverify.store.access import KeyInfo, Role, Session, SessionStore
 from medverify.store.review import ReviewStore
 
@@ -68,9 +72,11 @@ _NEXT = re.compile(r"/review(?:/[A-Za-z0-9._~-]+)*/?")
 class Refusal(Exception):
     """A request the UI answers with an error page: status, title, message."""
 
-    def __init__(self, status: int, title: str, message: str) -> None:
+    def __init__(self, status: int, title: str, message: str, *,
+                 headers: dict[str, str] | None = None) -> None:
         super().__init__(message)
         self.status, self.title, self.message = status, title, message
+        self.headers = headers or {}
 
 
 class PageRoute(APIRoute):
@@ -84,7 +90,9 @@ class PageRoute(APIRoute):
             try:
                 return await handler(request)
             except Refusal as exc:
-                return error_page(request, exc.status, exc.title, exc.message)
+                page = error_page(request, exc.status, exc.title, exc.message)
+                page.headers.update(exc.headers)
+                return page
             except RequestValidationError as exc:
                 problems = list(exc.errors())
                 first = problems[0] if problems else {"loc": (), "msg": "invalid"}
@@ -415,8 +423,13 @@ async def login(request: Request) -> Response:
     if not token or not expected or not hmac.compare_digest(token.encode(), expected.encode()):
         raise Refusal(403, "Form refused", "the login form's security token is missing or "
                       "wrong: reload the login page and try again")
-    state = _state(request)
-    key = state.keys.verify(fields.get("key", "").strip())
+    try:  # the API's per-address limit on requests without a valid key
+        key = verify_within_limit(request, fields.get("key", "").strip() or None)
+    except Throttled as exc:
+        raise Refusal(429, "Too many failed logins", "too many attempts without a valid "
+                      f"key from your address: try again in {exc.retry} s (until then "
+                      "every login from it is refused, a correct key's too)",
+                      headers=exc.headers) from None
     if key is None:
         raise Refusal(401, "Login failed", "the API key is unknown, wrong or revoked")
     request.state.key = key
