@@ -20,7 +20,14 @@ import pytest
 import medverify
 from medverify import client as client_module
 from medverify.audit.records import AuditInput
-from medverify.client import AsyncClient, Client, RateLimited, ServiceError, WaitTimeout
+from medverify.client import (
+    AsyncClient,
+    Client,
+    Overloaded,
+    RateLimited,
+    ServiceError,
+    WaitTimeout,
+)
 from medverify.errors import MedverifyError
 from medverify.records import Answer, Metrics, Report, Source
 from medverify.review import ReviewItem, ReviewLabel, ReviewStatus
@@ -405,6 +412,42 @@ def test_no_retries_raises_at_once(sleeps: list[float]) -> None:
         client.job("j1")
     assert sleeps == [] and len(server.requests) == 1
     assert (caught.value.code, caught.value.retry_after) == ("http_error", None)
+
+
+def test_503_overloaded_raises_at_once_without_a_retry(sleeps: list[float]) -> None:
+    busy = ok(error_json("overloaded", "no check slot came free within 5 s; retry after 3 s"),
+              503, **{"Retry-After": "3"})
+    server = Server(busy, ok(report_json()))  # a retry would succeed: none is made
+    with make(server) as client, pytest.raises(Overloaded) as caught:
+        client.check("x")
+    error = caught.value
+    assert isinstance(error, ServiceError) and not isinstance(error, RateLimited)
+    assert (error.status, error.code, error.retry_after) == (503, "overloaded", 3.0)
+    assert len(server.requests) == 1 and sleeps == []
+
+
+def test_other_503s_stay_plain_service_errors(sleeps: list[float]) -> None:
+    server = Server(ok(error_json("not_ready", "the KB did not load"), 503,
+                       **{"Retry-After": "3"}), httpx.Response(503, text="proxy busy"))
+    with make(server) as client:
+        for _ in range(2):
+            with pytest.raises(ServiceError) as caught:
+                client.check("x")
+            assert type(caught.value) is ServiceError and caught.value.status == 503
+    assert len(server.requests) == 2 and sleeps == []
+
+
+def test_the_async_client_raises_overloaded_at_once_too() -> None:
+    server = Server(ok(error_json("overloaded", "busy"), 503, **{"Retry-After": "2"}),
+                    ok(report_json()))
+
+    async def go() -> None:
+        async with amake(server) as client:
+            await client.check("x")
+
+    with pytest.raises(Overloaded) as caught:
+        asyncio.run(go())
+    assert caught.value.retry_after == 2.0 and len(server.requests) == 1
 
 
 # ----------------------------------------------------------------------- wait

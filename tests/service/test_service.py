@@ -15,8 +15,10 @@ import pytest
 
 pytest.importorskip("fastapi")
 
+import httpx
 from fastapi.testclient import TestClient
 
+from medverify.client import Client, Overloaded
 from medverify.config import Config
 from medverify.kb import KnowledgeBase
 from medverify.records import Document
@@ -245,6 +247,21 @@ def test_a_check_that_finds_no_slot_in_time_gets_503_and_leaves_no_run(
         waited = time.monotonic() - started
         _retry_agrees(refused, _error(refused, 503, "overloaded"))
         assert 0.3 <= waited < 5.0
+        sent: list[str] = []
+
+        def relay(request: httpx.Request) -> httpx.Response:  # the Python client, in process
+            sent.append(request.url.path)
+            got = client.request(request.method, request.url.path, content=request.content,
+                                 headers=dict(request.headers))
+            return httpx.Response(got.status_code, headers=dict(got.headers),
+                                  content=got.content)
+
+        with Client("http://testserver", setup["secrets"][Role.CLIENT],
+                    transport=httpx.MockTransport(relay)) as api, \
+                pytest.raises(Overloaded) as caught:
+            api.check(ANSWER["text"], question=ANSWER["question"])
+        assert caught.value.retry_after is not None and caught.value.retry_after >= 1
+        assert sent == ["/v1/check"]  # refused once, not retried
         assert client.portal.call(client.app.state.service.runs.list_runs) == []  # type: ignore
         release()
         assert client.post("/v1/check", json=ANSWER, headers=_auth(setup)).status_code == 200

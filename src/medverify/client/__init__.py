@@ -30,7 +30,7 @@ import httpx
 
 from medverify.audit.records import AuditInput
 from medverify.client.api import Api
-from medverify.client.errors import RateLimited, ServiceError, WaitTimeout
+from medverify.client.errors import Overloaded, RateLimited, ServiceError, WaitTimeout
 from medverify.client.plans import Plan, Sleep, request_args, unreachable
 from medverify.records import Answer, Report
 from medverify.review import LoopReport, ReviewItem, ReviewLabel, ReviewStatus
@@ -40,7 +40,8 @@ from medverify.service.records import Health, Job, Readiness, RunRecord
 from medverify.store.access import AuditEvent, KeyInfo, NewKey, Role
 from medverify.store.jobs import JobStatus
 
-__all__ = ["AsyncClient", "Client", "RateLimited", "ServiceError", "WaitTimeout"]
+__all__ = ["AsyncClient", "Client", "Overloaded", "RateLimited", "ServiceError",
+           "WaitTimeout"]
 
 T = TypeVar("T")
 
@@ -66,7 +67,8 @@ class Client(_Base):
 
     ``key`` is an API key's secret (None for :meth:`health` and :meth:`ready` only);
     ``timeout`` is seconds per request; a 429 is retried ``retries_429`` times, after its
-    ``Retry-After`` (at most 60 s); ``transport`` replaces httpx's (e.g. a
+    ``Retry-After`` (at most 60 s); a 503 ``overloaded`` is not retried but raised at once
+    as :class:`Overloaded` (with ``retry_after``); ``transport`` replaces httpx's (e.g. a
     ``httpx.MockTransport`` in tests). Every failure raises :class:`ServiceError`.
     """
 

@@ -1,6 +1,6 @@
 """What a failed request to the service raises: :class:`ServiceError` (with the HTTP
 status, the service's machine-readable code, a message and the per-field detail), and its
-kinds :class:`RateLimited` and :class:`WaitTimeout`."""
+kinds :class:`RateLimited`, :class:`Overloaded` and :class:`WaitTimeout`."""
 
 from __future__ import annotations
 
@@ -37,6 +37,24 @@ class RateLimited(ServiceError):
 
     def __init__(self, message: str, *, retry_after: float | None = None,
                  status: int | None = 429, code: str = "rate_limited",
+                 detail: list[dict[str, Any]] | None = None) -> None:
+        super().__init__(message, status=status, code=code, detail=detail)
+        self.retry_after = retry_after
+
+
+class Overloaded(ServiceError):
+    """503 ``overloaded``: the service had no check slot free within its ``[service]
+    queue_wait_s`` and refused the request before doing any work (nothing was run or
+    stored). ``retry_after`` is the server's ``Retry-After`` in seconds (None when absent).
+
+    The client does **not** retry it by itself, unlike a 429: the server is busy with
+    other callers' work, and clients that all retry blindly keep it overloaded (and make
+    the queue longer for everyone). Retry later, with backoff, or send fewer requests at
+    once (a batch as one job: ``submit_check``).
+    """
+
+    def __init__(self, message: str, *, retry_after: float | None = None,
+                 status: int | None = 503, code: str = "overloaded",
                  detail: list[dict[str, Any]] | None = None) -> None:
         super().__init__(message, status=status, code=code, detail=detail)
         self.retry_after = retry_after

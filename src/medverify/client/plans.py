@@ -1,8 +1,9 @@
 """The plumbing the blocking and the asyncio client share: a request as a :class:`Call`,
 a *plan* (a generator that yields the next call to send, or a :class:`Sleep`, and returns
-the parsed record), the retries of a 429 after its ``Retry-After``, the parsing of
-responses and error bodies into records or :class:`~medverify.client.errors.ServiceError`,
-and the keyword arguments of an httpx request."""
+the parsed record), the retries of a 429 after its ``Retry-After`` (never of a 503
+``overloaded``: see :class:`~medverify.client.errors.Overloaded`), the parsing of responses
+and error bodies into records or :class:`~medverify.client.errors.ServiceError`, and the
+keyword arguments of an httpx request."""
 
 from __future__ import annotations
 
@@ -16,7 +17,7 @@ from typing import Any, TypeVar
 import httpx
 from pydantic import BaseModel, TypeAdapter, ValidationError
 
-from medverify.client.errors import RateLimited, ServiceError
+from medverify.client.errors import Overloaded, RateLimited, ServiceError
 from medverify.service.records import ErrorResponse
 
 T = TypeVar("T")
@@ -51,7 +52,9 @@ Plan = Generator[Step, httpx.Response | None, T]
 
 
 def call_plan(call: Call, retries_429: int) -> Plan[Any]:
-    """Send ``call``; on 429 sleep its Retry-After and send again, ``retries_429`` times."""
+    """Send ``call``; on 429 sleep its Retry-After and send again, ``retries_429`` times.
+    A 503 ``overloaded`` is raised at once as :class:`Overloaded`, not retried (the server
+    refused before any work; blind retries under overload keep it overloaded)."""
     retried = 0
     while True:
         response = yield call
@@ -99,16 +102,28 @@ def _result(call: Call, response: httpx.Response) -> Any:
 
 def _error(call: Call, response: httpx.Response) -> ServiceError:
     status = response.status_code
-    kind = RateLimited if status == 429 else ServiceError
-    extra: dict[str, Any] = {"retry_after": retry_after(response)} if status == 429 else {}
     try:
         body = ErrorResponse.model_validate_json(response.content).error
     except ValidationError:
         preview = response.text[:_BODY_PREVIEW].strip() or "(empty body)"
+        kind, extra = _kind(response, None)
         return kind(f"{call.method} {call.path} answered HTTP {status} "
                     f"{response.reason_phrase}: {preview}",
                     status=status, code="http_error", **extra)
+    kind, extra = _kind(response, body.code)
     return kind(body.message, status=status, code=body.code, detail=body.detail, **extra)
+
+
+def _kind(response: httpx.Response,
+          code: str | None) -> tuple[type[ServiceError], dict[str, Any]]:
+    """The error class for a refusal (a 429: :class:`RateLimited`; a 503 whose code is
+    ``overloaded``: :class:`Overloaded`; else :class:`ServiceError`) and its extra
+    arguments (``retry_after``, from the ``Retry-After`` header)."""
+    if response.status_code == 429:
+        return RateLimited, {"retry_after": retry_after(response)}
+    if response.status_code == 503 and code == "overloaded":
+        return Overloaded, {"retry_after": retry_after(response)}
+    return ServiceError, {}
 
 
 def _bad_response(call: Call, response: httpx.Response, problem: str) -> ServiceError:
