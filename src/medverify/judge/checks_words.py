@@ -215,7 +215,8 @@ def _objects(doc: Doc, i: int, a: int, b: int,
     if passive or not after:
         before, first = _scan(doc, range(i - 1, max(a, i - 6) - 1, -1))
     head = after[-1] if after else (before[0] if before else "")
-    return frozenset(after) | frozenset(before), head, (min(first, i), max(last, i) + 1)
+    end = max(last, i) if after else i  # nothing after: the quote ends at the word itself
+    return frozenset(after) | frozenset(before), head, (min(first, i), end + 1)
 
 
 def _scan(doc: Doc, where: range) -> tuple[list[str], int]:
