@@ -101,8 +101,8 @@ def authorize(request: Request, needed: Role) -> KeyInfo:
                        f"key {key.id} has {key.role.value}")
     wait = state.limiter.take(key.id)
     if wait > 0:
-        raise Throttled(f"over {state.config.service.rate_per_minute} requests a minute for "
-                        f"key {key.id}", wait)
+        raise _limited(f"over {state.config.service.rate_per_minute} requests a minute for "
+                       f"key {key.id}", wait)
     return key
 
 
@@ -121,33 +121,30 @@ def _identify(request: Request) -> KeyInfo:
 
 def verify_within_limit(request: Request, secret: str | None) -> KeyInfo | None:
     """The valid key ``secret`` names, under the per-address limit on requests without
-    one: when the client's address is out of tokens, :class:`Throttled` (429 with
-    ``Retry-After``) before the secret is even looked at, so a correct key is refused too
-    until a token is due; else None, taking a token, when ``secret`` is missing or not a
-    valid key. The API's key check and the review UI's login form both go through here."""
+    one: when the client's address is out of tokens, an :class:`ApiError` 429
+    ``rate_limited`` with ``Retry-After`` (the only error it raises) before the secret is
+    even looked at, so a correct key is refused too until a token is due; else None,
+    taking a token, when ``secret`` is missing or not a valid key. The API's key check and
+    the review UI's login form both go through here."""
     state = request.app.state.service
     keys: KeyStore = state.keys
     limiter: TokenBucket = state.address_limiter
     address = client_address(request)
     wait = limiter.due(address)
     if wait > 0:
-        raise Throttled(f"over {state.config.service.auth_failures_per_minute} requests a "
-                        f"minute without a valid API key from {address}", wait)
+        raise _limited(f"over {state.config.service.auth_failures_per_minute} requests a "
+                       f"minute without a valid API key from {address}", wait)
     key = keys.verify(secret) if secret else None
     if key is None:
         limiter.take(address)
     return key
 
 
-class Throttled(ApiError):
-    """429 ``rate_limited`` (a key over its rate, or an address out of tokens for requests
-    without a valid key): ``retry`` is the whole seconds its message and ``Retry-After``
-    header both give."""
-
-    def __init__(self, what: str, wait: float) -> None:
-        self.retry = retry_seconds(wait)
-        super().__init__(429, "rate_limited", f"{what}; retry after {self.retry} s",
-                         headers={"Retry-After": str(self.retry)})
+def _limited(what: str, wait: float) -> ApiError:
+    """429 ``rate_limited``: the message and ``Retry-After`` give the same whole seconds."""
+    retry = retry_seconds(wait)
+    return ApiError(429, "rate_limited", f"{what}; retry after {retry} s",
+                    headers={"Retry-After": str(retry)})
 
 
 def role(needed: Role) -> Callable[[Request], KeyInfo]:

@@ -48,7 +48,8 @@ from medverify.review import (
     ReviewStatus,
     loop_report,
 )
-from medverify.service.auth import Throttled, verify_within_limit
+from medverify.service.auth import verify_within_limit
+from medverify.service.errors import ApiError
 from medverify.store.access import KeyInfo, Role, Session, SessionStore
 from medverify.store.review import ReviewStore
 
@@ -425,11 +426,12 @@ async def login(request: Request) -> Response:
                       "wrong: reload the login page and try again")
     try:  # the API's per-address limit on requests without a valid key
         key = verify_within_limit(request, fields.get("key", "").strip() or None)
-    except Throttled as exc:
-        raise Refusal(429, "Too many failed logins", "too many attempts without a valid "
-                      f"key from your address: try again in {exc.retry} s (until then "
+    except ApiError as exc:  # 429, with Retry-After: the page says the same seconds
+        retry = (exc.headers or {}).get("Retry-After", "1")
+        raise Refusal(exc.status, "Too many failed logins", "too many attempts without a "
+                      f"valid key from your address: try again in {retry} s (until then "
                       "every login from it is refused, a correct key's too)",
-                      headers=exc.headers) from None
+                      headers={"Retry-After": retry}) from None
     if key is None:
         raise Refusal(401, "Login failed", "the API key is unknown, wrong or revoked")
     request.state.key = key
