@@ -29,7 +29,7 @@ from typing import Any, TypeVar
 import httpx
 
 from medverify.audit.records import AuditInput
-from medverify.client.api import Api
+from medverify.client.api import Api, Detail
 from medverify.client.errors import Overloaded, RateLimited, ServiceError, WaitTimeout
 from medverify.client.plans import Plan, Sleep, request_args, unreachable
 from medverify.records import Answer, Report
@@ -111,9 +111,13 @@ class Client(_Base):
         """``GET /readyz``: whether the service can take work (``ready`` False on 503)."""
         return self._run(self._api.ready())
 
-    def check(self, answer: Answer | str, question: str | None = None) -> Report:
-        """Check one answer and wait for its :class:`Report` (``POST /v1/check``)."""
-        return self._run(self._api.check(answer, question))
+    def check(self, answer: Answer | str, question: str | None = None, *,
+              detail: Detail = "compact") -> Report:
+        """Check one answer and wait for its :class:`Report` (``POST /v1/check``).
+        ``detail="compact"`` (default): each claim's decision, category, confidence,
+        deciding quote and the passages it names, without their texts (``notes["response"]``
+        says so); ``"full"``: the whole report, as :meth:`run` reads it from the store."""
+        return self._run(self._api.check(answer, question, detail))
 
     def risk(self, texts: Iterable[RiskText | str]) -> list[RiskScore]:
         """Hallucination risk of each text (plain strings get ids ``t1``, ``t2``, ...);
@@ -233,8 +237,9 @@ class AsyncClient(_Base):
     async def ready(self) -> Readiness:
         return await self._run(self._api.ready())
 
-    async def check(self, answer: Answer | str, question: str | None = None) -> Report:
-        return await self._run(self._api.check(answer, question))
+    async def check(self, answer: Answer | str, question: str | None = None, *,
+                    detail: Detail = "compact") -> Report:
+        return await self._run(self._api.check(answer, question, detail))
 
     async def risk(self, texts: Iterable[RiskText | str]) -> list[RiskScore]:
         return await self._run(self._api.risk(texts))

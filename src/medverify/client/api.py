@@ -6,7 +6,7 @@ into the service's records; :class:`~medverify.client.Client` and
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable
-from typing import Any
+from typing import Any, Literal
 from urllib.parse import quote
 
 from medverify.audit.records import AuditInput
@@ -31,6 +31,10 @@ from medverify.service.records import (
 )
 from medverify.store.access import AuditEvent, KeyInfo, NewKey, Role
 from medverify.store.jobs import JobStatus
+
+Detail = Literal["compact", "full"]
+"""How much of a report ``POST /v1/check`` answers: ``compact`` (the service's default:
+passages named without their texts, no raw judge output, no config) or ``full``."""
 
 TERMINAL = frozenset({JobStatus.DONE, JobStatus.FAILED, JobStatus.CANCELLED})
 
@@ -123,8 +127,12 @@ class Api:
     def ready(self) -> Plan[Readiness]:
         return self.call(Call("GET", "/readyz", _READINESS, auth=False, accept=(503,)))
 
-    def check(self, answer: Answer | str, question: str | None) -> Plan[Report]:
-        return self.call(Call("POST", "/v1/check", _REPORT, body=_answer(answer, question)))
+    def check(self, answer: Answer | str, question: str | None,
+              detail: Detail = "compact") -> Plan[Report]:
+        if detail not in ("compact", "full"):
+            raise ValueError("detail must be 'compact' or 'full'")
+        return self.call(Call("POST", "/v1/check", _REPORT, body=_answer(answer, question),
+                              params={"detail": detail}))
 
     def risk(self, texts: Iterable[RiskText | str]) -> Plan[list[RiskScore]]:
         body = RiskRequest(texts=[_risk_text(t, i) for i, t in enumerate(texts)])

@@ -3,12 +3,15 @@ hallucination risk, within the request (batches go to the jobs routes)."""
 
 from __future__ import annotations
 
-from fastapi import APIRouter, Request
+from typing import Annotated
+
+from fastapi import APIRouter, Query, Request
 
 from medverify.harness import validate_answer
 from medverify.records import Answer, Report
 from medverify.risk.stage import RiskText
 from medverify.service.admission import within
+from medverify.service.compact import Detail, compact_report
 from medverify.service.errors import ApiError
 from medverify.service.records import RiskRequest, RiskResponse
 from medverify.service.routes.deps import Client, State
@@ -17,13 +20,21 @@ router = APIRouter(tags=["check"])
 
 
 @router.post("/v1/check", response_model=Report)
-async def check(answer: Answer, request: Request, key: Client, state: State) -> Report:
+async def check(answer: Answer, request: Request, key: Client, state: State,
+                detail: Annotated[Detail, Query(
+                    description="compact (default): each claim's decision, category, "
+                    "confidence, deciding quote and the passages it names without their "
+                    "text; full: the whole report, as GET /v1/runs/{run_id} has it")] =
+                Detail.COMPACT) -> Report:
     """Check one answer against the knowledge base.
 
     The report holds its claims with categories, evidence, probabilities (and
     hallucination risk when a classifier is configured), arbitration decisions, and the
-    tokens this request spent (``usage``). Recorded in the run store; escalated claims
-    join the review queue (``[review] enabled``); batches go to ``POST
+    tokens this request spent (``usage``). By default it is compact (``notes.response``
+    says so): passages are named (id, title, url) but their texts, the judge's raw output
+    and the config are left out; ``detail=full`` answers the whole report, and the run
+    store keeps it either way (``GET /v1/runs/{run_id}``). Recorded in the run store;
+    escalated claims join the review queue (``[review] enabled``); batches go to ``POST
     /v1/jobs/check``.
 
     422 ``invalid_input`` for an empty answer or one over ``max_answer_chars``; 503
@@ -38,7 +49,8 @@ async def check(answer: Answer, request: Request, key: Client, state: State) -> 
         [report] = await state.checking(lambda: checker.run([answer], store=state.runs))
     request.state.target = report.run_id
     state.queue_for_review([report])
-    return report.model_copy(update={"usage": used.as_dict()})
+    report = report.model_copy(update={"usage": used.as_dict()})
+    return report if detail is Detail.FULL else compact_report(report)
 
 
 @router.post("/v1/risk", response_model=RiskResponse)
