@@ -26,6 +26,7 @@ def test_public_api_is_pinned() -> None:
         "MedverifyError",
         "Metrics",
         "Model",
+        "Overloaded",
         "Passage",
         "RateLimited",
         "Report",

@@ -46,6 +46,7 @@ __all__ = [
     "MedverifyError",
     "Metrics",
     "Model",
+    "Overloaded",
     "Passage",
     "RateLimited",
     "Report",
@@ -73,6 +74,7 @@ _LAZY = {
     "AsyncClient": "medverify.client",
     "ServiceError": "medverify.client",
     "RateLimited": "medverify.client",
+    "Overloaded": "medverify.client",
 }
 
 

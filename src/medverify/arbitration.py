@@ -44,7 +44,14 @@ import json
 from collections.abc import Sequence
 
 from medverify.config import ArbitrationPolicy
-from medverify.records import Arbitration, Category, ClaimResult, Decision, Recheck
+from medverify.records import (
+    Arbitration,
+    Category,
+    ClaimResult,
+    Decision,
+    Recheck,
+    Reviewed,
+)
 from medverify.risk.compute import escalate
 
 CONFIDENCE_OF = {Category.FACT: "SUPPORTED", Category.HALLUCINATION: "CONTRADICTED",
@@ -169,3 +176,25 @@ def after_recheck(before: ClaimResult, rechecked: ClaimResult, policy: Arbitrati
     decided = arbitrate(result, policy)
     return result.model_copy(update={"arbitration": decided.model_copy(
         update={"recheck": note})})
+
+
+REVIEWED_DECISION = {Category.FACT: Decision.ACCEPT, Category.HALLUCINATION: Decision.FLAG,
+                     Category.JUDGMENT_ERROR: Decision.FLAG, Category.COVERAGE_GAP: Decision.FLAG}
+"""The decision on a claim a clinician settled (rule ``reviewed``): FACT is accepted, every
+other label is shown with a warning (the reviewer's correction). Never ESCALATE: a
+reviewed claim is not queued again."""
+
+
+def settled_by_review(result: ClaimResult, reviewed: Reviewed,
+                      policy: ArbitrationPolicy) -> ClaimResult:
+    """The claim's result once a clinician's label settles it
+    (:mod:`medverify.review.settled` finds the label): the reviewer's label as its category
+    and :data:`REVIEWED_DECISION`, the judge's verdict and passages kept, what the judge
+    and the rules had decided in ``reviewed``."""
+    before = result.arbitration
+    decided = Arbitration(
+        decision=REVIEWED_DECISION[reviewed.label], rule="reviewed", policy=policy_id(policy),
+        inputs={"category": reviewed.label.value, "judge_category": result.category.value,
+                "review_item": reviewed.item_id, "risk": result.hallucination_risk},
+        recheck=before.recheck if before is not None else None, reviewed=reviewed)
+    return result.decided(decided)

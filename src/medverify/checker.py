@@ -1,4 +1,6 @@
-"""The check flow: decompose -> retrieve -> judge -> report, recorded in the run store.
+"""The check flow: decompose -> retrieve -> judge -> arbitrate -> settle -> report, recorded
+in the run store (settle: a claim a clinician already decided gets the reviewer's label,
+:mod:`medverify.review.settled`).
 
 :class:`Checker` holds the loaded pieces (knowledge base, model, decomposer, judge) so that
 many answers can be checked with one set-up; :func:`check` / :func:`acheck` are the
@@ -33,11 +35,16 @@ from medverify.harness import (
     stage_id,
 )
 from medverify.judge import JUDGES, Judge, JudgeItem
+from medverify.judge.decide import STRONG_RELEVANCE, relevance
+from medverify.judge.terms import key_terms
 from medverify.kb import KnowledgeBase
 from medverify.llm.facade import Model, UsageLedger
 from medverify.records import Answer, Claim, ClaimResult, Passage, Report
 from medverify.report.metrics import compute_metrics
 from medverify.retrieve import Retriever
+from medverify.review.settled import SettledClaims
+from medverify.review.teaching import DOC_PREFIX
+from medverify.store.review import ReviewStore
 from medverify.store.runs import RunStore
 
 if TYPE_CHECKING:
@@ -116,19 +123,39 @@ class Checker:
 
     @property
     def provenance(self) -> Provenance:
-        return Provenance(self.models, self.prompt_versions, self.kb.snapshot_id)
+        return Provenance(self.models, self.prompt_versions, self.kb.snapshot_id,
+                          self.kb_lineage)
 
-    async def check_answer(self, answer: Answer) -> tuple[list[ClaimResult], list[str]]:
+    @property
+    def kb_lineage(self) -> str | None:
+        """The KB's identity across ingests (None for a store that has none)."""
+        lineage = getattr(self.kb, "lineage", None)
+        return lineage if isinstance(lineage, str) else None
+
+    def settled_claims(self, store: RunStore | None) -> SettledClaims | None:
+        """The closed review items this run's claims are matched against (``[review]
+        settle``; :mod:`medverify.review.settled`): None without a run store, a KB lineage,
+        or when settling is off."""
+        settings = self.config.review
+        if store is None or not (settings.enabled and settings.settle) or not self.kb_lineage:
+            return None
+        return SettledClaims(ReviewStore(store), self.kb_lineage, settings.near_duplicate)
+
+    async def check_answer(self, answer: Answer, settled: SettledClaims | None = None,
+                           ) -> tuple[list[ClaimResult], list[str]]:
         """Check one answer. Returns claim results and answer-level errors; never raises for
-        a problem confined to this answer."""
+        a problem confined to this answer. ``settled``: a claim matching a closed review
+        item gets the reviewer's label (rule ``reviewed``)."""
         claims, errors = await decompose_answer(answer, self.decomposer, self.config)
         if not claims:
             return [], errors
         results = await self._retrieve_and_judge(claims)
         if self.risk is not None and results:
             results = await self._add_risk(answer, results, errors)
-        results = arbitrate_all(results, self.config.arbitration)
-        return await self._recheck(results), errors
+        results = await self._recheck(arbitrate_all(results, self.config.arbitration))
+        if settled is not None and len(settled):  # on this thread: the store is its own
+            results = settled.settle_all(results, self.config.arbitration)
+        return results, errors
 
     async def _recheck(self, results: list[ClaimResult]) -> list[ClaimResult]:
         """Re-check the claims arbitration would escalate (``[arbitration] recheck_*``):
@@ -138,9 +165,7 @@ class Checker:
             return results
         claims = [results[i].claim for i in chosen]
         top_k = self.config.arbitration.recheck_top_k or 2 * self.config.retrieval.top_k
-        passages = await asyncio.to_thread(self.retriever.search_many,
-                                           [c.text for c in claims], top_k,
-                                           self.config.retrieval.mode)
+        passages = await asyncio.to_thread(self.search, [c.text for c in claims], top_k)
         try:
             rechecked = await self._judge(claims, passages, self.recheck)
         except MedverifyError as exc:  # the re-check failed: the claims stay escalated
@@ -187,10 +212,24 @@ class Checker:
     async def _retrieve(self, claims: Sequence[Claim]) -> list[list[Passage]]:
         if not claims:
             return []
-        settings = self.config.retrieval
-        return await asyncio.to_thread(
-            self.retriever.search_many, [c.text for c in claims], settings.top_k, settings.mode
-        )
+        return await asyncio.to_thread(self.search, [c.text for c in claims],
+                                       self.config.retrieval.top_k)
+
+    def search(self, texts: Sequence[str], k: int) -> list[list[Passage]]:
+        """Each claim's top ``k`` passages of the KB's own documents, then at most
+        ``[review] reviewed_passages`` clinician-taught ones that hold at least half of
+        the claim's key content (searched apart: teaching never moves an unrelated claim's
+        passages, and a taught document reaches only claims on its point)."""
+        mode = self.config.retrieval.mode
+        apart = self.config.review.reviewed_passages
+        main, taught = self.retriever.search_apart(texts, k, mode, prefix=DOC_PREFIX,
+                                                   apart=apart)
+        out = []
+        for text, passages, extra in zip(texts, main, taught, strict=True):
+            claim = key_terms(text)
+            out.append(passages + [p for p in extra
+                                   if relevance(claim, p.text) >= STRONG_RELEVANCE])
+        return out
 
     async def _judge(
         self, claims: Sequence[Claim], passages: Sequence[list[Passage]],
@@ -223,6 +262,7 @@ class Checker:
             models=self.models,
             prompt_versions=self.prompt_versions,
             kb_snapshot=self.kb.snapshot_id,
+            kb_lineage=self.kb_lineage,
             usage=self.ledger.as_dict(),
             errors=errors,
             notes=self._notes(results),
@@ -245,9 +285,10 @@ class Checker:
         """Check many answers; record the run when a store is given."""
         harness = RunHarness("check", self.config, ledger=self.ledger, store=store,
                              progress=progress, cancel=cancel)
+        settled = self.settled_claims(store)
 
         async def one(position: int, answer: Answer) -> Report:
-            results, errors = await self.check_answer(answer)
+            results, errors = await self.check_answer(answer, settled)
             report = self.report(answer, results, errors, harness.run_id)
             if store is not None and harness.run_id is not None:
                 store.save_answer(harness.run_id, position, answer, results,

@@ -284,6 +284,19 @@ class ReviewSettings(_Section):
 
     enabled: bool = True  # escalated claims of POST /v1/check and check jobs are queued
     labels_needed: int = Field(1, ge=1, le=2)  # 2: two reviewers, adjudication on disagreement
+    # a checked claim matching a closed review item of the same KB lineage gets the
+    # reviewer's label (rule "reviewed", never escalated again); False: the judge decides
+    # every claim anew and reviewed claims can be queued again (checks recorded in a run
+    # store only: the store holds the review queue)
+    settle: bool = True
+    # word-sequence similarity from which a claim restates a reviewed one (same key words,
+    # numbers, negation and hedging too); 1.0: only the same text once normalised settles
+    near_duplicate: float = Field(0.9, ge=0.5, le=1.0)
+    # taught (clinician-reviewed) documents are searched apart from the rest of the KB and
+    # at most this many are added to a claim's passages, only when they hold at least half
+    # of its key content: teaching then changes only the verdicts whose evidence includes a
+    # taught document (0: taught documents are never retrieved)
+    reviewed_passages: int = Field(2, ge=0, le=20)
 
 
 class Config(_Section):

@@ -79,6 +79,7 @@ class Provenance:
     models: dict[str, str]
     prompt_versions: dict[str, str]
     kb_snapshot: str | None = None
+    kb_lineage: str | None = None
 
 
 # ----------------------------------------------------------------------- failure vocabulary
@@ -167,7 +168,8 @@ class RunHarness:
         if self.store is not None:
             self.run_id = self.store.start_run(
                 kind=self.kind, config=self.config.public(), models=provenance.models,
-                prompt_versions=provenance.prompt_versions, kb_snapshot=provenance.kb_snapshot)
+                prompt_versions=provenance.prompt_versions, kb_snapshot=provenance.kb_snapshot,
+                kb_lineage=provenance.kb_lineage)
         elif self.always_id:
             self.run_id = new_run_id()
         return self.run_id

@@ -387,6 +387,29 @@ class Recheck(Record):
     error: str | None = None
 
 
+class Reviewed(Record):
+    """A claim settled by a clinician: it matched a closed review item (the same claim
+    text once normalised, or a near-duplicate; :mod:`medverify.review.settled`) in the same
+    knowledge-base lineage, so it gets the reviewer's label instead of the judge's
+    category, with this provenance. The claim result keeps the judge's verdict and
+    passages; ``category_before`` / ``decision_before`` / ``rule_before`` are what the judge
+    and the rules had decided."""
+
+    item_id: str
+    label: Category  # the reviewer's settled label (never ERROR)
+    reviewer: str
+    reviewed_at: datetime
+    label_id: int | None = None
+    correction: str | None = None
+    source_url: str | None = None
+    match: Literal["same_text", "near_duplicate"]
+    similarity: float = Field(ge=0.0, le=1.0)  # word-sequence similarity of the two texts
+    reviewed_claim: str  # the claim text the reviewer labelled
+    category_before: Category
+    decision_before: Decision | None = None
+    rule_before: str | None = None
+
+
 class Arbitration(Record):
     """The decision on one claim: the rule that fired, the policy (its id names the exact
     settings) and the inputs it saw (category, risk, the judge's confidence); ``recheck``
@@ -397,6 +420,7 @@ class Arbitration(Record):
     policy: str
     inputs: dict[str, float | str | None] = Field(default_factory=dict)
     recheck: Recheck | None = None
+    reviewed: Reviewed | None = None  # rule "reviewed": a clinician's label settled it
 
 
 class ClaimResult(Record):
@@ -439,6 +463,17 @@ class ClaimResult(Record):
             confident=verdict.confident if verdict.ok else None,
             not_sure=verdict.not_sure if verdict.ok else None,
         )
+
+    def decided(self, decision: Arbitration | None) -> ClaimResult:
+        """This result with its arbitration decision; a reviewed decision
+        (``decision.reviewed``) also makes the reviewer's label the category, sure (a
+        clinician settled it), with the judge's category kept in the provenance."""
+        update: dict[str, Any] = {"arbitration": decision}
+        reviewed = decision.reviewed if decision is not None else None
+        if reviewed is not None:
+            update.update(category=reviewed.label, score=CATEGORY_SCORE.get(reviewed.label),
+                          confident=True, not_sure=None)
+        return self.model_copy(update=update)
 
     @classmethod
     def failed(cls, claim: Claim, error: str, passages: list[Passage] | None = None) -> ClaimResult:
@@ -520,6 +555,7 @@ class Report(Record):
     models: dict[str, str] = Field(default_factory=dict)
     prompt_versions: dict[str, str] = Field(default_factory=dict)
     kb_snapshot: str | None = None
+    kb_lineage: str | None = None  # the KB's identity across ingests (KnowledgeBase.lineage)
     usage: dict[str, Usage] = Field(default_factory=dict)
     errors: list[str] = Field(default_factory=list)
     notes: dict[str, Any] = Field(

@@ -31,7 +31,7 @@ from medverify.errors import ConfigError
 from medverify.records import Passage, Span
 
 if TYPE_CHECKING:
-    from medverify.kb.protocol import Candidate, KBStore, StoredChunk
+    from medverify.kb.protocol import Candidate, KBStore, StoredChunk, Subset
 
 Mode = Literal["hybrid", "lexical", "dense"]
 MODES: tuple[Mode, ...] = ("hybrid", "lexical", "dense")
@@ -138,7 +138,31 @@ class Retriever:
         if select is None:
             raise ConfigError(f"this knowledge base store ({type(self.store).__name__}) "
                               "cannot filter by document metadata")
-        subset = select(where)
+        return self._rank_in(select(where), queries, k, mode)
+
+    def search_apart(self, queries: Sequence[str], k: int, mode: Mode, *, prefix: str,
+                     apart: int) -> tuple[list[list[Passage]], list[list[Passage]]]:
+        """(per query, the top ``k`` passages of the documents whose id does not start with
+        ``prefix``, ranked exactly as if the others were not in the candidate lists; per
+        query, the top ``apart`` of those that do, ranked among themselves). The KB's
+        clinician-taught documents (``review-``) are searched this way, so teaching never
+        moves an unrelated claim's passages (only BM25's corpus statistics see them)."""
+        select = getattr(self.store, "subset", None)
+        subset = select({"doc_id_prefix": prefix}) if select is not None else None
+        if subset is None or not subset.chunks:
+            return self.search_many(queries, k, mode), [[] for _ in queries]
+        exclude = frozenset(c.id for c in subset.chunks)
+        with self.store.reading():
+            ranked = self.rank_many(queries, k, mode, exclude=exclude)
+            main = [self._passages(r) for r in ranked]
+        taught = (self._rank_in(subset, queries, apart, mode) if apart > 0
+                  else [[] for _ in queries])
+        return main, taught
+
+    def _rank_in(self, subset: Subset, queries: Sequence[str], k: int,
+                 mode: Mode) -> list[list[Passage]]:
+        """Exact BM25 / dense ranking of a subset's chunks in memory, fused as in
+        :meth:`rank_many`."""
         if not subset.chunks:
             return [[] for _ in queries]
         texts = [f"{c.title or ''}\n{c.text}" for c in subset.chunks]
@@ -165,13 +189,18 @@ class Retriever:
             out.append([passage(by_id[cid], scores) for cid, scores in ranked])
         return out
 
-    def rank_many(self, queries: Sequence[str], k: int, mode: Mode) -> list[list[Ranked]]:
-        """Per query, the top ``k`` (chunk id, scores), best first (no passage fetched)."""
+    def rank_many(self, queries: Sequence[str], k: int, mode: Mode, *,
+                  exclude: frozenset[int] = frozenset()) -> list[list[Ranked]]:
+        """Per query, the top ``k`` (chunk id, scores), best first (no passage fetched);
+        chunks in ``exclude`` are taken out of each candidate list before fusion."""
         depth = k if mode != "hybrid" else max(k, self.settings.candidates)
+        deeper = depth + len(exclude)  # then cut back to depth: the lists fusion would see
         with self.store.reading():
-            lexical = ([self.store.lexical_candidates(q, depth) for q in queries]
-                       if mode != "dense" else None)
-            dense = self.store.dense_candidates(list(queries), depth) if mode != "lexical" else None
+            lexical = ([_without(self.store.lexical_candidates(q, deeper), exclude, depth)
+                        for q in queries] if mode != "dense" else None)
+            dense = ([_without(hits, exclude, depth) for hits in
+                      self.store.dense_candidates(list(queries), deeper)]
+                     if mode != "lexical" else None)
         return [fuse_candidates(lexical[i] if lexical else None, dense[i] if dense else None, k,
                                 self.settings.rrf_k) for i in range(len(queries))]
 
@@ -180,6 +209,10 @@ class Retriever:
             return []
         by_id = self.store.chunks([cid for cid, _ in ranked])
         return [passage(by_id[cid], scores) for cid, scores in ranked if cid in by_id]
+
+
+def _without(hits: list[Candidate], exclude: frozenset[int], depth: int) -> list[Candidate]:
+    return [h for h in hits if h[0] not in exclude][:depth] if exclude else hits
 
 
 def passage(chunk: StoredChunk, scores: dict[str, float]) -> Passage:

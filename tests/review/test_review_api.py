@@ -207,7 +207,7 @@ def test_assign_and_filters(setup: dict[str, Any]) -> None:
 
 def test_a_check_job_queues_its_escalations(setup: dict[str, Any]) -> None:
     with _client(setup) as client:
-        other = {**ANSWER, "text": "Metformin can cause lactic acidosis."}
+        other = {**ANSWER, "text": "Metformin can cause vitamin B12 deficiency."}
         job = client.post("/v1/jobs/check", json={"answers": [ANSWER, other]},
                           headers=_auth(setup, "client")).json()
         deadline = time.monotonic() + 20
@@ -220,6 +220,10 @@ def test_a_check_job_queues_its_escalations(setup: dict[str, Any]) -> None:
         items = client.get("/v1/review/items", headers=_auth(setup)).json()
         assert len(items) == 2 and {i["answer_text"] for i in items} == {ANSWER["text"],
                                                                         other["text"]}
+        # the same claim again, in another answer, while it waits: not queued twice
+        again = {**ANSWER, "text": CLAIM}
+        assert client.post("/v1/check", json=again, headers=_auth(setup, "client")).is_success
+        assert len(client.get("/v1/review/items", headers=_auth(setup)).json()) == 2
 
 
 def test_review_can_be_turned_off(setup: dict[str, Any]) -> None:

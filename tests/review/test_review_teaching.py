@@ -395,7 +395,12 @@ def test_a_reviewed_claim_is_settled_and_teaching_leaves_unrelated_verdicts_alon
     assert after.category is Category.FACT and after.confident is True
     assert "clinician-reviewed" in (after.verdict.factual.reason or "")
     assert after.arbitration is not None and after.arbitration.decision is Decision.ACCEPT
-    # the taught documents reach the lisinopril claim's evidence, but are about something
-    # else: its verdict does not move (before this rule, it flipped to JUDGMENT_ERROR)
-    assert any(p.doc_id.startswith("review-") for p in after_l.passages)
+    assert after.arbitration.rule == "reviewed" and after.arbitration.reviewed is not None
+    assert after.arbitration.reviewed.item_id == it.id
+    # the taught documents are searched apart and are about something else: they do not
+    # reach the lisinopril claim's evidence, whose passages and verdict do not move
+    # (before issue 27 it flipped to JUDGMENT_ERROR; before issue 30 a taught document could
+    # still displace one of its passages)
+    assert not any(p.doc_id.startswith("review-") for p in after_l.passages)
+    assert [p.id for p in after_l.passages] == [p.id for p in before_l.passages]
     assert (after_l.category, after_l.confident) == (before_l.category, before_l.confident)

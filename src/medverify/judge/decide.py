@@ -13,8 +13,9 @@ scores into the claim's two analyses, its category and its confidence. The rule,
 3. **A passage that states the claim** (word for word, or nearly with the same numbers and
    negation) settles support.
 4. **Clinician-reviewed passages** (documents taught from the review queue) outrank
-   unreviewed text: when a relevant reviewed passage supports (or contradicts) the claim,
-   unreviewed passages pointing the other way do not count.
+   unreviewed text: when a reviewed passage holding at least :data:`STRONG_RELEVANCE` of
+   the claim's key content supports (or contradicts) it, unreviewed passages pointing the
+   other way do not count.
 5. **JUDGMENT_ERROR only when strong, relevant evidence points both ways**: each side's
    best passage is relevant (:data:`STRONG_RELEVANCE`) and confident on its own (its
    calibrated probability reaches the family's confident threshold, or without calibration
@@ -65,7 +66,11 @@ class PassageScore:
 
     @property
     def reviewed(self) -> bool:
-        return (self.passage.source or "") in REVIEWED_SOURCES
+        """A clinician-taught passage on the claim's point (it holds at least
+        :data:`STRONG_RELEVANCE` of the claim's key content): only then does it outrank
+        unreviewed text. A taught passage about something else counts as any passage."""
+        return ((self.passage.source or "") in REVIEWED_SOURCES
+                and self.relevance >= STRONG_RELEVANCE)
 
     @property
     def vetoed(self) -> bool:

@@ -298,6 +298,15 @@ class KnowledgeBase:
         return read_generation(self._conn)
 
     @property
+    def lineage(self) -> str:
+        """The KB's identity across ingests and removals (``kbl-`` + a hash of when it was
+        created and its embedder): a copy of the directory keeps it, a rebuilt KB gets a
+        new one. Review decisions settle claims only within one lineage."""
+        created = self._meta.get("created_at") or str(Path(self.path).resolve())
+        body = f"{created}|{self._meta['embedder_id']}"
+        return "kbl-" + hashlib.sha256(body.encode()).hexdigest()[:16]
+
+    @property
     def snapshot_id(self) -> str:
         """Changes whenever the content changes: documents, embedder or chunk settings."""
         generation = self.generation

@@ -9,6 +9,8 @@
 * :mod:`~medverify.review.teaching`: review items from a report, queueing them, labelling
   and teaching the knowledge base what a closed item settled (reversibly), risk-classifier
   examples from settled labels;
+* :mod:`~medverify.review.settled`: reviewed means settled: a checked claim that matches a
+  closed item (same text or a near-duplicate, same KB lineage) gets the reviewer's label;
 * :mod:`~medverify.review.report`: the loop report, period by period.
 
 The queue itself lives in the run store (:class:`medverify.store.review.ReviewStore`,
@@ -33,6 +35,13 @@ from medverify.review.records import (
     ReviewStatus,
 )
 from medverify.review.report import loop_report, period_of
+from medverify.review.settled import (
+    SettledClaims,
+    SettledLedger,
+    SettledRow,
+    claim_key,
+    near_duplicate,
+)
 from medverify.review.teaching import (
     DOC_PREFIX,
     PRIORITY_BONUS,
@@ -77,7 +86,11 @@ __all__ = [
     "ReviewLabel",
     "ReviewLedger",
     "ReviewStatus",
+    "SettledClaims",
+    "SettledLedger",
+    "SettledRow",
     "check_source_url",
+    "claim_key",
     "cohen_kappa",
     "deciding_label",
     "finish_teaching",
@@ -86,6 +99,7 @@ __all__ = [
     "label_and_teach",
     "lesson",
     "loop_report",
+    "near_duplicate",
     "next_status",
     "pair_agreements",
     "period_of",

@@ -80,6 +80,7 @@ class ReviewItem(Record):
     arbitration: dict[str, Any] = Field(default_factory=dict)  # the decision that escalated it
     priority: float = 0.0  # higher first
     topic: str | None = None
+    kb_lineage: str | None = None  # the KB the claim was checked against (settles only there)
     status: ReviewStatus = ReviewStatus.OPEN
     assignee: str | None = None
     labels_needed: int = 1

@@ -142,7 +142,7 @@ def items_from_report(report: Report, *, labels_needed: int = 1, topic: str | No
             findings=list(verdict.findings) if verdict else [],
             risk=result.hallucination_risk, arbitration=decision.model_dump(mode="json"),
             priority=priority(result), topic=topic, labels_needed=labels_needed,
-            created_at=now))
+            kb_lineage=report.kb_lineage, created_at=now))
     return items
 
 

@@ -33,6 +33,7 @@ from medverify.review.records import (
     ReviewLabel,
     ReviewStatus,
 )
+from medverify.review.settled import SettledRow, claim_key
 from medverify.review.workflow import checked_label, pair_agreements
 from medverify.review.workflow import next_status as _next  # module-level: tests patch it
 from medverify.store.runs import RunStore
@@ -53,7 +54,8 @@ _LABEL_COLUMNS = ("id, item_id, reviewer, role, label, correction, source_url, "
 _CHANGE_COLUMNS = ("id, item_id, label_id, doc_id, kb_path, reviewer, text, source_url, "
                    "created_at, reverted_at")
 _ITEM_INSERT = ("id", "run_id", "answer_id", "claim_id", "topic", "category", "priority",
-                "status", "assignee", "labels_needed", "created_at", "item")
+                "status", "assignee", "labels_needed", "created_at", "item", "claim_key",
+                "kb_lineage")
 _NO_LIMIT = 2**62  # LIMIT for "all of them" (SQLite's -1 is not PostgreSQL's)
 _STATE_FIELDS = {"labels", "status", "assignee", "final_label", "closed_at"}
 
@@ -91,19 +93,24 @@ class ReviewStore:
     # -- items -------------------------------------------------------------------------
 
     def add_items(self, items: Iterable[ReviewItem]) -> int:
-        """Add items to the queue; an item whose id is there already is left as it is.
-        Returns how many were added."""
+        """Add items to the queue; an item whose id is there already is left as it is, and
+        so is one whose claim (normalised text) already waits for review in the same KB
+        lineage (the same claim is never reviewed twice at once). Returns how many were
+        added."""
         added = 0
         with self.runs.immediate():
             for item in items:
                 if item.labels_needed not in (1, 2):
                     raise InputError(f"labels_needed is 1 or 2, not {item.labels_needed}")
+                if self._waiting(item):
+                    continue
                 body = item.model_dump_json(exclude=_STATE_FIELDS)
                 cursor = self._db.execute(
                     self._db.insert_ignore_sql("review_items", _ITEM_INSERT),
                     (item.id, item.run_id, item.answer_id, item.claim.id, item.topic,
                      item.category, item.priority, ReviewStatus.OPEN.value, None,
-                     item.labels_needed, _stamp(item.created_at), body))
+                     item.labels_needed, _stamp(item.created_at), body,
+                     claim_key(item.claim.text), item.kb_lineage))
                 added += cursor.rowcount
         return added
 
@@ -143,6 +150,28 @@ class ReviewStore:
             where.append("assignee = ?")
             args.append(assignee)
         return (f" WHERE {' AND '.join(where)}" if where else ""), args
+
+    def _waiting(self, item: ReviewItem) -> bool:
+        """Whether another item with the same claim text and KB lineage is not closed."""
+        if item.kb_lineage is None:
+            return False
+        return self._db.execute(
+            "SELECT 1 FROM review_items WHERE kb_lineage = ? AND claim_key = ? AND status != ?"
+            " AND id != ? LIMIT 1", (item.kb_lineage, claim_key(item.claim.text),
+                                     ReviewStatus.CLOSED.value, item.id)).fetchone() is not None
+
+    def settled(self, kb_lineage: str) -> list[SettledRow]:
+        """The closed items of one KB lineage as matching needs them (normalised claim text,
+        final label, closing time; :mod:`medverify.review.settled`); an item whose KB
+        change was reverted settles nothing any more."""
+        rows = self._db.execute(
+            "SELECT id, claim_key, final_label, closed_at FROM review_items"
+            " WHERE kb_lineage = ? AND status = ? AND claim_key IS NOT NULL AND id NOT IN"
+            " (SELECT item_id FROM kb_changes WHERE reverted_at IS NOT NULL)",
+            (kb_lineage, ReviewStatus.CLOSED.value)).fetchall()
+        return [SettledRow(item_id=r[0], claim_key=r[1], label=ReviewLabel(r[2]),
+                           closed_at=_when(r[3]) or datetime.min.replace(tzinfo=UTC))
+                for r in rows if r[2]]
 
     def get(self, item_id: str) -> ReviewItem:
         """One item with its labels (ItemNotFound when there is none)."""

@@ -140,11 +140,12 @@ class RunInfo(BaseModel):
     n_claims: int = 0
     process: str | None = None  # "host:pid" that ran it (runs recorded since version 7)
     process_gone: bool = False  # running, but its process on this host is gone (killed)
+    kb_lineage: str | None = None  # the KB's identity across ingests (since version 11)
 
 
 _RUN_COLUMNS = ("r.id, r.kind, r.status, r.created_at, r.finished_at, r.medverify_version, "
                 "r.config, r.models, r.prompt_versions, r.kb_snapshot, r.usage, r.error, "
-                "r.process")
+                "r.process, r.kb_lineage")
 
 
 _ANSWER_COLUMNS = ("run_id", "position", "answer_id", "answer", "status", "error", "notes")
@@ -271,12 +272,13 @@ class RunStore:
         models: dict[str, str],
         prompt_versions: dict[str, str],
         kb_snapshot: str | None,
+        kb_lineage: str | None = None,
     ) -> str:
         run_id = datetime.now(UTC).strftime("%Y%m%d-%H%M%S-") + uuid.uuid4().hex[:6]
         self._db.execute(
             "INSERT INTO runs (id, kind, status, created_at, medverify_version, config, models,"
-            " prompt_versions, kb_snapshot, process) VALUES (?, ?, 'running', ?, ?, ?, ?, ?, ?,"
-            " ?)",
+            " prompt_versions, kb_snapshot, process, kb_lineage) VALUES (?, ?, 'running', ?, ?,"
+            " ?, ?, ?, ?, ?, ?)",
             (
                 run_id,
                 kind,
@@ -287,6 +289,7 @@ class RunStore:
                 json.dumps(prompt_versions),
                 kb_snapshot,
                 current_process(),
+                kb_lineage,
             ),
         )
         return run_id
@@ -471,6 +474,7 @@ class RunStore:
                 models=info.models,
                 prompt_versions=info.prompt_versions,
                 kb_snapshot=info.kb_snapshot,
+                kb_lineage=info.kb_lineage,
                 usage=info.usage,
                 errors=[error] if error else [],
                 notes=json.loads(notes),
@@ -510,30 +514,15 @@ class RunStore:
                 result = ClaimResult.from_verdict(claim, passages, verdict)
             # risk and decision: NULL for claims recorded before version 8
             result.hallucination_risk = risk
-            if arbitration is not None:
-                result.arbitration = Arbitration.model_validate_json(arbitration)
+            if arbitration is not None:  # a reviewed decision also sets the category
+                result = result.decided(Arbitration.model_validate_json(arbitration))
             results.append(result)
         return results
 
     @staticmethod
     def _info(row: tuple[Any, ...]) -> RunInfo:
-        (
-            run_id,
-            kind,
-            status,
-            created,
-            finished,
-            version,
-            config,
-            models,
-            prompts,
-            snapshot,
-            usage,
-            error,
-            process,
-            n_answers,
-            n_claims,
-        ) = row
+        (run_id, kind, status, created, finished, version, config, models, prompts, snapshot,
+         usage, error, process, lineage, n_answers, n_claims) = row
         return RunInfo(
             id=run_id,
             kind=kind,
@@ -551,6 +540,7 @@ class RunStore:
             n_claims=n_claims,
             process=process,
             process_gone=status == "running" and process_gone(process),
+            kb_lineage=lineage,
         )
 
 

@@ -1,0 +1,188 @@
+"""Reviewed means settled: a claim checked again that a clinician has already decided.
+
+A claim matches a closed review item when, in the same knowledge-base lineage
+(:attr:`medverify.kb.KnowledgeBase.lineage`), its text is the item's claim once normalised
+(:func:`claim_key`: lower case, words only), or a near-duplicate of it
+(:func:`near_duplicate`: word-sequence similarity >= ``[review] near_duplicate``, default
+0.9, with the same key content words, numbers, negation and hedging both ways, so
+"Statins lower LDL" never matches "Statins do not lower LDL" or "Statins lower LDL by
+50%"). The claim then gets the reviewer's label and a reviewed decision
+(:func:`medverify.arbitration.settled_by_review`, rule ``reviewed``: never escalated, so
+never queued again) with its provenance (:class:`~medverify.records.Reviewed`: item,
+label, reviewer, time, correction, source).
+
+Several matching items: the most recently closed one decides. **Newer reviewed evidence
+wins**: when the judge's deciding passage is a document taught from a review item closed
+after the matching one and the judge's category differs from the matching label, the
+claim is not settled (the judge's verdict stands, with a warning naming both items), so a
+later correction is never hidden by an older label. An item closed ``CANNOT_TELL``
+settles nothing, nor does an item whose KB change an admin reverted; items from before
+the run store recorded a KB lineage (version 11) settle nothing.
+
+:class:`SettledClaims` reads the closed items of one lineage once (their normalised texts
+and labels, not the items) and the matching item's labels only when a claim matches.
+"""
+
+from __future__ import annotations
+
+import difflib
+import re
+from collections.abc import Sequence
+from dataclasses import dataclass
+from datetime import datetime
+from functools import lru_cache
+from typing import Protocol
+
+from medverify.arbitration import settled_by_review
+from medverify.config import ArbitrationPolicy
+from medverify.judge.terms import key_terms
+from medverify.records import Category, ClaimResult, Reviewed
+from medverify.review.records import ReviewItem, ReviewLabel
+from medverify.review.teaching import DOC_PREFIX
+from medverify.review.workflow import deciding_label
+
+NEAR_DUPLICATE = 0.9
+"""Default word-sequence similarity (difflib ratio over the normalised words) from which a
+claim is the reviewed claim restated (``[review] near_duplicate``)."""
+
+MIN_NEAR_WORDS = 4
+"""Claims shorter than this (in words) match only by their exact normalised text."""
+
+_WORD = re.compile(r"\w+", re.UNICODE)
+
+
+def claim_key(text: str) -> str:
+    """A claim's text normalised for matching: lower case, its words joined by one space
+    (punctuation, case and spacing do not make another claim)."""
+    return " ".join(_WORD.findall(text.casefold()))
+
+
+@lru_cache(maxsize=4096)
+def _shape(key: str) -> tuple[frozenset[str], frozenset[str], bool, bool]:
+    terms = key_terms(key)
+    return terms.content, terms.numbers, terms.negated, terms.hedged
+
+
+def near_duplicate(a: str, b: str, threshold: float = NEAR_DUPLICATE) -> float | None:
+    """The similarity of two normalised claim texts when one restates the other (ratio
+    >= ``threshold`` and the same key content, numbers, negation and hedging); None
+    otherwise, and for texts under :data:`MIN_NEAR_WORDS` words."""
+    wa, wb = a.split(), b.split()
+    if min(len(wa), len(wb)) < MIN_NEAR_WORDS or abs(len(wa) - len(wb)) > max(3, len(wa) // 4):
+        return None
+    if _shape(a) != _shape(b):
+        return None
+    ratio = difflib.SequenceMatcher(None, wa, wb, autojunk=False).ratio()
+    return ratio if ratio >= threshold else None
+
+
+@dataclass(frozen=True)
+class SettledRow:
+    """A closed review item as matching needs it."""
+
+    item_id: str
+    claim_key: str
+    label: ReviewLabel
+    closed_at: datetime
+
+
+class SettledLedger(Protocol):
+    """What matching needs of the review store
+    (:class:`medverify.store.review.ReviewStore` is one)."""
+
+    def settled(self, kb_lineage: str) -> list[SettledRow]:
+        """The closed items of one KB lineage (any order)."""
+        ...
+
+    def get(self, item_id: str) -> ReviewItem:
+        """One item with its labels."""
+        ...
+
+
+@dataclass(frozen=True)
+class Match:
+    """A claim's matching closed item."""
+
+    row: SettledRow
+    match: str  # "same_text" | "near_duplicate"
+    similarity: float
+
+
+class SettledClaims:
+    """The closed review items of one KB lineage, matched against checked claims."""
+
+    def __init__(self, ledger: SettledLedger, kb_lineage: str,
+                 near: float = NEAR_DUPLICATE) -> None:
+        self.ledger, self.near = ledger, near
+        rows = [r for r in ledger.settled(kb_lineage) if r.label is not ReviewLabel.CANNOT_TELL]
+        self.rows = sorted(rows, key=lambda r: (r.closed_at, r.item_id), reverse=True)
+        self.by_id = {r.item_id: r for r in self.rows}
+        self.by_key: dict[str, SettledRow] = {}
+        for row in self.rows:  # newest first: the first seen decides
+            self.by_key.setdefault(row.claim_key, row)
+
+    def __len__(self) -> int:
+        return len(self.rows)
+
+    def match(self, text: str) -> Match | None:
+        """The most recently closed item this claim text matches, if any."""
+        key = claim_key(text)
+        found: list[Match] = []
+        exact = self.by_key.get(key)
+        if exact is not None:
+            found.append(Match(exact, "same_text", 1.0))
+        for row in self.rows:
+            if row.claim_key == key or (exact is not None and row.closed_at <= exact.closed_at):
+                continue
+            similarity = near_duplicate(key, row.claim_key, self.near)
+            if similarity is not None:
+                found.append(Match(row, "near_duplicate", round(similarity, 4)))
+                break  # rows are newest first
+        return max(found, key=lambda m: (m.row.closed_at, m.similarity), default=None)
+
+    def reviewed(self, found: Match, result: ClaimResult) -> Reviewed | None:
+        """The provenance of a match (None when the item has no settling label)."""
+        item = self.ledger.get(found.row.item_id)
+        label = deciding_label(item)
+        if label is None or label.label is ReviewLabel.CANNOT_TELL:
+            return None
+        decided = result.arbitration
+        return Reviewed(
+            item_id=item.id, label=Category(label.label.value), reviewer=label.reviewer,
+            reviewed_at=label.created_at, label_id=label.id, correction=label.correction,
+            source_url=label.source_url, match=found.match,  # type: ignore[arg-type]
+            similarity=found.similarity, reviewed_claim=item.claim.text,
+            category_before=result.category,
+            decision_before=decided.decision if decided else None,
+            rule_before=decided.rule if decided else None)
+
+    def newer_disagreement(self, found: Match, result: ClaimResult) -> SettledRow | None:
+        """The review item behind the judge's deciding passage when it was closed after the
+        matching one and the judge's category is not the matching label."""
+        passage = next((p for p in result.passages if p.id == result.evidence_passage_id), None)
+        if passage is None or not passage.doc_id.startswith(DOC_PREFIX):
+            return None
+        newer = self.by_id.get(passage.doc_id[len(DOC_PREFIX):])
+        if newer is None or newer.closed_at <= found.row.closed_at:
+            return None
+        return None if result.category.value == found.row.label.value else newer
+
+    def settle(self, result: ClaimResult, policy: ArbitrationPolicy) -> ClaimResult:
+        """The claim's result: the reviewed decision when it matches a closed item (see
+        the module's docstring), else as the judge and the rules decided."""
+        found = self.match(result.claim.text)
+        if found is None:
+            return result
+        newer = self.newer_disagreement(found, result)
+        if newer is not None:
+            note = (f"review item {found.row.item_id} labelled this claim "
+                    f"{found.row.label.value}; a later review (item {newer.item_id}) taught "
+                    f"evidence on which the judge says {result.category.value}: the judge's "
+                    "verdict stands")
+            return result.model_copy(update={"warnings": [*result.warnings, note]})
+        reviewed = self.reviewed(found, result)
+        return result if reviewed is None else settled_by_review(result, reviewed, policy)
+
+    def settle_all(self, results: Sequence[ClaimResult],
+                   policy: ArbitrationPolicy) -> list[ClaimResult]:
+        return [self.settle(r, policy) for r in results]
