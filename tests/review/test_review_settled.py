@@ -226,3 +226,26 @@ def test_the_same_claim_waiting_for_review_is_not_queued_twice(kb: KnowledgeBase
     assert _queue(checker, runs, GAP)[1] == 1
     assert _queue(checker, runs, GAP, "  vitamin C cures the COMMON cold ")[1] == 0
     assert len(ReviewStore(runs).list()) == 1
+
+
+def test_reports_show_the_review_that_settled_a_claim(kb: KnowledgeBase, runs: RunStore) -> None:
+    from rich.console import Console
+
+    from medverify.report.html import render_html
+    from medverify.report.terminal import claims_table
+
+    checker = _checker(kb)
+    _queue(checker, runs, GAP)
+    queue = ReviewStore(runs)
+    [it] = queue.list(status=ReviewStatus.OPEN)
+    label_and_teach(queue, it.id, "rev-<b>a</b>", ReviewLabel.HALLUCINATION, kb=None,
+                    correction="Vitamin C <script>x()</script> does not cure colds.",
+                    source_url="https://ods.od.nih.gov/factsheets/VitaminC")
+    report = asyncio.run(checker.run([Answer(text=GAP)], store=runs))[0]
+    html = render_html(report)
+    assert "Clinician-reviewed: HALLUCINATION" in html and it.id in html
+    assert "<script>x()</script>" not in html and "&lt;script&gt;x()" in html
+    assert "rev-&lt;b&gt;a&lt;/b&gt;" in html and "The judge had said COVERAGE_GAP" in html
+    console = Console(record=True, width=200)
+    console.print(claims_table(report))
+    assert "reviewed by rev-<b>a</b>" in console.export_text()

@@ -85,6 +85,9 @@ def _decision_cell(result: ClaimResult) -> Text:
     symbol, style = DECISION_STYLES[result.arbitration.decision]
     cell = Text(f"{symbol} {result.arbitration.decision.value}", style=style)
     cell.append(f"\n{result.arbitration.rule}", style="dim")
+    reviewed = result.arbitration.reviewed
+    if reviewed is not None:  # a clinician's label settled it
+        cell.append(f" by {reviewed.reviewer}, {reviewed.reviewed_at:%Y-%m-%d}", style="dim")
     return cell
 
 
