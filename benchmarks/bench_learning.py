@@ -21,8 +21,10 @@ Design (recorded in the results):
   reviewer labels each item with its gold label (SUPPORTED -> FACT citing the claim's
   evidence; CONTRADICTED -> HALLUCINATION, with no correction because Check-COVID carries
   none, so it teaches nothing; NOT_ENOUGH_INFO -> COVERAGE_GAP, teaching nothing), and
-  :func:`medverify.review.teach` adds what the label settled to the KB. The control arm
-  runs the same stream and labels without ``teach``.
+  :func:`medverify.review.teach` adds what the label settled to the KB, and a claim asked
+  again after its review is settled by it (``[review] settle``). The control arm runs the
+  same stream and labels without ``teach`` and without settling (the loop before issue 30).
+  Neither arm queues a claim that already waits for review.
 * Check-COVID has no URLs: the simulated reviewer cites ``https://example.org/cord19/<cord
   uid>`` (a stand-in on a reserved domain; never fetched) with the abstract's title as the
   note. A FACT label teaches the claim's own text (what :func:`medverify.review.lesson` does for
@@ -53,7 +55,13 @@ from pathlib import Path
 from typing import Any
 
 from medverify.checker import Checker
-from medverify.config import ArbitrationPolicy, Config, KBSettings, RetrievalSettings
+from medverify.config import (
+    ArbitrationPolicy,
+    Config,
+    KBSettings,
+    RetrievalSettings,
+    ReviewSettings,
+)
 from medverify.kb import KnowledgeBase
 from medverify.records import Answer, Document
 from medverify.review import DOC_PREFIX, ReviewLabel, items_from_report, loop_report, teach
@@ -112,10 +120,13 @@ def run_arm(name: str, learn: bool, base_kb: Path, work: Path, config: Config,
     rows: list[dict[str, Any]] = []
     log: list[dict[str, Any]] = []  # every judged claim, for the paired comparisons
     taught: dict[str, int] = {}  # claim text -> batch in which its review was taught
+    reviewed: dict[str, list[tuple[int, str]]] = {}  # claim text -> [(batch, label)]
     started = time.perf_counter()
+    arm_config = config.model_copy(update={"kb": kb_dir,
+                                           "review": ReviewSettings(settle=learn)})
     with KnowledgeBase.open(kb_dir) as kb, RunStore(work / f"runs-{name}.db") as runs:
         queue = ReviewStore(runs)
-        checker = Checker.from_config(config.model_copy(update={"kb": kb_dir}), kb=kb)
+        checker = Checker.from_config(arm_config, kb=kb)
         try:
             for number, batch in enumerate(batches, start=1):
                 answers = [Answer(id=f"b{number}-{i}-{q.id}", text=q.claim)
@@ -132,9 +143,14 @@ def run_arm(name: str, learn: bool, base_kb: Path, work: Path, config: Config,
                     items = items_from_report(report)
                     stats["escalated"] += len(items)
                     stats[f"escalated_{kind}"] += len(items)
-                    queue.add_items(items)
                     for item in items:
+                        if not queue.add_items([item]):  # the same claim waits already
+                            stats["not_queued_twice"] += 1
+                            continue
                         label = REVIEW_LABEL[query.label]
+                        # every label in order (the same sentence can open two claims with
+                        # different gold labels: the most recently closed item settles it)
+                        reviewed.setdefault(item.claim.text, []).append((number, label.value))
                         source = (f"https://example.org/cord19/{query.doc_id}"
                                   if label is ReviewLabel.FACT else None)
                         closed = queue.label(item.id, REVIEWER, label, source_url=source,
@@ -158,6 +174,7 @@ def run_arm(name: str, learn: bool, base_kb: Path, work: Path, config: Config,
                                                          stats["claims_gap_doc"]),
                     "claims_repeat": stats["claims_repeat"], "claims_new": stats["claims_new"],
                     "labels": stats["labels"], "kb_added": stats["kb_added"],
+                    "not_queued_twice": stats["not_queued_twice"],
                     "categories": {k.removeprefix("category_"): v for k, v in stats.items()
                                    if k.startswith("category_")},
                 }
@@ -169,14 +186,16 @@ def run_arm(name: str, learn: bool, base_kb: Path, work: Path, config: Config,
         finally:
             asyncio.run(checker.aclose())
         total = loop_report(queue, by="day").total.model_dump(mode="json")
-    return {"arm": name, "learn": learn, "batches": rows, "loop_report_total": total,
-            "seconds": round(time.perf_counter() - started, 1), "log": log, "taught": taught}
+    return {"arm": name, "learn": learn, "settle": learn, "batches": rows,
+            "loop_report_total": total, "seconds": round(time.perf_counter() - started, 1),
+            "log": log, "taught": taught, "reviewed": reviewed}
 
 
 def logged(batch: int, answer_id: str, result: Any) -> dict[str, Any]:
     """One judged claim, for the paired comparisons between the arms."""
     return {"batch": batch, "answer": answer_id, "claim": result.claim.text,
             "category": result.category.value, "confident": result.confident,
+            "rule": result.arbitration.rule if result.arbitration else None,
             "docs": [p.doc_id for p in result.passages]}
 
 
@@ -193,20 +212,33 @@ def count(stats: Counter[str], kind: str, ok: bool, category: str, gap_doc: bool
 
 
 def rechecked_after_review(arm: dict[str, Any]) -> dict[str, Any]:
-    """Claims re-asked after their review was taught: how many are FACT (and confident)."""
-    later = [c for c in arm["log"] if c["claim"] in arm["taught"]
-             and c["batch"] > arm["taught"][c["claim"]]]
+    """Claims asked again after a reviewer labelled them (any label): how many come back as
+    the reviewer's label (issue 30: 100 %), how many by the ``reviewed`` rule, and, of the
+    FACT labels with a source (taught), how many are FACT."""
+    later = []  # (a check, the latest label given in an earlier batch)
+    for c in arm["log"]:
+        before = [label for batch, label in arm["reviewed"].get(c["claim"], [])
+                  if batch < c["batch"]]
+        if before:
+            later.append((c, before[-1]))
+    taught = [c for c, _ in later if c["claim"] in arm["taught"]]
     return {"rechecked": len(later),
-            "fact": sum(1 for c in later if c["category"] == "FACT"),
-            "fact_confident": sum(1 for c in later if c["category"] == "FACT" and c["confident"]),
-            "not_fact": sorted({c["claim"] for c in later if c["category"] != "FACT"})[:10]}
+            "matches_reviewer": sum(1 for c, label in later if c["category"] == label),
+            "by_reviewed_rule": sum(1 for c, _ in later if c["rule"] == "reviewed"),
+            "by_label": dict(Counter(label for _, label in later)),
+            "taught_rechecked": len(taught),
+            "taught_fact": sum(1 for c in taught if c["category"] == "FACT"),
+            "mismatches": sorted({f"{c['claim']} ({c['category']} vs {label})"
+                                  for c, label in later if c["category"] != label})[:10]}
 
 
 def unrelated_flips(learn: dict[str, Any], control: dict[str, Any]) -> dict[str, Any]:
-    """Claims whose evidence in the learning arm holds no taught document: how many got a
-    different category than the same claim, same position, in the control arm."""
+    """Claims not settled by a review and whose evidence in the learning arm holds no taught
+    document: how many got a different category than the same claim, same position, in
+    the control arm (issue 30: 0)."""
     pairs = [(a, b) for a, b in zip(learn["log"], control["log"], strict=True)
-             if not any(d.startswith(DOC_PREFIX) for d in a["docs"])]
+             if a["rule"] != "reviewed"
+             and not any(d.startswith(DOC_PREFIX) for d in a["docs"])]
     changed = [(a, b) for a, b in pairs if a["category"] != b["category"]]
     moved = [a for a, b in changed if a["docs"] != b["docs"]]
     with_taught = len(learn["log"]) - len(pairs)
@@ -238,7 +270,10 @@ def markdown(payload: dict[str, Any]) -> str:
         "Check-COVID has no URLs), which teaches the claim's text; CONTRADICTED -> "
         "HALLUCINATION without a correction (the data has none): nothing taught; "
         "NOT_ENOUGH_INFO -> COVERAGE_GAP: nothing taught. Learning: `review.teach` after "
-        "each label; control: the same stream and labels, no teaching.", "",
+        "each label, and reviewed claims are settled (`[review] settle`, the default); "
+        "control: the same stream and labels, no teaching, no settling (`settle = false`: "
+        "the loop before issue 30). Both arms never queue a claim that already waits for "
+        "review.", "",
         "Agreement: the judge's category equals the gold one (FACT / HALLUCINATION / "
         "COVERAGE_GAP for SUPPORTED / CONTRADICTED / NOT_ENOUGH_INFO), before review. "
         "Escalated: share of claims queued for review.", "",
@@ -265,17 +300,20 @@ def markdown(payload: dict[str, Any]) -> str:
                      f"{pct(t['agreement'])} | {pct(t['agreement_repeat'])} | "
                      f"{t['kb_added']} | {arm['seconds']} |")
     r, f = payload["targets"]["reviewed_then_rechecked"], payload["targets"]["unrelated_flips"]
-    lines += ["", "## Issue 27's two loop targets", "",
-              f"- A claim reviewed as FACT with a source (its text taught) and asked again later: "
-              f"{r['fact']} of {r['rechecked']} re-checks are FACT ({r['fact_confident']} "
-              "confident)" + (f"; not FACT: {r['not_fact']}" if r["not_fact"] else "") + ".",
-              f"- Claims whose evidence holds no taught document: {f['changed']} of "
-              f"{f['claims_without_taught_evidence']} changed category against the same claim "
-              f"in the control arm: {f['changed_with_same_evidence']} with the same passages "
-              f"(the judge), {f['changed_with_other_evidence']} because retrieval returned "
-              "other passages (a new document changes the lexical statistics of the ranking); "
-              f"{f['claims_with_taught_evidence']} claims had a taught document among their "
-              "passages."
+    lines += ["", "## Issue 30's loop targets", "",
+              f"- Claims asked again after a reviewer labelled them: **{r['matches_reviewer']} "
+              f"of {r['rechecked']}** come back as the reviewer's label (target: all), "
+              f"{r['by_reviewed_rule']} by the `reviewed` rule; labels {r['by_label']}. Of "
+              f"those taught (FACT with a source), {r['taught_fact']} of "
+              f"{r['taught_rechecked']} are FACT."
+              + (f" Mismatches: {r['mismatches']}" if r["mismatches"] else ""),
+              f"- Claims not settled by a review and whose evidence holds no taught document: "
+              f"**{f['changed']} of {f['claims_without_taught_evidence']}** changed category "
+              f"against the same claim in the control arm (target 0): "
+              f"{f['changed_with_same_evidence']} with the same passages, "
+              f"{f['changed_with_other_evidence']} with other passages; "
+              f"{f['claims_with_taught_evidence']} claims were settled or had a taught "
+              "document among their passages (teaching may change those)."
               + (f" Changed: {f['examples']}" if f["examples"] else "")]
     lines += ["", "## Reading", "", *payload["reading"], ""]
     return "\n".join(lines)

@@ -42,7 +42,7 @@ from medverify.llm.facade import Model, UsageLedger
 from medverify.records import Answer, Claim, ClaimResult, Passage, Report
 from medverify.report.metrics import compute_metrics
 from medverify.retrieve import Retriever
-from medverify.review.settled import SettledClaims
+from medverify.review.settled import SettledClaims, SettledIndex
 from medverify.review.teaching import DOC_PREFIX
 from medverify.store.review import ReviewStore
 from medverify.store.runs import RunStore
@@ -66,6 +66,7 @@ class Checker:
     risk: RiskStage | None = None
     recheck: Judge | None = None  # [arbitration] recheck_judge: re-checks before escalating
     retriever: Retriever = field(init=False)
+    _settled: dict[tuple[str, str], SettledIndex] = field(init=False, default_factory=dict)
 
     def __post_init__(self) -> None:
         # fusion settings (candidates, rrf_k): the ones the KB was opened with
@@ -139,7 +140,11 @@ class Checker:
         settings = self.config.review
         if store is None or not (settings.enabled and settings.settle) or not self.kb_lineage:
             return None
-        return SettledClaims(ReviewStore(store), self.kb_lineage, settings.near_duplicate)
+        key = (store.location, self.kb_lineage)
+        settled = SettledClaims(ReviewStore(store), self.kb_lineage, settings.near_duplicate,
+                                index=self._settled.get(key))
+        self._settled[key] = settled.index  # kept: the next run adds only what closed since
+        return settled
 
     async def check_answer(self, answer: Answer, settled: SettledClaims | None = None,
                            ) -> tuple[list[ClaimResult], list[str]]:

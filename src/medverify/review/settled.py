@@ -19,8 +19,11 @@ later correction is never hidden by an older label. An item closed ``CANNOT_TELL
 settles nothing, nor does an item whose KB change an admin reverted; items from before
 the run store recorded a KB lineage (version 11) settle nothing.
 
-:class:`SettledClaims` reads the closed items of one lineage once (their normalised texts
-and labels, not the items) and the matching item's labels only when a claim matches.
+:class:`SettledIndex` holds the closed items of one lineage (normalised texts and labels,
+not the items), indexed by text and by the key content a near-duplicate must share, so a
+claim is compared word by word only with items of the same key content; a checker keeps it
+across runs and adds newly closed items (a revert rebuilds it). :class:`SettledClaims`
+reads the matching item's labels only when a claim matches.
 """
 
 from __future__ import annotations
@@ -28,7 +31,7 @@ from __future__ import annotations
 import difflib
 import re
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime
 from functools import lru_cache
 from typing import Protocol
@@ -90,8 +93,12 @@ class SettledLedger(Protocol):
     """What matching needs of the review store
     (:class:`medverify.store.review.ReviewStore` is one)."""
 
-    def settled(self, kb_lineage: str) -> list[SettledRow]:
-        """The closed items of one KB lineage (any order)."""
+    def settled(self, kb_lineage: str, since: datetime | None = None) -> list[SettledRow]:
+        """The closed items of one KB lineage (closed after ``since``, when given)."""
+        ...
+
+    def settled_version(self, kb_lineage: str) -> tuple[object, ...]:
+        """Changes whenever the closed items of the lineage change (closed, reverted)."""
         ...
 
     def get(self, item_id: str) -> ReviewItem:
@@ -108,37 +115,86 @@ class Match:
     similarity: float
 
 
+@dataclass
+class SettledIndex:
+    """The closed items of one lineage, by normalised text and by :func:`_shape` (a
+    near-duplicate has the same shape, so only those are compared word by word). Items
+    are added as they close; a revert (or anything else that removes) rebuilds it."""
+
+    version: tuple[object, ...] = ()
+    newest: datetime | None = None
+    by_id: dict[str, SettledRow] = field(default_factory=dict)
+    by_key: dict[str, SettledRow] = field(default_factory=dict)
+    by_shape: dict[tuple[object, ...], list[SettledRow]] = field(default_factory=dict)
+
+    def add(self, rows: Sequence[SettledRow]) -> None:
+        for row in rows:
+            if row.label is ReviewLabel.CANNOT_TELL or row.item_id in self.by_id:
+                continue
+            self.by_id[row.item_id] = row
+            if self.newest is None or row.closed_at > self.newest:
+                self.newest = row.closed_at
+            known = self.by_key.get(row.claim_key)
+            if known is None or _later(row, known):
+                self.by_key[row.claim_key] = row
+            self.by_shape.setdefault(_shape(row.claim_key), []).append(row)
+
+    def match(self, text: str, near: float = NEAR_DUPLICATE) -> Match | None:
+        """The most recently closed item this claim text matches, if any."""
+        key = claim_key(text)
+        best = self.by_key.get(key)
+        found = Match(best, "same_text", 1.0) if best is not None else None
+        for row in self.by_shape.get(_shape(key), ()):
+            if row.claim_key == key or (found is not None and not _later(row, found.row)):
+                continue
+            similarity = near_duplicate(key, row.claim_key, near)
+            if similarity is not None:
+                found = Match(row, "near_duplicate", round(similarity, 4))
+        return found
+
+    @classmethod
+    def current(cls, ledger: SettledLedger, kb_lineage: str,
+                index: SettledIndex | None = None) -> SettledIndex:
+        """``index`` brought up to date: as it is when nothing changed, with the newly
+        closed items added when only items closed, rebuilt otherwise."""
+        version = ledger.settled_version(kb_lineage)
+        if index is not None and index.version == version:
+            return index
+        if index is not None and _only_closed_more(index.version, version):
+            index.add(ledger.settled(kb_lineage, since=index.newest))
+        else:
+            index = cls()
+            index.add(ledger.settled(kb_lineage))
+        index.version = version
+        return index
+
+
+def _later(a: SettledRow, b: SettledRow) -> bool:
+    return (a.closed_at, a.item_id) > (b.closed_at, b.item_id)
+
+
+def _only_closed_more(old: tuple[object, ...], new: tuple[object, ...]) -> bool:
+    """Versions are (items closed, last closing time, changes reverted): true when only
+    the first two grew."""
+    return (len(old) == len(new) == 3 and old[2] == new[2]
+            and isinstance(old[0], int) and isinstance(new[0], int) and new[0] > old[0])
+
+
 class SettledClaims:
-    """The closed review items of one KB lineage, matched against checked claims."""
+    """Checked claims matched against the closed review items of one KB lineage and
+    settled by them (``index``: the items, kept by the caller across runs)."""
 
     def __init__(self, ledger: SettledLedger, kb_lineage: str,
-                 near: float = NEAR_DUPLICATE) -> None:
+                 near: float = NEAR_DUPLICATE, index: SettledIndex | None = None) -> None:
         self.ledger, self.near = ledger, near
-        rows = [r for r in ledger.settled(kb_lineage) if r.label is not ReviewLabel.CANNOT_TELL]
-        self.rows = sorted(rows, key=lambda r: (r.closed_at, r.item_id), reverse=True)
-        self.by_id = {r.item_id: r for r in self.rows}
-        self.by_key: dict[str, SettledRow] = {}
-        for row in self.rows:  # newest first: the first seen decides
-            self.by_key.setdefault(row.claim_key, row)
+        self.index = SettledIndex.current(ledger, kb_lineage, index)
 
     def __len__(self) -> int:
-        return len(self.rows)
+        return len(self.index.by_id)
 
     def match(self, text: str) -> Match | None:
         """The most recently closed item this claim text matches, if any."""
-        key = claim_key(text)
-        found: list[Match] = []
-        exact = self.by_key.get(key)
-        if exact is not None:
-            found.append(Match(exact, "same_text", 1.0))
-        for row in self.rows:
-            if row.claim_key == key or (exact is not None and row.closed_at <= exact.closed_at):
-                continue
-            similarity = near_duplicate(key, row.claim_key, self.near)
-            if similarity is not None:
-                found.append(Match(row, "near_duplicate", round(similarity, 4)))
-                break  # rows are newest first
-        return max(found, key=lambda m: (m.row.closed_at, m.similarity), default=None)
+        return self.index.match(text, self.near)
 
     def reviewed(self, found: Match, result: ClaimResult) -> Reviewed | None:
         """The provenance of a match (None when the item has no settling label)."""
@@ -162,7 +218,7 @@ class SettledClaims:
         passage = next((p for p in result.passages if p.id == result.evidence_passage_id), None)
         if passage is None or not passage.doc_id.startswith(DOC_PREFIX):
             return None
-        newer = self.by_id.get(passage.doc_id[len(DOC_PREFIX):])
+        newer = self.index.by_id.get(passage.doc_id[len(DOC_PREFIX):])
         if newer is None or newer.closed_at <= found.row.closed_at:
             return None
         return None if result.category.value == found.row.label.value else newer

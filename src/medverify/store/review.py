@@ -160,18 +160,30 @@ class ReviewStore:
             " AND id != ? LIMIT 1", (item.kb_lineage, claim_key(item.claim.text),
                                      ReviewStatus.CLOSED.value, item.id)).fetchone() is not None
 
-    def settled(self, kb_lineage: str) -> list[SettledRow]:
+    def settled(self, kb_lineage: str, since: datetime | None = None) -> list[SettledRow]:
         """The closed items of one KB lineage as matching needs them (normalised claim text,
-        final label, closing time; :mod:`medverify.review.settled`); an item whose KB
-        change was reverted settles nothing any more."""
+        final label, closing time; :mod:`medverify.review.settled`), those closed at or
+        after ``since`` when given; an item whose KB change was reverted settles nothing."""
+        after = " AND closed_at >= ?" if since is not None else ""  # (ids dedupe ties)
+        args = (kb_lineage, ReviewStatus.CLOSED.value) + ((_stamp(since),) if since else ())
         rows = self._db.execute(
             "SELECT id, claim_key, final_label, closed_at FROM review_items"
-            " WHERE kb_lineage = ? AND status = ? AND claim_key IS NOT NULL AND id NOT IN"
-            " (SELECT item_id FROM kb_changes WHERE reverted_at IS NOT NULL)",
-            (kb_lineage, ReviewStatus.CLOSED.value)).fetchall()
+            " WHERE kb_lineage = ? AND status = ? AND claim_key IS NOT NULL" + after +
+            " AND id NOT IN (SELECT item_id FROM kb_changes WHERE reverted_at IS NOT NULL)",
+            args).fetchall()
         return [SettledRow(item_id=r[0], claim_key=r[1], label=ReviewLabel(r[2]),
                            closed_at=_when(r[3]) or datetime.min.replace(tzinfo=UTC))
                 for r in rows if r[2]]
+
+    def settled_version(self, kb_lineage: str) -> tuple[object, ...]:
+        """(items closed in the lineage, the last closing time, KB changes reverted):
+        changes whenever what :meth:`settled` returns can change."""
+        closed, last = self._db.execute(
+            "SELECT COUNT(*), MAX(closed_at) FROM review_items WHERE kb_lineage = ? AND"
+            " status = ?", (kb_lineage, ReviewStatus.CLOSED.value)).fetchone()
+        reverted = self._db.execute(
+            "SELECT COUNT(*) FROM kb_changes WHERE reverted_at IS NOT NULL").fetchone()[0]
+        return int(closed), last, int(reverted)
 
     def get(self, item_id: str) -> ReviewItem:
         """One item with its labels (ItemNotFound when there is none)."""

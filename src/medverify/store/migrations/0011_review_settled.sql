@@ -7,5 +7,7 @@
 -- lineage of the KB it checked against too (NULL for runs before version 11).
 ALTER TABLE review_items ADD COLUMN claim_key TEXT;
 ALTER TABLE review_items ADD COLUMN kb_lineage TEXT;
-CREATE INDEX review_items_settled ON review_items (kb_lineage, status, claim_key);
+CREATE INDEX review_items_settled ON review_items (kb_lineage, status, closed_at);
+CREATE INDEX review_items_by_claim ON review_items (kb_lineage, claim_key, status);
+CREATE INDEX kb_changes_by_revert ON kb_changes (reverted_at);
 ALTER TABLE runs ADD COLUMN kb_lineage TEXT;
