@@ -1,5 +1,6 @@
-"""Service benchmark (issue 15): what ``medverify serve`` adds to a check, how it holds under
-load, and whether queued jobs survive SIGKILL.
+"""Service benchmark (issues 15 and 30): what ``medverify serve`` adds to a check, how it
+holds under load (answered, refused early, or late), and whether queued jobs survive
+SIGKILL.
 
 Parts (run one or several; each updates its own section of the results):
 
@@ -13,16 +14,24 @@ Parts (run one or several; each updates its own section of the results):
     answer, so the request cache answers none. Target: p50 added <= 5 ms.
 ``load-builtin``
     50 concurrent clients (closed loop: each sends its next request when it has the
-    answer) for ``--duration`` s against ``medverify serve`` in a subprocess
+    answer; one refused with 503 or 429 first sleeps its ``Retry-After``, at most 10 s)
+    for ``--duration`` s against ``medverify serve`` in a subprocess
     (:class:`~medverify.testing.service.ServiceProcess`, one worker) with the built-in judge
-    (the default without a model) on a hash-embedder KB of the shipped sample. Reported:
-    errors (anything but 200), p50/p95/p99 latency, throughput. Target: 0 errors.
+    (the default without a model) on a hash-embedder KB of the shipped sample; one valid
+    key, its rate limit raised out of the way. Counted: answers (200), early refusals
+    (503 ``overloaded``, 429), late responses (a 504, or any response after
+    ``queue_wait_s`` + ``request_timeout_s``), the check runs in the service's run store
+    by status afterwards (``interrupted`` ones), p50/p95/p99 of the answered requests,
+    time to a 503. CPU: the service's process group's CPU seconds over the load divided
+    by the answers, against those of ``--lone`` sequential requests on the same server
+    (before and after the load). Targets (issue 30): 0 late, 0 interrupted, loaded/lone
+    CPU-s per answer <= 1.2, no other failures.
 ``load-llm``
     The same clients against the LLM judge at a local OpenAI-compatible fake server with
     200 ms latency (its own process), ``[llm] concurrency`` 16. Each answer is one sentence,
     one claim, so each check makes exactly one judge call (verified from the responses'
     usage and the fake server's count): ideal throughput = concurrency / latency = 80
-    answers/s. Target: within 1.2x of ideal.
+    answers/s. Targets: within 1.2x of ideal; 0 late, 0 interrupted, no other failures.
 ``kill``
     ``--jobs`` check jobs (one answer each) submitted through ``POST /v1/jobs/check``; the
     server is SIGKILLed (process group) ``--kills`` times at seeded moments (once a drawn
@@ -281,58 +290,128 @@ def run_overhead(work: Path, requests: int, warmup: int) -> dict[str, Any]:
 
 # -- 2. load ---------------------------------------------------------------------------
 
+RETRY_CAP_S = 10.0
+"""The longest a client honours a ``Retry-After`` before sending again."""
+
+WARM = 5
+"""Sequential requests before a load part (models loaded, first-call costs paid)."""
+
+
+class LoadTally:
+    """What the closed-loop clients of one load run saw, request by request."""
+
+    def __init__(self, late_after_s: float, deadline: float) -> None:
+        self.late_after_s, self.deadline = late_after_s, deadline
+        self.outcomes: Counter[str] = Counter()
+        self.answered_s: list[float] = []  # latency of each 200
+        self.refused_s: dict[str, list[float]] = {"503": [], "429": []}  # time to refusal
+        self.retry_after: Counter[str] = Counter()  # Retry-After values of the refusals
+        self.backoff_s = 0.0  # seconds the clients slept honouring Retry-After
+        self.refused_clients: set[int] = set()
+        self.late: Counter[str] = Counter()  # outcome -> late responses (504 or too slow)
+        self.judge_calls: Counter[int] = Counter()
+        self.cached_calls = 0
+        self.in_window = 0
+        self.errors: list[str] = []
+
+    def record(self, outcome: str, took: float, done: float) -> None:
+        self.outcomes[outcome] += 1
+        if outcome == "504" or took > self.late_after_s:
+            self.late[outcome] += 1
+        if outcome == "200":
+            self.answered_s.append(took)
+            self.in_window += int(done <= self.deadline)
+        elif outcome in self.refused_s:
+            self.refused_s[outcome].append(took)
+
+    def answered(self, response: httpx.Response) -> None:
+        usage = response.json().get("usage", {}).get("judge", {})
+        self.judge_calls[int(usage.get("calls", 0))] += 1
+        self.cached_calls += int(usage.get("cached_calls", 0))
+
+    def backoff(self, client: int, response: httpx.Response) -> float:
+        """Seconds to sleep before the next request after a refusal: its ``Retry-After``
+        (capped at :data:`RETRY_CAP_S`), never past the end of the run."""
+        self.refused_clients.add(client)
+        header = response.headers.get("retry-after", "")
+        self.retry_after[header or "(none)"] += 1
+        try:
+            wait = min(float(header), RETRY_CAP_S)
+        except ValueError:
+            wait = 1.0
+        wait = max(0.0, min(wait, self.deadline - time.perf_counter()))
+        self.backoff_s += wait
+        return wait
+
+    def error(self, text: str) -> None:
+        if len(self.errors) < 5:
+            self.errors.append(text)
+
 
 async def drive(url: str, secret: str, clients: int, duration_s: float,
-                make_body: Callable[[int], dict[str, str]]) -> dict[str, Any]:
-    """``clients`` closed-loop clients posting /v1/check for ``duration_s`` seconds."""
+                make_body: Callable[[int], dict[str, str]],
+                late_after_s: float) -> dict[str, Any]:
+    """``clients`` closed-loop clients posting /v1/check for ``duration_s`` seconds; a
+    client refused with 503 or 429 sleeps its ``Retry-After`` (capped) before sending
+    again. A response is late when it is a 504 or came after ``late_after_s``."""
     counter = itertools.count()
-    latencies: list[float] = []
-    outcomes: Counter[str] = Counter()
-    judge_calls: Counter[int] = Counter()
-    cached_calls = 0
-    errors: list[str] = []
-    in_window = 0
     start = time.perf_counter()
-    deadline = start + duration_s
+    tally = LoadTally(late_after_s, start + duration_s)
 
-    async def client() -> None:
-        nonlocal cached_calls, in_window
+    async def client(me: int) -> None:
         async with httpx.AsyncClient(base_url=url, timeout=httpx.Timeout(300.0),
                                      headers={"Authorization": f"Bearer {secret}"}) as http:
-            while time.perf_counter() < deadline:
+            while time.perf_counter() < tally.deadline:
                 sent = time.perf_counter()
+                wait = 0.0
                 try:
                     response = await http.post("/v1/check", json=make_body(next(counter)))
                     outcome = str(response.status_code)
                     if response.status_code == 200:
-                        usage = response.json().get("usage", {}).get("judge", {})
-                        judge_calls[int(usage.get("calls", 0))] += 1
-                        cached_calls += int(usage.get("cached_calls", 0))
-                    elif len(errors) < 5:
-                        errors.append(f"{response.status_code}: {response.text[:300]}")
+                        tally.answered(response)
+                    elif response.status_code in (429, 503):
+                        wait = tally.backoff(me, response)
+                    else:
+                        tally.error(f"{response.status_code}: {response.text[:300]}")
                 except httpx.HTTPError as exc:
                     outcome = type(exc).__name__
-                    if len(errors) < 5:
-                        errors.append(f"{outcome}: {exc}")
+                    tally.error(f"{outcome}: {exc}")
                 done = time.perf_counter()
-                latencies.append(done - sent)
-                outcomes[outcome] += 1
-                if outcome == "200" and done <= deadline:
-                    in_window += 1
+                tally.record(outcome, done - sent, done)
+                if wait:
+                    await asyncio.sleep(wait)
 
-    await asyncio.gather(*(client() for _ in range(clients)))
-    drained = time.perf_counter() - deadline
-    n_errors = sum(n for outcome, n in outcomes.items() if outcome != "200")
+    await asyncio.gather(*(client(i) for i in range(clients)))
+    return summarize(tally, clients, duration_s, time.perf_counter() - tally.deadline)
+
+
+def summarize(tally: LoadTally, clients: int, duration_s: float,
+              drained: float) -> dict[str, Any]:
+    outcomes = tally.outcomes
+    refused = outcomes["503"] + outcomes["429"]
     return {
         "clients": clients, "duration_s": duration_s, "drain_s": round(drained, 2),
-        "requests": sum(outcomes.values()), "ok": outcomes["200"], "errors": n_errors,
-        "outcomes": dict(outcomes), "error_samples": errors,
-        "latency": percentiles(latencies),
+        "requests": sum(outcomes.values()), "ok": outcomes["200"],
+        "refused_503": outcomes["503"], "refused_429": outcomes["429"],
+        "timeouts_504": outcomes["504"],
+        # anything but an answer or an early refusal (504s included)
+        "errors": sum(outcomes.values()) - outcomes["200"] - refused,
+        "outcomes": dict(outcomes), "error_samples": tally.errors,
+        "late_after_s": tally.late_after_s, "late": sum(tally.late.values()),
+        "late_by_outcome": dict(tally.late),
+        "latency": percentiles(tally.answered_s),  # answered (200) requests only
+        # time to a refusal (None: there was none)
+        **{f"refusal_latency_{code}": percentiles(took) if took else None
+           for code, took in tally.refused_s.items()},
+        "retry_after_s": dict(sorted(tally.retry_after.items(), key=lambda kv: (
+            not kv[0].isdigit(), int(kv[0]) if kv[0].isdigit() else 0))),
+        "clients_refused_at_least_once": len(tally.refused_clients),
+        "backoff_s_total": round(tally.backoff_s, 1),
         # every answer over the whole time (the requests sent before the end included)
         "throughput_per_s": round(outcomes["200"] / (duration_s + drained), 2),
-        "throughput_in_window_per_s": round(in_window / duration_s, 2),
-        "judge_calls_per_answer": {str(k): v for k, v in sorted(judge_calls.items())},
-        "cached_judge_calls": cached_calls,
+        "throughput_in_window_per_s": round(tally.in_window / duration_s, 2),
+        "judge_calls_per_answer": {str(k): v for k, v in sorted(tally.judge_calls.items())},
+        "cached_judge_calls": tally.cached_calls,
     }
 
 
@@ -349,31 +428,82 @@ def warm(url: str, secret: str, n: int, make_body: Callable[[int], dict[str, str
     return float(np.mean(took))
 
 
+def lone(url: str, secret: str, pid: int, n: int, offset: int) -> dict[str, float]:
+    """``n`` sequential checks (one at a time, nothing else sent): the service's CPU
+    seconds per check and the mean seconds per check."""
+    before = process_cpu_s(pid)
+    mean_s = warm(url, secret, n, one_claim_answer, offset)
+    return {"requests": n, "cpu_s_per_request": (process_cpu_s(pid) - before) / n,
+            "mean_s": mean_s}
+
+
+def run_statuses(store: Path) -> dict[str, Any]:
+    """The check runs in the service's run store by status, and those left ``interrupted``
+    by a request timeout (their error names ``request_timeout_s``)."""
+    with RunStore(store) as runs:
+        infos = [r for r in runs.list_runs(limit=1_000_000) if r.kind == "check"]
+    statuses = Counter(r.status for r in infos)
+    by_timeout = sum(1 for r in infos if r.status == "interrupted"
+                     and "request_timeout_s" in (r.error or ""))
+    return {"runs": len(infos), "runs_by_status": dict(statuses),
+            "interrupted": statuses["interrupted"], "interrupted_by_timeout": by_timeout}
+
+
+def late_limit() -> float:
+    """After this long a /v1/check response is late: the longest wait for a slot plus the
+    longest work (``[service] queue_wait_s`` + ``request_timeout_s``)."""
+    settings = Config().service
+    return settings.queue_wait_s + settings.request_timeout_s
+
+
 def run_load_builtin(work: Path, kb: Path, kb_info: dict[str, Any], clients: int,
-                     duration_s: float) -> dict[str, Any]:
+                     duration_s: float, lone_n: int) -> dict[str, Any]:
     store = work / "load-builtin.db"
     secret = client_key(store)
     env = cli_env(work / "home-builtin", **UNLIMITED)
     load_before = load_average()
     with ServiceProcess(kb=kb, store=store, home=work / "home-builtin", env=env,
                         log=work / "serve-builtin.log") as server:
-        single = warm(server.url, secret, 5, one_claim_answer)
         assert server.process is not None
-        cpu_before, bench_before = process_cpu_s(server.process.pid), time.process_time()
-        result = asyncio.run(drive(server.url, secret, clients, duration_s, one_claim_answer))
-        cpu = process_cpu_s(server.process.pid) - cpu_before
+        pid = server.process.pid
+        single = warm(server.url, secret, WARM, one_claim_answer)
+        lone_before = lone(server.url, secret, pid, lone_n, 20_000_000)
+        load_during = load_average()
+        cpu_before, bench_before = process_cpu_s(pid), time.process_time()
+        result = asyncio.run(drive(server.url, secret, clients, duration_s, one_claim_answer,
+                                   late_limit()))
+        cpu = process_cpu_s(pid) - cpu_before
         bench_cpu = time.process_time() - bench_before
-        timeout_s = Config().service.request_timeout_s
+        load_after_run = load_average()
+        lone_after = lone(server.url, secret, pid, lone_n, 30_000_000)
+        result.update(run_statuses(store))
     wall = duration_s + result["drain_s"]
+    per_answer = cpu / result["ok"] if result["ok"] else float("inf")
+    lone_cpu = (lone_before["cpu_s_per_request"] + lone_after["cpu_s_per_request"]) / 2
+    ratio = per_answer / lone_cpu if lone_cpu else float("inf")
+    settings = Config().service
+    targets = {
+        "late": {"value": result["late"], "target": "0", "met": result["late"] == 0},
+        "interrupted": {"value": result["interrupted"], "target": "0",
+                        "met": result["interrupted"] == 0},
+        "cpu_ratio": {"value": round(ratio, 3), "target": "<= 1.2", "met": ratio <= 1.2},
+        "errors": {"value": result["errors"], "target": "0", "met": result["errors"] == 0},
+    }
     result.update({
         "date": stamp(), "load_average_before": load_before,
+        "load_average_at_load_start": load_during, "load_average_at_load_end": load_after_run,
         "load_average_after": load_average(), "kb": kb_info,
-        "judge": "builtin (shipped verifier, CPU)", "workers": 1,
-        "request_timeout_s": timeout_s,
+        "judge": "builtin (shipped verifier, CPU)", "workers": 1, "warm_requests": WARM,
+        "request_timeout_s": settings.request_timeout_s, "queue_wait_s": settings.queue_wait_s,
+        "check_slots": settings.max_concurrent_checks or 2 * (os.cpu_count() or 1),
         "single_request_s": round(single, 3),
         "capacity_per_s_from_single": round(1.0 / single, 2),
+        "server_cpu_s": round(cpu, 2), "cpu_s_per_answer": round(per_answer, 4),
+        "lone_before": {k: round(v, 4) for k, v in lone_before.items()},
+        "lone_after": {k: round(v, 4) for k, v in lone_after.items()},
+        "lone_cpu_s_per_request": round(lone_cpu, 4), "cpu_ratio": round(ratio, 3),
         "server_cpu_share": round(cpu / wall, 2), "bench_cpu_share": round(bench_cpu / wall, 2),
-        "target_errors": 0, "met": result["errors"] == 0,
+        "targets": targets, "met": all(t["met"] for t in targets.values()),
     })
     return result
 
@@ -403,15 +533,16 @@ def run_load_llm(work: Path, kb: Path, kb_info: dict[str, Any], clients: int,
         with ServiceProcess(kb=kb, store=store, home=work / "home-llm", env=env,
                             log=work / "serve-llm.log",
                             args=["-m", f"openai-compatible:bench@{base_url}"]) as server:
-            single = warm(server.url, secret, 5, one_claim_answer)
+            single = warm(server.url, secret, WARM, one_claim_answer)
             assert server.process is not None
             cpu_before, bench_before = process_cpu_s(server.process.pid), time.process_time()
             fake_before = process_cpu_s(fake.pid, group=False) if fake.pid else 0.0
             result = asyncio.run(drive(server.url, secret, clients, duration_s,
-                                       one_claim_answer))
+                                       one_claim_answer, late_limit()))
             cpu = process_cpu_s(server.process.pid) - cpu_before
             fake_cpu = (process_cpu_s(fake.pid, group=False) if fake.pid else 0.0) - fake_before
             bench_cpu = time.process_time() - bench_before
+            result.update(run_statuses(store))
     finally:
         ours.send("stop")
         served = ours.recv()
@@ -419,18 +550,26 @@ def run_load_llm(work: Path, kb: Path, kb_info: dict[str, Any], clients: int,
     wall = duration_s + result["drain_s"]
     ideal = concurrency / latency_s
     ratio = ideal / result["throughput_per_s"] if result["throughput_per_s"] else float("inf")
+    targets = {
+        "throughput_ratio": {"value": round(ratio, 3), "target": "<= 1.2", "met": ratio <= 1.2},
+        "late": {"value": result["late"], "target": "0", "met": result["late"] == 0},
+        "interrupted": {"value": result["interrupted"], "target": "0",
+                        "met": result["interrupted"] == 0},
+        "errors": {"value": result["errors"], "target": "0", "met": result["errors"] == 0},
+    }
     result.update({
         "date": stamp(), "load_average_before": load_before,
         "load_average_after": load_average(), "kb": kb_info,
         "judge": f"llm at a local OpenAI-compatible fake server, {latency_s * 1000:g} ms "
                  "latency", "workers": 1, "llm_concurrency": concurrency,
-        "latency_s": latency_s, "single_request_s": round(single, 3),
+        "warm_requests": WARM, "latency_s": latency_s, "single_request_s": round(single, 3),
         "fake_server_calls": served["calls"], "fake_server_max_in_flight":
             served["max_in_flight"],
         "ideal_per_s": round(ideal, 2), "ideal_over_actual": round(ratio, 3),
         "server_cpu_share": round(cpu / wall, 2), "bench_cpu_share": round(bench_cpu / wall, 2),
         "fake_server_cpu_share": round(fake_cpu / wall, 2),
-        "target_ratio": 1.2, "met": ratio <= 1.2 and result["errors"] == 0,
+        "target_ratio": 1.2, "targets": targets,
+        "met": all(t["met"] for t in targets.values()),
     })
     return result
 
@@ -625,13 +764,129 @@ def run_kill(work: Path, kb: Path, kb_info: dict[str, Any], jobs: int, kills: in
 # -- report ----------------------------------------------------------------------------
 
 
+def met_word(met: bool) -> str:
+    return "**met**" if met else "**missed**"
+
+
+def render_outcomes(r: dict[str, Any]) -> list[str]:
+    """The outcome table and the refusal line of one load part."""
+    lat = r["latency"]
+    ref = r["refusal_latency_503"] or {"p50_ms": "-", "p95_ms": "-"}  # no 503
+    refused = r["refused_503"] + r["refused_429"]
+    answered = r["ok"] + r.get("warm_requests", WARM) + sum(
+        r.get(k, {}).get("requests", 0) for k in ("lone_before", "lone_after"))
+    recorded = (": the refused requests recorded nothing" if refused and answered == r["runs"]
+                else "")
+    return [
+        "| requests | 200 | 503 | 429 | 504 | other | late | interrupted runs | p50 ms | "
+        "p95 ms | p99 ms | answers/s |", "|---|---|---|---|---|---|---|---|---|---|---|---|",
+        f"| {r['requests']} | {r['ok']} | {r['refused_503']} | {r['refused_429']} | "
+        f"{r['timeouts_504']} | {r['errors'] - r['timeouts_504']} | {r['late']} | "
+        f"{r['interrupted']} | {lat['p50_ms']} | {lat['p95_ms']} | {lat['p99_ms']} | "
+        f"{r['throughput_per_s']} |", "",
+        "Latency percentiles are of the answered (200) requests. Late: a 504 or any "
+        f"response after {r['late_after_s']:g} s (`queue_wait_s` + `request_timeout_s`). "
+        "A refused client sleeps the `Retry-After` it was given (at most "
+        f"{RETRY_CAP_S:g} s, never past the end of the run) before sending again"
+        + (f": {refused} refusals reached {r['clients_refused_at_least_once']} of "
+           f"{r['clients']} clients, who slept {r['backoff_s_total']} s in all; "
+           f"{retry_after_summary(r['retry_after_s'])}. Time to a 503: p50 {ref['p50_ms']} "
+           f"ms, p95 {ref['p95_ms']} ms." if refused else "; no request was refused.")
+        + " Check runs in the service's run store afterwards, by status: "
+        f"{r['runs_by_status']} ({r['runs']} runs; {answered} requests were answered 200 "
+        f"counting the warm-up{' and lone' if 'lone_before' in r else ''} ones{recorded}; "
+        f"{r['interrupted_by_timeout']} interrupted by a request timeout).", "",
+        f"Outcomes: {r['outcomes']}. Clients send no new request after "
+        f"{r['duration_s']:g} s; those in flight then finished {r['drain_s']} s later. "
+        "Throughput = answers / (duration + that drain); counting only the answers "
+        f"completed within the {r['duration_s']:g} s: {r['throughput_in_window_per_s']}"
+        f" answers/s. Judge calls per answer: {r['judge_calls_per_answer']}. CPU share "
+        f"(cores busy): service {r['server_cpu_share']}, clients {r['bench_cpu_share']}"
+        + (f", fake judge server {r['fake_server_cpu_share']}"
+           if "fake_server_cpu_share" in r else "")
+        + f". Load average {r['load_average_before']} -> {r['load_average_after']}.", ""]
+
+
+def retry_after_summary(counts: dict[str, int]) -> str:
+    """The ``Retry-After`` values the refusals gave, as min / median / max seconds."""
+    seconds = [int(v) for v, n in counts.items() if v.isdigit() for _ in range(n)]
+    missing = sum(n for v, n in counts.items() if not v.isdigit())
+    text = (f"their Retry-After: min {min(seconds)}, median {int(np.median(seconds))}, max "
+            f"{max(seconds)} s" if seconds else "no Retry-After given")
+    return text + (f" ({missing} without a usable one)" if missing else "")
+
+
+def render_targets(r: dict[str, Any]) -> list[str]:
+    names = {"late": "late responses", "interrupted": "runs left `interrupted`",
+             "cpu_ratio": "CPU-s per answer, loaded / lone",
+             "throughput_ratio": "ideal / measured throughput",
+             "errors": "other failures (504s, connection errors, 5xx but 503)"}
+    lines = ["| target | measured | wanted | |", "|---|---|---|---|"]
+    lines += [f"| {names[k]} | {t['value']} | {t['target']} | {met_word(t['met'])} |"
+              for k, t in r["targets"].items()]
+    return [*lines, ""]
+
+
+def render_load(name: str, r: dict[str, Any]) -> list[str]:
+    builtin = name == "load_builtin"
+    title = "built-in judge" if builtin else "LLM judge at a 200 ms fake endpoint"
+    if "targets" not in r:  # a section from before issue 30's counts
+        return [f"## 2{'a' if builtin else 'b'}. Load, {title} ({r['date']})", "",
+                "Measured by an earlier version of this benchmark, without the outcome "
+                "counts; run this part again.", ""]
+    lines = [
+        f"## 2{'a' if builtin else 'b'}. Load, {title} ({r['date']})", "",
+        f"{r['clients']} concurrent closed-loop clients (asyncio + httpx.AsyncClient, one "
+        f"connection each, one valid key with the per-key rate limit raised out of the way) "
+        f"for {r['duration_s']:g} s on loopback against `medverify serve` ({r['workers']} "
+        f"worker) in a subprocess; KB: hash embedder over the shipped sample "
+        f"({r['kb']['documents']} documents, {r['kb']['chunks']} chunks); judge: "
+        f"{r['judge']}; one new one-claim answer per request.", "",
+        *render_targets(r), *render_outcomes(r)]
+    if r["error_samples"]:
+        lines += ["First failures: " + "; ".join(
+            f"`{e[:160]}`" for e in r["error_samples"][:2]), ""]
+    if builtin:
+        lines += [
+            f"Admission: {r['check_slots']} check slots (automatic: 2 per core with a local "
+            f"judge), a check waits for one at most `queue_wait_s` = {r['queue_wait_s']:g} s "
+            "and is then refused with 503 `overloaded` before any work; its work may take "
+            f"`request_timeout_s` = {r['request_timeout_s']:g} s from the slot's grant. "
+            f"One request alone takes {r['single_request_s']} s (so at most about "
+            f"{r['capacity_per_s_from_single']} answers/s on these cores).", "",
+            f"CPU per answer: the service's process group used {r['server_cpu_s']} CPU-s "
+            f"over the load (first request to last response) for {r['ok']} answers = "
+            f"**{r['cpu_s_per_answer']} CPU-s per answer** (refused requests' cost "
+            f"included). Lone: {r['lone_before']['requests']} sequential requests on the same "
+            f"server before the load ({r['lone_before']['cpu_s_per_request']} CPU-s each, "
+            f"{r['lone_before']['mean_s']} s wall) and {r['lone_after']['requests']} after it"
+            f" ({r['lone_after']['cpu_s_per_request']} CPU-s, {r['lone_after']['mean_s']} s):"
+            f" mean {r['lone_cpu_s_per_request']} CPU-s. Loaded / lone = "
+            f"**{r['cpu_ratio']}**. Load average at the load's start "
+            f"{r['load_average_at_load_start']}, at its end {r['load_average_at_load_end']}"
+            " (other people's work on these cores included).", ""]
+    else:
+        lines += [
+            f"Ideal: `[llm] concurrency` {r['llm_concurrency']} calls in flight / "
+            f"{r['latency_s']:g} s per call x 1 call per answer = {r['ideal_per_s']:g} "
+            f"answers/s. Measured {r['throughput_per_s']} answers/s: ideal/actual = "
+            f"**{r['ideal_over_actual']}** (target <= {r['target_ratio']}). With an I/O-bound "
+            "judge the service sets no check-slot limit (`[llm] concurrency` is the limit), "
+            f"so nothing waits for a slot. The fake server saw {r['fake_server_calls']} "
+            f"calls, at most {r['fake_server_max_in_flight']} at once; one request alone "
+            f"took {r['single_request_s']} s. Judge calls in flight on average: throughput x "
+            f"latency = {r['throughput_per_s'] * r['latency_s']:.1f} of "
+            f"{r['llm_concurrency']}.", ""]
+    return lines
+
+
 def verdict(section: dict[str, Any]) -> str:
-    return "**met**" if section.get("met") else "**missed**"
+    return met_word(bool(section.get("met")))
 
 
 def render(data: dict[str, Any]) -> str:
     m = data.get("machine", {})
-    lines = ["# Service benchmark (`medverify serve`, issue 15)", "",
+    lines = ["# Service benchmark (`medverify serve`, issues 15 and 30)", "",
              f"Machine: {m.get('cpus')} CPU cores ({m.get('cpu_model')}), Python "
              f"{m.get('python')}, {m.get('platform')}. The clients, the service and the fake "
              "judge server share these cores; each part records the 1-minute load average "
@@ -654,63 +909,9 @@ def render(data: dict[str, Any]) -> str:
             f" ms: {verdict(o)}); at p95: {o['added_p95_ms']} ms. For scale, `GET /healthz` "
             f"round trip p50: {o['healthz_p50_ms']} ms. Load average {o['load_average_before']}"
             f" -> {o['load_average_after']}.", ""]
-    for name, title in (("load_builtin", "built-in judge"),
-                        ("load_llm", "LLM judge at a 200 ms fake endpoint")):
-        if name not in data:
-            continue
-        r = data[name]
-        lat = r["latency"]
-        lines += [
-            f"## 2{'a' if name == 'load_builtin' else 'b'}. Load, {title} ({r['date']})", "",
-            f"{r['clients']} concurrent closed-loop clients (asyncio + httpx.AsyncClient, one "
-            f"connection each) for {r['duration_s']:g} s on loopback against `medverify serve`"
-            f" ({r['workers']} worker) in a subprocess; KB: hash embedder over the shipped "
-            f"sample ({r['kb']['documents']} documents, {r['kb']['chunks']} chunks); judge: "
-            f"{r['judge']}; one new one-claim answer per request.", "",
-            "| requests | ok | errors | p50 ms | p95 ms | p99 ms | answers/s |",
-            "|---|---|---|---|---|---|---|",
-            f"| {r['requests']} | {r['ok']} | {r['errors']} | {lat['p50_ms']} | "
-            f"{lat['p95_ms']} | {lat['p99_ms']} | {r['throughput_per_s']} |", "",
-            f"Outcomes: {r['outcomes']}. Clients send no new request after "
-            f"{r['duration_s']:g} s; those in flight then finished {r['drain_s']} s later. "
-            "Throughput = answers / (duration + that drain); counting only the answers "
-            f"completed within the {r['duration_s']:g} s: {r.get('throughput_in_window_per_s')}"
-            f" answers/s. Judge calls per answer: "
-            f"{r['judge_calls_per_answer']}. CPU share (cores busy): service "
-            f"{r['server_cpu_share']}, clients {r['bench_cpu_share']}"
-            + (f", fake judge server {r['fake_server_cpu_share']}"
-               if "fake_server_cpu_share" in r else "")
-            + f". Load average {r['load_average_before']} -> {r['load_average_after']}.", ""]
-        if name == "load_llm":
-            lines[-2] += (" Judge calls in flight on average: throughput x latency = "
-                          f"{r['throughput_per_s'] * r['latency_s']:.1f} of "
-                          f"{r['llm_concurrency']}.")
-        if name == "load_builtin":
-            lines += [
-                f"One request alone takes {r['single_request_s']} s (so at most about "
-                f"{r['capacity_per_s_from_single']} answers/s with the verifier on these "
-                f"cores); `[service] request_timeout_s` = {r['request_timeout_s']:g} s. "
-                f"Target: 0 errors: {verdict(r)}.", ""]
-            if r["error_samples"]:
-                lines += ["First errors: " + "; ".join(
-                    f"`{e[:160]}`" for e in r["error_samples"][:2]), ""]
-            lines += [
-                "Latency is the backlog: the verifier is CPU-bound, so 50 clients queue "
-                "for about 2.5 answers/s. The service checks at most `[service] "
-                "max_concurrent_checks` answers at once (automatic: 2 per core with a "
-                "local judge) and the others wait in arrival order. Before that limit "
-                "(an earlier run of this benchmark, same day), every request was admitted "
-                "at once, a request that fell behind its wave was overtaken by the next "
-                "one, and 1 of 177 passed `request_timeout_s` (504).", ""]
-        else:
-            lines += [
-                f"Ideal: `[llm] concurrency` {r['llm_concurrency']} calls in flight / "
-                f"{r['latency_s']:g} s per call x 1 call per answer = {r['ideal_per_s']:g} "
-                f"answers/s. Measured {r['throughput_per_s']} answers/s: ideal/actual = "
-                f"**{r['ideal_over_actual']}** (target <= {r['target_ratio']}: {verdict(r)}). "
-                f"The fake server saw {r['fake_server_calls']} calls, at most "
-                f"{r['fake_server_max_in_flight']} at once; one request alone took "
-                f"{r['single_request_s']} s.", ""]
+    for name in ("load_builtin", "load_llm"):
+        if name in data:
+            lines += render_load(name, data[name])
     if "kill" in data:
         k = data["kill"]
         kills = ", ".join(f"at {x['at_s']} s with {x['finished_at_kill']} jobs finished and "
@@ -751,6 +952,9 @@ def main() -> None:
     parser.add_argument("--warmup", type=int, default=30, help="overhead: warm-up requests")
     parser.add_argument("--clients", type=int, default=50, help="load: concurrent clients")
     parser.add_argument("--duration", type=float, default=60.0, help="load: seconds per run")
+    parser.add_argument("--lone", type=int, default=20,
+                        help="load-builtin: sequential lone requests before and after the "
+                        "load (the CPU-s per request the loaded ones are compared with)")
     parser.add_argument("--latency", type=float, default=0.2,
                         help="load-llm and kill: the fake judge's latency in seconds")
     parser.add_argument("--concurrency", type=int, default=16,
@@ -784,7 +988,7 @@ def main() -> None:
             ("overhead", "overhead", lambda: run_overhead(work / "overhead", args.requests,
                                                           args.warmup)),
             ("load-builtin", "load_builtin", lambda: run_load_builtin(
-                work, work / "sample-kb", kb_info, args.clients, args.duration)),
+                work, work / "sample-kb", kb_info, args.clients, args.duration, args.lone)),
             ("load-llm", "load_llm", lambda: run_load_llm(
                 work, work / "sample-kb", kb_info, args.clients, args.duration, args.latency,
                 args.concurrency)),
