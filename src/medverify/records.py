@@ -7,6 +7,7 @@ is never folded into a label.
 
 from __future__ import annotations
 
+import functools
 import hashlib
 from collections.abc import Sequence
 from datetime import UTC, datetime
@@ -25,8 +26,10 @@ def utcnow() -> datetime:
     return datetime.now(UTC)
 
 
+@functools.cache
 def package_version() -> str:
-    """The installed medverify version ("unknown" when run from an uninstalled tree)."""
+    """The installed medverify version ("unknown" when run from an uninstalled tree); read
+    once per process (reading the package metadata costs ~5 ms, once per recorded run)."""
     from importlib import metadata
 
     try:
