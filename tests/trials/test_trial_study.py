@@ -41,7 +41,7 @@ from medverify.trials.study.records import (
     TrialAnswer,
     read_run,
 )
-from medverify.trials.study.report import finish, summarize
+from medverify.trials.study.report import FAILS_STUDY, JUDGE_WARNING, finish, summarize
 from medverify.trials.study.runner import (
     TrialStudy,
     select_trials,
@@ -329,10 +329,65 @@ def test_cli_study_with_the_llm_judge_and_report(tmp_path: Path) -> None:
     assert summary["n_trials"] == 2 and summary["n_questions"] == 3
     assert summary["judge"].startswith("llm")
     assert any(r["units_scored"] for r in summary["rates"])
+    # an LLM judge can grade the study: no warning about the judge anywhere
+    assert summary["warnings"] == [] and "cannot grade" not in result.output
+    assert "Warning" not in (tmp_path / "run" / "report.md").read_text()
     again = CliRunner().invoke(main, ["trials", "report", str(tmp_path / "run")], env=env)
     assert again.exit_code == 0 and "judge llm" in again.output
     bad = CliRunner().invoke(main, [*args[:-2], "--questions", "0-3"], env=env)
     assert bad.exit_code == 2 and "1-15" in bad.output
+
+
+def _flat(text: str) -> str:
+    """Terminal output with rich's line wrapping undone."""
+    return " ".join(text.split())
+
+
+def test_cli_study_with_the_builtin_judge_warns_in_terminal_and_report(
+        tmp_path: Path) -> None:
+    from medverify.judge import JUDGES, declares
+
+    assert [n for n in JUDGES.names() if declares(n, FAILS_STUDY)] == ["builtin"]
+    data = _write_records(tmp_path / "data", RECORDS[:1])
+    specs = register_trial_models(["grounded"], prefix="ts-builtin-")
+    run = tmp_path / "run"
+    env = {"MEDVERIFY_HOME": str(tmp_path / "home"), "MEDVERIFY_RETRIEVAL__MODE": "lexical"}
+    result = CliRunner().invoke(main, [
+        "trials", "study", str(data), "--models", f"g={specs['grounded']}", "--out", str(run),
+        "--contexts", "summary", "--levels", "paragraph", "--questions", "1",
+        "--store", str(tmp_path / "runs.db")], env=env)  # no --judge: builtin
+    assert result.exit_code == 0, result.output
+    output = _flat(result.output)
+    # said before the study runs (ahead of the results table) and again after it
+    assert output.count(f"warning: {JUDGE_WARNING}") == 2
+    assert output.index(f"warning: {JUDGE_WARNING}") < output.index("judge builtin")
+    summary = json.loads((run / "summary.json").read_text())
+    assert summary["judge"].startswith("builtin:") and summary["warnings"] == [JUDGE_WARNING]
+    report = (run / "report.md").read_text()
+    assert report.index(f"> **Warning**: {JUDGE_WARNING}") < report.index("## Answers")
+    assert "trials_offline.md" in JUDGE_WARNING and "docs/trials.md" in JUDGE_WARNING
+    again = CliRunner().invoke(main, ["trials", "report", str(run)], env=env)
+    assert again.exit_code == 0 and f"warning: {JUDGE_WARNING}" in _flat(again.output)
+
+
+class _UnfitJudge(NumberJudge):
+    fails_trial_study = True
+
+
+def test_a_judge_declaring_it_fails_the_study_is_warned_of_from_the_manifest(
+        tmp_path: Path) -> None:
+    specs = register_trial_models(["grounded"], prefix="ts-unfit-")
+    study = _study(tmp_path, specs, judge=_UnfitJudge(), granularities=["paragraph"],
+                   contexts=["summary"])
+    assert study.judge_warnings == [JUDGE_WARNING]
+    summary = asyncio.run(_run(study))
+    assert summary["warnings"] == [JUDGE_WARNING]
+    manifest, _, _, _ = read_run(tmp_path / "run")
+    assert manifest.judge_fails_study
+    # the report, recomputed without the judge, still warns first
+    again = finish(tmp_path / "run", _config(tmp_path))
+    assert again["warnings"][0] == JUDGE_WARNING
+    assert _study(tmp_path / "other", specs).judge_warnings == []
 
 
 def test_scripted_answerer_is_deterministic_and_changes_numbers() -> None:

@@ -15,6 +15,7 @@ from typing import Any
 
 import click
 from rich.console import Console
+from rich.markup import escape
 from rich.table import Table
 
 from medverify.cli import main
@@ -152,6 +153,8 @@ def study_command(paths: tuple[Path, ...], models: tuple[str, ...], run_dir: Pat
             config, models=_split(models), run_dir=run_dir, contexts=_split((contexts,)),
             granularities=_split((levels,)), questions=questions, fresh=fresh,
             record=not no_record)
+        for warning in study.judge_warnings:
+            console.print(f"[bold yellow]warning: {escape(warning)}[/]")
         with _progress() as update:
             study.progress = update
             async with study:
@@ -213,7 +216,7 @@ def print_study(summary: dict[str, Any], out: Console) -> None:
                       str(row["units_scored"]), str(row["units_unscored"]))
     out.print(table)
     for warning in summary.get("warnings", [])[:5]:
-        console.print(f"[yellow]warning: {warning}[/]")
+        console.print(f"[yellow]warning: {escape(warning)}[/]")
 
 
 def _exit_if_nothing_scored(summary: dict[str, Any]) -> None:

@@ -68,9 +68,18 @@ def declares(name: str, trait: str) -> bool:
     * ``needs_model``: cannot run without a model (``llm``, ``llm-scored``, ``cascade``);
     * ``io_bound``: its time is spent waiting on model calls, so the model layer's
       concurrency limit is the one that counts (``llm``);
-    * ``composite``: routes claims between other judges (``cascade``)."""
+    * ``composite``: routes claims between other judges (``cascade``);
+    * ``fails_trial_study``: measured unable to grade the clinical-trial study against
+      curated summaries (``builtin``: docs/trials.md, "The 15-question study"), so
+      ``medverify trials study`` warns in the terminal and in its report."""
     factory = JUDGES.get(name)
-    return bool(getattr(getattr(factory, "__self__", factory), trait, False))
+    return has_trait(getattr(factory, "__self__", factory), trait)
+
+
+def has_trait(judge: object, trait: str) -> bool:
+    """Whether a judge (an instance or its class) declares ``trait = True``: what
+    :func:`declares` asks of a registered name, for a judge already made."""
+    return bool(getattr(judge, trait, False))
 
 
 def runs_offline(name: str) -> bool:

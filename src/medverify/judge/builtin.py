@@ -125,6 +125,7 @@ class BuiltinJudge:
     name = "builtin"
     prompt_version: str | None = None
     offline = True  # never calls a model (medverify.judge.declares)
+    fails_trial_study = True  # measured: docs/trials.md, benchmarks/results/trials_offline.md
 
     def __init__(
         self,

@@ -85,6 +85,9 @@ class StudyManifest(Record):
     trials_sha256: str
     json_chars: int
     judge: str
+    # the judge declared ``fails_trial_study`` (medverify.judge.declares): every report of
+    # the study warns that its labels do not measure hallucination
+    judge_fails_study: bool = False
     decomposer: str
     prompt_versions: dict[str, str]
     config: dict[str, Any] = Field(default_factory=dict)

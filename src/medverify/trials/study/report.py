@@ -10,7 +10,9 @@ so they are paired by trial. Also: the share of answers with at least one halluc
 unit, a per-question breakdown (which of the 15 questions hallucinate most), and examples.
 
 ``finish(run_dir, config)`` writes ``summary.json``, ``report.md`` and one SVG chart per
-model and granularity; ``medverify trials report RUN`` calls it without any model.
+model and granularity; ``medverify trials report RUN`` calls it without any model. A study
+whose judge declares ``fails_trial_study`` (the built-in judge) carries
+:data:`JUDGE_WARNING` first in ``warnings`` and atop ``report.md``.
 """
 
 from __future__ import annotations
@@ -46,6 +48,21 @@ SCORED = (Category.FACT, Category.HALLUCINATION, Category.COVERAGE_GAP,
 LABELS = {Category.FACT: "Factuality", Category.HALLUCINATION: "Hallucinations",
           Category.COVERAGE_GAP: "Coverage gap", Category.JUDGMENT_ERROR: "Judgment error"}
 ANY_HALLUCINATION = "answers_with_hallucination"
+FAILS_STUDY = "fails_trial_study"  # the judge trait (medverify.judge.declares)
+JUDGE_WARNING = (
+    "the built-in judge cannot grade this study: its labels here do not measure "
+    "hallucination. On the sample records with scripted answers it labelled FACT 81.9 % of "
+    "title-only answers, each of which invents a specific the title does not give, and "
+    "40.9 % of the invented sentences themselves (target: at most 20 %; "
+    "benchmarks/results/trials_offline.md); at claim level it found 7 of 107 changed numbers "
+    "(benchmarks/results/trials_study_builtin.md, measured before the claim-level rule). "
+    "Use an LLM judge (--judge-model SPEC). Why, and the numbers: docs/trials.md, "
+    "'The 15-question study', 'Measured'.")
+
+
+def judge_warnings(judge_fails_study: bool) -> list[str]:
+    """The study's warnings about its judge (a judge that declares ``fails_trial_study``)."""
+    return [JUDGE_WARNING] if judge_fails_study else []
 
 
 class _Cell:
@@ -276,6 +293,8 @@ def _cell(text: object) -> str:
 
 
 def markdown(summary: dict[str, Any], warnings: Sequence[str] = ()) -> str:
+    """``report.md``; ``warnings`` (the judge's first, then problems reading the run
+    directory) stand above the tables."""
     lines = ["# Clinical-trial study (CHECK's 15 questions)", ""]
     specs = ", ".join(f"{_cell(m['label'])} (`{_cell(m['spec'])}`)" for m in summary["models"])
     lines += [
@@ -286,6 +305,7 @@ def markdown(summary: dict[str, Any], warnings: Sequence[str] = ()) -> str:
         + (f", claims cut by `{_cell(summary['decomposer'])}`" if summary["decomposer"] else "")
         + f". Shares are of scored units; 95 % CIs from {summary['bootstrap']['resamples']:,} "
         "bootstrap resamples of trials. Unscored units (judge failures) are counted apart.", ""]
+    lines += [f"> **Warning**: {_cell(w)}\n" for w in warnings]
     if any(m["spec"].startswith("fake:") for m in summary["models"]):
         lines += ["**Scripted models** (`fake:` specs) answered this study: its numbers show "
                   "what the machinery measures, not how any real language model behaves.", ""]
@@ -305,8 +325,6 @@ def markdown(summary: dict[str, Any], warnings: Sequence[str] = ()) -> str:
                   "module does not list; those rows are in the summaries without a group "
                   "title:", ""]
         lines += [f"- {nct}: {_cell('; '.join(found))}" for nct, found in problems.items()]
-    if warnings:
-        lines += ["", "## Warnings", ""] + [f"- {_cell(w)}" for w in warnings]
     return "\n".join(lines) + "\n"
 
 
@@ -430,9 +448,9 @@ def finish(root: Path, config: Config) -> dict[str, Any]:
     settings = config.trials
     summary = summarize(manifest, answers, judgments, n_boot=settings.bootstrap,
                         seed=settings.seed, n_examples=settings.examples, records=trials)
-    summary["warnings"] = warnings
+    summary["warnings"] = judge_warnings(manifest.judge_fails_study) + warnings
     atomic_write_text(root / "summary.json", json.dumps(summary, indent=2) + "\n")
-    atomic_write_text(root / "report.md", markdown(summary, warnings))
+    atomic_write_text(root / "report.md", markdown(summary, summary["warnings"]))
     for name, svg in charts(summary).items():
         atomic_write_text(root / name, svg)
     return summary

@@ -51,7 +51,7 @@ from medverify.harness import (
     run_each,
     stage_id,
 )
-from medverify.judge import JUDGES, Judge, JudgeItem
+from medverify.judge import JUDGES, Judge, JudgeItem, has_trait
 from medverify.kb.embed import Embedder, get_embedder
 from medverify.llm.facade import Model, model_from_config
 from medverify.prompts import load_prompt
@@ -85,7 +85,7 @@ from medverify.trials.study.records import (
     text_sha256,
     trials_sha256,
 )
-from medverify.trials.study.report import finish
+from medverify.trials.study.report import FAILS_STUDY, finish, judge_warnings
 
 STAGE = "trial_answer"
 MAX_UNSAMPLED = 5_000  # a study of more trials than this needs an explicit --sample
@@ -289,6 +289,16 @@ class TrialStudy:
         return stage_id(self.judge)
 
     @property
+    def judge_fails_study(self) -> bool:
+        """Whether the judge declares it cannot grade this study (the built-in judge)."""
+        return has_trait(self.judge, FAILS_STUDY)
+
+    @property
+    def judge_warnings(self) -> list[str]:
+        """What the study says about its judge before it runs and atop its report."""
+        return judge_warnings(self.judge_fails_study)
+
+    @property
     def decomposer_name(self) -> str:
         return self.decomposer.name if self.decomposer is not None else ""
 
@@ -357,7 +367,8 @@ class TrialStudy:
             granularities=self.granularities, questions=self.questions,
             trials=[t.nct_id for t in trials], trials_sha256=trials_sha256(trials),
             json_chars=self.config.trials.json_chars, judge=self.judge_id,
-            decomposer=self.decomposer_name, prompt_versions=self.prompt_versions,
+            judge_fails_study=self.judge_fails_study, decomposer=self.decomposer_name,
+            prompt_versions=self.prompt_versions,
             config=self.config.public(), selection=selection,
             medverify_version=package_version(),
         )
