@@ -425,7 +425,7 @@ def test_mismatched_result_group_ids_are_reported_not_fatal(tmp_path: Path) -> N
 
     data = _write_records(tmp_path / "data", [record])
     report = LoadReport()
-    assert len(list(iter_ctgov([data], report))) == 15
+    assert len(list(iter_ctgov([data], report))) == 16  # 15 question sections + baseline
     assert len(report.warnings) == 2 and report.warnings[0].startswith("NCT90000005: ")
 
 

@@ -1,11 +1,11 @@
 """Curated ClinicalTrials.gov summaries are exact and traceable: every number comes from
-the record, every pointer names a field whose value is in the sentence, and the summary
-is the same every time (:mod:`medverify.trials.curate`)."""
+the fields its sentence points to, every pointer names a field whose value is in the
+sentence, nothing is cut without a note, and the summary is the same every time
+(:mod:`medverify.trials.curate`, checked with :mod:`medverify.trials.exactness`)."""
 
 from __future__ import annotations
 
 import json
-import re
 from pathlib import Path
 from typing import Any
 
@@ -17,22 +17,24 @@ from medverify.kb import KnowledgeBase
 from medverify.kb.loaders import LoadReport, iter_ctgov
 from medverify.retrieve import Retriever
 from medverify.trials.curate import (
+    ALL_SECTIONS,
     SECTIONS,
     curate,
     select_studies,
     summary_documents,
 )
-from medverify.trials.summary import enum_text, resolve, text_of
+from medverify.trials.exactness import audit, numbers
+from medverify.trials.summary import forms, resolve
 
 SAMPLES = Path(__file__).resolve().parents[3] / "shared" / "data" / "raw" / "clinicaltrials"
 FILES = sorted(SAMPLES.glob("*.json"))
 pytestmark = pytest.mark.skipif(not FILES, reason="no ClinicalTrials.gov samples")
 
-NUMBER = re.compile(r"[-+]?(?:\d+(?:[.,]\d+)*|\.\d+)(?:[eE][-+]?\d+)?%?")
 RESULTS_SECTIONS = (
     "primary outcome statistical analysis", "primary outcome results",
     "secondary outcome methods", "secondary outcome key results",
     "serious adverse events", "non-serious adverse events", "safety overview",
+    "baseline characteristics",
 )
 
 
@@ -55,14 +57,11 @@ def study(request: pytest.FixtureRequest) -> dict[str, Any]:
 
 def test_sections_in_order(study: dict[str, Any]) -> None:
     summary = curate(study)
-    assert [s.name for s in summary.sections] == list(SECTIONS) and len(SECTIONS) == 15
+    assert [s.name for s in summary.sections] == list(ALL_SECTIONS) and len(SECTIONS) == 15
+    assert ALL_SECTIONS[:15] == SECTIONS and ALL_SECTIONS[15:] == ("baseline characteristics",)
     assert summary.nct_id == study["protocolSection"]["identificationModule"]["nctId"]
     assert all(section.sentences for section in summary.sections)
     assert all(sentence.text for section in summary.sections for sentence in section.sentences)
-
-
-def numbers(text: str) -> list[str]:
-    return [n.rstrip("%").lstrip("+") for n in NUMBER.findall(text)]
 
 
 def test_every_number_is_copied_from_the_record(study: dict[str, Any]) -> None:
@@ -90,10 +89,17 @@ def test_every_pointer_names_a_field_in_the_sentence(study: dict[str, Any]) -> N
                 value = resolve(study, ref)  # raises KeyError when the field is missing
                 if isinstance(value, bool | dict | list):
                     continue
-                text = text_of(value)
-                assert text in sentence.text or enum_text(text) in sentence.text, (ref, text)
+                assert any(form in sentence.text for form in forms(value)), (ref, value)
                 checked += 1
     assert checked > 10
+
+
+def test_every_guarantee_holds_on_the_samples(study: dict[str, Any]) -> None:
+    """Each number is in a field its own sentence points to; no list is cut without a note;
+    every serious adverse event is there, per group; no estimated date is written as past."""
+    found = audit(study, curate(study))
+    assert found == {"inexact": [], "cut": [], "serious_missing": [],
+                     "estimated_as_actual": [], "untyped_as_actual": []}
 
 
 def test_rebuilt_summary_is_byte_identical(study: dict[str, Any]) -> None:
@@ -125,7 +131,10 @@ def test_results_record_fills_results_sections() -> None:
     serious = summary.section("serious adverse events").sentences
     assert "Dupilumab 300 mg qw 3/97" in serious[0].text
     other = summary.section("non-serious adverse events").sentences
-    assert "Upper respiratory tract infection" in other[1].text  # most frequent first
+    assert "most to the fewest participants" in other[1].text and not other[1].pointers
+    assert "Upper respiratory tract infection" in other[2].text  # most frequent first
+    assert other[5].text.startswith("Non-serious adverse event: Conjunctivitis")
+    assert other[6].text.startswith("Non-serious adverse event (tied): Headache")  # 8 and 8
     for s in summary.section("primary outcome results").sentences:
         assert any(p.endswith("/value") for p in s.pointers)
 
@@ -135,7 +144,8 @@ def test_documents_one_per_section(study: dict[str, Any]) -> None:
     docs = summary_documents(summary, study)
     nct = summary.nct_id
     assert docs[0].doc_id == f"{nct}#definition"
-    assert len({d.doc_id for d in docs}) == 15
+    assert docs[-1].doc_id == f"{nct}#baseline-characteristics"
+    assert len({d.doc_id for d in docs}) == 16
     for doc, section in zip(docs, summary.sections, strict=True):
         assert doc.url == f"https://clinicaltrials.gov/study/{nct}"
         assert doc.title and doc.title.startswith(nct) and doc.title.endswith(section.name)
@@ -165,7 +175,7 @@ def test_iter_ctgov_filters_and_samples() -> None:
     docs = list(iter_ctgov([SAMPLES], report, results_only=True))
     assert {d.meta["nct_id"] for d in docs} == {
         p.stem for p in FILES if load(p).get("hasResults")}
-    assert report.documents == len(docs) == 15 * len({d.meta["nct_id"] for d in docs})
+    assert report.documents == len(docs) == 16 * len({d.meta["nct_id"] for d in docs})
     sampled = list(iter_ctgov([SAMPLES], sample=2, seed=1))
     assert len({d.meta["nct_id"] for d in sampled}) == 2
     assert [d.doc_id for d in sampled] == [d.doc_id for d in iter_ctgov([SAMPLES], sample=2,
@@ -178,7 +188,7 @@ def test_kb_ingest_ctgov_and_search(tmp_path: Path) -> None:
     result = CliRunner().invoke(main, ["kb", "ingest", str(SAMPLES), "--kb", str(kb),
                                        "--embedder", "hash", "--format", "ctgov"])
     assert result.exit_code == 0, result.output
-    assert f"added {15 * len(FILES)} documents" in result.output
+    assert f"added {16 * len(FILES)} documents" in result.output
     with KnowledgeBase.open(kb) as base:
         passages = Retriever(base).search("dupilumab conjunctivitis adverse events", k=20)
     hits = [p for p in passages if p.doc_id.startswith("NCT02210780#")]
@@ -190,4 +200,4 @@ def test_kb_ingest_ctgov_and_search(tmp_path: Path) -> None:
     result = CliRunner().invoke(main, ["kb", "ingest", str(SAMPLES), "--kb", str(tmp_path / "k2"),
                                        "--embedder", "hash", "--format", "ctgov",
                                        "--condition", "dermatitis", "--results-only"])
-    assert result.exit_code == 0 and "added 15 documents" in result.output, result.output
+    assert result.exit_code == 0 and "added 16 documents" in result.output, result.output

@@ -1,15 +1,18 @@
 """Deterministic curation of a ClinicalTrials.gov (API v2) study record into CHECK's
-15-section structured summary, and its knowledge-base passages.
+15-section structured summary (plus a baseline-characteristics section), and its
+knowledge-base passages.
 
 Every sentence is a plain template filled from named registry fields. Text values are
-copied with their whitespace collapsed; numbers (counts, percentages, p-values, limits,
-units, time frames, group titles) are copied exactly as the registry writes them, never
-parsed, rounded or recomputed; registry enum codes (``PHASE2``, ``PLACEBO_COMPARATOR``)
-are written in lower case with spaces (``phase2``, ``placebo comparator``). Each
-sentence carries the JSON pointers of the fields it used. A section the record cannot
-fill says so in one sentence with no pointers. Long lists are capped (see the ``MAX_*``
-constants) so a summary stays readable; a capped list says that more are in the record,
-without a count. See ``docs/trials.md``.
+copied with the registry's markdown escapes undone and their whitespace collapsed; numbers
+(counts, percentages, p-values, limits, units, time frames, group titles) are copied exactly
+as the registry writes them, never parsed, rounded or recomputed; registry enum codes
+(``PLACEBO_COMPARATOR``) are written in lower case with spaces (``placebo comparator``),
+phases with the registry's labels (``PHASE2`` -> ``Phase 2``, ``NA`` -> ``Not Applicable``);
+dates say whether the registry marks them actual or estimated. Each sentence carries the JSON
+pointers of the fields it used. A section the record cannot fill says so in one sentence with
+no pointers. Only a few lists are capped (``MAX_LIST``, ``MAX_EVENTS``); a capped list ends
+with a note saying how many of how many are shown and naming (or counting) the others. See
+``docs/trials.md``.
 
 The records, :class:`~medverify.trials.summary.Line` and the ``MAX_*`` caps are in
 :mod:`medverify.trials.summary`; the builders, one module per section or group of sections,
@@ -28,7 +31,9 @@ from medverify.records import Document
 from medverify.trials.sections import BUILDERS
 from medverify.trials.summary import (
     AE,
+    ALL_SECTIONS,
     ARMS,
+    BASELINE,
     DESIGN,
     FLOW,
     IDENT,
@@ -42,16 +47,32 @@ from medverify.trials.summary import (
     text_of,
 )
 
+__all__ = [
+    "ALL_SECTIONS",
+    "SECTIONS",
+    "STUDY_URL",
+    "TrialSummary",
+    "curate",
+    "group_problems",
+    "iter_summary_documents",
+    "matches",
+    "select_studies",
+    "slug",
+    "study_meta",
+    "summary_documents",
+]
+
 STUDY_URL = "https://clinicaltrials.gov/study/{}"
 
 
 def curate(study: dict[str, Any]) -> TrialSummary:
-    """The 15-section summary of one API v2 study record (see :data:`SECTIONS`)."""
+    """The summary of one API v2 study record: the 15 question sections (:data:`SECTIONS`),
+    then the extra ones (:data:`~medverify.trials.summary.EXTRA_SECTIONS`)."""
     line = Line(study)
     nct_id = text_of(line.get((*IDENT, "nctId")) or "")
     title = text_of(line.get((*IDENT, "briefTitle")) or line.get((*IDENT, "officialTitle")) or "")
     sections = [Section(name=name, sentences=build(study))
-                for name, build in zip(SECTIONS, BUILDERS, strict=True)]
+                for name, build in zip(ALL_SECTIONS, BUILDERS, strict=True)]
     return TrialSummary(nct_id=nct_id, title=title, sections=sections,
                         problems=group_problems(study))
 
@@ -90,6 +111,15 @@ def group_problems(study: dict[str, Any]) -> list[str]:
         refs += [g for a in measure.get("analyses") or [] if isinstance(a, dict)
                  for g in a.get("groupIds") or []]
         check(f"outcome measure {m}", known, refs)
+    baseline = {g.get("id") for g in line.get((*BASELINE, "groups")) or []
+                if isinstance(g, dict)}
+    refs = [c.get("groupId") for d in line.get((*BASELINE, "denoms")) or [] if isinstance(d, dict)
+            for c in d.get("counts") or [] if isinstance(c, dict)]
+    refs += [x.get("groupId") for m in line.get((*BASELINE, "measures")) or []
+             if isinstance(m, dict) for k in m.get("classes") or [] if isinstance(k, dict)
+             for c in k.get("categories") or [] if isinstance(c, dict)
+             for x in c.get("measurements") or [] if isinstance(x, dict)]
+    check("baseline characteristics", baseline, refs)
     events = {g.get("id") for g in line.get((*AE, "eventGroups")) or [] if isinstance(g, dict)}
     for key in ("seriousEvents", "otherEvents"):
         refs = [st.get("groupId") for e in line.get((*AE, key)) or [] if isinstance(e, dict)

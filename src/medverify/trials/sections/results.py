@@ -1,6 +1,8 @@
 """The posted-results sections: ``primary outcome statistical analysis``, ``primary outcome
 results``, ``secondary outcome methods`` and ``secondary outcome key results`` (methods,
-denominators and statistical analyses; one sentence per result row)."""
+denominators and statistical analyses; one sentence per result row). Every posted measure,
+row, group, denominator and analysis is written; the secondary sections also hold the other
+pre-specified and post-hoc measures (and any measure of another type), each named by type."""
 
 from __future__ import annotations
 
@@ -8,22 +10,22 @@ from collections.abc import Sequence
 from typing import Any
 
 from medverify.trials.summary import (
-    MAX_ANALYSES,
-    MAX_LIST,
-    MAX_OUTCOMES,
-    MAX_ROWS,
     MEASURES,
+    OUTCOME_TYPE_LABELS,
     Line,
     Path,
     Sentence,
+    group_index,
     not_given,
 )
 
 
-def _measures(study: dict[str, Any], kind: str) -> list[int]:
-    """Indexes of the posted outcome measures of one type (PRIMARY, SECONDARY)."""
+def _measures(study: dict[str, Any], primary: bool) -> list[int]:
+    """Indexes of the posted outcome measures of the primary section (type PRIMARY) or of
+    the secondary ones (every other type)."""
     items = Line(study).get(MEASURES) or []
-    return [i for i, m in enumerate(items) if m.get("type") == kind][:MAX_OUTCOMES]
+    return [i for i, m in enumerate(items)
+            if isinstance(m, dict) and (m.get("type") == "PRIMARY") == primary]
 
 
 def _methods(study: dict[str, Any], indexes: Sequence[int]) -> list[Sentence]:
@@ -31,48 +33,73 @@ def _methods(study: dict[str, Any], indexes: Sequence[int]) -> list[Sentence]:
     for i in indexes:
         base = (*MEASURES, i)
         line = Line(study)
-        line.lit("For \"").val((*base, "title")).lit("\"")
+        if line.has((*base, "type")):
+            line.lit("For the ").val((*base, "type"), labels=OUTCOME_TYPE_LABELS)
+            line.lit(" outcome \"")
+        else:
+            line.lit("For the outcome \"")
+        line.opt("", (*base, "title")).lit("\"")
         line.opt(" (time frame: ", (*base, "timeFrame"), ")")
         line.opt(", results are reported as ", (*base, "paramType"), enum=True)
-        line.opt(" with ", (*base, "dispersionType"), " as dispersion")
+        line.opt(" with ", (*base, "dispersionType"), " as dispersion", enum=True)
         line.opt(", in ", (*base, "unitOfMeasure"))
         line.lit(".").opt(" Analysis population: ", (*base, "populationDescription"))
         out.append(line.sentence())
-        denoms = _denominators(study, base)
-        if denoms is not None:
-            out.append(denoms)
+        out.extend(denominators(study, base, (*base, "groups")))
         analyses = line.get((*base, "analyses")) or []
-        for a in range(min(len(analyses), MAX_ANALYSES)):
-            out.append(_analysis(study, (*base, "analyses", a)))
+        for a in range(len(analyses)):
+            out.append(_analysis(study, base, a))
     return out
 
 
-def _denominators(study: dict[str, Any], base: Path) -> Sentence | None:
-    """The first denominator row of a measure: its units analyzed per group."""
+def denominators(study: dict[str, Any], base: Path, group_list: Path,
+                 labels: tuple[Path, ...] = ()) -> list[Sentence]:
+    """Each denominator row at ``base`` (a measure, one of its classes, the baseline module):
+    its units analyzed per group, the groups titled from ``group_list``. ``labels``: the
+    measure's title field, then the class title's, naming what the row counts."""
     line = Line(study)
-    groups = {g.get("id"): i for i, g in enumerate(line.get((*base, "groups")) or [])}
-    counts = line.get((*base, "denoms", 0, "counts")) or []
-    if not counts:
-        return None
-    line.val((*base, "denoms", 0, "units")).lit(" analyzed: ")
-    for c in range(min(len(counts), MAX_LIST)):
-        gid = counts[c].get("groupId")
-        line.lit("; " if c else "")
-        if gid in groups:
-            line.val((*base, "groups", groups[gid], "title")).lit(" ")
-        line.val((*base, "denoms", 0, "counts", c, "value"))
-    return line.lit(".").sentence()
+    groups = group_index(line, group_list)
+    out = []
+    for d, denom in enumerate(line.get((*base, "denoms")) or []):
+        counts = denom.get("counts") if isinstance(denom, dict) else None
+        if not counts:
+            continue
+        line = Line(study)
+        if labels:
+            line.lit("\"").opt("", labels[0]).lit("\"")
+            for label in labels[1:]:
+                line.opt(" (", label, ")")
+            line.lit(": ")
+        line.opt("", (*base, "denoms", d, "units"), " ").lit("analyzed: ")
+        for c in range(len(counts)):
+            gid = counts[c].get("groupId")
+            line.lit("; " if c else "")
+            if gid in groups:
+                line.val((*group_list, groups[gid], "title")).lit(" ")
+            line.opt("", (*base, "denoms", d, "counts", c, "value"))
+        out.append(line.lit(".").sentence())
+    return out
 
 
-def _analysis(study: dict[str, Any], base: Path) -> Sentence:
+def _analysis(study: dict[str, Any], measure: Path, a: int) -> Sentence:
+    base = (*measure, "analyses", a)
     line = Line(study)
     line.lit("Statistical analysis")
+    groups = group_index(line, (*measure, "groups"))
+    compared = [g for g in line.get((*base, "groupIds")) or [] if g in groups]
+    for n, gid in enumerate(compared):
+        joint = " of groups " if n == 0 else " and " if n == len(compared) - 1 else ", "
+        line.lit(joint).val((*measure, "groups", groups[gid], "title"))
     line.opt(" (", (*base, "estimateComment"), ")")
     line.lit(":")
     line.opt(" method ", (*base, "statisticalMethod"), ";")
     line.opt(" ", (*base, "nonInferiorityType"), " test;", enum=True)
     if line.has((*base, "paramType")):
-        line.lit(" ").val((*base, "paramType")).opt(" ", (*base, "paramValue")).lit(";")
+        line.lit(" ").val((*base, "paramType")).opt(" ", (*base, "paramValue"))
+        if line.has((*base, "dispersionValue")):
+            line.lit(" (").opt("", (*base, "dispersionType"), " ", enum=True)
+            line.val((*base, "dispersionValue")).lit(")")
+        line.lit(";")
     if line.has((*base, "ciLowerLimit")) or line.has((*base, "ciUpperLimit")):
         line.lit(" ").opt("", (*base, "ciPctValue"), "% ").opt("", (*base, "ciNumSides"), " ",
                                                                enum=True)
@@ -81,6 +108,7 @@ def _analysis(study: dict[str, Any], base: Path) -> Sentence:
     line.opt(" p-value ", (*base, "pValue"), ";")
     line.parts[-1] = line.parts[-1].rstrip(";:")
     line.lit(".").opt(" ", (*base, "groupDescription"))
+    line.opt(" ", (*base, "statisticalComment"))
     return line.sentence()
 
 
@@ -89,20 +117,20 @@ def _results(study: dict[str, Any], indexes: Sequence[int]) -> list[Sentence]:
     for i in indexes:
         base = (*MEASURES, i)
         measure = Line(study).get(base) or {}
-        groups = {g.get("id"): g_i for g_i, g in enumerate(measure.get("groups") or [])}
+        groups = group_index(Line(study), (*base, "groups"))
         rows = [(c, k) for c, cls in enumerate(measure.get("classes") or [])
                 for k, _ in enumerate(cls.get("categories") or [])]
         if not rows:
             line = Line(study)
-            line.lit("\"").val((*base, "title")).lit("\": no measurements are posted")
+            line.lit("\"").opt("", (*base, "title")).lit("\": no measurements are posted")
             line.opt(" (reporting status ", (*base, "reportingStatus"), ")", enum=True)
             out.append(line.lit(".").sentence())
-        for c, k in rows[:MAX_ROWS]:
+        for c, cls in enumerate(measure.get("classes") or []):
+            if cls.get("denoms"):
+                out.extend(denominators(study, (*base, "classes", c), (*base, "groups"),
+                                        ((*base, "title"), (*base, "classes", c, "title"))))
+        for c, k in rows:
             out.append(_row(study, base, c, k, groups))
-        if len(rows) > MAX_ROWS:
-            line = Line(study)
-            out.append(line.lit("Further rows of \"").val((*base, "title"))
-                       .lit("\" are listed in the registry record.").sentence())
     return out
 
 
@@ -110,27 +138,34 @@ def _row(study: dict[str, Any], base: Path, c: int, k: int, groups: dict[Any, in
     line = Line(study)
     cls = (*base, "classes", c)
     cat = (*cls, "categories", k)
-    line.lit("\"").val((*base, "title")).lit("\"")
+    line.lit("\"").opt("", (*base, "title")).lit("\"")
+    if line.get((*base, "type")) not in ("PRIMARY", "SECONDARY", None):
+        line.lit(" (").val((*base, "type"), labels=OUTCOME_TYPE_LABELS).lit(" outcome)")
     line.opt(" (", (*cls, "title"), ")").opt(" [", (*cat, "title"), "]")
     line.opt(", ", (*base, "paramType"), enum=True).opt(" in ", (*base, "unitOfMeasure"))
     line.opt(" at ", (*base, "timeFrame")).lit(": ")
-    measurements = line.get((*cat, "measurements")) or []
-    for m in range(min(len(measurements), MAX_LIST)):
+    measurements(line, cat, (*base, "dispersionType"), (*base, "groups"), groups)
+    return line.lit(".").sentence()
+
+
+def measurements(line: Line, cat: Path, dispersion: Path, group_list: Path,
+                 groups: dict[Any, int]) -> None:
+    """Every group's value of one category: ``title value (dispersion spread)`` or ``title
+    value (dispersion lower to upper)``, with the measurement's comment."""
+    items = line.get((*cat, "measurements")) or []
+    for m in range(len(items)):
         at = (*cat, "measurements", m)
-        gid = measurements[m].get("groupId")
+        gid = items[m].get("groupId") if isinstance(items[m], dict) else None
         line.lit("; " if m else "")
         if gid in groups:
-            line.val((*base, "groups", groups[gid], "title")).lit(" ")
-        line.val((*at, "value"))
+            line.val((*group_list, groups[gid], "title")).lit(" ")
+        line.opt("", (*at, "value"))
         if line.has((*at, "spread")):
-            line.lit(" (").opt("", (*base, "dispersionType"), " ").val((*at, "spread")).lit(")")
+            line.lit(" (").opt("", dispersion, " ", enum=True).val((*at, "spread")).lit(")")
         elif line.has((*at, "lowerLimit")) or line.has((*at, "upperLimit")):
-            line.lit(" (").opt("", (*base, "dispersionType"), " ").opt("", (*at, "lowerLimit"))
+            line.lit(" (").opt("", dispersion, " ", enum=True).opt("", (*at, "lowerLimit"))
             line.lit(" to ").opt("", (*at, "upperLimit")).lit(")")
         line.opt(" [", (*at, "comment"), "]")
-    if len(measurements) > MAX_LIST:
-        line.lit("; further groups are listed in the record")
-    return line.lit(".").sentence()
 
 
 def _has_results(study: dict[str, Any]) -> bool:
@@ -140,26 +175,26 @@ def _has_results(study: dict[str, Any]) -> bool:
 def primary_analysis(study: dict[str, Any]) -> list[Sentence]:
     if not _has_results(study):
         return not_given("The registry record posts no results for the primary outcome.")
-    return (_methods(study, _measures(study, "PRIMARY"))
+    return (_methods(study, _measures(study, True))
             or not_given("The registry record posts no analysis for the primary outcome."))
 
 
 def primary_results(study: dict[str, Any]) -> list[Sentence]:
     if not _has_results(study):
         return not_given("The registry record posts no results for the primary outcome.")
-    return (_results(study, _measures(study, "PRIMARY"))
+    return (_results(study, _measures(study, True))
             or not_given("The registry record posts no results for the primary outcome."))
 
 
 def secondary_methods(study: dict[str, Any]) -> list[Sentence]:
     if not _has_results(study):
         return not_given("The registry record posts no results for the secondary outcomes.")
-    return (_methods(study, _measures(study, "SECONDARY"))
+    return (_methods(study, _measures(study, False))
             or not_given("The registry record posts no results for the secondary outcomes."))
 
 
 def secondary_results(study: dict[str, Any]) -> list[Sentence]:
     if not _has_results(study):
         return not_given("The registry record posts no results for the secondary outcomes.")
-    return (_results(study, _measures(study, "SECONDARY"))
+    return (_results(study, _measures(study, False))
             or not_given("The registry record posts no results for the secondary outcomes."))
