@@ -1,3 +1,6 @@
+"""What every test shares: an isolated MEDVERIFY_HOME, offline model hubs, the fixtures of
+the optional services, and the real-data hooks of :mod:`data_paths`."""
+
 from __future__ import annotations
 
 from collections.abc import Iterator
@@ -6,10 +9,13 @@ from pathlib import Path
 import pytest
 
 from chromium_browser import browser  # noqa: F401 (fixture)
+from data_paths import ENV as DATA_ENV
+from data_paths import (  # noqa: F401 (hooks: the data marker, skipped tests by reason)
+    pytest_runtest_setup,
+    pytest_terminal_summary,
+)
 from postgres_server import pg_cluster, pg_url, store_location  # noqa: F401 (fixtures)
 from ray_cluster import ray_executor  # noqa: F401 (fixture)
-
-SHARED_DATA = Path(__file__).resolve().parents[1].parent / "shared" / "data"
 
 
 @pytest.fixture(autouse=True)
@@ -19,14 +25,6 @@ def _isolated_home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
     monkeypatch.setenv("TRANSFORMERS_OFFLINE", "1")
     for key in list(__import__("os").environ):
-        if key.startswith("MEDVERIFY_") and key != "MEDVERIFY_HOME":
+        if key.startswith("MEDVERIFY_") and key not in ("MEDVERIFY_HOME", DATA_ENV):
             monkeypatch.delenv(key)
     yield home
-
-
-@pytest.fixture
-def shared_data() -> Path:
-    if not SHARED_DATA.is_dir():
-        pytest.skip("../shared/data is not available")
-    return SHARED_DATA
-

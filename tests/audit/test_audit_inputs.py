@@ -3,10 +3,10 @@
 from __future__ import annotations
 
 import json
-from pathlib import Path
 
 import pytest
 
+from data_paths import data_path
 from medverify.audit.inputs import (
     extract_sources,
     given_claims,
@@ -252,10 +252,9 @@ def test_source_object_without_url_or_text_is_a_warning() -> None:
     assert any("no 'url' and no 'text' (keys: link)" in w for w in warnings)
 
 
-def test_shared_expertqa_answers_file_has_its_sources(shared_data: Path) -> None:
-    path = shared_data / "answers" / "expertqa_val.jsonl"
-    if not path.is_file():
-        pytest.skip(f"{path} not found")
+@pytest.mark.data("answers/expertqa_val.jsonl")
+def test_shared_expertqa_answers_file_has_its_sources() -> None:
+    path = data_path("answers/expertqa_val.jsonl")
     inputs, _ = read_audit(path.read_bytes())
     sources = [s for i in inputs for s in i.answer.sources]
     assert len(inputs) == 263 and all(i.answer.sources for i in inputs)

@@ -12,6 +12,7 @@ from typing import Any
 import pytest
 from click.testing import CliRunner
 
+from data_paths import data_files, data_path
 from medverify.cli import main
 from medverify.kb import KnowledgeBase
 from medverify.kb.loaders import LoadReport, iter_ctgov
@@ -26,9 +27,9 @@ from medverify.trials.curate import (
 from medverify.trials.exactness import audit, numbers
 from medverify.trials.summary import forms, resolve
 
-SAMPLES = Path(__file__).resolve().parents[3] / "shared" / "data" / "raw" / "clinicaltrials"
-FILES = sorted(SAMPLES.glob("*.json"))
-pytestmark = pytest.mark.skipif(not FILES, reason="no ClinicalTrials.gov samples")
+SAMPLES = data_path("raw/clinicaltrials")
+FILES = data_files("raw/clinicaltrials/*.json")
+pytestmark = pytest.mark.data("raw/clinicaltrials/*.json")
 
 RESULTS_SECTIONS = (
     "primary outcome statistical analysis", "primary outcome results",

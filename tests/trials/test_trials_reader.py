@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 
+from data_paths import data_path
 from medverify.trials.reader import ReadReport, Study, iter_studies
 from medverify.trials.synthetic import (
     is_synthetic,
@@ -19,7 +20,7 @@ from medverify.trials.synthetic import (
     write_bulk_zip,
 )
 
-SAMPLES = Path(__file__).resolve().parents[3] / "shared" / "data" / "raw" / "clinicaltrials"
+SAMPLES = data_path("raw/clinicaltrials")
 NCT_IDS = [
     "NCT00763412",
     "NCT00973089",
@@ -30,7 +31,7 @@ NCT_IDS = [
     "NCT05594173",
 ]
 
-pytestmark = pytest.mark.skipif(not SAMPLES.is_dir(), reason="no ClinicalTrials.gov samples")
+pytestmark = pytest.mark.data(*(f"raw/clinicaltrials/{nct}.json" for nct in NCT_IDS))
 
 
 def _samples() -> list[dict]:
