@@ -14,6 +14,11 @@ ids start with ``NCT0``) and ``derivedSection.miscInfoModule.versionHolder`` set
 ``"synthetic:<seed>:<index>"`` (real records hold a date there). Nothing is added at the
 top level, so the reader sees no unknown field. :func:`is_synthetic` checks both.
 
+With ``variants=True`` each record is then varied (:mod:`medverify.trials.synthetic_variants`:
+every overall status with estimated, anticipated and untyped dates, markdown escapes, long
+lists, many serious adverse events with ties, baseline characteristics), with a generator of
+its own, so the records without variants stay the same.
+
 Output is deterministic for a seed and the same samples, and streamed: one record is
 built at a time; each yielded dict is new (parsed from its own JSON text), so changing it
 does not touch the samples or other records. :func:`write_bulk_zip` writes records as a
@@ -33,6 +38,7 @@ from typing import Any
 
 from medverify.errors import ConfigError
 from medverify.trials.reader import iter_studies
+from medverify.trials.synthetic_variants import vary
 
 __all__ = [
     "SAMPLES_ENV",
@@ -107,7 +113,8 @@ def load_samples(
 
 
 def synthetic_texts(
-    n: int, seed: int, samples: Iterable[dict[str, Any]] | str | os.PathLike[str] | None = None
+    n: int, seed: int, samples: Iterable[dict[str, Any]] | str | os.PathLike[str] | None = None,
+    variants: bool = False,
 ) -> Iterator[tuple[str, str]]:
     """``(nct_id, json_text)`` of ``n`` synthetic records (see the module docstring)."""
     pool = load_samples(samples)
@@ -118,14 +125,17 @@ def synthetic_texts(
     for index in range(n):
         nct_id = f"NCT9{(offset + index) % _ID_SPACE:07d}"
         record = _combine(pool, rng, nct_id, seed, index)
+        if variants:
+            record = vary(copy.deepcopy(record), random.Random(f"variants:{seed}:{index}"))
         yield nct_id, json.dumps(record, ensure_ascii=False)
 
 
 def synthetic_studies(
-    n: int, seed: int, samples: Iterable[dict[str, Any]] | str | os.PathLike[str] | None = None
+    n: int, seed: int, samples: Iterable[dict[str, Any]] | str | os.PathLike[str] | None = None,
+    variants: bool = False,
 ) -> Iterator[dict[str, Any]]:
     """``n`` synthetic registry records, one at a time, deterministic for ``seed``."""
-    for _, text in synthetic_texts(n, seed, samples):
+    for _, text in synthetic_texts(n, seed, samples, variants):
         yield json.loads(text)
 
 
@@ -134,13 +144,14 @@ def write_bulk_zip(
     n: int,
     seed: int,
     samples: Iterable[dict[str, Any]] | str | os.PathLike[str] | None = None,
+    variants: bool = False,
 ) -> Path:
     """Write ``n`` synthetic records to a zip at ``path``, one ``NCT9xxxxxxx.json`` member
     each (deflated), like the registry's bulk download. Returns the path."""
     target = Path(path)
     target.parent.mkdir(parents=True, exist_ok=True)
     with zipfile.ZipFile(target, "w", compression=zipfile.ZIP_DEFLATED, compresslevel=1) as zf:
-        for nct_id, text in synthetic_texts(n, seed, samples):
+        for nct_id, text in synthetic_texts(n, seed, samples, variants):
             zf.writestr(f"{nct_id}.json", text.encode("utf-8"))
     return target
 
