@@ -214,9 +214,9 @@ def missing_serious_events(study: dict[str, Any], summary: TrialSummary) -> list
         for s, stat in enumerate(event.get("stats") or []):
             if not _affected(stat) or stat.get("groupId") not in index:
                 continue
-            title = f"{_AE}/eventGroups/{index[stat['groupId']]}/title"
-            if f"{_AE}/seriousEvents/{e}/stats/{s}/numAffected" not in by_group.get(title,
-                                                                                    set()):
+            group = f"{_AE}/eventGroups/{index[stat['groupId']]}"
+            named = by_group.get(f"{group}/title", set()) | by_group.get(f"{group}/id", set())
+            if f"{_AE}/seriousEvents/{e}/stats/{s}/numAffected" not in named:
                 missing.append(f"serious event {e} ({event.get('term')!r}) missing from "
                                f"group {stat['groupId']}'s sentence")
     return missing

@@ -190,12 +190,17 @@ class Line:
 
     def val(self, path: Path, enum: bool = False,
             labels: Mapping[str, str] | None = None) -> Line:
-        """The field's value: as text, as an enum (``enum``) or through a label table."""
+        """The field's value: as text, as an enum (``enum``) or through a label table; a
+        missing or empty field writes nothing and records no pointer."""
         return self._write(path, self.get(path), enum, labels)
 
     def _write(self, path: Path, value: Any, enum: bool,
                labels: Mapping[str, str] | None) -> Line:
+        if value is None:
+            return self
         text = text_of(value)
+        if not text:  # an empty field: nothing written, no pointer
+            return self
         if labels is not None and isinstance(value, str) and value in labels:
             text = labels[value]
         elif enum:
@@ -226,6 +231,12 @@ class Line:
         if note is not None:
             self.notes.append(note)
         return self
+
+    def group(self, path: Path, after: str = "") -> Line:
+        """A group (the item at ``path`` of a module's group list) by its title, or by its
+        id when it has no title; then ``after``."""
+        title = (*path, "title")
+        return self.val(title if self.has(title) else (*path, "id")).lit(after)
 
     def sentence(self) -> Sentence:
         return Sentence(text="".join(self.parts).strip(), pointers=list(self.pointers))
@@ -265,7 +276,10 @@ def left_out(study: dict[str, Any], path: Path, shown: Iterable[int], what: str,
 
 
 def _filled(value: Any) -> bool:
-    return value is not None and value != "" and value != []
+    """Whether a field has something to write (not missing, blank or an empty list)."""
+    if isinstance(value, str):
+        return bool(value.strip())
+    return value is not None and value != []
 
 
 def not_given(text: str) -> list[Sentence]:

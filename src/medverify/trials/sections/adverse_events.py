@@ -73,7 +73,7 @@ def _event(study: dict[str, Any], key: str, e: int, label: str,
         gid = stats[s].get("groupId") if isinstance(stats[s], dict) else None
         line.lit("; " if s else "")
         if gid in groups:
-            line.val((*AE, "eventGroups", groups[gid], "title")).lit(" ")
+            line.group((*AE, "eventGroups", groups[gid]), " ")
         line.opt("", (*at, "numAffected")).lit("/").opt("", (*at, "numAtRisk"))
     return line.lit(".").sentence()
 
@@ -86,7 +86,7 @@ def _per_group(study: dict[str, Any], key: str, label: str) -> list[Sentence]:
     for g, group in enumerate(line.get((*AE, "eventGroups")) or []):
         gid = group.get("id") if isinstance(group, dict) else None
         line = Line(study)
-        line.lit(f"{label} in ").val((*AE, "eventGroups", g, "title"))
+        line.lit(f"{label} in ").group((*AE, "eventGroups", g))
         line.lit(" (participants affected / at risk): ")
         written = 0
         for e, event in enumerate(events):
@@ -115,7 +115,7 @@ def _group_totals(study: dict[str, Any], label: str, affected: str,
         base = (*AE, "eventGroups", g)
         if not line.has((*base, affected)):
             continue
-        line.lit("; " if written else "").val((*base, "title")).lit(" ").val((*base, affected))
+        line.lit("; " if written else "").group(base, " ").val((*base, affected))
         line.lit("/").opt("", (*base, at_risk))
         written += 1
     return line.lit(".").sentence() if written else None
@@ -216,7 +216,7 @@ def _withdrawals(study: dict[str, Any]) -> list[Sentence]:
                 gid = reasons[r].get("groupId")
                 line.lit("; " if r else "")
                 if gid in groups:
-                    line.val((*FLOW, "groups", groups[gid], "title")).lit(" ")
+                    line.group((*FLOW, "groups", groups[gid]), " ")
                 line.opt("", (*base, "reasons", r, "numSubjects"))
             out.append(line.lit(".").sentence())
     return out

@@ -75,7 +75,7 @@ def denominators(study: dict[str, Any], base: Path, group_list: Path,
             gid = counts[c].get("groupId")
             line.lit("; " if c else "")
             if gid in groups:
-                line.val((*group_list, groups[gid], "title")).lit(" ")
+                line.group((*group_list, groups[gid]), " ")
             line.opt("", (*base, "denoms", d, "counts", c, "value"))
         out.append(line.lit(".").sentence())
     return out
@@ -89,7 +89,7 @@ def _analysis(study: dict[str, Any], measure: Path, a: int) -> Sentence:
     compared = [g for g in line.get((*base, "groupIds")) or [] if g in groups]
     for n, gid in enumerate(compared):
         joint = " of groups " if n == 0 else " and " if n == len(compared) - 1 else ", "
-        line.lit(joint).val((*measure, "groups", groups[gid], "title"))
+        line.lit(joint).group((*measure, "groups", groups[gid]))
     line.opt(" (", (*base, "estimateComment"), ")")
     line.lit(":")
     line.opt(" method ", (*base, "statisticalMethod"), ";")
@@ -158,7 +158,7 @@ def measurements(line: Line, cat: Path, dispersion: Path, group_list: Path,
         gid = items[m].get("groupId") if isinstance(items[m], dict) else None
         line.lit("; " if m else "")
         if gid in groups:
-            line.val((*group_list, groups[gid], "title")).lit(" ")
+            line.group((*group_list, groups[gid]), " ")
         line.opt("", (*at, "value"))
         if line.has((*at, "spread")):
             line.lit(" (").opt("", dispersion, " ", enum=True).val((*at, "spread")).lit(")")

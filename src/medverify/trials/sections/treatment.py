@@ -66,7 +66,7 @@ def _flow(study: dict[str, Any]) -> list[Sentence]:
                 gid = achievements[a].get("groupId")
                 line.lit("; " if a else "")
                 if gid in groups:
-                    line.val((*FLOW, "groups", groups[gid], "title")).lit(" ")
+                    line.group((*FLOW, "groups", groups[gid]), " ")
                 line.opt("", (*base, "achievements", a, "numSubjects"))
             out.append(line.lit(".").sentence())
     return out
