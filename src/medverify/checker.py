@@ -38,7 +38,7 @@ from medverify.judge import JUDGES, Judge, JudgeItem
 from medverify.judge.decide import STRONG_RELEVANCE, relevance
 from medverify.judge.terms import key_terms
 from medverify.kb import KnowledgeBase
-from medverify.llm.facade import Model, UsageLedger
+from medverify.llm.facade import Model, UsageLedger, answer_budget
 from medverify.records import Answer, Claim, ClaimResult, Passage, Report
 from medverify.report.metrics import compute_metrics
 from medverify.retrieve import Retriever
@@ -293,7 +293,8 @@ class Checker:
         settled = self.settled_claims(store)
 
         async def one(position: int, answer: Answer) -> Report:
-            results, errors = await self.check_answer(answer, settled)
+            with answer_budget(self.model):  # [llm] answer_budget_s over its model calls
+                results, errors = await self.check_answer(answer, settled)
             report = self.report(answer, results, errors, harness.run_id)
             if store is not None and harness.run_id is not None:
                 store.save_answer(harness.run_id, position, answer, results,

@@ -13,7 +13,7 @@ import tomllib
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from medverify.errors import ConfigError
 from medverify.store.connections import dialect_of, display, sqlite_path
@@ -32,12 +32,42 @@ class _Section(BaseModel):
 
 
 class ModelSettings(_Section):
-    timeout_s: float = Field(60.0, gt=0)
+    """``[llm]``: how every model call is made (docs/models.md, "Limits")."""
+
+    timeout_s: float = Field(60.0, gt=0)  # one attempt; the budgets below can cut it shorter
     max_retries: int = Field(4, ge=0)
     backoff_s: float = Field(1.0, ge=0)
     backoff_max_s: float = Field(30.0, ge=0)
     concurrency: int = Field(8, ge=1)
     cache: bool = True
+    # The total time of one call: every attempt and the waits between them, from its first
+    # attempt. A stalled endpoint is an ERROR after this long instead of after (max_retries
+    # + 1) x timeout_s; a server that needs longer than this for one legitimate reply (a
+    # long generation on a slow machine) fails too: raise it, or per model with the spec's
+    # ?budget=. 0: no limit (in-process models get at least their own timeout)
+    call_budget_s: float = Field(30.0, ge=0)
+    # The time the model calls of one answer's check may take together (decomposition,
+    # judging, re-checking, waiting for a free slot); calls still going then end as ERROR.
+    # Long answers on slow servers need more. 0: no limit (the default for in-process models)
+    answer_budget_s: float = Field(45.0, ge=0)
+    # The largest model reply read: the HTTP body as it arrives (JSON and log-probabilities
+    # included; reading stops past it) or an in-process model's text. A larger reply is an
+    # ERROR, never a verdict, and is not cached; a call holds at most about this much
+    max_reply_bytes: int = Field(1_000_000, ge=1024)
+    # The most characters of a judge's reply and reasoning kept in a verdict (raw_output,
+    # reasons, quotes: reports and the run store hold them per claim); longer text is cut
+    # and ends with a "[truncated ...]" mark
+    max_stored_chars: int = Field(20_000, ge=200)
+
+    @model_validator(mode="after")
+    def _budget_covers_timeout(self) -> ModelSettings:
+        """A timeout set above the default call budget gets one whole attempt: a config
+        that says ``timeout_s = 120`` is not cut to 30 s by a budget it never set."""
+        explicit = self.model_fields_set
+        if ("timeout_s" in explicit and "call_budget_s" not in explicit
+                and 0 < self.call_budget_s < self.timeout_s):
+            self.call_budget_s = self.timeout_s
+        return self
 
 
 class KBSettings(_Section):

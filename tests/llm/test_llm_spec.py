@@ -130,6 +130,7 @@ def test_fake_specs_resolve_to_registered_providers() -> None:
 
 def test_public_api_is_pinned() -> None:
     assert sorted(medverify.llm.__all__) == [
-        "ChatRequest", "Completion", "Message", "Model", "ModelSpec", "Provider",
-        "RequestCache", "TokenCount", "UsageLedger", "get_model", "parse_spec", "providers",
+        "BudgetSpent", "ChatRequest", "Completion", "Message", "Model", "ModelSpec",
+        "Provider", "ReplyTooLarge", "RequestCache", "TokenCount", "UsageLedger",
+        "answer_budget", "get_model", "parse_spec", "providers",
     ]

@@ -4,7 +4,8 @@ Claims whose evidence overlaps are batched into one call; the shared evidence go
 in the prompt so that servers with prefix caching reuse it. Evidence and claims are fenced
 with a content-derived token that untrusted text cannot predict. The parser is strict:
 anything that does not match the expected JSON shape becomes a Verdict with ``error`` set,
-never a category.
+never a category. What a verdict keeps of the reply (``raw_output``, reasons, quotes) is cut
+to ``[llm] max_stored_chars`` and marked (:func:`medverify.llm.limits.clip_stored`).
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ from medverify.judge import JudgeItem, model_required
 from medverify.judge.decide import check_verdict
 from medverify.judge.evidence import UnknownPassage, resolve_passage, verify_analysis
 from medverify.llm.facade import Model
+from medverify.llm.limits import clip_stored
 from medverify.prompts import Prompt, load_prompt
 from medverify.prompts.untrusted import fence_id, fenced, load_json_reply
 from medverify.records import Analysis, Passage, Verdict
@@ -195,11 +197,11 @@ class LLMJudge(PromptedModelJudge):
         verdict = Verdict(
             claim_id=item.claim.id,
             passage_ids=[p.id for p in passages],
-            factual=factual,
-            counterfactual=counterfactual,
+            factual=self._kept(factual),
+            counterfactual=self._kept(counterfactual),
             judge=self.judge_id,
             prompt_version=self.prompt_version,
-            raw_output=raw,
+            raw_output=clip_stored(raw, self._stored_chars),
         )
         return check_verdict(verdict, item.claim.text, passages)
 
@@ -212,9 +214,19 @@ class LLMJudge(PromptedModelJudge):
             passage_ids=[p.id for p in passages],
             judge=self.judge_id,
             prompt_version=self.prompt_version,
-            raw_output=raw,
+            raw_output=clip_stored(raw, self._stored_chars),
             error=error,
         )
+
+    @property
+    def _stored_chars(self) -> int:
+        return self.model.settings.max_stored_chars
+
+    def _kept(self, analysis: Analysis) -> Analysis:
+        """``analysis`` with its reason and quote cut for keeping (checked before the cut)."""
+        limit = self._stored_chars
+        return analysis.model_copy(update={"reason": clip_stored(analysis.reason, limit),
+                                           "quote": clip_stored(analysis.quote, limit)})
 
 
 def _describe(passage: Passage) -> str:

@@ -2,8 +2,10 @@
 several processes or machines share (a ``postgresql://`` URL, docs/scale.md); key =
 ``ChatRequest.cache_key(provider_id)``.
 
-Only successful completions are stored. The cache is safe for concurrent use from one
-process (one connection guarded by a lock; WAL mode lets other processes read meanwhile).
+Only successful completions are stored (a reply over ``[llm] max_reply_bytes`` is an error,
+so never stored; an entry over the cap left from before it is a miss, not loaded). The cache
+is safe for concurrent use from one process (one connection guarded by a lock; WAL mode lets
+other processes read meanwhile).
 A cache file that cannot be opened or read is never fatal: a warning is logged and the run
 continues without a cache. A PostgreSQL server that is down is a miss (and a put not kept)
 until it is back, with a warning.
@@ -118,12 +120,18 @@ class RequestCache:
     def enabled(self) -> bool:
         return self._conn is not None or self._server is not None
 
-    def get(self, key: str) -> Completion | None:
-        """The cached completion for ``key`` (marked ``cached=True``), or None."""
-        row = self._fetch(key)
+    def get(self, key: str, *, max_chars: int | None = None) -> Completion | None:
+        """The cached completion for ``key`` (marked ``cached=True``), or None. An entry
+        longer than ``max_chars`` (stored before a reply cap, ``[llm] max_reply_bytes``) is
+        a miss, and is not read into memory."""
+        row = self._fetch(key, max_chars)
         if row is None:
             return None
         payload, digest = row
+        if payload is None:
+            log.warning("request cache %s: entry %s is over %s characters; asked again",
+                        self.path, key[:12], f"{max_chars:,}")
+            return None
         try:
             if not isinstance(payload, str) or (digest is not None and _digest(payload) != digest):
                 raise ValueError("the stored reply does not match its checksum")
@@ -134,13 +142,19 @@ class RequestCache:
             return None
         return completion.model_copy(update={"cached": True})
 
-    def _fetch(self, key: str) -> tuple[object, str | None] | None:
+    def _fetch(self, key: str, max_chars: int | None = None,
+               ) -> tuple[object, str | None] | None:
+        """(payload, checksum) of ``key``; the payload None when over ``max_chars``."""
+        sql = "SELECT completion, sha256 FROM completions WHERE key = ?"
+        params: tuple[object, ...] = (key,)
+        if max_chars is not None:
+            sql = ("SELECT CASE WHEN length(completion) <= ? THEN completion END, sha256 "
+                   "FROM completions WHERE key = ?")
+            params = (max_chars, key)
         with self._lock:
             if self._server is not None:
                 try:
-                    row = self._server.execute(
-                        "SELECT completion, sha256 FROM completions WHERE key = ?",
-                        (key,)).fetchone()
+                    row = self._server.execute(sql, params).fetchone()
                     self._server_down = False
                 except (StoreUnavailable, self._server.Error) as exc:
                     self._server_failed(exc)
@@ -149,9 +163,7 @@ class RequestCache:
             if self._conn is None:
                 return None
             try:
-                row = self._conn.execute(
-                    "SELECT completion, sha256 FROM completions WHERE key = ?",
-                    (key,)).fetchone()
+                row = self._conn.execute(sql, params).fetchone()
             except sqlite3.Error as exc:
                 self._disable(exc)
                 return None

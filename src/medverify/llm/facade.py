@@ -1,8 +1,10 @@
 """The model facade: everything shared by all providers lives here, once.
 
-:class:`Model` wraps one :class:`~medverify.llm.base.Provider` and adds a per-call timeout,
-retries with exponential backoff and jitter, a per-provider concurrency limit, a persistent
-request cache and token accounting per pipeline stage (:class:`UsageLedger`).
+:class:`Model` wraps one :class:`~medverify.llm.base.Provider` and adds a per-attempt timeout,
+retries with exponential backoff and jitter inside a total time budget per call (and per
+answer, :func:`answer_budget`), a cap on the size of a reply, a per-provider concurrency limit,
+a persistent request cache and token accounting per pipeline stage (:class:`UsageLedger`).
+The limits themselves are in :mod:`medverify.llm.limits`.
 """
 
 from __future__ import annotations
@@ -13,6 +15,7 @@ import random
 import time
 import weakref
 from collections.abc import Iterator, Mapping, Sequence
+from contextlib import AbstractContextManager, nullcontext
 from functools import partial
 from pathlib import Path
 from types import TracebackType
@@ -21,6 +24,15 @@ from medverify.config import Config, ModelSettings
 from medverify.errors import ConfigError, ProviderError
 from medverify.llm.base import ChatRequest, Completion, Message, Provider, scrub_surrogates
 from medverify.llm.cache import RequestCache
+from medverify.llm.limits import (
+    BudgetSpent,
+    CallClock,
+    Deadline,
+    ReplyTooLarge,
+    answer_deadline,
+    check_reply_size,
+)
+from medverify.llm.limits import answer_budget as _answer_budget
 from medverify.llm.spec import ModelSpec, parse_spec, providers
 from medverify.records import Usage
 
@@ -147,7 +159,9 @@ class Model:
                               json_mode=json_mode, seed=seed, top_logprobs=top_logprobs)
         store = self._cache if cache else None
         key = request.cache_key(self.id) if store is not None else None
-        completion = store.get(key) if store is not None and key else None
+        # a stored entry far over the reply cap (kept before there was one) is not loaded
+        completion = (store.get(key, max_chars=2 * self.settings.max_reply_bytes)
+                      if store is not None and key else None)
         if completion is None and key is not None:
             completion = await self._single_flight(key, request, stage)
         elif completion is None:
@@ -161,7 +175,7 @@ class Model:
         the first caller's call is shared (and cached); the others get it as a cache hit."""
         task = self._inflight.get(key)
         if task is not None:
-            completion = await asyncio.shield(task)
+            completion = await _shared(task, answer_deadline())
             return completion.model_copy(update={"cached": True})
         task = asyncio.ensure_future(self._call_and_store(key, request, stage))
         self._inflight[key] = task
@@ -180,32 +194,50 @@ class Model:
         return completion
 
     async def _call_with_retries(self, request: ChatRequest, stage: str) -> Completion:
+        """Attempts with backoff until one succeeds, an error is not retryable, retries run
+        out or the time budget (the call's, the answer's) would not cover another attempt."""
         attempts = self.settings.max_retries + 1
+        clock = CallClock(self.settings.call_budget_s, answer_deadline())
         for attempt in range(1, attempts + 1):
             try:
-                return await self._attempt(request)
+                return await self._attempt(request, clock)
             except ProviderError as exc:
                 if not exc.retryable:
-                    raise ProviderError(f"{self.id} ({stage}): {exc}", status=exc.status) from exc
+                    kind = type(exc) if isinstance(exc, BudgetSpent | ReplyTooLarge) \
+                        else ProviderError  # the limits' own kinds stay recognisable
+                    raise kind(f"{self.id} ({stage}): {exc}", status=exc.status) from exc
                 if attempt == attempts:
                     raise ProviderError(
                         f"{self.id} ({stage}): gave up after {attempts} attempts: {exc}",
                         status=exc.status, retryable=True, retry_after=exc.retry_after,
                     ) from exc
                 delay = self.backoff(attempt, exc.retry_after)
+                try:
+                    clock.check_wait(delay, exc)
+                except BudgetSpent as spent:
+                    raise BudgetSpent(f"{self.id} ({stage}): {spent}",
+                                      status=exc.status) from exc
                 log.debug("stage=%s model=%s attempt %d/%d failed (%s); retrying in %.3f s",
                           stage, self.id, attempt, attempts, exc, delay)
                 await asyncio.sleep(delay)
         raise AssertionError("unreachable")  # pragma: no cover
 
-    async def _attempt(self, request: ChatRequest) -> Completion:
-        timeout = self.settings.timeout_s
-        async with provider_semaphore(self.id, self.settings.concurrency):
+    async def _attempt(self, request: ChatRequest, clock: CallClock) -> Completion:
+        semaphore = provider_semaphore(self.id, self.settings.concurrency)
+        await _acquire(semaphore, clock)
+        try:
+            clock.start_attempt()
+            timeout, deadline = clock.attempt_timeout(self.settings.timeout_s)
             started = time.perf_counter()
             try:
                 completion = await asyncio.wait_for(self.provider.complete(request), timeout)
             except TimeoutError:
+                if deadline is not None:
+                    raise deadline.spent(f"no reply (attempt {clock.attempts})") from None
                 raise ProviderError(f"no reply within {timeout:g} s", retryable=True) from None
+        finally:
+            semaphore.release()
+        check_reply_size(completion.text, self.settings.max_reply_bytes, self.id)
         update: dict[str, object] = {"text": scrub_surrogates(completion.text)}
         if completion.latency_s is None:
             update["latency_s"] = time.perf_counter() - started
@@ -236,6 +268,43 @@ class Model:
         await self.aclose()
 
 
+async def _shared(task: asyncio.Task[Completion], deadline: Deadline | None) -> Completion:
+    """Another caller's call of the same request, waited for within this answer's time (the
+    call itself runs on, under its first caller's budgets)."""
+    if deadline is None:
+        return await asyncio.shield(task)
+    try:
+        return await asyncio.wait_for(asyncio.shield(task), max(deadline.left(), 0.0))
+    except TimeoutError:
+        raise deadline.spent("no reply yet to the same request made by another "
+                             "caller") from None
+
+
+async def _acquire(semaphore: asyncio.Semaphore, clock: CallClock) -> None:
+    """Take a concurrency slot, waiting no longer than the time budget allows."""
+    deadline = clock.binding()
+    if deadline is None:
+        await semaphore.acquire()
+        return
+    try:
+        if deadline.left() <= 0:
+            raise TimeoutError
+        await asyncio.wait_for(semaphore.acquire(), deadline.left())
+    except TimeoutError:
+        raise deadline.spent("still waiting for a free slot (all [llm] concurrency "
+                             "calls of this model in flight)") from None
+
+
+def answer_budget(model: Model | None) -> AbstractContextManager[None]:
+    """The per-answer time budget of ``model``'s calls (``[llm] answer_budget_s``, at least
+    one call's budget): calls made inside, also by tasks started inside, end as ERROR when it
+    runs out. A no-op without a model or with the budget 0
+    (:func:`medverify.llm.limits.answer_budget`)."""
+    if model is None or model.settings.answer_budget_s <= 0:
+        return nullcontext()
+    return _answer_budget(max(model.settings.answer_budget_s, model.settings.call_budget_s))
+
+
 def _log_call(stage: str, model_id: str, completion: Completion) -> None:
     if not log.isEnabledFor(logging.DEBUG):
         return
@@ -259,11 +328,27 @@ def get_model(spec: str | ModelSpec, settings: ModelSettings | None = None, *,
     effective = parsed.apply(settings)
     provider = providers.create(parsed.provider, effective, parsed)
     slow = getattr(provider, "default_timeout_s", None)  # e.g. an in-process CPU model
-    if parsed.timeout_s is None and isinstance(slow, float) and slow > effective.timeout_s:
-        effective = effective.model_copy(update={"timeout_s": slow})
+    if isinstance(slow, float):
+        effective = _for_slow_provider(effective, slow, parsed)
     cache = RequestCache(cache_path) if cache_path is not None and effective.cache else None
     return Model(provider, effective, spec=str(spec), name=parsed.model, cache=cache,
                  ledger=ledger, owns_cache=True)
+
+
+def _for_slow_provider(settings: ModelSettings, slow: float, spec: ModelSpec) -> ModelSettings:
+    """Settings for a provider that declares it is slow (an in-process CPU model: slow,
+    never stalled): the timeout and call budget at least its own timeout, and no answer
+    budget, unless the spec or the settings set them."""
+    update: dict[str, float] = {}
+    if spec.timeout_s is None and slow > settings.timeout_s:
+        update["timeout_s"] = slow
+    explicit = settings.model_fields_set
+    if (spec.call_budget_s is None and "call_budget_s" not in explicit
+            and 0 < settings.call_budget_s < slow):
+        update["call_budget_s"] = slow
+    if "answer_budget_s" not in explicit:
+        update["answer_budget_s"] = 0.0
+    return settings.model_copy(update=update) if update else settings
 
 
 def model_from_config(config: Config, spec: str | None = None, *,

@@ -2,7 +2,9 @@
 
 One ``httpx.AsyncClient`` per provider, created on first use and closed by ``aclose``.
 HTTP failures become :class:`ProviderError`: 429, 5xx, timeouts and connection errors are
-retryable (the model facade retries them); other 4xx and malformed replies are not.
+retryable (the model facade retries them); other 4xx and malformed replies are not. The body
+is streamed and read up to ``[llm] max_reply_bytes`` (:func:`medverify.llm.limits.read_capped`):
+a larger reply is refused without being read in full.
 """
 
 from __future__ import annotations
@@ -30,11 +32,13 @@ from medverify.llm.base import (
     TopLogprob,
     scrub_surrogates,
 )
+from medverify.llm.limits import read_capped
 from medverify.llm.spec import ModelSpec, providers
 
 log = logging.getLogger("medverify.llm.openai_compat")
 
 _SNIPPET = 200
+_ERROR_BODY_BYTES = 8192  # of an error reply, only a snippet is shown
 LOGPROB_FLOOR = -9999.0  # what OpenAI itself reports for "practically impossible"
 
 
@@ -72,16 +76,18 @@ def from_spec(spec: ModelSpec, settings: ModelSettings) -> OpenAICompatProvider:
     return OpenAICompatProvider(
         kind=spec.provider, model=spec.model, base_url=base_url,
         key_env=spec.key_env or endpoint.key_env, timeout_s=settings.timeout_s,
-        max_connections=settings.concurrency,
+        max_connections=settings.concurrency, max_reply_bytes=settings.max_reply_bytes,
     )
 
 
 class OpenAICompatProvider:
     """POST ``{base_url}/chat/completions``. The API key is read from ``$key_env`` at first use
-    and is only ever held in the HTTP client's headers."""
+    and is only ever held in the HTTP client's headers. A reply body over
+    ``max_reply_bytes`` is a non-retryable error, read no further."""
 
     def __init__(self, *, kind: str, model: str, base_url: str, key_env: str | None = None,
-                 timeout_s: float = 60.0, max_connections: int = 8) -> None:
+                 timeout_s: float = 60.0, max_connections: int = 8,
+                 max_reply_bytes: int = 1_000_000) -> None:
         self.kind = kind
         self.model = model
         self.base_url = base_url.rstrip("/")
@@ -89,6 +95,7 @@ class OpenAICompatProvider:
         self.id = f"{kind}:{model}@{self.base_url}"
         self._timeout_s = timeout_s
         self._max_connections = max_connections
+        self.max_reply_bytes = max_reply_bytes
         self._client: httpx.AsyncClient | None = None
         self._client_loop: asyncio.AbstractEventLoop | None = None
         self._json_mode_supported = True
@@ -117,16 +124,19 @@ class OpenAICompatProvider:
     async def _post(self, payload: dict[str, Any]) -> Any:
         client = self._get_client()
         try:
-            response = await client.post(self.url, json=payload)
+            async with client.stream("POST", self.url, json=payload) as response:
+                failed = response.status_code >= 400
+                cap = _ERROR_BODY_BYTES if failed else self.max_reply_bytes
+                body = await read_capped(response, cap, self.url, truncate=failed)
         except httpx.TimeoutException as exc:
             raise ProviderError(f"{self.url}: no reply within {self._timeout_s:g} s "
                                 f"({type(exc).__name__})", retryable=True) from exc
         except httpx.TransportError as exc:
             raise ProviderError(f"cannot reach {self.url}: {type(exc).__name__}: {exc}",
                                 retryable=True) from exc
-        if response.status_code >= 400:
-            raise self._http_error(response)
-        return _json_body(response, self.url)
+        if failed:
+            raise self._http_error(response, body)
+        return _json_bytes(body, response.status_code, self.url)
 
     def _get_client(self) -> httpx.AsyncClient:
         loop = asyncio.get_running_loop()
@@ -149,9 +159,9 @@ class OpenAICompatProvider:
                               f"{self.key_env}")
         return {"Authorization": f"Bearer {key}"}
 
-    def _http_error(self, response: httpx.Response) -> ProviderError:
+    def _http_error(self, response: httpx.Response, body: bytes) -> ProviderError:
         status = response.status_code
-        detail = f"{self.url} answered HTTP {status}: {_snippet(response.text)}"
+        detail = f"{self.url} answered HTTP {status}: {_snippet(_text(body))}"
         if status == 429 or status == 408 or status >= 500:
             return ProviderError(detail, status=status, retryable=True,
                                  retry_after=retry_after(response.headers))
@@ -197,11 +207,21 @@ def _payload(request: ChatRequest, *, json_mode: bool) -> dict[str, Any]:
 
 
 def _json_body(response: httpx.Response, url: str) -> Any:
+    """The JSON of a read ``response`` (see :func:`_json_bytes`)."""
+    return _json_bytes(response.content, response.status_code, url)
+
+
+def _json_bytes(body: bytes, status: int, url: str) -> Any:
     try:
-        return response.json()
+        return json.loads(body)
     except (ValueError, RecursionError):  # not JSON, not UTF-8, too deep, an integer too long
         raise ProviderError(f"malformed reply from {url} (not JSON): "
-                            f"{_snippet(response.text)}", status=response.status_code) from None
+                            f"{_snippet(_text(body))}", status=status) from None
+
+
+def _text(body: bytes) -> str:
+    """The start of a body as text, for error messages."""
+    return body[: 4 * _SNIPPET].decode("utf-8", "replace")
 
 
 def _completion(data: Any, request: ChatRequest, url: str, latency_s: float) -> Completion:

@@ -12,7 +12,8 @@ Examples::
 ``PROVIDER`` is everything before the first ``:``; ``MODEL`` runs to the first ``@`` (so
 Ollama tags such as ``llama3.1:8b`` and Hugging Face names with ``/`` work); the optional
 query part holds options: ``key_env`` (name of the environment variable with the API key),
-``timeout`` (seconds), ``concurrency`` and ``retries``. A spec never holds a key itself.
+``timeout`` (seconds per attempt), ``budget`` (seconds per call, all attempts: ``[llm]
+call_budget_s``), ``concurrency`` and ``retries``. A spec never holds a key itself.
 
 Providers are looked up by name in :data:`providers`; built-ins register there the same way
 plugins do (``providers.register("name", factory)``, factory ``(ModelSpec, ModelSettings) ->
@@ -37,9 +38,9 @@ from medverify.registry import Registry
 
 _PROVIDER_RE = re.compile(r"[a-z][a-z0-9_-]*")
 _ENV_NAME_RE = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
-_OPTION_FIELDS = {"key_env": "key_env", "timeout": "timeout_s", "concurrency": "concurrency",
-                  "retries": "max_retries"}
-_OVERRIDES = ("timeout_s", "concurrency", "max_retries")
+_OPTION_FIELDS = {"key_env": "key_env", "timeout": "timeout_s", "budget": "call_budget_s",
+                  "concurrency": "concurrency", "retries": "max_retries"}
+_OVERRIDES = ("timeout_s", "call_budget_s", "concurrency", "max_retries")
 
 
 def _call_provider(factory: Callable[..., Provider], settings: ModelSettings,
@@ -71,14 +72,19 @@ class ModelSpec(BaseModel):
     base_url: str | None = None
     key_env: str | None = None
     timeout_s: float | None = Field(None, gt=0)
+    call_budget_s: float | None = Field(None, ge=0)
     concurrency: int | None = Field(None, ge=1)
     max_retries: int | None = Field(None, ge=0)
 
     def apply(self, settings: ModelSettings | None = None) -> ModelSettings:
-        """``settings`` with this spec's per-model overrides (timeout, concurrency, retries)."""
+        """``settings`` with this spec's per-model overrides (timeout, budget, concurrency,
+        retries)."""
         base = settings or ModelSettings()
         update = {name: getattr(self, name) for name in _OVERRIDES
                   if getattr(self, name) is not None}
+        if (self.timeout_s is not None and self.call_budget_s is None
+                and 0 < base.call_budget_s < self.timeout_s):
+            update["call_budget_s"] = self.timeout_s  # ?timeout=120 gets one whole attempt
         return base.model_copy(update=update)
 
     def __str__(self) -> str:

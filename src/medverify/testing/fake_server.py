@@ -8,9 +8,13 @@
 >>> FakeChatServer("slow", delay_s=0.2)                      # 200 ms latency
 >>> FakeChatServer(FakeResponse.malformed("<html>oops"))     # body is not JSON
 >>> FakeChatServer(FakeResponse.truncated('{"label": "SUPP'))  # cut-off JSON content
+>>> FakeChatServer(FakeResponse.huge(50_000_000))            # a 50 MB reply, streamed
+>>> FakeChatServer(FakeResponse.stall())                     # accepts, never answers
 
 Requests are served in parallel (one thread per connection), so latency and concurrency
-limits can be measured; ``max_in_flight`` is the most requests seen at once.
+limits can be measured; ``max_in_flight`` is the most requests seen at once. A huge reply is
+generated piece by piece (the server never holds it), and ``streamed_bytes`` counts what a
+client actually took of it; a stalled request is held until the server closes.
 """
 
 from __future__ import annotations
@@ -18,8 +22,9 @@ from __future__ import annotations
 import json
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
+from itertools import chain
 from typing import Any, TypeAlias
 
 from medverify.testing.local_server import LocalServer, QuietHandler
@@ -36,6 +41,9 @@ class FakeResponse:
     finish_reason: str = "stop"
     usage: bool = True
     delay_s: float = 0.0
+    huge_bytes: int | None = None  # a reply text of this many bytes ("a"), sent piece by piece
+    declare_length: bool = True  # of a huge reply: Content-Length, or chunked without one
+    stalls: bool = False  # read the request, never answer (until the server closes)
 
     @classmethod
     def error(cls, status: int, *, retry_after: float | None = None,
@@ -51,6 +59,17 @@ class FakeResponse:
     @classmethod
     def truncated(cls, text: str) -> FakeResponse:
         return cls(text=text, finish_reason="length")
+
+    @classmethod
+    def huge(cls, size: int, *, declare_length: bool = True) -> FakeResponse:
+        """A well-formed reply whose text is ``size`` bytes, streamed in 64 KiB pieces; with
+        ``declare_length=False`` sent chunked, so the client learns its size only by reading."""
+        return cls(huge_bytes=size, declare_length=declare_length)
+
+    @classmethod
+    def stall(cls) -> FakeResponse:
+        """Take the request and never answer: a stalled endpoint."""
+        return cls(stalls=True)
 
     def body(self, request: dict[str, Any]) -> bytes:
         if self.raw_body is not None:
@@ -105,8 +124,10 @@ class FakeChatServer(LocalServer):
         self.calls: list[ReceivedCall] = []
         self.in_flight = 0
         self.max_in_flight = 0
+        self.streamed_bytes = 0  # of huge replies, what clients took before hanging up
         self._script = list(script)
         self._lock = threading.Lock()
+        self._released = threading.Event()  # set on close: stalled requests end
 
     @property
     def requests(self) -> list[Any]:
@@ -145,6 +166,14 @@ class FakeChatServer(LocalServer):
         with self._lock:
             self.in_flight -= 1
 
+    def _streamed(self, size: int) -> None:
+        with self._lock:
+            self.streamed_bytes += size
+
+    def close(self) -> None:
+        self._released.set()
+        super().close()
+
 
 class _Handler(QuietHandler):
     def do_POST(self) -> None:
@@ -171,6 +200,13 @@ class _Handler(QuietHandler):
         return response, call.body if isinstance(call.body, dict) else {}
 
     def _send(self, response: FakeResponse, request: dict[str, Any]) -> None:
+        if response.stalls:
+            self.server.owner._released.wait(timeout=600)
+            self.close_connection = True
+            return
+        if response.huge_bytes is not None:
+            _send_huge(self, response, request)
+            return
         body = response.body(request)
         self.send_response(response.status)
         self.send_header("Content-Type", "application/json")
@@ -180,6 +216,38 @@ class _Handler(QuietHandler):
         self.end_headers()
         self.wfile.write(body)
 
+
+
+_PIECE = 65536
+
+
+def _send_huge(handler: QuietHandler, response: FakeResponse,
+               request: dict[str, Any]) -> None:
+    """A chat reply whose content is ``response.huge_bytes`` of "a", written piece by piece;
+    what the client takes is counted in ``streamed_bytes``. A client that hangs up ends it."""
+    size = response.huge_bytes or 0
+    head, tail = json.dumps(FakeResponse(text="\0", usage=False)._chat_body(request)) \
+        .encode().split(b"\\u0000")
+    handler.send_response(200)
+    handler.send_header("Content-Type", "application/json")
+    if response.declare_length:
+        handler.send_header("Content-Length", str(len(head) + size + len(tail)))
+    else:
+        handler.send_header("Transfer-Encoding", "chunked")
+    handler.end_headers()
+    handler.close_connection = True
+    for piece in chain((head,), _pieces(size), (tail,)):
+        data = piece if response.declare_length else b"%x\r\n%s\r\n" % (len(piece), piece)
+        handler.wfile.write(data)
+        handler.server.owner._streamed(len(piece))
+    if not response.declare_length:
+        handler.wfile.write(b"0\r\n\r\n")
+
+
+def _pieces(size: int) -> Iterator[bytes]:
+    piece = b"a" * _PIECE
+    for at in range(0, size, _PIECE):
+        yield piece if size - at >= _PIECE else piece[: size - at]
 
 
 def _decode(raw: bytes) -> Any:
