@@ -1,4 +1,4 @@
-"""Sentence splitting: every splitter medverify uses, in one place.
+"""Sentence splitting (every splitter medverify uses, in one place) and printable names.
 
 The callers want different things from "a sentence", so there is one named variant per
 need rather than one splitter with many switches. None of them changes its input; offsets
@@ -19,6 +19,12 @@ function                   boundary                                         used
                            digit, on whitespace-collapsed text
 =========================  ===============================================  ===================
 
+Names that come from outside (file names, document titles and ids, URLs) are shown
+through :func:`printable` (control characters, line and paragraph separators, bidi
+overrides and lone surrogates written as ``\\n``, ``\\x1b``, ``\\u202e``: a name can
+neither forge an output line nor reach the terminal as an escape sequence) or stored
+through :func:`one_line` (a title: its line breaks become spaces, the rest as printable).
+
 This is a bottom-layer module: it imports nothing from medverify but :mod:`medverify.errors`.
 """
 
@@ -27,9 +33,12 @@ from __future__ import annotations
 import re
 
 __all__ = [
+    "UNSAFE",
     "clause_spans",
     "flat_sentences",
     "line_sentences",
+    "one_line",
+    "printable",
     "sentence_breaks",
     "sentence_spans",
 ]
@@ -185,3 +194,39 @@ def flat_sentences(text: str) -> list[str]:
     """Sentences of ``text`` with its whitespace collapsed to single spaces: split after
     ``. ! ?`` where a capital letter or digit follows. Not slices of ``text``."""
     return [s.strip() for s in _FLAT_END.split(" ".join(text.split())) if s.strip()]
+
+
+# ------------------------------------------------------------------------ printable names
+
+UNSAFE = re.compile(
+    "[\x00-\x1f\x7f-\x9f\u2028\u2029\u061c\u200e\u200f\u202a-\u202e\u2066-\u2069"
+    "\ud800-\udfff]")
+"""Characters a name must not carry to a terminal or a line-based output: C0 and C1
+controls (newline, carriage return, ESC ...) and DEL, the Unicode line and paragraph
+separators, the bidirectional formatting characters (which reorder what is displayed), and
+lone surrogates (a file name's undecodable bytes, which no UTF-8 output can write)."""
+
+_BREAKS = re.compile("[\t\n\v\f\r\x1c-\x1f\x85\u2028\u2029]+")
+_NAMED = {"\n": "\\n", "\r": "\\r", "\t": "\\t"}
+
+
+def _escaped(match: re.Match[str]) -> str:
+    char = match.group(0)
+    code = ord(char)
+    return _NAMED.get(char) or (f"\\x{code:02x}" if code <= 0xFF else f"\\u{code:04x}")
+
+
+def printable(text: str) -> str:
+    """``text`` with every :data:`UNSAFE` character written as a visible escape (``\\n``,
+    ``\\r``, ``\\t``, ``\\x1b``, ``\\u202e``, ``\\udcff``); other text, backslashes
+    included, unchanged. For display only: it is not reversible."""
+    return UNSAFE.sub(_escaped, text) if UNSAFE.search(text) else text
+
+
+def one_line(text: str) -> str:
+    """A name to store as a title: runs of line breaks and other whitespace controls become
+    one space, the remaining :data:`UNSAFE` characters are escaped as by :func:`printable`.
+    A name without unsafe characters is returned unchanged."""
+    if not UNSAFE.search(text):
+        return text
+    return printable(_BREAKS.sub(" ", text))

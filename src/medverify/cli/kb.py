@@ -1,4 +1,9 @@
-"""``medverify kb``: build, search and inspect a knowledge base."""
+"""``medverify kb``: build, search and inspect a knowledge base.
+
+Names from the corpus (document ids, titles, URLs, file paths, passage text) are printed
+through :func:`medverify.text.printable` (and escaped for rich markup where rich prints
+them): a file name cannot forge output lines, send terminal escape sequences or style text.
+"""
 
 from __future__ import annotations
 
@@ -7,6 +12,7 @@ import time
 from pathlib import Path
 
 import click
+from rich.markup import escape
 from rich.progress import Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
 
 from medverify.cli import main
@@ -18,10 +24,16 @@ from medverify.kb import KnowledgeBase, LoadReport, sample_kb_path
 from medverify.kb.index import INDEX_NAME, INDEX_POLICIES
 from medverify.kb.ingest import IngestStats
 from medverify.kb.loaders import iter_ctgov, iter_sources
+from medverify.kb.lock import WRITER_WAIT_S
 from medverify.records import Passage
 from medverify.retrieve import MODES, Retriever
+from medverify.text import printable
 
 KB_DIR = click.Path(path_type=Path, file_okay=False)
+WAIT = click.option(
+    "--wait", type=click.FloatRange(0), default=WRITER_WAIT_S, show_default=True,
+    metavar="SECONDS", help="How long to wait while another process writes this KB (an "
+    "ingest, a removal, a reindex) before giving up; 0: give up at once.")
 
 
 SHIPPED = "shipped"  # --sample without a number: the MedQuAD sample shipped with medverify
@@ -88,6 +100,7 @@ def kb_group() -> None:
               f"({SAMPLE_NOTE}). With N and --format ctgov: a seeded sample of N studies.")
 @click.option("--seed", type=int, default=0, show_default=True, help="ctgov: sampling seed.")
 @executor_option("the chunks are embedded (this process reads, chunks and stores them)")
+@WAIT
 def ingest(
     paths: tuple[Path, ...],
     kb_dir: Path | None,
@@ -101,6 +114,7 @@ def ingest(
     sample: int | str | None,
     seed: int,
     executor_spec: str,
+    wait: float,
 ) -> None:
     """Load, chunk, embed and store documents (txt, md, html, pdf, MedQuAD xml, jsonl).
 
@@ -108,7 +122,7 @@ def ingest(
     KB in minutes). With --format ctgov, PATHS hold ClinicalTrials.gov API v2 study records
     (JSON files, JSONL, bulk zips), each curated into a 15-section summary (docs/trials.md).
     Inputs of more than 2,000 files or 50 MB (XML aside) get a warning with the time they
-    will take."""
+    will take. One process writes a KB at a time: a second ingest waits (--wait)."""
     started = time.perf_counter()
     paths, kb_dir, ct_sample = _sources(paths, kb_dir, fmt, sample)
     if fmt != "ctgov" and (condition or results_only):
@@ -122,7 +136,8 @@ def ingest(
     watch = None if sample == SHIPPED else _warn_if_large(paths, limit, fmt)
     report = LoadReport()
     executor = executor_from_spec(executor_spec)
-    with KnowledgeBase.open_or_create(kb_dir, settings, embedder) as kb:
+    with KnowledgeBase.open_or_create(kb_dir, settings, embedder, wait=wait) as kb:
+        kb.writer_wait = wait
         documents = (iter_ctgov(paths, report, limit, condition=condition,
                                 results_only=results_only, sample=ct_sample, seed=seed)
                      if fmt == "ctgov" else iter_sources(paths, report, limit))
@@ -177,11 +192,11 @@ def _sources(paths: tuple[Path, ...], kb_dir: Path | None, fmt: str,
 
 def _print_load_report(report: LoadReport) -> None:
     for skipped in report.skipped[:20]:
-        console.print(f"[yellow]skipped[/] {skipped.path}: {skipped.reason}")
+        console.print(f"[yellow]skipped[/] {_shown(skipped.path)}: {_shown(skipped.reason)}")
     if len(report.skipped) > 20:
         console.print(f"... and {len(report.skipped) - 20} more skipped")
     for warning in report.warnings[:10]:
-        console.print(f"[yellow]warning[/] {warning}")
+        console.print(f"[yellow]warning[/] {_shown(warning)}")
     if len(report.warnings) > 10:
         console.print(f"... and {len(report.warnings) - 10} more warnings")
     if report.files_with_replacements:
@@ -189,6 +204,12 @@ def _print_load_report(report: LoadReport) -> None:
             f"{report.replaced_chars} undecodable bytes replaced in "
             f"{report.files_with_replacements} files"
         )
+
+
+def _shown(name: str) -> str:
+    """A name from the corpus as rich prints it: control characters escaped, and no
+    markup (``[red]`` in a file name is text)."""
+    return escape(printable(name))
 
 
 def _input_files(paths: tuple[Path, ...]) -> list[tuple[int, bool]]:
@@ -327,11 +348,13 @@ def search(kb_dir: Path, query: str, k: int, mode: str, as_json: bool,
 
 
 def _format_passage(rank: int, passage: Passage) -> str:
+    """A hit as plain text (click.echo: no markup): its id and title on one line, the URL,
+    the scores, a snippet; every name through :func:`printable`."""
     scores = " ".join(f"{name}={value:.3f}" for name, value in passage.scores.items())
     text = " ".join(passage.text.split())
-    snippet = text[:300] + ("..." if len(text) > 300 else "")
-    head = f"{rank}. [{passage.id}] {passage.title or ''}".rstrip()
-    where = f"   {passage.url}\n" if passage.url else ""
+    snippet = printable(text[:300]) + ("..." if len(text) > 300 else "")
+    head = f"{rank}. [{printable(passage.id)}] {printable(passage.title or '')}".rstrip()
+    where = f"   {printable(passage.url)}\n" if passage.url else ""
     return f"{head}\n{where}   ({scores})\n   {snippet}\n"
 
 
@@ -356,14 +379,16 @@ def stats(kb_dir: Path, as_json: bool) -> None:
               "100,000 chunks, IVF above), flat, ivf, ivfpq or hnsw. Default: the KB's own.")
 @click.option("--nlist", type=click.IntRange(1), help="IVF lists (default ~4 sqrt(chunks)).")
 @config_option
+@WAIT
 def reindex(kb_dir: Path, policy: str | None, nlist: int | None,
-            config_path: Path | None) -> None:
+            config_path: Path | None, wait: float) -> None:
     """Rebuild the vector index from the vectors stored in the KB, and on a KB of
     [kb_settings] lexical_postings_from chunks or more the stored lexical postings when
     they are not fresh (docs/scale.md)."""
     settings = load_config(config_path).kb_settings  # its thresholds and search knobs
     started = time.perf_counter()
     with KnowledgeBase.open(kb_dir, settings=settings) as kb:
+        kb.writer_wait = wait
         spec = kb.rebuild_index(policy, nlist=nlist)
         vectors_s = time.perf_counter() - started
         lexical = kb.follow_lexical()

@@ -11,6 +11,10 @@ Text and Markdown files larger than :data:`STREAM_BYTES` are not read into one s
 :func:`iter_sources` yields them as :class:`TextFile` (the file, its title and how it
 decodes), which the knowledge base reads, hashes and chunks piece by piece.
 
+Document ids made from paths are percent-encoded where the name holds control
+characters (:mod:`medverify.kb.names`: reversible, unchanged for ordinary names), and titles
+are one line (:func:`medverify.text.one_line`), so no name forges output lines.
+
 ClinicalTrials.gov study records (``kb ingest --format ctgov``) go through
 :func:`iter_ctgov`: each study is curated into its 15-section summary
 (:mod:`medverify.trials.curate`), one document per section.
@@ -30,7 +34,9 @@ from typing import Any, ClassVar, Literal
 
 from pydantic import BaseModel, Field
 
+from medverify.kb.names import encode_id, needs_encoding
 from medverify.records import Document
+from medverify.text import one_line, printable
 
 log = logging.getLogger(__name__)
 
@@ -59,7 +65,7 @@ class LoadReport(BaseModel):
 
     def skip(self, path: Path | str, reason: str) -> None:
         self.skipped.append(SkippedFile(path=str(path), reason=reason))
-        log.info("skipped %s: %s", path, reason)
+        log.info("skipped %s: %s", printable(str(path)), printable(reason))
 
 
 class TextFile(BaseModel):
@@ -112,12 +118,14 @@ def iter_sources(paths: Iterable[str | Path], report: LoadReport | None = None,
 
 
 def _walk(root: Path, report: LoadReport) -> Iterator[tuple[Path, str]]:
+    """(file, its document id): the file name for a file, ``folder/relative/path`` for
+    the files of a folder, percent-encoded by :func:`medverify.kb.names.encode_id`."""
     if root.is_file():
-        yield root, root.name
+        yield root, encode_id(root.name)
     elif root.is_dir():
         for path in sorted(p for p in root.rglob("*") if p.is_file()):
             if not any(part.startswith(".") for part in path.relative_to(root).parts):
-                yield path, f"{root.name}/{path.relative_to(root).as_posix()}"
+                yield path, encode_id(f"{root.name}/{path.relative_to(root).as_posix()}")
     else:
         report.skip(root, "no such file or directory")
 
@@ -149,7 +157,7 @@ def read_text(path: Path, report: LoadReport) -> str:
         replaced = text.count("\ufffd") - raw.decode("utf-8", "ignore").count("\ufffd")
         report.files_with_replacements += 1
         report.replaced_chars += replaced
-        log.warning("%s: %d undecodable bytes replaced", path, replaced)
+        log.warning("%s: %d undecodable bytes replaced", printable(str(path)), replaced)
         return text
 
 
@@ -158,7 +166,7 @@ def _document(path: Path, doc_id: str, text: str, title: str | None,
     if not text.strip():
         report.skip(path, "no text")
         return
-    yield Document(doc_id=doc_id, text=text, title=title or path.stem, **extra)
+    yield Document(doc_id=doc_id, text=text, title=one_line(title or path.stem), **extra)
 
 
 def _load_text(path: Path, doc_id: str,
@@ -194,12 +202,13 @@ def _text_file(path: Path, doc_id: str, report: LoadReport,
         scan = _scan(pieces, markdown)
         report.files_with_replacements += 1
         report.replaced_chars += replaced()
-        log.warning("%s: %d undecodable bytes replaced", path, replaced())
+        log.warning("%s: %d undecodable bytes replaced", printable(str(path)), replaced())
     has_text, heading = scan
     if not has_text:
         report.skip(path, "no text")
         return
-    yield TextFile(doc_id=doc_id, path=path, title=heading or path.stem, errors=errors)
+    yield TextFile(doc_id=doc_id, path=path, title=one_line(heading or path.stem),
+                   errors=errors)
 
 
 def _scan(pieces: Iterator[str], markdown: bool) -> tuple[bool, str | None]:
@@ -346,8 +355,9 @@ def _load_medquad(path: Path, doc_id: str, report: LoadReport) -> Iterator[Docum
         return
     source_attr, focus_tag = shape[1:3]
     source = root.get(source_attr)
-    ident = path.stem  # the XML ids repeat across files in a few collections
-    yield from _document(path, f"medquad:{source or 'x'}:{ident}", medquad_text(root, shape),
+    ident = encode_id(path.stem)  # the XML ids repeat across files in a few collections
+    yield from _document(path, f"medquad:{encode_id(source or 'x')}:{ident}",
+                         medquad_text(root, shape),
                          (root.findtext(focus_tag) or "").strip() or None, report,
                          url=root.get("url"), source=source)
 
@@ -370,7 +380,7 @@ def _load_jsonl(path: Path, doc_id: str, report: LoadReport) -> Iterator[Documen
             line = _decode_line(raw, report)
             if not line.strip():
                 continue
-            doc = _jsonl_document(line, f"{path}:{number}", report)
+            doc = _jsonl_document(line, f"{printable(str(path))}:{number}", report)
             if doc is not None:
                 yield doc
 
@@ -395,8 +405,14 @@ def _jsonl_document(line: str, where: str, report: LoadReport) -> Document | Non
     if not isinstance(text, str) or not text.strip():
         report.skip(where, "no text")
         return None
+    if needs_encoding(doc_id):  # kept as given otherwise: queries' relevance lists name it
+        report.warnings.append(f"{where}: doc_id {printable(doc_id)} holds control "
+                               f"characters: stored as {encode_id(doc_id)}")
+        doc_id = encode_id(doc_id)
     meta = {k: v for k, v in obj.items() if k not in {"doc_id", "title", "text", "url", "source"}}
-    return Document(doc_id=doc_id, text=text, title=obj.get("title") or None,
+    title = obj.get("title") or None
+    return Document(doc_id=doc_id, text=text,
+                    title=one_line(title) if isinstance(title, str) else title,
                     url=obj.get("url"), source=obj.get("source"), meta=meta)
 
 

@@ -6,6 +6,7 @@ Layout of a KB directory::
                    chunks_fts (FTS5, porter stemming, bm25). The source of truth.
     vectors.faiss  faiss IndexIDMap2(IndexFlatIP) over the chunk vectors, keyed by chunk id.
     vectors.json   the SQLite generation the faiss file was written at.
+    kb.lock        the writer lock: one writer at a time (:mod:`medverify.kb.lock`).
 
 :class:`KnowledgeBase` holds storage and indexes only: the SQLite file
 (:mod:`medverify.kb.database`), the vector index kept in step with it
@@ -27,10 +28,9 @@ import time
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Any, Literal, TypeVar
 
 import numpy as np
-from pydantic import BaseModel
 
 from medverify.config import KBSettings, RetrievalSettings
 from medverify.errors import ConfigError, KBError
@@ -40,17 +40,22 @@ from medverify.kb.database import (
     CHUNK_COLUMNS,
     DB_NAME,
     SCHEMA_VERSION,
+    KBStats,
+    chunking_refusal,
     connect,
     count_rows,
     create_database,
+    database_error,
+    embedder_refusal,
     initial_meta,
-    metadata_condition,
     read_generation,
     recorded_precision,
     remove_database,
+    snapshot_of,
+    subset_rows,
     unfinished_creation,
 )
-from medverify.kb.embed import Embedder, EmbedTask, get_embedder, precision_of
+from medverify.kb.embed import Embedder, EmbedTask, get_embedder
 from medverify.kb.fts import (
     LEXICAL_BUDGET,
     LexicalKnobs,
@@ -64,6 +69,7 @@ from medverify.kb.fts import (
 from medverify.kb.index import IndexSpec, SearchKnobs, VectorIndex, choose_spec
 from medverify.kb.ingest import Ingester, IngestStats
 from medverify.kb.loaders import KBInput
+from medverify.kb.lock import WRITER_WAIT_S, GuardedVectorIndex, WriterLock
 from medverify.kb.protocol import Candidate, StoredChunk, Subset
 
 if TYPE_CHECKING:
@@ -74,27 +80,7 @@ INDEX_POLICY_KEY = "vector_index"  # meta: the KB's vector index policy (auto or
 LEXICAL_EXACT = 1000  # postings past which a lexical query is ranked without bm25() ...
 MAX_FILTERED = 20_000  # chunks a metadata filter may match (ranked exactly in memory)
 log = logging.getLogger(__name__)
-
-
-class KBStats(BaseModel):
-    """A knowledge base's size, settings and identity."""
-
-    path: str
-    schema_version: int
-    documents: int
-    chunks: int
-    embedder_id: str
-    dim: int
-    chunk_tokens: int
-    chunk_overlap: int
-    snapshot_id: str
-    vector_index: Literal["fresh", "stale", "missing"]
-    size_bytes: int
-    index_policy: str = "auto"  # the KB's recorded choice: auto or a kind
-    index_kind: str = "flat"  # what the saved (or next built) index is, with its parameters
-    embed_precision: str = "fp32"  # the precision of the stored vectors (and of queries)
-    lexical_postings: Literal["fresh", "stale", "missing"] = "missing"  # stored postings
-    # ranking lexical queries on a large KB (docs/scale.md); bm25() ranks unless fresh
+_T = TypeVar("_T")
 
 
 class KnowledgeBase:
@@ -109,10 +95,13 @@ class KnowledgeBase:
         self._embedder = embedder
         self.retrieval = retrieval or RetrievalSettings()
         knobs = settings or KBSettings()
-        self._vectors = VectorIndex(path, self.dim, conn, policy=self.index_policy,
-                                    embedder_id=self.embedder_id,
-                                    threshold=knobs.index_threshold,
-                                    knobs=SearchKnobs(knobs.nprobe, knobs.ef_search))
+        self._writer: int | None = None  # the thread holding the writer lock, if one does
+        self.writer_wait: float | None = WRITER_WAIT_S  # seconds a write waits for another
+        self._vectors = GuardedVectorIndex(path, self.dim, conn, policy=self.index_policy,
+                                           embedder_id=self.embedder_id,
+                                           threshold=knobs.index_threshold,
+                                           knobs=SearchKnobs(knobs.nprobe, knobs.ef_search),
+                                           writer_held=self._holds_writer)
         self._snapshot: tuple[int, str] | None = None
         self._vectors_at: int | None = None  # the generation the loaded index is in step with
         self._lock = threading.RLock()
@@ -139,22 +128,43 @@ class KnowledgeBase:
     @classmethod
     def create(cls, path: str | Path, settings: KBSettings | None = None,
                embedder: Embedder | str | None = None,
-               retrieval: RetrievalSettings | None = None) -> KnowledgeBase:
-        """Create a new, empty KB at ``path`` (KBError if one is already there)."""
-        path, settings = Path(path), settings or KBSettings()
-        if (path / DB_NAME).exists():
-            raise KBError(f"a knowledge base already exists at {path}: open it, or choose "
-                          "another --kb directory")
+               retrieval: RetrievalSettings | None = None, *,
+               wait: float | None = WRITER_WAIT_S) -> KnowledgeBase:
+        """Create a new, empty KB at ``path`` (KBError if one is already there), holding
+        its writer lock meanwhile (waiting up to ``wait`` seconds for another writer)."""
+        return cls._create(Path(path), settings, embedder, retrieval, wait, exist_ok=False)
+
+    @classmethod
+    def _create(cls, path: Path, given: KBSettings | None, embedder: Embedder | str | None,
+                retrieval: RetrievalSettings | None, wait: float | None,
+                exist_ok: bool) -> KnowledgeBase:
+        """Create the KB under its writer lock; with ``exist_ok``, open the one another
+        process created meanwhile (so of two processes creating one KB, one creates it
+        and the other opens it)."""
+        settings, db = given or KBSettings(), path / DB_NAME
+        exists = KBError(f"a knowledge base already exists at {path}: open it, or choose "
+                         "another --kb directory")
+        if db.exists() and not exist_ok:
+            raise exists
         if settings.chunk_overlap >= settings.chunk_tokens:
             raise ConfigError("chunk overlap must be smaller than the chunk size")
         emb = get_embedder(embedder if embedder is not None else settings.embedder,
                            settings.embed_precision, settings.embed_device,
                            settings.embed_runtime)
         path.mkdir(parents=True, exist_ok=True)
-        meta = initial_meta(settings, emb, embedder)
-        meta[INDEX_POLICY_KEY] = settings.index
-        create_database(path / DB_NAME, meta)
-        return cls(path, connect(path / DB_NAME), emb, retrieval, settings)
+        with WriterLock(path, "KB creation", wait):
+            if exist_ok and db.is_file() and unfinished_creation(db):
+                log.warning("%s was left half-created (no settings, no documents): creating "
+                            "it again", db)
+                remove_database(db)
+            if db.exists():
+                if not exist_ok:
+                    raise exists
+                return cls._opened(path, given, embedder, retrieval)
+            meta = initial_meta(settings, emb, embedder)
+            meta[INDEX_POLICY_KEY] = settings.index
+            create_database(db, meta)
+        return cls(path, connect(db), emb, retrieval, settings)
 
     @classmethod
     def open(cls, path: str | Path, embedder: Embedder | str | None = None,
@@ -176,17 +186,23 @@ class KnowledgeBase:
     @classmethod
     def open_or_create(cls, path: str | Path, settings: KBSettings | None = None,
                        embedder: Embedder | str | None = None,
-                       retrieval: RetrievalSettings | None = None) -> KnowledgeBase:
-        if (Path(path) / DB_NAME).is_file() and unfinished_creation(Path(path) / DB_NAME):
-            log.warning("%s was left half-created (no settings, no documents): creating "
-                        "it again", Path(path) / DB_NAME)
-            remove_database(Path(path) / DB_NAME)
-        if (Path(path) / DB_NAME).is_file():
-            kb = cls.open(path, embedder, retrieval, settings)
-            if settings is not None:
-                kb._check_chunking(settings)
-            return kb
-        return cls.create(path, settings, embedder, retrieval)
+                       retrieval: RetrievalSettings | None = None, *,
+                       wait: float | None = WRITER_WAIT_S) -> KnowledgeBase:
+        """Open the KB at ``path``, or create it there (under its writer lock, waiting up
+        to ``wait`` seconds; a database an older medverify left half-created is created
+        again)."""
+        db = Path(path) / DB_NAME
+        if db.is_file() and not unfinished_creation(db):
+            return cls._opened(Path(path), settings, embedder, retrieval)
+        return cls._create(Path(path), settings, embedder, retrieval, wait, exist_ok=True)
+
+    @classmethod
+    def _opened(cls, path: Path, settings: KBSettings | None, embedder: Embedder | str | None,
+                retrieval: RetrievalSettings | None) -> KnowledgeBase:
+        kb = cls.open(path, embedder, retrieval, settings)
+        if settings is not None:
+            kb._check_chunking(settings)
+        return kb
 
     @classmethod
     def from_config(cls, path: str | Path, config: Config) -> KnowledgeBase:
@@ -211,19 +227,9 @@ class KnowledgeBase:
         return meta
 
     def _check_embedder(self, embedder: Embedder) -> None:
-        if embedder.id == self.embedder_id and precision_of(embedder) != self.embed_precision:
-            raise KBError(
-                f"the knowledge base at {self.path} holds {self.embed_precision} vectors of "
-                f"{self.embedder_id!r}, and this embedder computes {precision_of(embedder)} "
-                "ones: queries must be embedded in the KB's precision (open the KB by "
-                "embedder name, or with embed_precision = "
-                f"\"{self.embed_precision}\"), or ingest into a new --kb directory")
-        if embedder.id != self.embedder_id or embedder.dim != self.dim:
-            raise KBError(
-                f"the knowledge base at {self.path} was built with embedder "
-                f"{self.embedder_id!r} (dim {self.dim}), not {embedder.id!r} (dim "
-                f"{embedder.dim}): use --embedder {self._meta.get('embedder_spec')} "
-                "or ingest into a new --kb directory")
+        refusal = embedder_refusal(self.path, self._meta, embedder)
+        if refusal is not None:
+            raise refusal
 
     def _check_index(self, wanted: str) -> None:
         """Refuse a KB whose vector index is not the configured kind (``auto`` takes any):
@@ -241,11 +247,9 @@ class KnowledgeBase:
             "index to auto to use it as it is")
 
     def _check_chunking(self, settings: KBSettings) -> None:
-        have = (int(self._meta["chunk_tokens"]), int(self._meta["chunk_overlap"]))
-        if have != (settings.chunk_tokens, settings.chunk_overlap):
-            raise KBError(f"the knowledge base at {self.path} uses chunks of {have[0]} tokens "
-                          f"with {have[1]} overlap, not {settings.chunk_tokens}/"
-                          f"{settings.chunk_overlap}: use a new --kb directory to change them")
+        refusal = chunking_refusal(self.path, self._meta, settings)
+        if refusal is not None:
+            raise refusal
 
     # ---- identity -----------------------------------------------------------------
 
@@ -315,15 +319,7 @@ class KnowledgeBase:
         return self._snapshot[1]
 
     def _compute_snapshot(self) -> str:
-        digest = hashlib.sha256()
-        for key in ("embedder_id", "dim", "chunk_tokens", "chunk_overlap"):
-            digest.update(f"{key}={self._meta[key]}\n".encode())
-        if self.embed_precision != "fp32":  # (fp32 KBs keep the ids they had)
-            digest.update(f"embed_precision={self.embed_precision}\n".encode())
-        rows = self._conn.execute("SELECT doc_id, content_hash FROM documents ORDER BY doc_id")
-        for doc_id, digest_hex in rows:
-            digest.update(f"{doc_id}\x00{digest_hex}\n".encode("utf-8", "surrogatepass"))
-        return "kb-" + digest.hexdigest()[:16]
+        return snapshot_of(self._conn, self._meta, self.embed_precision)
 
     def stats(self) -> KBStats:
         with self._damage_is_an_error():
@@ -354,36 +350,34 @@ class KnowledgeBase:
         once its last chunk is committed; an interrupted ingest resumes where it stopped,
         inside a large document too (see :mod:`medverify.kb.ingest`). With ``executor``
         (e.g. a :class:`~medverify.executor.RayExecutor`) the batches are embedded by its
-        workers, with the KB's embedder made there (:meth:`embed_task`).
+        workers, with the KB's embedder made there (:meth:`embed_task`). Holds the KB's
+        writer lock throughout (:meth:`writing`).
         """
-        with self._lock, self._damage_is_an_error():
-            ingester = Ingester(self, self._conn, int(self._meta["chunk_tokens"]),
-                                int(self._meta["chunk_overlap"]), executor)
-            self._current_vectors()
-            self._vectors.writable()
-            try:
-                stats = ingester.run(documents, progress)
-            finally:
-                self._vectors_at = self.generation
-            self._follow_size()
-            return stats
+        return self._write("ingest", lambda ingester: ingester.run(documents, progress),
+                           executor)
 
     def remove_documents(self, doc_ids: Iterable[str]) -> int:
         """Remove documents by id (their chunks from SQLite, the full-text index and the
         vector index); ids the KB does not hold are skipped. The generation is bumped, so
         :attr:`snapshot_id` follows the content (removing what was added gives the id of
-        before). Returns how many documents were removed."""
-        with self._lock, self._damage_is_an_error():
+        before). Returns how many documents were removed. Holds the writer lock."""
+        return self._write("removal", lambda ingester: ingester.remove(doc_ids))
+
+    def _write(self, activity: str, run: Callable[[Ingester], _T],
+               executor: Executor | None = None) -> _T:
+        """``run`` an :class:`Ingester` under the writer lock, with the vector index in
+        memory and in step; then follow the KB's new size."""
+        with self.writing(activity):
             ingester = Ingester(self, self._conn, int(self._meta["chunk_tokens"]),
-                                int(self._meta["chunk_overlap"]))
+                                int(self._meta["chunk_overlap"]), executor)
             self._current_vectors()
             self._vectors.writable()
             try:
-                removed = ingester.remove(doc_ids)
+                result = run(ingester)
             finally:
                 self._vectors_at = self.generation
             self._follow_size()
-            return removed
+            return result
 
     def _follow_size(self) -> None:
         """After an ingest or a removal: rebuild the vector index when the KB's size calls
@@ -401,7 +395,7 @@ class KnowledgeBase:
         fresh (an ingest or a removal made them stale, or they were never built), build
         them (:meth:`build_lexical_postings`: 43-111 s at 1M chunks); below the threshold
         or with the switch off, nothing. Returns the build's counts, or None."""
-        with self._lock:
+        with self.writing("lexical postings build"):
             if (self.lexical_postings_from is None
                     or last_chunk_id(self._conn) < self.lexical_postings_from
                     or self.lexical_postings_state() == "fresh"):
@@ -430,7 +424,7 @@ class KnowledgeBase:
         overrides the IVF list count. Returns what was built.
 
         KBError when the stored vectors cannot be read (the KB must then be rebuilt)."""
-        with self._lock, self._damage_is_an_error():
+        with self.writing("reindex"):
             if policy is not None:
                 spec = choose_spec(policy, self._counts()[1], self.dim,
                                    self._vectors.threshold, nlist)  # KBError if unknown
@@ -447,6 +441,37 @@ class KnowledgeBase:
 
     # ---- primitive searches (ranking is the Retriever's) ---------------------------
 
+    def _holds_writer(self) -> bool:
+        return self._writer == threading.get_ident()
+
+    @contextmanager
+    def writing(self, activity: str = "ingest") -> Iterator[None]:
+        """Hold the KB's writer lock (:mod:`medverify.kb.lock`; waiting up to
+        :attr:`writer_wait` seconds for another writer, then KBBusyError) and its thread
+        lock for one write, SQLite errors said as :meth:`_damage_is_an_error` says them.
+        A write nested in another of the same thread holds them once. Once taken, what
+        another writer may have changed is read again."""
+        if self._holds_writer():
+            yield
+            return
+        with (WriterLock(self.path, activity, self.writer_wait), self._lock,
+              self._damage_is_an_error()):
+            self._writer = threading.get_ident()
+            try:
+                self._follow_other_writers()
+                yield
+            finally:
+                self._writer = None
+
+    def _follow_other_writers(self) -> None:
+        """Under the writer lock: the KB's settings as recorded now (a reindex elsewhere
+        may have changed its index policy), and the vector index loaded again when
+        another process moved the KB's generation since this one loaded it."""
+        self._meta = self._read_meta()
+        self._vectors.policy = self.index_policy
+        if self._vectors.loaded is not None and self.generation != self._vectors_at:
+            self._vectors.loaded = None
+
     @contextmanager
     def reading(self) -> Iterator[None]:
         """Hold the KB (one thread at a time on its connection and index) for a series of
@@ -456,13 +481,13 @@ class KnowledgeBase:
 
     @contextmanager
     def _damage_is_an_error(self) -> Iterator[None]:
-        """A damaged database page met while reading is one clear KBError, not a raw
-        sqlite3 error (the database cannot repair itself: it must be rebuilt)."""
+        """A SQLite error is one clear KBError, not a raw sqlite3 error: damage (the
+        database must be rebuilt) only when the file is unreadable; a constraint failure,
+        a locked database, a full disk are said as such (:func:`database_error`)."""
         try:
             yield
         except sqlite3.DatabaseError as exc:
-            raise KBError(f"{self.path / DB_NAME} is damaged ({exc}): delete {self.path} "
-                          "and " + BUILD_HINT.format(path=self.path)) from None
+            raise database_error(exc, self.path) from None
 
     def lexical_candidates(self, query: str, depth: int) -> list[Candidate]:
         """Up to ``depth`` (chunk id, BM25 score) of the chunks matching the query's terms,
@@ -479,7 +504,7 @@ class KnowledgeBase:
         any later change to the KB makes them stale, and stale postings are never read
         (bm25() ranks until they are built again). Holds the KB's write lock meanwhile
         (43-111 s at 1M chunks, measured). Returns counts (terms, postings, rows, tokens)."""
-        with self._lock, self._damage_is_an_error():
+        with self.writing("lexical postings build"):
             self._conn.execute("BEGIN IMMEDIATE")
             try:
                 stats = build_postings(self._conn, self.generation)
@@ -492,7 +517,7 @@ class KnowledgeBase:
 
     def drop_lexical_postings(self) -> None:
         """Remove the stored postings (bm25() ranks every lexical query again)."""
-        with self._lock, self._damage_is_an_error(), self._conn:
+        with self.writing("lexical postings drop"), self._conn:
             drop_postings(self._conn)
             self._postings.forget()
 
@@ -543,25 +568,8 @@ class KnowledgeBase:
         the reserved key ``doc_id_prefix`` selects documents whose id starts with the value
         through the document-id index (a trial KB's ``NCT02210780#``: one trial's sections,
         at any KB size)."""
-        condition, params = metadata_condition(where)
         with self.reading():
-            try:
-                count = self._conn.execute(
-                    f"SELECT COUNT(*) FROM chunks c JOIN documents d ON d.id = c.doc "
-                    f"WHERE {condition}", params).fetchone()[0]
-            except sqlite3.OperationalError as exc:
-                raise KBError(f"cannot filter this knowledge base ({exc})") from None
-            if count > limit:
-                raise KBError(f"the filter matches {count:,} chunks, more than the "
-                              f"{limit:,} ranked exactly in memory: narrow it")
-            rows = self._conn.execute(
-                f"SELECT {CHUNK_COLUMNS}, c.vector FROM chunks c JOIN documents d "
-                f"ON d.id = c.doc WHERE {condition} ORDER BY c.id", params).fetchall()
-        chunks = [StoredChunk(*r[:9]) for r in rows]
-        vectors = (np.frombuffer(b"".join(r[9] for r in rows), dtype=np.float32)
-                   .reshape(len(rows), self.dim) if rows else np.zeros((0, self.dim),
-                                                                       dtype=np.float32))
-        return Subset(chunks, vectors)
+            return subset_rows(self._conn, where, limit, self.dim)
 
     def chunks(self, ids: Sequence[int]) -> dict[int, StoredChunk]:
         """The stored chunks of ``ids``, with their documents' identity, by chunk id."""
