@@ -227,6 +227,10 @@ class RiskSettings(_Section):
     granularity: Literal["answer", "sentence", "claim"] = "claim"
     rephrasings: int = Field(0, ge=0, le=10)
     classifier: Path | None = None
+    # bytes a scoring server's reply may have (its top_k log-probabilities per token make
+    # it large: ~1 MB for a 200-token answer at top_k 50); over it the item is an error,
+    # not retried, and reading stops at the cap (memory stays bounded)
+    max_reply_bytes: int = Field(32_000_000, ge=1_000)
 
 
 ARBITRATION_RULES = frozenset({

@@ -387,3 +387,11 @@ def test_unknown_model_is_reported_as_such() -> None:
         [trace] = run(compat(server), [ITEMS[0]])
     assert "check the model name 'tiny'" in (trace.error or "")
     assert NO_PROMPT_LOGPROBS not in (trace.error or "") and len(server.bodies) == 1
+
+
+def test_an_oversized_scorer_reply_is_an_error_not_a_memory_spike() -> None:
+    big = {"choices": [{"index": 0, "text": "", "prompt_logprobs": None}], "pad": "x" * 300_000}
+    with CompletionsServer(lambda body: (200, big)) as server:
+        [trace] = run(compat(server, max_reply_bytes=100_000, max_retries=3), [ITEMS[0]])
+    assert trace.steps == [] and "max_reply_bytes" in (trace.error or "")
+    assert len(server.bodies) == 1  # not retried: the same request gets the same reply

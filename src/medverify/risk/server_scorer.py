@@ -22,6 +22,7 @@ import httpx
 
 from medverify.config import RiskSettings
 from medverify.errors import ConfigError
+from medverify.llm.limits import ReplyTooLarge, read_capped
 from medverify.risk.records import TokenStep, TokenTrace, TopToken
 from medverify.risk.scorers import (
     EMPTY_ANSWER,
@@ -50,7 +51,8 @@ def openai_from_spec(spec: str, settings: RiskSettings) -> OpenAICompatScorer:
         kind=parsed.provider, model=parsed.model, base_url=base_url, k=settings.top_k,
         key_env=parsed.key_env or (endpoint.key_env if endpoint else None),
         timeout_s=parsed.timeout_s or 60.0, concurrency=parsed.concurrency or 8,
-        max_retries=3 if parsed.max_retries is None else parsed.max_retries)
+        max_retries=3 if parsed.max_retries is None else parsed.max_retries,
+        max_reply_bytes=settings.max_reply_bytes)
 
 
 class _Unsupported(ItemError):
@@ -66,8 +68,10 @@ class OpenAICompatScorer:
 
     def __init__(self, *, kind: str, model: str, base_url: str, k: int = 50,
                  key_env: str | None = None, timeout_s: float = 60.0, concurrency: int = 8,
-                 max_retries: int = 3, backoff_s: float = 0.5) -> None:
+                 max_retries: int = 3, backoff_s: float = 0.5,
+                 max_reply_bytes: int = 32_000_000) -> None:
         self.model = model
+        self.max_reply_bytes = max_reply_bytes  # [risk] max_reply_bytes
         self.base_url = base_url.rstrip("/")
         self.id = f"{kind}:{model}@{self.base_url}"
         self.k = k
@@ -129,13 +133,21 @@ class OpenAICompatScorer:
         attempt = 0
         while True:
             try:
-                response = await client.post(self.url, json=body)
+                async with client.stream("POST", self.url, json=body) as response:
+                    ok = response.status_code < 400
+                    content = await read_capped(response, self.max_reply_bytes, self.url,
+                                                truncate=not ok)
+            except ReplyTooLarge as exc:  # not retried: the same request gets the same
+                raise ItemError(f"{exc} ([risk] max_reply_bytes)") from None
             except httpx.TransportError as exc:  # timeouts included
                 problem, wait = f"cannot reach {self.url}: {type(exc).__name__}", None
             else:
-                if response.status_code < 400:
-                    return _json(response, self.url)
-                problem, wait = self._http_problem(response)
+                headers = {k: v for k, v in response.headers.items()  # content is decoded
+                           if k.lower() not in ("content-encoding", "content-length")}
+                reply = httpx.Response(response.status_code, headers=headers, content=content)
+                if ok:
+                    return _json(reply, self.url)
+                problem, wait = self._http_problem(reply)
             if wait is False or attempt >= self.max_retries:
                 raise ItemError(problem)
             delay = wait if isinstance(wait, float) else min(self.backoff_s * 2**attempt, 8.0)
