@@ -53,6 +53,17 @@ def test_report_text_is_not_console_markup() -> None:
     assert "[blink]Q?[/]" in text
 
 
+def test_control_characters_in_claims_and_names_are_printed_escaped() -> None:
+    claim = Claim(id="c1", text="Take 2 g\x1b[31m daily\rforged line")
+    result = result_of(Category.FACT).model_copy(update={"claim": claim})
+    passages = [p.model_copy(update={"doc_id": "evil\ndoc", "title": "T\x1b[2J"})
+                for p in result.passages]
+    result = result.model_copy(update={"passages": passages})
+    text = recorded(example_report([result]))
+    assert "\x1b" not in text and "\r" not in text
+    assert "\\x1b[31m" in text or "\\x1b" in text
+
+
 def test_empty_report_summary() -> None:
     text = recorded(example_report([], Answer(text="Nothing to check.")))
     assert "No claims were extracted" in text

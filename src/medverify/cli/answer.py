@@ -17,6 +17,7 @@ from medverify.errors import ConfigError, InputError
 from medverify.factcheck.records import RagAnswer
 from medverify.files import atomic_write_text
 from medverify.report.view import shorten
+from medverify.text import printable
 
 SNIPPET_CHARS = 100
 NO_MODEL = ("medverify answer generates text: pass --model SPEC (e.g. openai:gpt-4o-mini, "
@@ -70,8 +71,8 @@ def print_answer(result: RagAnswer, out: Console) -> None:
     out.print(Text(f"Chunks used ({len(result.chunks)}):", style="bold"))
     for number, chunk in enumerate(result.chunks, start=1):
         line = Text(f"[{number}] ", style="bold")
-        line.append(chunk.title or chunk.doc_id, style="cyan")
-        line.append(f"  ({chunk.doc_id})", style="dim")
+        line.append(printable(chunk.title or chunk.doc_id), style="cyan")
+        line.append(f"  ({printable(chunk.doc_id)})", style="dim")
         out.print(line)
         out.print(Text("    " + shorten(chunk.text, SNIPPET_CHARS)))
 

@@ -28,6 +28,7 @@ from medverify.report.view import (
     support_word,
     total_usage,
 )
+from medverify.text import printable
 
 CLAIM_WIDTH = 100
 EVIDENCE_WIDTH = 40
@@ -55,7 +56,7 @@ def _category_cell(result: ClaimResult) -> Text:
 
 def _claim_cell(result: ClaimResult) -> Text:
     """The claim's text, then why it is not sure and each exact-check finding."""
-    cell = Text(shorten(result.claim.text, CLAIM_WIDTH))
+    cell = Text(shorten(printable(result.claim.text), CLAIM_WIDTH))
     reason = not_sure_reason(result)
     if reason is not None:
         cell.append(f"\nnot sure: {shorten(reason, REASON_WIDTH)}", style="yellow")
@@ -67,12 +68,14 @@ def _claim_cell(result: ClaimResult) -> Text:
 
 def _evidence_cell(result: ClaimResult) -> Text:
     if result.category == Category.ERROR:
-        return Text(shorten(result.error or "no cause recorded", EVIDENCE_WIDTH), style="magenta")
+        return Text(shorten(printable(result.error or "no cause recorded"), EVIDENCE_WIDTH),
+                    style="magenta")
     passage = deciding_passage(result)
     if passage is not None:
-        cell = Text(shorten(f"{passage.doc_id} · {passage.title or passage.id}", EVIDENCE_WIDTH))
+        name = printable(f"{passage.doc_id} · {passage.title or passage.id}")
+        cell = Text(shorten(name, EVIDENCE_WIDTH))
     else:
-        cell = Text(result.evidence_passage_id or "—", style="dim")
+        cell = Text(printable(result.evidence_passage_id or "—"), style="dim")
     if evidence_not_counted(result):
         cell.append(" (judge evidence not counted)", style="yellow")
     return cell
