@@ -19,6 +19,7 @@ from pydantic import Field
 
 from medverify.errors import MedverifyError
 from medverify.records import Record
+from medverify.store.context import current_request_id
 from medverify.store.runs import RunStore
 
 
@@ -66,6 +67,7 @@ class JobRow(JobState):
     worker: str | None = None
     request: str
     result: str | None = None
+    request_id: str | None = None  # the service request that submitted it (version 12)
 
     @property
     def finished(self) -> bool:
@@ -79,7 +81,8 @@ class JobNotFound(MedverifyError):
 _TERMINAL = frozenset({JobStatus.DONE, JobStatus.FAILED, JobStatus.CANCELLED})
 _COLUMNS = (
     "id, kind, status, key_id, created_at, started_at, finished_at, heartbeat_at, worker,"
-    " attempts, progress_done, progress_total, run_id, error, cancel_requested, request, result"
+    " attempts, progress_done, progress_total, run_id, error, cancel_requested, request, result,"
+    " request_id"
 )
 
 
@@ -94,13 +97,14 @@ def _when(text: str | None) -> datetime | None:
 
 def _row(row: tuple) -> JobRow:
     (job_id, kind, status, key_id, created_at, started_at, finished_at, heartbeat_at, worker,
-     attempts, done, total, run_id, error, cancel_requested, request, result) = row
+     attempts, done, total, run_id, error, cancel_requested, request, result, request_id) = row
     return JobRow(
         id=job_id, kind=JobKind(kind), status=JobStatus(status), key_id=key_id,
         created_at=datetime.fromisoformat(created_at), started_at=_when(started_at),
         finished_at=_when(finished_at), heartbeat_at=_when(heartbeat_at), worker=worker,
         attempts=attempts, progress=JobProgress(done=done, total=total), run_id=run_id,
         error=error, cancel_requested=bool(cancel_requested), request=request, result=result,
+        request_id=request_id,
     )
 
 
@@ -123,16 +127,18 @@ class JobStore:
     # -- submitting and reading --------------------------------------------------------
 
     def submit(self, kind: JobKind | str, request_json: str, key_id: str | None) -> JobRow:
-        """Queue a job; ``request_json`` is the request body as JSON text."""
+        """Queue a job; ``request_json`` is the request body as JSON text. The job keeps the
+        id of the request being served (:mod:`medverify.store.context`), which its runs then
+        record."""
         kind = JobKind(kind)
         now = datetime.now(UTC)
         for _ in range(5):
             job_id = f"job-{now:%Y%m%d-%H%M%S}-{secrets.token_hex(4)}"
             try:
                 self._db.execute(
-                    "INSERT INTO jobs (id, kind, status, key_id, created_at, request)"
-                    " VALUES (?, ?, 'queued', ?, ?, ?)",
-                    (job_id, kind.value, key_id, _stamp(now), request_json),
+                    "INSERT INTO jobs (id, kind, status, key_id, created_at, request, request_id)"
+                    " VALUES (?, ?, 'queued', ?, ?, ?, ?)",
+                    (job_id, kind.value, key_id, _stamp(now), request_json, current_request_id()),
                 )
             except self._db.IntegrityError:
                 continue
@@ -165,6 +171,16 @@ class JobStore:
             (*args, max(0, limit)),
         ).fetchall()
         return [_row(row) for row in rows]
+
+    def counts(self) -> dict[tuple[str, str], int]:
+        """Jobs per (kind, status), those present only."""
+        rows = self._db.execute("SELECT kind, status, COUNT(*) FROM jobs GROUP BY kind, status")
+        return {(kind, status): int(n) for kind, status, n in rows.fetchall()}
+
+    def oldest_queued(self) -> datetime | None:
+        """When the job waiting longest in the queue was submitted (None: none waits)."""
+        row = self._db.execute("SELECT MIN(created_at) FROM jobs WHERE status = 'queued'")
+        return _when(row.fetchone()[0])
 
     def has_run(self, key_id: str, run_id: str) -> bool:
         """Whether a job of key ``key_id`` produced run ``run_id``."""

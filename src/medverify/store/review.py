@@ -230,6 +230,12 @@ class ReviewStore:
         counts.update({status: int(n) for status, n in rows.fetchall()})
         return counts
 
+    def oldest_waiting(self) -> datetime | None:
+        """When the item waiting longest for review (any status but closed) was added."""
+        row = self._db.execute("SELECT MIN(created_at) FROM review_items WHERE status <> ?",
+                               (ReviewStatus.CLOSED.value,)).fetchone()
+        return _when(row[0])
+
     def assign(self, item_id: str, reviewer: str | None) -> ReviewItem:
         """Give an open item to ``reviewer`` (None: to nobody). ItemClosed for a closed one."""
         with self.runs.immediate():

@@ -19,13 +19,12 @@ import re
 import socket
 import sqlite3
 import uuid
-from collections.abc import Iterator, Sequence, Sized
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from datetime import UTC, datetime
-from enum import Enum
 from importlib import resources
 from pathlib import Path
-from typing import Any, Literal, Protocol, TypeVar
+from typing import Any, Literal, TypeVar
 
 from pydantic import BaseModel, ConfigDict, TypeAdapter
 
@@ -52,6 +51,9 @@ from medverify.store.connections import (
     display,
     sqlite_path,
 )
+from medverify.store.context import current_request_id
+from medverify.store.outcomes import OutcomeCount, count_outcomes, outcome_columns
+from medverify.store.saved import AuditRecord, BenchReplyRecord, FactCheckRecord
 
 _MIGRATION = re.compile(r"^(\d{4})_\w+\.sql$")
 _PASSAGES = TypeAdapter(list[Passage])
@@ -67,56 +69,6 @@ _TABLES: dict[str, tuple[str, str]] = {
     "bench_replies": ("reply", "model, question_id"),
     "factchecks": ("report", "position"),
 }
-
-
-# What the store needs from a record to save it: the store saves and reads any pydantic record
-# as JSON and knows no flow's record types (the flows sit above it; they read their records
-# back with :meth:`RunStore.records` and their own type).
-
-
-class AuditRecord(Protocol):
-    """An audited answer (``medverify.audit.records.AnswerAudit``)."""
-
-    @property
-    def answer(self) -> Answer: ...
-
-    @property
-    def claims(self) -> Sized: ...
-
-    @property
-    def errors(self) -> Sequence[str]: ...
-
-    def model_dump_json(self) -> str: ...
-
-
-class BenchReplyRecord(Protocol):
-    """One model's reply to one question (``medverify.bench.records.ModelReply``)."""
-
-    @property
-    def model(self) -> str: ...
-
-    @property
-    def question_id(self) -> str: ...
-
-    @property
-    def status(self) -> Enum: ...
-
-    @property
-    def created_at(self) -> datetime: ...
-
-    def model_dump_json(self) -> str: ...
-
-
-class FactCheckRecord(Protocol):
-    """One fact-checked answer (``medverify.factcheck.records.FactCheckReport``)."""
-
-    @property
-    def facts(self) -> Sized: ...
-
-    @property
-    def errors(self) -> Sequence[str]: ...
-
-    def model_dump_json(self) -> str: ...
 
 
 class RunInfo(BaseModel):
@@ -141,11 +93,12 @@ class RunInfo(BaseModel):
     process: str | None = None  # "host:pid" that ran it (runs recorded since version 7)
     process_gone: bool = False  # running, but its process on this host is gone (killed)
     kb_lineage: str | None = None  # the KB's identity across ingests (since version 11)
+    request_id: str | None = None  # the service request it was made for (since version 12)
 
 
 _RUN_COLUMNS = ("r.id, r.kind, r.status, r.created_at, r.finished_at, r.medverify_version, "
                 "r.config, r.models, r.prompt_versions, r.kb_snapshot, r.usage, r.error, "
-                "r.process, r.kb_lineage")
+                "r.process, r.kb_lineage, r.request_id")
 
 
 _ANSWER_COLUMNS = ("run_id", "position", "answer_id", "answer", "status", "error", "notes")
@@ -277,8 +230,8 @@ class RunStore:
         run_id = datetime.now(UTC).strftime("%Y%m%d-%H%M%S-") + uuid.uuid4().hex[:6]
         self._db.execute(
             "INSERT INTO runs (id, kind, status, created_at, medverify_version, config, models,"
-            " prompt_versions, kb_snapshot, process, kb_lineage) VALUES (?, ?, 'running', ?, ?,"
-            " ?, ?, ?, ?, ?, ?)",
+            " prompt_versions, kb_snapshot, process, kb_lineage, request_id) VALUES (?, ?,"
+            " 'running', ?, ?, ?, ?, ?, ?, ?, ?, ?)",
             (
                 run_id,
                 kind,
@@ -290,6 +243,7 @@ class RunStore:
                 kb_snapshot,
                 current_process(),
                 kb_lineage,
+                current_request_id(),
             ),
         )
         return run_id
@@ -323,7 +277,8 @@ class RunStore:
             )
             self._db.executemany(
                 "INSERT INTO claims (run_id, position, claim_id, claim, passages, verdict, error,"
-                " hallucination_risk, arbitration) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                " hallucination_risk, arbitration, category, decision, confident)"
+                " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
                 [
                     (
                         run_id,
@@ -335,6 +290,7 @@ class RunStore:
                         r.error,
                         r.hallucination_risk,
                         r.arbitration.model_dump_json() if r.arbitration else None,
+                        *outcome_columns(r),
                     )
                     for r in results
                 ],
@@ -423,6 +379,12 @@ class RunStore:
     def list_runs(self, limit: int = 50) -> list[RunInfo]:
         with self._readable():
             return self._select_runs("", (), limit=limit)
+
+    def outcomes(self, since: datetime, until: datetime) -> list[OutcomeCount]:
+        """The claims of check runs started in ``[since, until)``, counted by hour and
+        outcome (:mod:`medverify.store.outcomes`: the drift report's input)."""
+        with self._readable():
+            return count_outcomes(self._db, since, until)
 
     def get_run(self, run_id: str) -> RunInfo:
         """The run whose id starts with ``run_id`` (a unique prefix is enough)."""
@@ -522,7 +484,7 @@ class RunStore:
     @staticmethod
     def _info(row: tuple[Any, ...]) -> RunInfo:
         (run_id, kind, status, created, finished, version, config, models, prompts, snapshot,
-         usage, error, process, lineage, n_answers, n_claims) = row
+         usage, error, process, lineage, request, n_answers, n_claims) = row
         return RunInfo(
             id=run_id,
             kind=kind,
@@ -541,6 +503,7 @@ class RunStore:
             process=process,
             process_gone=status == "running" and process_gone(process),
             kb_lineage=lineage,
+            request_id=request,
         )
 
 
