@@ -3,7 +3,9 @@
 :class:`Model` wraps one :class:`~medverify.llm.base.Provider` and adds a per-attempt timeout,
 retries with exponential backoff and jitter inside a total time budget per call (and per
 answer, :func:`answer_budget`), a cap on the size of a reply, a per-provider concurrency limit,
-a persistent request cache and token accounting per pipeline stage (:class:`UsageLedger`).
+a persistent request cache and token accounting per pipeline stage (:class:`UsageLedger`);
+each call and retry is told to the observers of :mod:`medverify.llm.observe` (the service's
+metrics).
 The limits themselves are in :mod:`medverify.llm.limits`.
 """
 
@@ -33,6 +35,7 @@ from medverify.llm.limits import (
     check_reply_size,
 )
 from medverify.llm.limits import answer_budget as _answer_budget
+from medverify.llm.observe import CallEvent, notify_call, notify_retry, observers
 from medverify.llm.spec import ModelSpec, parse_spec, providers
 from medverify.records import Usage
 
@@ -160,14 +163,23 @@ class Model:
         store = self._cache if cache else None
         key = request.cache_key(self.id) if store is not None else None
         # a stored entry far over the reply cap (kept before there was one) is not loaded
-        completion = (store.get(key, max_chars=2 * self.settings.max_reply_bytes)
-                      if store is not None and key else None)
-        if completion is None and key is not None:
-            completion = await self._single_flight(key, request, stage)
-        elif completion is None:
-            completion = await self._call_with_retries(request, stage)
+        started = time.perf_counter()
+        try:
+            completion = (store.get(key, max_chars=2 * self.settings.max_reply_bytes)
+                          if store is not None and key else None)
+            if completion is None and key is not None:
+                completion = await self._single_flight(key, request, stage)
+            elif completion is None:
+                completion = await self._call_with_retries(request, stage)
+        except Exception as exc:
+            if observers():  # the service's metrics (medverify.llm.observe)
+                notify_call(CallEvent(self.id, stage, "error", time.perf_counter() - started,
+                                      error=type(exc).__name__))
+            raise
         self.usage.record(stage, completion)
         _log_call(stage, self.id, completion)
+        if observers():
+            notify_call(_call_event(self.id, stage, completion, time.perf_counter() - started))
         return completion
 
     async def _single_flight(self, key: str, request: ChatRequest, stage: str) -> Completion:
@@ -219,6 +231,7 @@ class Model:
                                       status=exc.status) from exc
                 log.debug("stage=%s model=%s attempt %d/%d failed (%s); retrying in %.3f s",
                           stage, self.id, attempt, attempts, exc, delay)
+                notify_retry(self.id, stage)
                 await asyncio.sleep(delay)
         raise AssertionError("unreachable")  # pragma: no cover
 
@@ -303,6 +316,13 @@ def answer_budget(model: Model | None) -> AbstractContextManager[None]:
     if model is None or model.settings.answer_budget_s <= 0:
         return nullcontext()
     return _answer_budget(max(model.settings.answer_budget_s, model.settings.call_budget_s))
+
+
+def _call_event(model_id: str, stage: str, completion: Completion, seconds: float) -> CallEvent:
+    if completion.cached:
+        return CallEvent(model_id, stage, "cached", seconds)
+    return CallEvent(model_id, stage, "ok", seconds, completion.usage.prompt_tokens,
+                     completion.usage.completion_tokens)
 
 
 def _log_call(stage: str, model_id: str, completion: Completion) -> None:
