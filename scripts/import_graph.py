@@ -79,6 +79,7 @@ LAYERS: dict[str, int] = {
     "injection": 4,
     "demo": 4,
     "trials.study": 4,  # CHECK's 15-question clinical-trial study (asks, judges, reports)
+    "ops": 4,  # drift of the recorded verdicts: daily rates against a baseline (store, evals)
     # 5 entry points.
     "cli": 5,
     "client": 5,  # the Python client of `medverify serve` (HTTP; the service's records)

@@ -310,6 +310,19 @@ class ServiceSettings(_Section):
     heartbeat_s: float = Field(2.0, gt=0)  # a running job's worker says it is alive
     stale_after_s: float = Field(10.0, gt=0)  # no heartbeat this long: its worker died
     shutdown_grace_s: float = Field(20.0, ge=0)  # in-flight jobs may finish this long
+    # GET /metrics in the Prometheus text format (docs/operations.md); false: no metric is
+    # kept and /metrics answers 409
+    metrics: bool = True
+    # serve the metrics on this port instead, without a key (bind it where only Prometheus
+    # reaches: metrics_host); None: on the API's port, for admin keys only
+    metrics_port: int | None = Field(None, ge=1, le=65535)
+    metrics_host: str = "127.0.0.1"  # the address metrics_port listens on
+    # the service's log lines from this level: debug, info (one line per request), warning
+    log_level: Literal["debug", "info", "warning", "error"] = "info"
+    # text: human-readable; json: one JSON object a line; auto: text on a terminal, else json
+    log_format: Literal["auto", "text", "json"] = "auto"
+    # one line per request: request id, key id, route, status, duration, claims (at info)
+    access_log: bool = True
 
 
 class ReviewSettings(_Section):
@@ -331,6 +344,41 @@ class ReviewSettings(_Section):
     # of its key content: teaching then changes only the verdicts whose evidence includes a
     # taught document (0: taught documents are never retrieved)
     reviewed_passages: int = Field(2, ge=0, le=20)
+
+
+DRIFT_RATES = ("FACT", "HALLUCINATION", "JUDGMENT_ERROR", "COVERAGE_GAP", "ERROR", "ACCEPT",
+               "FLAG", "ESCALATE", "NOT_SURE")
+"""The rates the drift report follows: each category's share of the claims checked, each
+arbitration decision's, and the share of verdicts shown as not sure (medverify.ops.drift)."""
+
+
+class OpsSettings(_Section):
+    """``medverify ops report`` and the drift gauges of the service's ``/metrics``
+    (docs/operations.md)."""
+
+    # a day (or the live window) is compared with the claims of this many days before it
+    baseline_days: int = Field(7, ge=1, le=90)
+    # a day, window or baseline with fewer claims is shown but never called drifted
+    min_claims: int = Field(20, ge=1)
+    # rate -> margin (a share, 0.05 = 5 points): a day is drifted on a rate that rises above
+    # its baseline by more than the margin while the day's 95 % Wilson interval lies wholly
+    # above the baseline; a negative margin watches a fall the same way. Rates: DRIFT_RATES.
+    # Setting margins replaces these defaults
+    margins: dict[str, float] = Field(default_factory=lambda: {
+        "ERROR": 0.05, "HALLUCINATION": 0.10, "ESCALATE": 0.10})
+    # the drift gauges of /metrics compare the last this many hours with the baseline
+    window_hours: int = Field(24, ge=1, le=24 * 14)
+    # seconds between recounts of the drift gauges and the KB's size (0: at every scrape)
+    refresh_s: float = Field(60.0, ge=0)
+
+    @field_validator("margins")
+    @classmethod
+    def _known_rates(cls, value: dict[str, float]) -> dict[str, float]:
+        upper = {name.upper(): float(margin) for name, margin in value.items()}
+        unknown = sorted(set(upper) - set(DRIFT_RATES))
+        if unknown:
+            raise ValueError(f"unknown rate(s) {unknown}; rates: {list(DRIFT_RATES)}")
+        return upper
 
 
 class Config(_Section):
@@ -362,6 +410,7 @@ class Config(_Section):
     service: ServiceSettings = Field(default_factory=ServiceSettings)
     arbitration: ArbitrationPolicy = Field(default_factory=ArbitrationPolicy)
     review: ReviewSettings = Field(default_factory=ReviewSettings)
+    ops: OpsSettings = Field(default_factory=OpsSettings)
 
     @property
     def judge_name(self) -> str:
