@@ -322,10 +322,11 @@ def test_feature_names_stable_order_and_shape() -> None:
     assert names == feature_names(["p", "q"], rephrasings=True, granularity="sentence")
     assert names[: len(STATS)] == [f"m0.logprob.{s}" for s in STATS]
     assert len(names) == len(set(names))
-    for name in ("m0.entropy.q90", "kl.m0_m1.mean", "reph.m0.logprob_std.mean", "m1.n_tokens"):
+    for name in ("m0.entropy.q90", "kl.m0_m1.mean", "reph.m0.logprob_std.mean", "m1.n_tokens",
+                 "dlogprob.m0_m1.mean", "dentropy.m0_m1.q90"):
         assert name in names
-    # 2 models x 9 series + 1 pair x 3 + 2 x 2 rephrasing series, 12 stats; + scalars
-    assert len(names) == (18 + 3 + 4) * 12 + (2 + 1 + 2 + 2)
+    # 2 models x 9 series + 1 pair x 5 + 2 x 2 rephrasing series, 12 stats; + scalars
+    assert len(names) == (18 + 5 + 4) * 12 + (2 + 1 + 2 + 2)
     plain = feature_names(["x"], rephrasings=False, granularity="answer")
     assert not any(n.startswith(("reph.", "kl")) for n in plain) and "unit.rel_start" not in plain
 
@@ -366,3 +367,20 @@ def test_trace_without_steps_gives_only_missing_model_stats() -> None:
     assert row.values["m0.n_tokens"] == 0.0
     assert all(f"m0.logprob.{s}" in row.missing for s in STATS)
     assert vectorize([row], build_schema(["e"], rephrasings=False, granularity="answer")).any()
+
+
+def test_cross_model_differences_are_taken_at_aligned_positions() -> None:
+    from medverify.risk.records import TokenStep, TokenTrace
+    from medverify.risk.series import answer_series
+
+    def trace(scorer: str, cuts: list[tuple[int, int, float]]) -> TokenTrace:
+        return TokenTrace(scorer=scorer, answer="aa bb", steps=[
+            TokenStep(token="aa bb"[a:b], start=a, end=b, logprob=lp, rank=1, top=[])
+            for a, b, lp in cuts])
+
+    a = trace("a", [(0, 2, -1.0), (2, 5, -3.0)])
+    b = trace("b", [(0, 1, -0.5), (1, 2, -0.5), (2, 5, -1.0)])  # "a" "a" " bb"
+    pair = answer_series({"a": [a], "b": [b]}, {}, rephrasings=False).series["pair.m0_m1"]
+    assert pair.starts.tolist() == [0, 2]  # both start a token at 0 and at 2
+    assert pair.columns["dlogprob"].tolist() == [-0.5, -2.0]
+    assert pair.columns["dentropy"].shape == (2,)

@@ -45,7 +45,7 @@ from medverify.risk.series import (
     pair_name,
 )
 
-FEATURE_SCHEMA_VERSION = "1"
+FEATURE_SCHEMA_VERSION = "2"  # 2: dlogprob, dentropy pair series
 FILL_VALUE = 0.0
 
 STATS: tuple[str, ...] = (

@@ -48,7 +48,10 @@ is known, else ``n_tail = |U missing from P| + 1``, and ``p_min`` is P's smalles
 probability (a token outside the top-k cannot be more likely than it). ``OTHER`` gets
 what is left of the tail, ``r - |missing| q`` (>= 0). Every outcome is then floored at
 :data:`KL_EPS` and the distribution renormalised, so KL is finite. ``kl_ab`` = KL(A||B),
-``kl_ba`` = KL(B||A), ``kl`` = (kl_ab + kl_ba) / 2 (natural log).
+``kl_ba`` = KL(B||A), ``kl`` = (kl_ab + kl_ba) / 2 (natural log). At the same aligned
+positions, ``dlogprob`` = A's answer-token log-prob minus B's and ``dentropy`` = A's
+``entropy_lb`` minus B's: where two models disagree about the same text (CHECK's
+cross-model agreement; feature schema 2).
 
 Rephrasings
 -----------
@@ -77,7 +80,7 @@ ORIGINAL = "original"
 MODEL_SERIES: tuple[str, ...] = (
     "logprob", "prob", "rank", "log_rank", "top1", "top5", "topk_mass", "entropy", "entropy_lb",
 )
-PAIR_SERIES: tuple[str, ...] = ("kl", "kl_ab", "kl_ba")
+PAIR_SERIES: tuple[str, ...] = ("kl", "kl_ab", "kl_ba", "dlogprob", "dentropy")
 REPHRASE_SERIES: tuple[str, ...] = ("logprob_std", "kl")
 
 
@@ -325,8 +328,14 @@ def _pairwise_kl(
     )
 
 
-def _pair_series(aligned: AlignedKL) -> PositionSeries:
-    cols = {"kl": aligned.kl, "kl_ab": aligned.kl_ab, "kl_ba": aligned.kl_ba}
+def _pair_series(aligned: AlignedKL, a: PositionSeries, b: PositionSeries) -> PositionSeries:
+    """The pair's series at the aligned positions: the KLs, and where the two models
+    disagree on the same text: ``dlogprob`` (A's answer-token log-prob minus B's) and
+    ``dentropy`` (A's entropy minus B's, the lower bound: comparable across vocabularies)."""
+    ia, ib = aligned.index_a, aligned.index_b
+    cols = {"kl": aligned.kl, "kl_ab": aligned.kl_ab, "kl_ba": aligned.kl_ba,
+            "dlogprob": a.columns["logprob"][ia] - b.columns["logprob"][ib],
+            "dentropy": a.columns["entropy_lb"][ia] - b.columns["entropy_lb"][ib]}
     return PositionSeries(aligned.starts, aligned.ends, cols)
 
 
@@ -441,6 +450,7 @@ def answer_series(
             continue
         vocabs = (vocab_sizes.get(sa), vocab_sizes.get(sb))
         aligned = _pairwise_kl(ta, tb, vocabs, cache)
-        series[f"pair.{pair_name(i, j)}"] = _pair_series(aligned)
+        series[f"pair.{pair_name(i, j)}"] = _pair_series(aligned, series[f"m{i}"],
+                                                         series[f"m{j}"])
         scalars[f"kl.{pair_name(i, j)}.coverage"] = aligned.coverage
     return AnswerSeries(answer, series, scalars)
