@@ -182,7 +182,7 @@ class Line:
         return node
 
     def has(self, path: Path) -> bool:
-        return _filled(self.get(path))
+        return filled(self.get(path))
 
     def lit(self, text: str) -> Line:
         self.parts.append(text)
@@ -212,9 +212,19 @@ class Line:
     def opt(self, before: str, path: Path, after: str = "", enum: bool = False) -> Line:
         """``before value after`` when the field is filled, nothing otherwise."""
         value = self.get(path)
-        if _filled(value):
+        if filled(value):
             self.parts.append(before)
             self._write(path, value, enum, None).parts.append(after)
+        return self
+
+    def at(self, node: Any, path: Path, key: str, before: str = "", after: str = "",
+           enum: bool = False) -> Line:
+        """As :meth:`opt` for field ``key`` of ``node``, the object at ``path`` the caller
+        already holds (read without walking the record again)."""
+        value = node.get(key) if node.__class__ is dict else None
+        if filled(value):
+            self.parts.append(before)
+            self._write((*path, key), value, enum, None).parts.append(after)
         return self
 
     def values(self, path: Path, what: str, limit: int = MAX_LIST, enum: bool = False,
@@ -239,7 +249,9 @@ class Line:
         return self.val(title if self.has(title) else (*path, "id")).lit(after)
 
     def sentence(self) -> Sentence:
-        return Sentence(text="".join(self.parts).strip(), pointers=list(self.pointers))
+        # built from a str and a list of str: no validation needed (it is most of the cost)
+        return Sentence.model_construct(text="".join(self.parts).strip(),
+                                        pointers=list(self.pointers))
 
     def sentences(self) -> list[Sentence]:
         """The sentence, then the notes of the lists it cut."""
@@ -275,7 +287,7 @@ def left_out(study: dict[str, Any], path: Path, shown: Iterable[int], what: str,
     return line.lit(".").sentence()
 
 
-def _filled(value: Any) -> bool:
+def filled(value: Any) -> bool:
     """Whether a field has something to write (not missing, blank or an empty list)."""
     if isinstance(value, str):
         return bool(value.strip())

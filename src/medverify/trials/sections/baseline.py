@@ -66,11 +66,12 @@ def _measure(study: dict[str, Any], base: Path, measure: dict[str, Any],
 
 def _row(study: dict[str, Any], base: Path, c: int, k: int, groups: dict[Any, int]) -> Sentence:
     line = Line(study)
-    cls = (*base, "classes", c)
-    cat = (*cls, "categories", k)
-    line.lit("Baseline \"").opt("", (*base, "title")).lit("\"")
-    line.opt(" (", (*cls, "title"), ")").opt(" [", (*cat, "title"), "]")
-    line.opt(", ", (*base, "paramType"), enum=True).opt(" in ", (*base, "unitOfMeasure"))
+    measure = line.get(base) or {}
+    cls, cat = (*base, "classes", c), (*base, "classes", c, "categories", k)
+    category = line.get(cat)
+    line.lit("Baseline \"").at(measure, base, "title").lit("\"")
+    line.at(line.get(cls), cls, "title", " (", ")").at(category, cat, "title", " [", "]")
+    line.at(measure, base, "paramType", ", ", enum=True).at(measure, base, "unitOfMeasure", " in ")
     line.lit(": ")
-    measurements(line, cat, (*base, "dispersionType"), GROUPS, groups)
+    measurements(line, (category, cat), (measure, base), GROUPS, groups)
     return line.lit(".").sentence()

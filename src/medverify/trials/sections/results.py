@@ -15,6 +15,7 @@ from medverify.trials.summary import (
     Line,
     Path,
     Sentence,
+    filled,
     group_index,
     not_given,
 )
@@ -136,36 +137,43 @@ def _results(study: dict[str, Any], indexes: Sequence[int]) -> list[Sentence]:
 
 def _row(study: dict[str, Any], base: Path, c: int, k: int, groups: dict[Any, int]) -> Sentence:
     line = Line(study)
-    cls = (*base, "classes", c)
-    cat = (*cls, "categories", k)
-    line.lit("\"").opt("", (*base, "title")).lit("\"")
-    if line.get((*base, "type")) not in ("PRIMARY", "SECONDARY", None):
+    measure = line.get(base) or {}
+    cls, cat = (*base, "classes", c), (*base, "classes", c, "categories", k)
+    category = line.get(cat)
+    line.lit("\"").at(measure, base, "title").lit("\"")
+    if measure.get("type") not in ("PRIMARY", "SECONDARY", None):
         line.lit(" (").val((*base, "type"), labels=OUTCOME_TYPE_LABELS).lit(" outcome)")
-    line.opt(" (", (*cls, "title"), ")").opt(" [", (*cat, "title"), "]")
-    line.opt(", ", (*base, "paramType"), enum=True).opt(" in ", (*base, "unitOfMeasure"))
-    line.opt(" at ", (*base, "timeFrame")).lit(": ")
-    measurements(line, cat, (*base, "dispersionType"), (*base, "groups"), groups)
+    line.at(line.get(cls), cls, "title", " (", ")").at(category, cat, "title", " [", "]")
+    line.at(measure, base, "paramType", ", ", enum=True).at(measure, base, "unitOfMeasure", " in ")
+    line.at(measure, base, "timeFrame", " at ").lit(": ")
+    measurements(line, (category, cat), (measure, base), (*base, "groups"), groups)
     return line.lit(".").sentence()
 
 
-def measurements(line: Line, cat: Path, dispersion: Path, group_list: Path,
-                 groups: dict[Any, int]) -> None:
-    """Every group's value of one category: ``title value (dispersion spread)`` or ``title
-    value (dispersion lower to upper)``, with the measurement's comment."""
-    items = line.get((*cat, "measurements")) or []
-    for m in range(len(items)):
+def measurements(line: Line, category: tuple[Any, Path], measure: tuple[Any, Path],
+                 group_list: Path, groups: dict[Any, int]) -> None:
+    """Every group's value of one category (the object and its path) of a measure (the
+    object and its path: it holds the dispersion type): ``title value (dispersion spread)``
+    or ``title value (dispersion lower to upper)``, with the measurement's comment; groups
+    titled from ``group_list``."""
+    node, cat = category
+    items = node.get("measurements") if isinstance(node, dict) else None
+    for m, cell in enumerate(items or []):
+        if not isinstance(cell, dict):
+            continue
         at = (*cat, "measurements", m)
-        gid = items[m].get("groupId") if isinstance(items[m], dict) else None
+        gid = cell.get("groupId")
         line.lit("; " if m else "")
         if gid in groups:
             line.group((*group_list, groups[gid]), " ")
-        line.opt("", (*at, "value"))
-        if line.has((*at, "spread")):
-            line.lit(" (").opt("", dispersion, " ", enum=True).val((*at, "spread")).lit(")")
-        elif line.has((*at, "lowerLimit")) or line.has((*at, "upperLimit")):
-            line.lit(" (").opt("", dispersion, " ", enum=True).opt("", (*at, "lowerLimit"))
-            line.lit(" to ").opt("", (*at, "upperLimit")).lit(")")
-        line.opt(" [", (*at, "comment"), "]")
+        line.at(cell, at, "value")
+        if filled(cell.get("spread")):
+            line.lit(" (").at(*measure, "dispersionType", after=" ", enum=True)
+            line.at(cell, at, "spread").lit(")")
+        elif filled(cell.get("lowerLimit")) or filled(cell.get("upperLimit")):
+            line.lit(" (").at(*measure, "dispersionType", after=" ", enum=True)
+            line.at(cell, at, "lowerLimit").lit(" to ").at(cell, at, "upperLimit").lit(")")
+        line.at(cell, at, "comment", " [", "]")
 
 
 def _has_results(study: dict[str, Any]) -> bool:
