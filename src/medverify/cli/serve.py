@@ -11,6 +11,7 @@ import click
 from medverify.cli import main
 from medverify.cli._common import config_option, load_config, store_option
 from medverify.cli._names import JUDGES, RegistryChoice
+from medverify.config import ServiceSettings
 from medverify.errors import ConfigError, MissingDependencyError
 from medverify.store.connections import display
 from medverify.store.runs import RunStore
@@ -35,11 +36,13 @@ def serve(kb: Path | None, store: Path | None, host: str | None, port: int | Non
 
     Every request but /healthz and /readyz needs a key: create one first with
     `medverify keys create NAME`. Stop with Ctrl-C or SIGTERM: running jobs get
-    [service] shutdown_grace_s to finish, then go back to the queue."""
+    [service] shutdown_grace_s to finish, then go back to the queue. Metrics and log
+    lines: [service] metrics, metrics_port, log_level, log_format (docs/operations.md)."""
     try:
         import uvicorn
 
         from medverify.service.app import CONFIG_ENV
+        from medverify.service.metrics import metrics_for_serve
     except ImportError as exc:
         raise MissingDependencyError("fastapi", "serve", problem=(
             f"the service needs FastAPI and uvicorn ({exc})")) from exc
@@ -53,11 +56,22 @@ def serve(kb: Path | None, store: Path | None, host: str | None, port: int | Non
                           "`medverify kb ingest PATH --kb DIR`)")
     RunStore(config.store_location).close()  # created and migrated once, before the workers
     os.environ[CONFIG_ENV] = json.dumps(config.model_dump(mode="json"))
+    metrics_server = metrics_for_serve(config)  # several workers: their counts summed
     settings = config.service
     click.echo(f"medverify serving on http://{settings.host}:{settings.port} "
                f"(store {display(config.store_location)}, KB {config.kb}, "
-               f"{settings.workers} worker(s)); "
-               "OpenAPI page: /docs", err=True)
+               f"{settings.workers} worker(s)); OpenAPI page: /docs; {_metrics_at(settings)}",
+               err=True)
     uvicorn.run("medverify.service.app:app_from_env", factory=True, host=settings.host,
                 port=settings.port, workers=settings.workers, log_level="warning",
                 timeout_graceful_shutdown=int(settings.shutdown_grace_s) + 10)
+    if metrics_server is not None:
+        metrics_server.shutdown()
+
+
+def _metrics_at(settings: ServiceSettings) -> str:
+    if not settings.metrics:
+        return "metrics off"
+    if settings.metrics_port is None:
+        return "metrics: /metrics (admin key)"
+    return f"metrics: http://{settings.metrics_host}:{settings.metrics_port}/metrics (no key)"

@@ -3,8 +3,10 @@
 ``create_app(config)`` builds the FastAPI app (lifespan, middleware, error handlers) over
 the route groups of :mod:`medverify.service.routes`; ``app_from_env()`` is the factory
 ``medverify serve`` gives uvicorn (each worker process builds its own app and loads the KB,
-model and judge once, at start-up). Request and response bodies are the project's records,
+model and judge once, at start-up, and sends its log lines as ``[service]`` says:
+:mod:`medverify.service.logs`). Request and response bodies are the project's records,
 so the OpenAPI schema (``/openapi.json``, the page at ``/docs``) is generated from them.
+Every request gets an id, its metrics and its log line (:mod:`medverify.service.observe`).
 """
 
 from __future__ import annotations
@@ -13,19 +15,23 @@ import asyncio
 import inspect
 import json
 import os
-from collections.abc import AsyncIterator, Awaitable, Callable
-from contextlib import asynccontextmanager
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
+from contextlib import asynccontextmanager, contextmanager
 from typing import Any
 
 from fastapi import APIRouter, FastAPI, Request, Response
 from fastapi.routing import APIRoute
 
-from medverify.config import Config
+from medverify.config import Config, ServiceSettings
+from medverify.llm.observe import add_observer, remove_observer
 from medverify.records import package_version
 from medverify.service.auth import client_address
 from medverify.service.docs_pages import docs_router
 from medverify.service.errors import BodyGuard, install_error_handlers
 from medverify.service.jobs import JobRunner
+from medverify.service.logs import configure_logging
+from medverify.service.metrics import ServiceMetrics, multiprocess, serve_metrics
+from medverify.service.observe import RequestObserver
 from medverify.service.records import ErrorResponse
 from medverify.service.routes import ROUTERS
 from medverify.service.state import ServiceState
@@ -63,10 +69,12 @@ attribute of the route (its tags, status code, response model, responses, name, 
 def create_app(config: Config, *, run_jobs: bool = True) -> FastAPI:
     """The service over ``config`` (its KB, model, judge, run store and ``[service]``
     limits). ``run_jobs=False`` leaves queued jobs to other workers (tests)."""
+    metrics = ServiceMetrics(config) if config.service.metrics else None
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         state = ServiceState.open(config)
+        state.metrics = metrics
         await asyncio.to_thread(state.load)
         state.finish_teaching()
         app.state.service = state
@@ -74,7 +82,8 @@ def create_app(config: Config, *, run_jobs: bool = True) -> FastAPI:
         if run_jobs:
             runner.start()
         try:
-            yield
+            with _watching(metrics, config.service):
+                yield
         finally:
             await runner.stop()
             await state.aclose()
@@ -86,6 +95,8 @@ def create_app(config: Config, *, run_jobs: bool = True) -> FastAPI:
     install_error_handlers(app)
     app.middleware("http")(audit_writes)
     app.add_middleware(BodyGuard, max_bytes=config.service.max_body_bytes)
+    app.add_middleware(RequestObserver, metrics=metrics,  # outermost: sees every request
+                       access_log=config.service.access_log)
     for router in ROUTERS:
         _declare(app, router)
     app.include_router(review_pages)  # the review UI (docs/review.md)
@@ -104,10 +115,33 @@ def _declare(app: FastAPI, router: APIRouter) -> None:
         app.router.add_api_route(route.path, route.endpoint, **options)
 
 
+@contextmanager
+def _watching(metrics: ServiceMetrics | None, settings: ServiceSettings) -> Iterator[None]:
+    """While the worker runs, its metrics observe its model calls; with ``metrics_port``
+    and one process they are served there too (several workers: by ``medverify serve``'s
+    parent process)."""
+    if metrics is None:
+        yield
+        return
+    add_observer(metrics)
+    server = None
+    if settings.metrics_port is not None and not multiprocess():
+        server = serve_metrics(metrics.registry, settings.metrics_host, settings.metrics_port)
+    try:
+        yield
+    finally:
+        remove_observer(metrics)
+        if server is not None:
+            server.shutdown()
+            server.server_close()
+
+
 def app_from_env() -> FastAPI:
-    """The app of one ``medverify serve`` worker (config from :data:`CONFIG_ENV`)."""
-    data = json.loads(os.environ.get(CONFIG_ENV) or "{}")
-    return create_app(Config.model_validate(data))
+    """The app of one ``medverify serve`` worker (config from :data:`CONFIG_ENV`), its log
+    lines set up as ``[service]`` says."""
+    config = Config.model_validate(json.loads(os.environ.get(CONFIG_ENV) or "{}"))
+    configure_logging(config.service)
+    return create_app(config)
 
 
 async def audit_writes(request: Request,

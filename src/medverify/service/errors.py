@@ -70,23 +70,30 @@ def _validation(exc: RequestValidationError) -> JSONResponse:
     return error_response(422, "invalid_request", f"{where}: {first['msg']}", detail=detail)
 
 
+def _noted(request: Request, code: str) -> str:
+    """``code``, also kept on the request for its log line and metrics (``state.error``)."""
+    request.state.error = code
+    return code
+
+
 def install_error_handlers(app: FastAPI) -> None:
     """Map every exception to the one error shape."""
 
     @app.exception_handler(ApiError)
-    async def api_error(_: Request, exc: ApiError) -> JSONResponse:
-        return error_response(exc.status, exc.code, exc.message, headers=exc.headers,
-                              detail=exc.detail)
+    async def api_error(request: Request, exc: ApiError) -> JSONResponse:
+        return error_response(exc.status, _noted(request, exc.code), exc.message,
+                              headers=exc.headers, detail=exc.detail)
 
     @app.exception_handler(RequestValidationError)
     async def invalid(_: Request, exc: RequestValidationError) -> JSONResponse:
         return _validation(exc)
 
     @app.exception_handler(StarletteHTTPException)
-    async def http_error(_: Request, exc: StarletteHTTPException) -> JSONResponse:
+    async def http_error(request: Request, exc: StarletteHTTPException) -> JSONResponse:
         if exc.status_code == 400:  # FastAPI could not parse the body (e.g. not UTF-8)
+            _noted(request, "invalid_json")
             return error_response(400, "invalid_json", _NOT_JSON)
-        code = _STATUS_CODES.get(exc.status_code, "error")
+        code = _noted(request, _STATUS_CODES.get(exc.status_code, "error"))
         return error_response(exc.status_code, code, str(exc.detail),
                               headers=getattr(exc, "headers", None))
 
@@ -99,7 +106,8 @@ def install_error_handlers(app: FastAPI) -> None:
         return error_response(409, "not_configured", str(exc))
 
     @app.exception_handler(StoreUnavailable)
-    async def store_unavailable(_: Request, exc: StoreUnavailable) -> JSONResponse:
+    async def store_unavailable(request: Request, exc: StoreUnavailable) -> JSONResponse:
+        _noted(request, "store_unavailable")
         return error_response(503, "store_unavailable", str(exc), headers={"Retry-After": "5"})
 
     @app.exception_handler(MedverifyError)

@@ -10,6 +10,10 @@ cache, an audit resumes from its ``answers.jsonl``. A job's result is written on
 
 On shutdown the runner stops taking jobs, lets running ones finish for ``shutdown_grace_s``,
 then cancels them and puts them back in the queue (a checkpoint: what they recorded stays).
+
+A job runs for the request that submitted it: its runs and log lines carry that request's id
+(:mod:`medverify.store.context`); when it ends, one line is logged (its id, kind, status,
+duration, claims) and it is counted in the metrics.
 """
 
 from __future__ import annotations
@@ -17,11 +21,14 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import time
 from dataclasses import dataclass, field
+from typing import Any
 
 from pydantic import BaseModel
 
 from medverify.harness import CancelToken, RunCancelled, cause
+from medverify.service.observe import claim_counts
 from medverify.service.records import (
     AuditBatch,
     AuditResult,
@@ -32,6 +39,7 @@ from medverify.service.records import (
 )
 from medverify.service.state import ServiceState
 from medverify.store.connections import StoreUnavailable
+from medverify.store.context import request_id
 from medverify.store.jobs import JobKind, JobRow, JobStatus
 
 log = logging.getLogger(__name__)
@@ -103,15 +111,21 @@ class JobRunner:
                         "runs recorded as interrupted)", requeued, failed, runs)
 
     async def _run(self, row: JobRow, token: CancelToken) -> None:
-        jobs = self.state.jobs
+        request_id.set(row.request_id)  # this task's context: the submitting request's id
+        jobs, started = self.state.jobs, time.perf_counter()
+        status, claims = JobStatus.QUEUED, {}  # queued: put back in the queue
         try:
             result = await self._execute(row, token)
             jobs.finish(row.id, JobStatus.DONE, result_json=result.model_dump_json())
+            status = JobStatus.DONE
+            if isinstance(result, CheckResult):
+                claims = claim_counts(result.reports)
         except RunCancelled as exc:
             if self.stopping and token.reason == SHUTDOWN:
                 jobs.requeue(row.id, SHUTDOWN)
             else:
                 jobs.finish(row.id, JobStatus.CANCELLED, error=str(exc))
+                status = JobStatus.CANCELLED
         except asyncio.CancelledError:
             jobs.requeue(row.id, SHUTDOWN)
             raise
@@ -122,9 +136,22 @@ class JobRunner:
         except Exception as exc:
             log.warning("job %s failed: %s", row.id, cause(exc))
             jobs.finish(row.id, JobStatus.FAILED, error=cause(exc))
+            status = JobStatus.FAILED
         finally:
             self.active.pop(row.id, None)
             self._freed.set()
+            self._ended(row, status, time.perf_counter() - started, claims)
+
+    def _ended(self, row: JobRow, status: JobStatus, seconds: float,
+               claims: dict[str, Any]) -> None:
+        """One log line and the metrics of a job's attempt that ended (``queued``: it went
+        back to the queue)."""
+        if self.state.metrics is not None and status is not JobStatus.QUEUED:
+            self.state.metrics.job_finished(row.kind.value, status.value)
+        log.info("job ended", extra={"fields": {
+            "job_id": row.id, "kind": row.kind.value, "status": status.value,
+            "attempt": row.attempts, "duration_ms": round(1000 * seconds, 2),
+            "key_id": row.key_id, **claims}})
 
     async def _execute(self, row: JobRow, token: CancelToken) -> BaseModel:
         def progress(done: int, total: int) -> None:
@@ -136,7 +163,7 @@ class JobRunner:
             reports = await checker.run(batch.answers, store=self.state.runs,
                                         progress=progress, cancel=token)
             self._ran(row, reports[0].run_id if reports else None, len(reports))
-            self.state.queue_for_review(reports)  # escalated claims join the review queue
+            self.state.checked(reports, "job")  # the review queue, the metrics
             return CheckResult(reports=reports)
         if row.kind is JobKind.FACTCHECK:
             fbatch = FactCheckBatch.model_validate_json(row.request)

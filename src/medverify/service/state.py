@@ -1,6 +1,6 @@
 """What one worker process of the service holds: the run store (keys, jobs, audit log,
-runs, the review queue), and the flows loaded once (knowledge base, model, judge, risk
-stage)."""
+runs, the review queue), the flows loaded once (knowledge base, model, judge, risk stage)
+and its metrics."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ from collections.abc import Awaitable, Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TypeVar
+from typing import Any, TypeVar
 
 from medverify.audit.runner import Auditor
 from medverify.checker import Checker
@@ -34,6 +34,8 @@ from medverify.review import (
 from medverify.service.admission import CheckSlots
 from medverify.service.auth import TokenBucket
 from medverify.service.errors import ApiError
+from medverify.service.metrics import ServiceMetrics
+from medverify.service.observe import claim_counts
 from medverify.service.refusals import RefusalTally
 from medverify.store.access import AuditLog, KeyStore
 from medverify.store.jobs import JobStore
@@ -65,6 +67,7 @@ class ServiceState:
     checker: Checker | None = None
     factchecker: FactChecker | None = None
     problems: dict[str, str] = field(default_factory=dict)
+    metrics: ServiceMetrics | None = None  # None: [service] metrics = false
 
     @classmethod
     def open(cls, config: Config) -> ServiceState:
@@ -155,6 +158,25 @@ class ServiceState:
         any work starts) and ``request_timeout_s`` counts from the slot's grant (504
         ``timeout``): see :mod:`medverify.service.admission`."""
         return await self.check_slots.run(work)
+
+    def checked(self, reports: Sequence[Report], source: str) -> dict[str, Any]:
+        """After a check (``source``: request or job): its escalated claims join the review
+        queue, its claims are counted in the metrics; returns what the request's log line
+        says of them."""
+        self.queue_for_review(reports)
+        if self.metrics is not None:
+            self.metrics.checked(reports, source)
+        return claim_counts(reports)
+
+    def need_metrics(self) -> ServiceMetrics:
+        settings = self.config.service
+        if self.metrics is None:
+            raise ApiError(409, "not_configured", "metrics are off ([service] metrics = "
+                           "false)")
+        if settings.metrics_port is not None:
+            raise ApiError(404, "not_found", f"the metrics are served on port "
+                           f"{settings.metrics_port} ([service] metrics_port), not here")
+        return self.metrics
 
     def queue_for_review(self, reports: Sequence[Report]) -> int:
         """Add the escalated claims of checked reports to the review queue (``[review]
