@@ -2,7 +2,8 @@
 
 Server-rendered pages under ``/review``, on the same app as the JSON API: a login with the
 reviewer's API key (role ``reviewer`` or ``admin``), the queue, one item with everything a
-reviewer needs to decide it, and the learning loop's progress. No external assets: the CSS
+reviewer needs to decide it, and the learning loop's progress (with the verdicts' drift of the
+last 7 days, :mod:`medverify.ops.drift`). No external assets: the CSS
 and the little JavaScript (keyboard shortcuts) are inline, so the pages work offline.
 
 Security: templates are autoescaped (claims, answers, passages, notes and URLs are
@@ -24,6 +25,7 @@ import re
 import secrets
 from collections.abc import Callable, Coroutine
 from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
 from functools import lru_cache
 from pathlib import Path
 from typing import Any
@@ -37,6 +39,7 @@ from fastapi.routing import APIRoute
 from pydantic import ValidationError
 
 from medverify.errors import MedverifyError
+from medverify.ops.drift import drift_report
 from medverify.records import CheckFinding
 from medverify.report.view import finding_effect, safe_url
 from medverify.review import (
@@ -578,6 +581,7 @@ async def progress(request: Request) -> Response:
     session = _page_session(request)
     if isinstance(session, Response):
         return session
-    review = _review(request)
+    review, state = _review(request), _state(request)
+    drift = drift_report(state.runs, state.config.ops, datetime.now(UTC) - timedelta(days=6))
     return render(request, "progress.html.j2", report=loop_report(review, by="week"),
-                  agreement=review.agreement())
+                  agreement=review.agreement(), drift=drift)
