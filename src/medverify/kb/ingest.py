@@ -13,10 +13,17 @@ the next; batches are stored in order, one SQLite transaction each, with bulk in
 and ``Ingester.bulk = False`` give the serial, row-by-row path of before (benchmarks).
 
 On an executor (``kb ingest --executor ray``, :mod:`medverify.executor`) the batches are
-embedded by :class:`~medverify.kb.embed.EmbedTask` tasks instead of the thread, up to the
-executor's ``slots`` batches at once; this process still reads, chunks and stores them, in
+embedded by :class:`~medverify.kb.embed.EmbedTask` tasks instead of the thread, about the
+executor's ``slots`` tasks at once; this process still reads, chunks and stores them, in
 order, so the KB is the one the local path writes. A batch whose worker dies is embedded
 again by Ray; a batch is stored once.
+
+Both paths embed a batch in the same units (:data:`EMBED_UNIT` chunks, cut from the start
+of each batch; one executor task each). A model's vector of a text depends in its last
+bits on the other texts of the call (the padded width and shape of its forward batches;
+int8's activation scales), while one torch or ONNX Runtime thread or several give the
+same bits (measured), so the same units make the vectors of a Ray ingest byte-equal to
+a local one.
 """
 
 from __future__ import annotations
@@ -51,8 +58,8 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 PARTIAL = "partial:"  # content_hash prefix of a document whose chunks are not all stored
-EXECUTOR_BATCH = 64  # chunks per task on an executor (and per commit): ~8 s of MiniLM on
-# one core, so a few workers get several tasks each even from a small ingest
+EMBED_UNIT = 64  # chunks per embedder call on every path, and per task on an executor
+# (~8 s of MiniLM on one core, so a few workers get several tasks even from a small ingest)
 
 
 class IngestStats(BaseModel):
@@ -125,7 +132,7 @@ class _InFlight:
     """A batch handed to the embedding thread, not stored yet."""
 
     batch: _Batch
-    vectors: Future[np.ndarray] | Future[Sequence[np.ndarray]]
+    vectors: list[Future[np.ndarray]] | list[Future[Sequence[np.ndarray]]]  # one per unit
 
 
 class IngestTarget(Protocol):
@@ -173,7 +180,8 @@ class Ingester:
         batch = _Batch()
         if self.executor is not None:
             self._task = self.kb.embed_task()
-            self._depth = max(1, self.executor.slots)
+            units = -(-max(1, self.kb.flush_chunks) // EMBED_UNIT)  # tasks per batch
+            self._depth = max(1, -(-self.executor.slots // units))
         elif self.overlap:
             self._pool = ThreadPoolExecutor(1, thread_name_prefix="medverify-embed")
         try:
@@ -189,7 +197,7 @@ class Ingester:
             raise
         finally:
             for waiting in self._in_flight:  # (only after an error)
-                waiting.vectors.cancel()
+                _cancel(waiting.vectors)
             self._in_flight.clear()
             if self._pool is not None:
                 self._pool.shutdown(wait=True, cancel_futures=True)
@@ -199,11 +207,9 @@ class Ingester:
         return stats
 
     def _batch_chunks(self) -> int:
-        """Chunks per batch: ``kb.flush_chunks``, at most :data:`EXECUTOR_BATCH` on an
-        executor (read each time: tests change it while an ingest runs)."""
-        if self.executor is None:
-            return self.kb.flush_chunks
-        return min(self.kb.flush_chunks, EXECUTOR_BATCH)
+        """Chunks per batch: ``kb.flush_chunks`` on every path (read each time: tests change
+        it while an ingest runs)."""
+        return self.kb.flush_chunks
 
     def _ingest_one(self, doc: KBInput, batch: _Batch, stats: IngestStats,
                     progress: Callable[[IngestStats], None] | None) -> None:
@@ -278,10 +284,11 @@ class Ingester:
         taken = _Batch(batch.docs, batch.chunks, {id(p) for p in batch.docs if p.done})
         batch.docs, batch.chunks = [], []
         if self.executor is not None and self._task is not None:
-            vectors: Future[np.ndarray] | Future[Sequence[np.ndarray]] = (
-                self.executor.submit(self._task, texts))
+            executor, task = self.executor, self._task
+            vectors: list[Future[np.ndarray]] | list[Future[Sequence[np.ndarray]]] = [
+                executor.submit(task, unit) for unit in _units(texts)]
         elif self._pool is not None:
-            vectors = self._pool.submit(self._embed, texts)
+            vectors = [self._pool.submit(self._embed, texts)]
         else:
             self._store(taken, self._embed(texts), stats)
             return
@@ -300,10 +307,13 @@ class Ingester:
         resumes."""
         pending = self._in_flight.popleft()
         try:
-            vectors = np.asarray(pending.vectors.result(), dtype=np.float32)
+            vectors = np.concatenate([np.zeros((0, self.kb.dim), dtype=np.float32)] + [
+                np.asarray(part.result(), dtype=np.float32).reshape(-1, self.kb.dim)
+                for part in pending.vectors])
         except BaseException:
+            _cancel(pending.vectors)
             for later in self._in_flight:
-                later.vectors.cancel()
+                _cancel(later.vectors)
             self._in_flight.clear()
             raise
         self._store(pending.batch, vectors.reshape(len(pending.batch.chunks), self.kb.dim),
@@ -315,7 +325,8 @@ class Ingester:
         embedder = self.kb.embedder
         if not self.bulk and hasattr(embedder, "embed_legacy"):
             return embedder.embed_legacy(texts)  # type: ignore[no-any-return]
-        return embedder.embed(texts)
+        return np.concatenate([np.asarray(embedder.embed(unit), dtype=np.float32)
+                               .reshape(-1, self.kb.dim) for unit in _units(texts)])
 
     def _store(self, batch: _Batch, vectors: np.ndarray, stats: IngestStats) -> None:
         replaced = any(p.replace and p.row is None for p in batch.docs)
@@ -456,6 +467,17 @@ class Ingester:
                           "(SELECT id FROM chunks WHERE doc=?)", (row[0],))
         self.conn.execute("DELETE FROM chunks WHERE doc=?", (row[0],))
         self.conn.execute("DELETE FROM documents WHERE id=?", (row[0],))
+
+
+def _units(texts: list[str]) -> list[list[str]]:
+    """A batch's texts cut into the embedder calls (tasks) of every path: :data:`EMBED_UNIT`
+    each from the start, read at each call (tests change it)."""
+    return [texts[i:i + EMBED_UNIT] for i in range(0, len(texts), EMBED_UNIT)]
+
+
+def _cancel(parts: Sequence[Future[np.ndarray]] | Sequence[Future[Sequence[np.ndarray]]]) -> None:
+    for part in parts:
+        part.cancel()
 
 
 def _embed_text(title: str | None, chunk: Chunk) -> str:
