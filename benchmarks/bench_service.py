@@ -1,17 +1,23 @@
-"""Service benchmark (issues 15 and 30): what ``medverify serve`` adds to a check, how it
-holds under load (answered, refused early, or late), and whether queued jobs survive
-SIGKILL.
+"""Service benchmark (issues 15, 30 and 34): what ``medverify serve`` adds to a check (and
+what its metrics add), how it holds under load (answered, refused early, or late), and
+whether queued jobs survive SIGKILL.
 
 Parts (run one or several; each updates its own section of the results):
 
 ``overhead``
-    ``POST /v1/check`` against the app under uvicorn in a thread of this process
-    (:class:`~medverify.testing.service.ServiceThread`), with an instantly answering
-    in-process fake judge, the rules decomposer and a small hash-embedder KB, against the
-    library call ``Checker.run([answer], store=...)`` on the same config, in the same
-    process and the same run: N sequential requests of each, interleaved (one keep-alive
-    ``httpx.Client``; the response is read and parsed as JSON). Every request checks a new
-    answer, so the request cache answers none. Target: p50 added <= 5 ms.
+    ``POST /v1/check`` against the app under uvicorn in a thread
+    (:class:`~medverify.testing.service.ServiceThread`) of a child process, with an
+    instantly answering in-process fake judge, the rules decomposer and a small
+    hash-embedder KB, against the library call ``Checker.run([answer], store=...)`` on the
+    same config in this process, in the same run: N sequential requests of each,
+    interleaved (one keep-alive ``httpx.Client`` per server; the response is read and parsed
+    as JSON). Every request checks a new answer, so the request cache answers none. Three
+    servers, each its own child process logging JSON lines at info to a file as ``medverify
+    serve`` would: as served (metrics and access log on), metrics off, and both off; the
+    four arms are interleaved, in a new random order each round. Targets: p50 added <= 5 ms
+    (served vs library, issue 15); p50 with metrics on within 0.3 ms of metrics off (issue
+    34), also given as the median of the paired differences with a bootstrap interval, and
+    the metrics' own work per request timed in process.
 ``load-builtin``
     50 concurrent clients (closed loop: each sends its next request when it has the
     answer; one refused with 503 or 429 first sleeps its ``Retry-After``, at most 10 s)
@@ -209,82 +215,203 @@ def two_claim_answer(n: int) -> dict[str, str]:
                     "diabetes. The usual starting dose is 5000 mg daily."}
 
 
+ARMS = {"full": {"metrics": True, "access_log": True},
+        "metrics_off": {"metrics": False, "access_log": True},
+        "bare": {"metrics": False, "access_log": False}}
+"""The modes of the overhead part's server: as served (metrics and the access log on),
+metrics off, and neither (what the access log line costs)."""
+
+
+def _switch(app: Any, metrics: Any, mode: dict[str, bool]) -> None:
+    """Put the running app in ``mode``: exactly what ``[service] metrics = false`` and
+    ``access_log = false`` leave out of a request (the middleware's counting and log line,
+    the claims counted after a check, the model-call observer)."""
+    from medverify.llm.observe import add_observer, remove_observer
+    from medverify.service.observe import RequestObserver
+
+    layer = app.middleware_stack
+    while not isinstance(layer, RequestObserver):
+        layer = layer.app
+    layer.metrics = metrics if mode["metrics"] else None
+    layer.access_log = mode["access_log"]
+    app.state.service.metrics = metrics if mode["metrics"] else None
+    (add_observer if mode["metrics"] else remove_observer)(metrics)
+
+
+def _overhead_server(conn: Any, config_json: str, log_path: str) -> None:
+    """The overhead part's server, in its own process: the app under uvicorn in a thread
+    (ServiceThread) with the instant fake judge registered here, logging JSON lines at info
+    to ``log_path`` as ``medverify serve`` would to a file; switched between the modes of
+    :data:`ARMS` on request (the metrics object kept aside while off)."""
+    from medverify.service.logs import configure_logging
+
+    register_fake("bench-service", ScriptedProvider(scripted_judge(keyword_rule(
+        supported="first-line", contradicted="5000 mg"))))
+    config = Config.model_validate_json(config_json)
+    with open(log_path, "a", encoding="utf-8") as log:
+        configure_logging(config.service, log)
+        with ServiceThread(config) as server:
+            httpx.get(server.url + "/healthz").raise_for_status()  # the middleware is built
+            app = server.server.config.app  # the FastAPI app ServiceThread made
+            metrics = app.state.service.metrics
+            conn.send(server.url)
+            tasks = server.server.server_state.tasks  # uvicorn's requests in flight
+            while (mode := conn.recv()) != "stop":
+                while tasks:  # the previous request's work after its response is done too
+                    time.sleep(0.0001)
+                _switch(app, metrics, ARMS[mode])
+                conn.send(mode)
+            conn.send(metrics.registry.get_sample_value("medverify_answers_checked_total",
+                                                        {"source": "request"}))
+
+
+def _hook_cost_us(config: Config, reports: list[Any], n: int = 20_000) -> dict[str, float]:
+    """Microseconds per request of the metrics' own work, timed in this process: during the
+    check (the judge call's observer) and after the response (the request counter and
+    latency histogram, the claims of a 2-claim report)."""
+    from medverify.llm.observe import CallEvent
+    from medverify.service.metrics import Checked, ServiceMetrics
+
+    metrics = ServiceMetrics(config)
+    event = CallEvent("fake:bench-service", "judge", "ok", 0.001, 120, 80)
+    start = time.perf_counter()
+    for _ in range(n):
+        metrics.call(event)
+    during = time.perf_counter() - start
+    start = time.perf_counter()
+    for _ in range(n):
+        metrics.request("/v1/check", "POST", 200, 0.006)
+        metrics.checked(Checked.of(reports), "request")
+    after = time.perf_counter() - start
+    return {"during_check_us": round(1e6 * during / n, 2),
+            "after_response_us": round(1e6 * after / n, 2)}
+
+
+def _paired(a: list[float], b: list[float], seed: int = 34) -> dict[str, float]:
+    """Median of the paired differences a - b (ms) with a 95 % bootstrap interval."""
+    diff = (np.asarray(a) - np.asarray(b)) * 1000.0
+    rng = np.random.default_rng(seed)
+    boots = np.median(rng.choice(diff, size=(2000, diff.size)), axis=1)
+    return {"median_ms": round(float(np.median(diff)), 3),
+            "ci95_ms": [round(float(np.percentile(boots, 2.5)), 3),
+                        round(float(np.percentile(boots, 97.5)), 3)]}
+
+
 def run_overhead(work: Path, requests: int, warmup: int) -> dict[str, Any]:
     kb_info = small_kb(work / "kb")
-    provider = ScriptedProvider(scripted_judge(keyword_rule(supported="first-line",
-                                                            contradicted="5000 mg")))
-    register_fake("bench-service", provider)
-    config = Config(kb=work / "kb", store=work / "runs.db", cache_path=work / "cache.db",
-                    model="fake:bench-service", decomposer="rules",
-                    service={"rate_per_minute": 100_000_000, "rate_burst": 100_000_000})
-    secret = client_key(config.store_path)
+    register_fake("bench-service", ScriptedProvider(scripted_judge(keyword_rule(
+        supported="first-line", contradicted="5000 mg"))))
+    base = Config(kb=work / "kb", store=work / "library.db", cache_path=work / "cache.db",
+                  model="fake:bench-service", decomposer="rules",
+                  service={"rate_per_minute": 100_000_000, "rate_burst": 100_000_000,
+                           "log_format": "json", "log_level": "info"})
+    context = multiprocessing.get_context("spawn")
+    secret = client_key(work / "served.db")
+    served = base.model_copy(update={"store": work / "served.db",
+                                     "cache_path": work / "cache-served.db"})
+    ours, theirs = context.Pipe()
+    child = context.Process(target=_overhead_server, daemon=True, args=(
+        theirs, served.model_dump_json(), str(work / "served.log")))
+    child.start()
     loop = asyncio.new_event_loop()
-    checker = Checker.from_config(config)
-    store = RunStore(config.store_path)
+    checker = Checker.from_config(base)
+    store = RunStore(base.store_path)
     counter = itertools.count()
-    service_s: list[float] = []
-    library_s: list[float] = []
+    took: dict[str, list[float]] = {arm: [] for arm in [*ARMS, "library"]}
     health_s: list[float] = []
     load_before = load_average()
+    http = httpx.Client(base_url=ours.recv(), timeout=60.0,
+                        headers={"Authorization": f"Bearer {secret}"})
     try:
-        with ServiceThread(config) as server, httpx.Client(
-                base_url=server.url, timeout=60.0,
-                headers={"Authorization": f"Bearer {secret}"}) as http:
+        def via_service(arm: str) -> float:
+            body = two_claim_answer(next(counter))
+            ours.send(arm)  # the server switches to this arm's mode (not timed)
+            assert ours.recv() == arm
+            start = time.perf_counter()
+            response = http.post("/v1/check", json=body)
+            report = response.json()
+            elapsed = time.perf_counter() - start
+            assert response.status_code == 200, response.text
+            assert [r["category"] for r in report["results"]] == ["FACT", "HALLUCINATION"]
+            return elapsed
 
-            def via_service() -> float:
-                body = two_claim_answer(next(counter))
-                start = time.perf_counter()
-                response = http.post("/v1/check", json=body)
-                report = response.json()
-                took = time.perf_counter() - start
-                assert response.status_code == 200, response.text
-                assert [r["category"] for r in report["results"]] == ["FACT",
-                                                                      "HALLUCINATION"]
-                return took
+        def via_library() -> float:
+            answer = Answer(**two_claim_answer(next(counter)))
+            start = time.perf_counter()
+            [report] = loop.run_until_complete(checker.run([answer], store=store))
+            elapsed = time.perf_counter() - start
+            assert [r.category.value for r in report.results] == ["FACT", "HALLUCINATION"]
+            return elapsed
 
-            def via_library() -> float:
-                answer = Answer(**two_claim_answer(next(counter)))
-                start = time.perf_counter()
-                [report] = loop.run_until_complete(checker.run([answer], store=store))
-                took = time.perf_counter() - start
-                assert [r.category.value for r in report.results] == ["FACT",
-                                                                      "HALLUCINATION"]
-                return took
+        def one(arm: str) -> float:
+            return via_library() if arm == "library" else via_service(arm)
 
-            def via_health() -> float:
-                start = time.perf_counter()
-                http.get("/healthz").raise_for_status()
-                return time.perf_counter() - start
-
-            for _ in range(warmup):
-                via_service()
-                via_library()
-                via_health()
-            for i in range(requests):
-                # alternate which goes first, so neither always follows the other
-                pair = (via_service, via_library) if i % 2 == 0 else (via_library, via_service)
-                for measure in pair:
-                    (service_s if measure is via_service else library_s).append(measure())
-                health_s.append(via_health())
+        arms = list(took)
+        for _ in range(warmup):
+            for arm in arms:
+                one(arm)
+        order = random.Random(34)
+        for _ in range(requests):
+            # a new order each round: each arm follows each other one as often (rotating a
+            # fixed order put the same arm after the library call 3 rounds in 4)
+            for arm in order.sample(arms, len(arms)):
+                took[arm].append(one(arm))
+            start = time.perf_counter()
+            http.get("/healthz").raise_for_status()
+            health_s.append(time.perf_counter() - start)
+        reports = loop.run_until_complete(checker.run([Answer(**two_claim_answer(0))]))
+        hook_us = _hook_cost_us(base, reports)
     finally:
+        http.close()
+        ours.send("stop")
+        counted = ours.recv()
+        child.join(30)
         store.close()
         loop.run_until_complete(checker.aclose())
         loop.close()
         unregister_fake("bench-service")
-    service, library = percentiles(service_s), percentiles(library_s)
+    # the switch did what it says: metrics counted the "full" checks only, and the access
+    # log has a line for each check of the two arms that keep it
+    logged = sum(1 for line in (work / "served.log").read_text().splitlines()
+                 if '"route": "/v1/check"' in line)
+    n = requests + warmup
+    assert counted == n and logged == 2 * n, (counted, logged, n)
+    return _overhead_summary(took, health_s, hook_us, kb_info, requests, warmup, load_before)
+
+
+def _overhead_summary(took: dict[str, list[float]], health_s: list[float], hook_us: float,
+                      kb_info: dict[str, Any], requests: int, warmup: int,
+                      load_before: float) -> dict[str, Any]:
+    p = {arm: percentiles(values) for arm, values in took.items()}
+    service, library = p["full"], p["library"]
     added = round(service["p50_ms"] - library["p50_ms"], 2)
+    metrics_added = round(p["full"]["p50_ms"] - p["metrics_off"]["p50_ms"], 3)
     return {
         "date": stamp(), "load_average_before": load_before, "load_average_after": load_average(),
         "kb": kb_info, "requests": requests, "warmup": warmup,
         "answer": "2 claims (rules decomposer), 1 judge call (claims_per_call 4), new text "
                   "per request",
+        "servers": "one server in a child process (ServiceThread, the fake judge registered "
+                   "there, JSON log lines to a file), switched before each request to its "
+                   "arm's mode: as served, metrics off, metrics and access log off",
         "service": service, "library": library,
-        "service_mean_ms": round(1000 * float(np.mean(service_s)), 2),
-        "library_mean_ms": round(1000 * float(np.mean(library_s)), 2),
+        "service_mean_ms": round(1000 * float(np.mean(took["full"])), 2),
+        "library_mean_ms": round(1000 * float(np.mean(took["library"])), 2),
         "healthz_p50_ms": percentiles(health_s)["p50_ms"],
         "added_p50_ms": added,
         "added_p95_ms": round(service["p95_ms"] - library["p95_ms"], 2),
         "target_added_p50_ms": 5.0, "met": added <= 5.0,
+        "metrics": {
+            "arms": {arm: p[arm] | {"mean_ms": round(1000 * float(np.mean(took[arm])), 2)}
+                     for arm in ARMS},
+            "on_minus_off_p50_ms": metrics_added,
+            "on_over_off_p50": round(p["full"]["p50_ms"] / p["metrics_off"]["p50_ms"], 4),
+            "paired_on_minus_off": _paired(took["full"], took["metrics_off"]),
+            "log_line_p50_ms": round(p["metrics_off"]["p50_ms"] - p["bare"]["p50_ms"], 3),
+            "paired_log_line": _paired(took["metrics_off"], took["bare"]),
+            "hook_cost_us": hook_us,
+            "target_ms": 0.3, "met": abs(metrics_added) <= 0.3,
+        },
     }
 
 
@@ -884,31 +1011,67 @@ def verdict(section: dict[str, Any]) -> str:
     return met_word(bool(section.get("met")))
 
 
+def _hooks(cost: float | dict[str, float]) -> str:
+    if not isinstance(cost, dict):
+        return f"{cost} µs a request"
+    return (f"{cost['during_check_us']} µs a request during the check (the judge call's "
+            f"observer) and {cost['after_response_us']} µs after the response is sent (the "
+            "request's counter and histogram, the claims of a 2-claim report)")
+
+
+def render_overhead(o: dict[str, Any]) -> list[str]:
+    lines = [
+        f"## 1. Overhead of `POST /v1/check` ({o['date']})", "",
+        f"{o['requests']} sequential requests after {o['warmup']} warm-up, interleaved "
+        "with the same number of library calls (`Checker.run([answer], store=...)`) on "
+        "the same config; instant in-process fake judge, rules "
+        f"decomposer, hash-embedder KB of {o['kb']['documents']} short documents; "
+        f"{o['answer']}. Keep-alive `httpx.Client`; the response is read and parsed.", ""]
+    if "servers" in o:
+        lines += [f"Servers: {o['servers']}; the library calls run in the benchmark's own "
+                  "process.", ""]
+    lines += [
+        "| path | p50 ms | p95 ms | p99 ms | mean ms |", "|---|---|---|---|---|",
+        f"| library call | {o['library']['p50_ms']} | {o['library']['p95_ms']} | "
+        f"{o['library']['p99_ms']} | {o['library_mean_ms']} |"]
+    m = o.get("metrics")
+    if m is None:
+        lines.append(f"| POST /v1/check | {o['service']['p50_ms']} | {o['service']['p95_ms']} | "
+                     f"{o['service']['p99_ms']} | {o['service_mean_ms']} |")
+    else:
+        names = {"full": "POST /v1/check, as served (metrics + access log)",
+                 "metrics_off": "POST /v1/check, `metrics = false`",
+                 "bare": "POST /v1/check, `metrics = false`, `access_log = false`"}
+        lines += [f"| {names[arm]} | {a['p50_ms']} | {a['p95_ms']} | {a['p99_ms']} | "
+                  f"{a['mean_ms']} |" for arm, a in m["arms"].items()]
+    lines += ["", f"Added at p50 (as served vs the library call): **{o['added_p50_ms']} ms** "
+              f"(target <= {o['target_added_p50_ms']:g} ms: {verdict(o)}); at p95: "
+              f"{o['added_p95_ms']} ms. For scale, `GET /healthz` round trip p50: "
+              f"{o['healthz_p50_ms']} ms. Load average {o['load_average_before']} -> "
+              f"{o['load_average_after']}.", ""]
+    if m is not None:
+        pair, log_pair = m["paired_on_minus_off"], m["paired_log_line"]
+        lines += [
+            f"Metrics on minus off at p50: **{m['on_minus_off_p50_ms']} ms** (ratio "
+            f"{m['on_over_off_p50']}; target within {m['target_ms']:g} ms: {verdict(m)}); "
+            f"median of the paired differences (one round each) {pair['median_ms']} ms, 95 % "
+            f"bootstrap interval {pair['ci95_ms'][0]} to {pair['ci95_ms'][1]} ms. The metrics' "
+            f"own work timed in process: {_hooks(m['hook_cost_us'])}. The access log line "
+            f"(metrics off minus both off) at p50: {m['log_line_p50_ms']} ms, paired median "
+            f"{log_pair['median_ms']} ms ({log_pair['ci95_ms'][0]} to "
+            f"{log_pair['ci95_ms'][1]}).", ""]
+    return lines
+
+
 def render(data: dict[str, Any]) -> str:
     m = data.get("machine", {})
-    lines = ["# Service benchmark (`medverify serve`, issues 15 and 30)", "",
+    lines = ["# Service benchmark (`medverify serve`, issues 15, 30 and 34)", "",
              f"Machine: {m.get('cpus')} CPU cores ({m.get('cpu_model')}), Python "
              f"{m.get('python')}, {m.get('platform')}. The clients, the service and the fake "
              "judge server share these cores; each part records the 1-minute load average "
              "before and after it (other work on the machine slows every number).", ""]
     if "overhead" in data:
-        o = data["overhead"]
-        lines += [
-            f"## 1. Overhead of `POST /v1/check` ({o['date']})", "",
-            f"{o['requests']} sequential requests after {o['warmup']} warm-up, interleaved "
-            "with the same number of library calls (`Checker.run([answer], store=...)`) on "
-            "the same config in the same process; instant in-process fake judge, rules "
-            f"decomposer, hash-embedder KB of {o['kb']['documents']} short documents; "
-            f"{o['answer']}. Keep-alive `httpx.Client`; the response is read and parsed.", "",
-            "| path | p50 ms | p95 ms | p99 ms | mean ms |", "|---|---|---|---|---|",
-            f"| library call | {o['library']['p50_ms']} | {o['library']['p95_ms']} | "
-            f"{o['library']['p99_ms']} | {o['library_mean_ms']} |",
-            f"| POST /v1/check | {o['service']['p50_ms']} | {o['service']['p95_ms']} | "
-            f"{o['service']['p99_ms']} | {o['service_mean_ms']} |", "",
-            f"Added at p50: **{o['added_p50_ms']} ms** (target <= {o['target_added_p50_ms']:g}"
-            f" ms: {verdict(o)}); at p95: {o['added_p95_ms']} ms. For scale, `GET /healthz` "
-            f"round trip p50: {o['healthz_p50_ms']} ms. Load average {o['load_average_before']}"
-            f" -> {o['load_average_after']}.", ""]
+        lines += render_overhead(data["overhead"])
     for name in ("load_builtin", "load_llm"):
         if name in data:
             lines += render_load(name, data[name])

@@ -28,7 +28,7 @@ from typing import Any
 from pydantic import BaseModel
 
 from medverify.harness import CancelToken, RunCancelled, cause
-from medverify.service.observe import claim_counts
+from medverify.service.metrics import Checked
 from medverify.service.records import (
     AuditBatch,
     AuditResult,
@@ -119,7 +119,7 @@ class JobRunner:
             jobs.finish(row.id, JobStatus.DONE, result_json=result.model_dump_json())
             status = JobStatus.DONE
             if isinstance(result, CheckResult):
-                claims = claim_counts(result.reports)
+                claims = Checked.of(result.reports).fields()
         except RunCancelled as exc:
             if self.stopping and token.reason == SHUTDOWN:
                 jobs.requeue(row.id, SHUTDOWN)
@@ -163,7 +163,9 @@ class JobRunner:
             reports = await checker.run(batch.answers, store=self.state.runs,
                                         progress=progress, cancel=token)
             self._ran(row, reports[0].run_id if reports else None, len(reports))
-            self.state.checked(reports, "job")  # the review queue, the metrics
+            checked = self.state.checked(reports)  # the review queue
+            if self.state.metrics is not None:
+                self.state.metrics.checked(checked, "job")
             return CheckResult(reports=reports)
         if row.kind is JobKind.FACTCHECK:
             fbatch = FactCheckBatch.model_validate_json(row.request)

@@ -29,6 +29,7 @@ import threading
 import time
 from collections import Counter as Tally
 from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -77,6 +78,45 @@ def confidence(confident: bool | None) -> str:
     return "unassessed" if confident is None else "sure" if confident else "not_sure"
 
 
+@dataclass(frozen=True)
+class Checked:
+    """What a check produced, as the metrics count it and a log line tells it: the answers,
+    and the claims by (category, decision, confidence); decision ``none``: no arbitration."""
+
+    answers: int
+    claims: Tally[tuple[str, str, str]]
+
+    @classmethod
+    def of(cls, reports: Sequence[Report]) -> Checked:
+        claims: Tally[tuple[str, str, str]] = Tally()
+        for report in reports:
+            for r in report.results:
+                decision = r.arbitration.decision.value if r.arbitration else "none"
+                claims[(r.category.value, decision, confidence(r.confident))] += 1
+        return cls(len(reports), claims)
+
+    def fields(self) -> dict[str, Any]:
+        """For a log line: answers, claims, and claims per category and per decision."""
+        categories: Tally[str] = Tally()
+        decisions: Tally[str] = Tally()
+        for (category, decision, _), n in self.claims.items():
+            categories[category] += n
+            if decision != "none":
+                decisions[decision] += n
+        return {"answers": self.answers, "claims": sum(self.claims.values()),
+                "categories": dict(categories), "decisions": dict(decisions)}
+
+
+@dataclass(frozen=True)
+class _CallChildren:
+    """The series of one model and stage, looked up once."""
+
+    outcomes: dict[str, Any]
+    latency: Any
+    prompt: Any
+    completion: Any
+
+
 class ServiceMetrics:
     """One worker's metrics (see the module). ``call`` and ``retry`` make it an observer
     of model calls (:func:`medverify.llm.observe.add_observer`)."""
@@ -113,7 +153,8 @@ class ServiceMetrics:
                               "completion)", ["model", "stage", "kind"], registry=r)
         self.jobs_finished = Counter("medverify_jobs_finished", "Jobs this service finished, "
                                      "by kind and status", ["kind", "status"], registry=r)
-        self._models: set[tuple[str, str]] = set()
+        self._calls: dict[tuple[str, str], _CallChildren] = {}
+        self._children: dict[tuple[Any, ...], Any] = {}
         self._zeros()
         if not multiprocess():
             ProcessCollector(registry=r)  # CPU, memory, file descriptors of this worker
@@ -136,35 +177,41 @@ class ServiceMetrics:
     def request(self, route: str | None, method: str, status: int, seconds: float,
                 error: str | None = None) -> None:
         labels = (route or UNMATCHED, method if method in METHODS else "other", str(status))
-        self.requests.labels(*labels).inc()
-        self.latency.labels(*labels).observe(seconds)
+        self._child(self.requests, *labels).inc()
+        self._child(self.latency, *labels).observe(seconds)
         if status in (429, 503) and error:
             self.refusals.labels(str(status), error).inc()
 
-    def checked(self, reports: Sequence[Report], source: str) -> None:
-        tally: Tally[tuple[str, str, str]] = Tally()
-        for report in reports:
-            for r in report.results:
-                decision = r.arbitration.decision.value if r.arbitration else "none"
-                tally[(r.category.value, decision, confidence(r.confident))] += 1
-        self.answers.labels(source).inc(len(reports))
-        for labels, n in tally.items():
-            self.claims.labels(*labels).inc(n)
+    def checked(self, checked: Checked, source: str) -> None:
+        self._child(self.answers, source).inc(checked.answers)
+        for labels, n in checked.claims.items():
+            self._child(self.claims, *labels).inc(n)
 
     def call(self, event: CallEvent) -> None:
-        if (event.model, event.stage) not in self._models:  # its series at 0 (see _zeros)
-            self._models.add((event.model, event.stage))
-            for outcome in ("ok", "cached", "error"):
-                self.model_calls.labels(event.model, event.stage, outcome)
-        self.model_calls.labels(event.model, event.stage, event.outcome).inc()
+        children = self._calls.get((event.model, event.stage))
+        if children is None:  # its series exist from now on, at 0 (see _zeros)
+            labels = (event.model, event.stage)
+            children = self._calls[labels] = _CallChildren(
+                {o: self.model_calls.labels(*labels, o) for o in ("ok", "cached", "error")},
+                self.model_latency.labels(*labels), self.tokens.labels(*labels, "prompt"),
+                self.tokens.labels(*labels, "completion"))
+        children.outcomes[event.outcome].inc()
         if event.outcome == "cached":
             return
-        self.model_latency.labels(event.model, event.stage).observe(event.seconds)
+        children.latency.observe(event.seconds)
         if event.outcome == "error":
             self.model_errors.labels(event.model, event.stage, event.error or "error").inc()
             return
-        self.tokens.labels(event.model, event.stage, "prompt").inc(event.prompt_tokens)
-        self.tokens.labels(event.model, event.stage, "completion").inc(event.completion_tokens)
+        children.prompt.inc(event.prompt_tokens)
+        children.completion.inc(event.completion_tokens)
+
+    def _child(self, metric: Any, *labels: str) -> Any:
+        """``metric.labels(*labels)``, looked up once (a lookup costs a lock and more)."""
+        key = (id(metric), *labels)
+        child = self._children.get(key)
+        if child is None:
+            child = self._children[key] = metric.labels(*labels)
+        return child
 
     def retry(self, model: str, stage: str) -> None:
         self.model_retries.labels(model, stage).inc()

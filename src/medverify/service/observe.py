@@ -8,7 +8,8 @@ it records (:mod:`medverify.store.context`). When the response is sent, the requ
 counted (:class:`~medverify.service.metrics.ServiceMetrics`) and one line is logged at
 ``info`` on ``medverify.service.access``: method, route template, status, duration, key id
 (never the secret), what it acted on, the error code of a refusal, and the claims it
-checked by category and decision.
+checked by category and decision (the route leaves them as ``request.state.checked``, a
+:class:`~medverify.service.metrics.Checked`; they are counted here, after the response).
 """
 
 from __future__ import annotations
@@ -17,13 +18,11 @@ import logging
 import re
 import time
 import uuid
-from collections import Counter
-from collections.abc import Awaitable, Callable, MutableMapping, Sequence
+from collections.abc import Awaitable, Callable, MutableMapping
 from typing import Any
 
 from starlette.routing import Match
 
-from medverify.records import Report
 from medverify.service.metrics import UNMATCHED, ServiceMetrics
 from medverify.store.context import request_id
 
@@ -43,19 +42,6 @@ def accepted_id(value: str | None) -> str:
     if value is not None and _SANE.fullmatch(value):
         return value
     return uuid.uuid4().hex
-
-
-def claim_counts(reports: Sequence[Report]) -> dict[str, Any]:
-    """What a request's log line says of the claims it checked."""
-    categories: Counter[str] = Counter()
-    decisions: Counter[str] = Counter()
-    for report in reports:
-        for r in report.results:
-            categories[r.category.value] += 1
-            if r.arbitration is not None:
-                decisions[r.arbitration.decision.value] += 1
-    return {"answers": len(reports), "claims": sum(categories.values()),
-            "categories": dict(categories), "decisions": dict(decisions)}
 
 
 def route_of(scope: Scope) -> str | None:
@@ -111,9 +97,11 @@ class RequestObserver:
     def _done(self, scope: Scope, state: MutableMapping[str, Any], status: int,
               seconds: float) -> None:
         route = route_of(scope)
-        error = state.get("error")
+        error, checked = state.get("error"), state.get("checked")
         if self.metrics is not None:
             self.metrics.request(route, scope["method"], status, seconds, error)
+            if checked is not None:  # counted after the response: not in its latency
+                self.metrics.checked(checked, "request")
         if not self.access_log or not access.isEnabledFor(logging.INFO):
             return
         key = state.get("key")
@@ -121,5 +109,5 @@ class RequestObserver:
             "method": scope["method"], "route": route or UNMATCHED, "status": status,
             "duration_ms": round(1000 * seconds, 2), "key_id": getattr(key, "id", None),
             "target": state.get("target"), "error": error}
-        fields.update(state.get("claims") or {})
+        fields.update(checked.fields() if checked is not None else {})
         access.info("request", extra={"fields": fields})

@@ -11,7 +11,7 @@ from collections.abc import Awaitable, Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import TypeVar
 
 from medverify.audit.runner import Auditor
 from medverify.checker import Checker
@@ -34,8 +34,7 @@ from medverify.review import (
 from medverify.service.admission import CheckSlots
 from medverify.service.auth import TokenBucket
 from medverify.service.errors import ApiError
-from medverify.service.metrics import ServiceMetrics
-from medverify.service.observe import claim_counts
+from medverify.service.metrics import Checked, ServiceMetrics
 from medverify.service.refusals import RefusalTally
 from medverify.store.access import AuditLog, KeyStore
 from medverify.store.jobs import JobStore
@@ -159,14 +158,11 @@ class ServiceState:
         ``timeout``): see :mod:`medverify.service.admission`."""
         return await self.check_slots.run(work)
 
-    def checked(self, reports: Sequence[Report], source: str) -> dict[str, Any]:
-        """After a check (``source``: request or job): its escalated claims join the review
-        queue, its claims are counted in the metrics; returns what the request's log line
-        says of them."""
+    def checked(self, reports: Sequence[Report]) -> Checked:
+        """After a check: its escalated claims join the review queue; returns its claims
+        as the metrics count them and the log lines tell them."""
         self.queue_for_review(reports)
-        if self.metrics is not None:
-            self.metrics.checked(reports, source)
-        return claim_counts(reports)
+        return Checked.of(reports)
 
     def need_metrics(self) -> ServiceMetrics:
         settings = self.config.service

@@ -48,7 +48,7 @@ async def check(answer: Answer, request: Request, key: Client, state: State,
     with state.metered() as used:
         [report] = await state.checking(lambda: checker.run([answer], store=state.runs))
     request.state.target = report.run_id
-    request.state.claims = state.checked([report], "request")  # review queue, metrics, log
+    request.state.checked = state.checked([report])  # review queue; metrics and log line
     report = report.model_copy(update={"usage": used.as_dict()})
     return report if detail is Detail.FULL else compact_report(report)
 
