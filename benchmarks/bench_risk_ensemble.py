@@ -1,0 +1,321 @@
+"""Hallucination risk from an ensemble of real models (issue 33, CHECK's database-free
+detector): how much each packaged model adds, which feature set generalises, what each
+model costs.
+
+Data: the examples of one data set's benchmark, split by question exactly as it splits
+them: ``kqa`` (``bench_risk_kqa.py``: K-QA gold statements and rule-made counterfactuals),
+``medqa`` (``bench_risk_real_model.py``: MedQA-USMLE options), ``pubmedqa``
+(``bench_risk_pubmedqa.py``: PubMedQA conclusions and counterfactuals).
+
+1. **Features**: ``medverify risk features`` with every ``--scorer hf:NAME`` at once (the
+   catalogue models, prepared with ``medverify models prepare NAME --dtype float32``),
+   resumable; the schema holds each model's series (``m{i}.*``) and each pair's
+   cross-model series (``kl``, ``dlogprob``, ``dentropy`` of ``m{i}_m{j}``).
+2. **Cost**: each model alone on the first ``--cost-examples`` examples (``risk features``
+   with one scorer, timed; the model load, timed apart, is subtracted): seconds per answer
+   on this machine's cores, and the total.
+3. **Models**: the shipped stacking classifier (``train_classifier``) fitted on the train
+   questions with the columns of a model subset (its ``m{i}`` features, the pairs within
+   it, the length): each model alone, then models added in ``--scorers`` order; ROC AUC
+   on the test questions with a 95 % cluster-bootstrap CI over questions, and the gain of
+   each added model with a paired bootstrap CI.
+4. **Feature set**: candidate families (all; answer-token likelihood; + cross-model;
+   + predictive distribution), chosen by 5-fold cross-validation over the TRAIN questions
+   only (a fast logistic regression ranks them); the chosen set is then fitted with the
+   stacking classifier and scored once on test. The card of that classifier (written to
+   ``WORK/classifier``) names its features and data.
+
+    .venv/bin/python benchmarks/bench_risk_ensemble.py kqa \\
+        --scorers smollm2-135m gemma3-270m qwen2.5-0.5b qwen2.5-1.5b [--questions N]
+
+Writes benchmarks/results/risk_ensemble_<dataset>.json and .md.
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import json
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import bench_risk_kqa as KQA
+import bench_risk_real_model as RM
+
+ROOT = Path(__file__).resolve().parents[1]
+RESULTS = ROOT / "benchmarks" / "results"
+BIN = Path(sys.executable).parent
+LIKELIHOOD = ("logprob", "prob", "rank", "log_rank")
+PREDICTIVE = ("top1", "top5", "topk_mass", "entropy", "entropy_lb")
+CROSS = ("kl", "kl_ab", "kl_ba", "dlogprob", "dentropy")
+
+
+def examples_for(dataset: str, questions: int, seed: int) -> list[dict[str, Any]]:
+    """The data set's examples, built as its own benchmark builds them."""
+    import random
+
+    if dataset == "kqa":
+        rows = KQA.load_kqa()
+        order = list(rows)
+        random.Random(seed).shuffle(order)
+        chosen = order[:questions] if questions else order
+        pool, _ = KQA.drug_pool(s for row in rows for s in [*row["Must_have"],
+                                                            *row["Nice_to_have"]])
+        return KQA.make_examples(chosen, KQA.Editor(pool, seed))
+    if dataset == "medqa":
+        found = RM.load_questions(RM.MEDQA)
+        return RM.make_examples(random.Random(seed).sample(found, questions or 1000))
+    import bench_risk_pubmedqa as PQA
+
+    rows = PQA.load_pubmedqa()
+    order = list(rows)
+    random.Random(seed).shuffle(order)
+    pool, _ = KQA.drug_pool(PQA.conclusion(r) for r in rows)
+    return PQA.make_examples(order[:questions] if questions else order,
+                             KQA.Editor(pool, seed))
+
+
+def features(ex_file: Path, out: Path, scorers: list[str]) -> float:
+    """Run ``risk features`` with every scorer (resumes an interrupted run); wall s."""
+    cmd = [str(BIN / "medverify"), "risk", "features", str(ex_file), "--out", str(out)]
+    for name in scorers:
+        cmd += ["--scorer", f"hf:{name}"]
+    started = time.perf_counter()
+    subprocess.run(cmd, check=True)
+    return time.perf_counter() - started
+
+
+def cost(work: Path, examples: list[dict[str, Any]], scorers: list[str],
+         n: int) -> dict[str, Any]:
+    """Seconds per answer of each model alone (model load subtracted), and the total."""
+    sample = work / "cost_examples.jsonl"
+    sample.write_text("".join(json.dumps(e) + "\n" for e in examples[:n]), "utf-8")
+    out: dict[str, Any] = {"examples": n, "per_model": {}}
+    for name in scorers:
+        from medverify.llm.local_models import resolve_model_dir
+
+        load_s = RM.load_time(resolve_model_dir(name))
+        target = work / f"cost_{name}.jsonl"
+        target.unlink(missing_ok=True)
+        wall = features(sample, target, [name])
+        out["per_model"][name] = {"load_s": round(load_s, 1), "wall_s": round(wall, 1),
+                                  "s_per_answer": round(max(wall - load_s, 0.0) / n, 4)}
+    out["total_s_per_answer"] = round(sum(m["s_per_answer"]
+                                          for m in out["per_model"].values()), 4)
+    return out
+
+
+def columns(names: list[str], models: set[int], families: tuple[str, ...] | None) -> list[int]:
+    """The columns of a model subset: its models' series and scalars, the pairs within
+    it, the length; ``families``: only those series (None: all)."""
+    keep = []
+    for j, name in enumerate(names):
+        head, *rest = name.split(".")
+        if head == "unit":
+            keep.append(j)
+        elif head.startswith("m") and head[1:].isdigit():
+            series = rest[0] if rest else ""
+            if int(head[1:]) in models and (families is None or series in families
+                                            or series == "n_tokens"):
+                keep.append(j)
+        elif head in CROSS and rest:
+            a, b = (int(x[1:]) for x in rest[0].split("_"))
+            if {a, b} <= models and (families is None or head in families):
+                keep.append(j)
+    return keep
+
+
+def load_split(work: Path, seed: int, test_share: float) -> dict[str, Any]:
+    from medverify.risk.classifier import feature_matrix
+    from medverify.risk.records import FeatureExample, FeatureSchema
+
+    feats = work / "features.jsonl"
+    lines = [json.loads(x) for x in feats.read_text("utf-8").splitlines() if x.strip()]
+    schema = FeatureSchema.model_validate_json(
+        feats.with_name(feats.name + ".schema.json").read_text("utf-8"))
+    _, test_q = RM.split_questions(lines, seed=seed, test_share=test_share)
+    rows = {s: [FeatureExample.model_validate(x) for x in lines
+                if (x["provenance"]["question_id"] in test_q) == (s == "test")]
+            for s in ("train", "test")}
+    return {"schema": schema, "rows": rows,
+            "sha256": hashlib.sha256(feats.read_bytes()).hexdigest(),
+            "x": {s: feature_matrix([e.row for e in r], schema) for s, r in rows.items()},
+            "y": {s: np.array([e.label == "HALLUCINATION" for e in r], dtype=int)
+                  for s, r in rows.items()},
+            "groups": {s: np.array([e.provenance["question_id"] for e in r])
+                       for s, r in rows.items()}}
+
+
+def fit_score(data: dict[str, Any], cols: list[int], seed: int,
+              save_to: Path | None = None) -> np.ndarray:
+    """Fit the stacking classifier on the train questions' ``cols``, score the test side;
+    ``save_to``: also save it (model, card naming its features and data)."""
+    from medverify.risk.persist import save
+    from medverify.risk.training import train_classifier
+
+    schema = data["schema"]
+    sub = schema.model_copy(update={"names": [schema.names[j] for j in cols]})
+    trained = train_classifier(data["x"]["train"][:, cols], data["y"]["train"], sub, seed=seed,
+                               data_sha256=data["sha256"])
+    if save_to is not None:
+        save(trained, save_to)
+    return trained.model.predict_proba(data["x"]["test"][:, cols])[:, 1]
+
+
+def auc_ci(data: dict[str, Any], score: np.ndarray, seed: int,
+           base: np.ndarray | None = None) -> dict[str, Any]:
+    y, groups = data["y"]["test"], data["groups"]["test"]
+    lo, hi = RM.cluster_bootstrap(groups, lambda r: RM.roc_auc(y[r], score[r]), n=1000,
+                                  seed=seed)
+    out = {"roc_auc": round(RM.roc_auc(y, score), 4), "ci95": [round(lo, 4), round(hi, 4)]}
+    if base is not None:
+        dlo, dhi = RM.cluster_bootstrap(
+            groups, lambda r: RM.roc_auc(y[r], score[r]) - RM.roc_auc(y[r], base[r]), n=1000,
+            seed=seed)
+        out |= {"gain": round(out["roc_auc"] - RM.roc_auc(y, base), 4),
+                "gain_ci95": [round(dlo, 4), round(dhi, 4)]}
+    return out
+
+
+def model_table(data: dict[str, Any], scorers: list[str], seed: int) -> list[dict[str, Any]]:
+    names = data["schema"].names
+    out, previous = [], None
+    for i, name in enumerate(scorers):
+        alone = fit_score(data, columns(names, {i}, None), seed)
+        out.append({"models": [name], "kind": "alone", **auc_ci(data, alone, seed)})
+        if i == 0:
+            previous = alone
+            continue
+        upto = fit_score(data, columns(names, set(range(i + 1)), None), seed)
+        out.append({"models": scorers[: i + 1], "kind": f"+ {name}",
+                    **auc_ci(data, upto, seed, base=previous)})
+        previous = upto
+        print(f"  {out[-1]['kind']}: AUC {out[-1]['roc_auc']} {out[-1]['ci95']}", flush=True)
+    return out
+
+
+CANDIDATES: dict[str, tuple[str, ...] | None] = {
+    "all features": None,
+    "likelihood": LIKELIHOOD,
+    "likelihood + cross-model": LIKELIHOOD + CROSS,
+    "likelihood + predictive": LIKELIHOOD + PREDICTIVE,
+}
+
+
+def choose_features(data: dict[str, Any], n_models: int, seed: int) -> dict[str, Any]:
+    """Rank the candidate families by 5-fold CV AUC over the train questions (standardised
+    logistic regression: fast and stable), test nothing."""
+    from sklearn.linear_model import LogisticRegression
+    from sklearn.model_selection import GroupKFold
+    from sklearn.pipeline import make_pipeline
+    from sklearn.preprocessing import StandardScaler
+
+    x, y, groups = data["x"]["train"], data["y"]["train"], data["groups"]["train"]
+    names, models = data["schema"].names, set(range(n_models))
+    cv: dict[str, float] = {}
+    for label, fams in CANDIDATES.items():
+        cols, aucs = columns(names, models, fams), []
+        for tr, va in GroupKFold(n_splits=5).split(x, y, groups):
+            clf = make_pipeline(StandardScaler(), LogisticRegression(C=0.1, max_iter=2000))
+            clf.fit(x[tr][:, cols], y[tr])
+            aucs.append(RM.roc_auc(y[va], clf.predict_proba(x[va][:, cols])[:, 1]))
+        cv[label] = round(float(np.mean(aucs)), 4)
+    chosen = max(cv, key=lambda k: cv[k])
+    return {"cv_auc": cv, "chosen": chosen,
+            "columns": columns(names, models, CANDIDATES[chosen])}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("dataset", choices=["kqa", "medqa", "pubmedqa"])
+    parser.add_argument("--scorers", nargs="+", required=True, metavar="NAME")
+    parser.add_argument("--questions", type=int, default=0, help="0: the benchmark's default")
+    parser.add_argument("--work", type=Path)
+    parser.add_argument("--cost-examples", type=int, default=40)
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--test-share", type=float, default=0.3)
+    parser.add_argument("--reuse", action="store_true",
+                        help="analyse WORK's stored cost.json and features (no model runs)")
+    args = parser.parse_args()
+    work = args.work or Path(f"/tmp/bench_risk_ensemble_{args.dataset}")
+    work.mkdir(parents=True, exist_ok=True)
+    examples = examples_for(args.dataset, args.questions, args.seed)
+    ex_file = work / "examples.jsonl"
+    ex_file.write_text("".join(json.dumps(e) + "\n" for e in examples), "utf-8")
+    print(f"{args.dataset}: {len(examples)} examples -> {ex_file}", flush=True)
+    if args.reuse:
+        spent = json.loads((work / "cost.json").read_text("utf-8"))
+        wall = spent.pop("features_wall_s")
+    else:
+        spent = cost(work, examples, args.scorers, args.cost_examples)
+        print(f"cost: {spent}", flush=True)
+        wall = features(ex_file, work / "features.jsonl", args.scorers)
+        (work / "cost.json").write_text(json.dumps({**spent, "features_wall_s": wall}))
+    data = load_split(work, args.seed, args.test_share)
+    result = {"dataset": args.dataset, "scorers": args.scorers, "examples": len(examples),
+              "features_wall_s": round(wall, 1), "cost": spent,
+              "n_train": len(data["rows"]["train"]), "n_test": len(data["rows"]["test"]),
+              "test_questions": len(set(data["groups"]["test"])),
+              "models": model_table(data, args.scorers, args.seed)}
+    picked = choose_features(data, len(args.scorers), args.seed)
+    full = fit_score(data, columns(data["schema"].names, set(range(len(args.scorers))), None),
+                     args.seed)
+    chosen = fit_score(data, picked["columns"], args.seed, save_to=work / "classifier")
+    (work / "classifier" / "trained_on.json").write_text(json.dumps({
+        "dataset": args.dataset, "scorers": [f"hf:{n}" for n in args.scorers],
+        "feature_set": picked["chosen"], "features": len(picked["columns"]),
+        "train_questions_only": True, "features_sha256": data["sha256"],
+        "command": " ".join(sys.argv)}, indent=2) + "\n")
+    result["feature_set"] = {**{k: v for k, v in picked.items() if k != "columns"},
+                             "n_features": len(picked["columns"]),
+                             "test": auc_ci(data, chosen, args.seed, base=full)}
+    RESULTS.mkdir(parents=True, exist_ok=True)
+    stem = RESULTS / f"risk_ensemble_{args.dataset}"
+    stem.with_suffix(".json").write_text(json.dumps(result, indent=2) + "\n")
+    stem.with_suffix(".md").write_text(markdown(result))
+    print(markdown(result))
+
+
+def markdown(r: dict[str, Any]) -> str:
+    cost = r["cost"]
+    lines = [f"# Risk from an ensemble of real models: {r['dataset']}", "",
+             f"`python benchmarks/bench_risk_ensemble.py {r['dataset']} --scorers "
+             f"{' '.join(r['scorers'])}`. {r['examples']} examples; split by question: "
+             f"{r['n_train']} train / {r['n_test']} test examples ({r['test_questions']} test "
+             "questions). Classifier: the shipped stacking classifier, fitted on train; ROC "
+             "AUC (HALLUCINATION positive) on test with 95 % cluster-bootstrap CIs over test "
+             "questions; a gain is the AUC difference to the row before, paired bootstrap.",
+             "", "| models | row | ROC AUC | 95 % CI | gain | gain 95 % CI |",
+             "|---|---|---|---|---|---|"]
+    for m in r["models"]:
+        gain = f"{m['gain']:+.4f} | {m['gain_ci95']}" if "gain" in m else "| "
+        lines.append(f"| {', '.join(m['models'])} | {m['kind']} | {m['roc_auc']} | "
+                     f"{m['ci95']} | {gain} |")
+    fs = r["feature_set"]
+    lines += ["", "## Feature set (chosen on train questions only)", "",
+              "5-fold cross-validation over the train questions (standardised logistic "
+              "regression), AUC per candidate: " + ", ".join(
+                  f"{k} {v}" for k, v in fs["cv_auc"].items()) + f". Chosen: **{fs['chosen']}** "
+              f"({fs['n_features']} features); with the stacking classifier on test: AUC "
+              f"{fs['test']['roc_auc']} {fs['test']['ci95']}, against all features "
+              f"{fs['test']['gain']:+.4f} {fs['test']['gain_ci95']}.", "",
+              "## Cost on this machine", "",
+              f"Each model alone on {cost['examples']} examples (`risk features`, model load "
+              "subtracted); the machine's other load counts in these numbers.", "",
+              "| model | load s | s per answer |", "|---|---|---|"]
+    for name, m in cost["per_model"].items():
+        lines.append(f"| {name} | {m['load_s']} | {m['s_per_answer']} |")
+    lines += [f"| **all together** | | **{cost['total_s_per_answer']}** |", "",
+              f"The ensemble's features of all {r['examples']} examples took "
+              f"{r['features_wall_s']} s wall.", ""]
+    return "\n".join(lines)
+
+
+if __name__ == "__main__":
+    main()
