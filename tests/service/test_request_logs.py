@@ -145,6 +145,31 @@ def test_every_line_of_a_request_carries_its_id(tmp_path: Path,
         assert store.get_run(row.run_id or "").request_id == "job-req-7"
 
 
+def test_an_unhandled_error_is_logged_with_the_id(tmp_path: Path,
+                                                 captured: io.StringIO) -> None:
+    from fastapi.testclient import TestClient
+
+    from medverify.service.app import create_app
+
+    config = Config(kb=_kb(tmp_path), store=tmp_path / "runs.db")
+    with TestClient(create_app(config)) as client:
+        def broken() -> dict[str, str]:
+            raise RuntimeError("a bug")
+
+        client.app.state.service.readiness = broken  # type: ignore[attr-defined]
+        response = client.get("/readyz", headers={"X-Request-ID": "bug-1"})
+        metrics = client.get("/metrics", headers={"Authorization": "Bearer nope"})
+    assert response.status_code == 500 and response.headers["x-request-id"] == "bug-1"
+    assert response.json()["error"]["code"] == "internal" and "RuntimeError" in response.text
+    assert metrics.status_code == 401
+    lines = [json.loads(line) for line in captured.getvalue().splitlines()]
+    [error] = [line for line in lines if line["message"] == "unhandled error"]
+    assert error["request_id"] == "bug-1" and "RuntimeError: a bug" in error["exception"]
+    [access] = [line for line in lines if line.get("route") == "/readyz"]
+    assert (access["request_id"], access["status"], access["error"]) == ("bug-1", 500,
+                                                                         "internal")
+
+
 def _cli(store: Path, *args: str) -> str:
     result = CliRunner().invoke(main, [*args, "--store", str(store)])
     assert result.exit_code == 0, result.output

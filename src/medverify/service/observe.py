@@ -4,12 +4,14 @@
 to a request). A request's id is its ``X-Request-ID`` header when that is a sane token (1 to
 64 letters, digits and ``._:-``), else a new random one; the response carries it back in
 ``X-Request-ID``, every log line written while serving it carries it, and so does every run
-it records (:mod:`medverify.store.context`). When the response is sent, the request is
-counted (:class:`~medverify.service.metrics.ServiceMetrics`) and one line is logged at
-``info`` on ``medverify.service.access``: method, route template, status, duration, key id
-(never the secret), what it acted on, the error code of a refusal, and the claims it
-checked by category and decision (the route leaves them as ``request.state.checked``, a
-:class:`~medverify.service.metrics.Checked`; they are counted here, after the response).
+it records (:mod:`medverify.store.context`). An error nothing else handled is logged here,
+with the id, and answered with the one error shape (500 ``internal``). When the response is
+sent, the request is counted (:class:`~medverify.service.metrics.ServiceMetrics`) and one
+line is logged at ``info`` on ``medverify.service.access``: method, route template, status,
+duration, key id (never the secret), what it acted on, the error code of a refusal, and the
+claims it checked by category and decision (the route leaves them as
+``request.state.checked``, a :class:`~medverify.service.metrics.Checked`; they are counted
+here, after the response).
 """
 
 from __future__ import annotations
@@ -23,10 +25,12 @@ from typing import Any
 
 from starlette.routing import Match
 
+from medverify.service.errors import error_response
 from medverify.service.metrics import UNMATCHED, ServiceMetrics
 from medverify.store.context import request_id
 
 access = logging.getLogger("medverify.service.access")
+errors = logging.getLogger("medverify.service.errors")
 
 Scope = MutableMapping[str, Any]
 Message = MutableMapping[str, Any]
@@ -76,7 +80,7 @@ class RequestObserver:
             return
         rid = accepted_id(_header(scope, HEADER.encode()))
         state = scope.setdefault("state", {})
-        status = 500  # what the client gets when the app raises before answering
+        status = 0  # none sent yet
         header = (HEADER.encode(), rid.encode())
 
         async def sending(message: Message) -> None:
@@ -86,13 +90,19 @@ class RequestObserver:
                 message["headers"] = [*message.get("headers", ()), header]
             await send(message)
 
-        token = request_id.set(rid)
+        request_id.set(rid)  # this request's task only (each request runs in its own)
         started = time.perf_counter()
         try:
             await self.app(scope, receive, sending)
+        except Exception as exc:
+            if status:  # the response had started: nothing else can be sent
+                raise
+            errors.exception("unhandled error")  # with the request's id, and its traceback
+            state["error"] = "internal"
+            await error_response(500, "internal", f"internal error ({type(exc).__name__}); "
+                                 "the server log has the details")(scope, receive, sending)
         finally:
-            self._done(scope, state, status, time.perf_counter() - started)
-            request_id.reset(token)
+            self._done(scope, state, status or 500, time.perf_counter() - started)
 
     def _done(self, scope: Scope, state: MutableMapping[str, Any], status: int,
               seconds: float) -> None:
