@@ -67,8 +67,10 @@ def _day(store: RunStore, when: datetime, errors: int, n: int = 100,
 
 
 @pytest.fixture
-def store(tmp_path: Path) -> RunStore:
-    with RunStore(tmp_path / "runs.db") as db:
+def store(store_location: Path | str) -> RunStore:
+    """A run store in SQLite, and with ``-m database`` in PostgreSQL too (the counts are SQL
+    both run)."""
+    with RunStore(store_location) as db:
         yield db
 
 
