@@ -206,6 +206,8 @@ def test_the_counters_say_what_was_sent(setup: dict[str, Any]) -> None:
     assert value(samples, "medverify_kb_documents") == 1
     assert value(samples, "medverify_kb_generation") == setup["generation"]
     assert value(samples, "medverify_store_up") == 1
+    assert value(samples, "medverify_service_info", judge="llm", decomposer="rules",
+                 model="fake:metrics") == 1
     assert value(samples, "medverify_drift_claims", period="window") == 16
     assert value(samples, "medverify_drift_share", rate="HALLUCINATION") == 0.5
     assert value(samples, "medverify_drift_drifted") == 0  # no baseline yet
@@ -286,6 +288,7 @@ def test_several_workers_are_summed(tmp_path: Path) -> None:
     assert value(served, "medverify_http_requests_total", route="/v1/check",
                  status="200") == 12
     assert value(served, "medverify_store_up") == 1
+    assert value(served, "medverify_service_info", judge="builtin", model="none") == 1
     assert "counter_1.db" not in files and len(files) >= 2
     pids = {line["pid"] for line in map(json.loads, log.read_text().splitlines()[1:])
             if line.get("route") == "/v1/check"}

@@ -38,6 +38,7 @@ from prometheus_client import (
     CONTENT_TYPE_LATEST,
     CollectorRegistry,
     Counter,
+    Gauge,
     Histogram,
     ProcessCollector,
     generate_latest,
@@ -51,7 +52,7 @@ from medverify.errors import MedverifyError
 from medverify.kb.database import DB_NAME, count_rows, read_generation
 from medverify.llm.observe import CallEvent
 from medverify.ops.drift import live_window
-from medverify.records import Category, Decision, Report
+from medverify.records import Category, Decision, Report, package_version
 from medverify.review import ReviewStatus
 from medverify.store.jobs import JobKind, JobStatus, JobStore
 from medverify.store.review import ReviewStore
@@ -153,6 +154,12 @@ class ServiceMetrics:
                               "completion)", ["model", "stage", "kind"], registry=r)
         self.jobs_finished = Counter("medverify_jobs_finished", "Jobs this service finished, "
                                      "by kind and status", ["kind", "status"], registry=r)
+        Gauge("medverify_service_info", "1, labelled with what this service runs: its "
+              "version, judge, decomposer and model (none: no model)",
+              ["version", "judge", "decomposer", "model"], registry=r,
+              multiprocess_mode="max").labels(package_version(), config.judge_name,
+                                              config.decomposer_name, config.model or "none"
+                                              ).set(1)
         self._calls: dict[tuple[str, str], _CallChildren] = {}
         self._children: dict[tuple[Any, ...], Any] = {}
         self._zeros()
