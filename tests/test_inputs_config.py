@@ -101,3 +101,12 @@ def test_judge_prompt_renders_without_interpreting_braces() -> None:
     assert "{{claims}} {x}" in messages[1].content
     with pytest.raises(ConfigError):
         prompt.render(fence="F1")
+
+
+def test_path_variables_of_tests_and_tools_are_not_read_as_settings() -> None:
+    from medverify.config import Config
+
+    env = {"MEDVERIFY_DATA": "/data", "MEDVERIFY_CHROMIUM": "/usr/bin/chromium",
+           "MEDVERIFY_VERIFIER_BASE": "/m", "MEDVERIFY_LLAMACPP_PYTHON": "/py",
+           "MEDVERIFY_TRIALS_SAMPLES": "/s", "MEDVERIFY_LLM__TIMEOUT_S": "7"}
+    assert Config.load(None, env=env).llm.timeout_s == 7  # and no "extra inputs" error

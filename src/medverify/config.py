@@ -494,9 +494,12 @@ class Config(_Section):
         return self.model_dump(mode="json")
 
 
-_NOT_SETTINGS = {"MEDVERIFY_HOME", "MEDVERIFY_SERVE_CONFIG"}
-"""MEDVERIFY_ variables that are not settings: the home folder, and the config
-``medverify serve`` hands its worker processes."""
+_NOT_SETTINGS = {"MEDVERIFY_HOME", "MEDVERIFY_SERVE_CONFIG", "MEDVERIFY_DATA",
+                 "MEDVERIFY_CHROMIUM", "MEDVERIFY_VERIFIER_BASE", "MEDVERIFY_LLAMACPP_PYTHON",
+                 "MEDVERIFY_TRIALS_SAMPLES"}
+"""MEDVERIFY_ variables that are not settings: the home folder, the config ``medverify
+serve`` hands its worker processes, and the paths the tests and benchmarks read (the real
+data, Chromium, the verifier base model, llama.cpp's Python, the trial samples)."""
 
 
 def _from_env(env: Any) -> dict[str, Any]:
