@@ -113,8 +113,11 @@ def test_a_reviewer_labels_three_claims_and_the_correction_teaches_the_kb(
     assert page.url == server["url"] + "/review"
     assert page.locator("tr.item").count() == 3
     page.click("tr.item a")
+    given: dict[str, str] = {}  # claim -> the label the reviewer gave
     for n in range(3):
         claim = page.inner_text("#claim")
+        given[claim.strip()] = ("COVERAGE_GAP" if claim.startswith(CORRECTED)
+                                else "HALLUCINATION" if n == 0 else "CANNOT_TELL")
         assert page.locator("mark.claim").inner_text() in ANSWER["text"]
         assert "Keyboard" in page.inner_text("#shortcuts")
         if claim.startswith(CORRECTED):  # a coverage gap: the reviewer fills it, with a source
@@ -133,10 +136,14 @@ def test_a_reviewer_labels_three_claims_and_the_correction_teaches_the_kb(
     assert "No items match" in page.inner_text("main")
     assert page.locator("tr.item").count() == 0
 
+    # checked again: each labelled claim is settled by its label (CANNOT_TELL settles
+    # nothing: the judge's COVERAGE_GAP again); the correction taught the KB, so a claim
+    # that restates it is now FACT on the taught document
     after = _check(server, ANSWER)
-    corrected = next(c for c in after if c.startswith(CORRECTED))
-    assert after[corrected] == "FACT", after
-    assert sorted(after.values()) == ["COVERAGE_GAP", "COVERAGE_GAP", "FACT"]
+    assert after == {c: ("COVERAGE_GAP" if label == "CANNOT_TELL" else label)
+                     for c, label in given.items()}, (after, given)
+    restated = _check(server, {"text": "Statins lower cholesterol, LDL cholesterol above all."})
+    assert list(restated.values()) == ["FACT"], restated
     changes = _api(server, "GET", "/v1/review/kb-changes", Role.REVIEWER)
     assert [(c["text"], c["source_url"]) for c in changes] == [(CORRECTION, SOURCE)]
 
