@@ -24,6 +24,7 @@ import re
 from collections.abc import Iterator
 from typing import Any
 
+from medverify.trials.sections.adverse_events import affected_any
 from medverify.trials.summary import (
     AE,
     BASELINE,
@@ -186,15 +187,6 @@ def cut_lists(study: dict[str, Any], summary: TrialSummary) -> list[str]:
     return cut
 
 
-def _affected(stat: Any) -> bool:
-    value = stat.get("numAffected") if isinstance(stat, dict) else None
-    if isinstance(value, bool):
-        return False
-    if isinstance(value, int):
-        return value > 0
-    return isinstance(value, str) and value.strip() not in ("", "0")
-
-
 def missing_serious_events(study: dict[str, Any], summary: TrialSummary) -> list[str]:
     """Serious adverse event terms absent from the serious section, and (term, group) pairs
     with participants affected that the group's sentence does not name."""
@@ -212,7 +204,7 @@ def missing_serious_events(study: dict[str, Any], summary: TrialSummary) -> list
         if f"{_AE}/seriousEvents/{e}/term" not in pointed:
             missing.append(f"serious event {e} ({event.get('term')!r}) not in the summary")
         for s, stat in enumerate(event.get("stats") or []):
-            if not _affected(stat) or stat.get("groupId") not in index:
+            if not affected_any(stat) or stat.get("groupId") not in index:
                 continue
             group = f"{_AE}/eventGroups/{index[stat['groupId']]}"
             named = by_group.get(f"{group}/title", set()) | by_group.get(f"{group}/id", set())
