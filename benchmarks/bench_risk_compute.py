@@ -1,27 +1,32 @@
 """Risk-guided compute on MedQA-USMLE with what runs offline: the paper's protocol (force
 each option, pick by P(FACT), send the least confident questions to an expensive path)
-with Gemma 3 270M base as the only model.
+with local models only.
 
-- Cheap path: the stacking classifier of ``bench_risk_real_model.py`` (trained on its
-  train questions) scores each option of a test question; the option with the highest
-  P(FACT) is the answer; the question's risk is that option's P(HALLUCINATION).
-- Expensive path: a 3-way vote of the same model and classifier under three prompts (the
+- Cheap path: a stacking classifier trained on the train questions (``WORK/classifier``,
+  from ``bench_risk_real_model.py`` for one model or ``bench_risk_ensemble.py medqa`` for
+  an ensemble) scores each option of a test question (``WORK/test.jsonl``); the option
+  with the highest P(FACT) is the answer; the question's risk is that option's
+  P(HALLUCINATION).
+- Expensive path: a 3-way vote of the same scorers and classifier under three prompts (the
   original question, the question with "Choose the single best answer." appended, and
   "Clinical vignette: " prepended): three times the forward passes. Ties go to the
   original prompt's pick.
 - ``medverify.risk.compute.budget_curve``: accuracy against the share of questions given
-  the expensive path, with the random-allocation and oracle baselines.
+  the expensive path, with the random-allocation and oracle baselines; the classifier's
+  AUC on the same test options (95 % cluster-bootstrap CI over questions) says whether
+  its risk has anything to allocate by.
 
-What it shows, plainly: the machinery end to end on real log-probabilities. It cannot show
-that risk-guided compute helps: the 270M base model is at chance on MedQA (its classifier's
-AUC is 0.48, ``risk_real_model.md``), so its risk carries no signal to allocate by and its
-vote is no better answer. With a model that knows medicine, the same script measures the
-real effect.
+One model (Gemma 3 270M base), then the four-model ensemble:
 
     .venv/bin/python benchmarks/bench_risk_real_model.py --model DIR --questions 1000 --work W
-    .venv/bin/python benchmarks/bench_risk_compute.py --model DIR --work W [--questions 150]
+    .venv/bin/python benchmarks/bench_risk_compute.py --scorer hf:DIR --work W
+    .venv/bin/python benchmarks/bench_risk_ensemble.py medqa --questions 200 \\
+        --scorers smollm2-135m gemma3-270m qwen2.5-0.5b qwen2.5-1.5b --work E
+    .venv/bin/python benchmarks/bench_risk_compute.py --work E --config E/risk.toml \\
+        --scorer hf:smollm2-135m --scorer hf:gemma3-270m --scorer hf:qwen2.5-0.5b \\
+        --scorer hf:qwen2.5-1.5b --label "4-model ensemble" --stem risk_compute_ensemble
 
-Writes benchmarks/results/risk_compute.{json,md,svg}.
+Writes benchmarks/results/STEM.{json,md,svg} (STEM: ``risk_compute`` unless ``--stem``).
 """
 
 from __future__ import annotations
@@ -69,9 +74,13 @@ def main() -> int:
     from medverify.risk.compute import ComputeItem, budget_curve, curve_svg
 
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--model", type=Path, required=True)
+    parser.add_argument("--scorer", dest="scorers", action="append", required=True, metavar="SPEC",
+                        help="a scorer of the classifier's features (repeat, in its order)")
     parser.add_argument("--work", type=Path, required=True)
+    parser.add_argument("--config", type=Path, help="TOML for `risk features` ([risk] dtype)")
     parser.add_argument("--questions", type=int, default=150)
+    parser.add_argument("--label", default="Gemma 3 270M base", help="the scorers, in titles")
+    parser.add_argument("--stem", default="risk_compute", help="results file name")
     args = parser.parse_args()
     rows, p_hall = score(args.work, args.work / "test.jsonl")
     qids = sorted({r["provenance"]["question_id"] for r in rows})[: args.questions]
@@ -97,8 +106,10 @@ def main() -> int:
         ex_file.write_text("".join(json.dumps(e) + "\n" for e in examples), "utf-8")
         started = time.perf_counter()
         if not feats.is_file():
-            subprocess.run([str(BIN / "medverify"), "risk", "features", str(ex_file),
-                            "--scorer", f"hf:{args.model}", "--out", str(feats)], check=True)
+            cmd = [str(BIN / "medverify"), "risk", "features", str(ex_file), "--out", str(feats)]
+            cmd += [x for spec in args.scorers for x in ("--scorer", spec)]
+            cmd += ["--config", str(args.config)] if args.config else []
+            subprocess.run(cmd, check=True)
         timing[f"features_{name}_s"] = round(time.perf_counter() - started, 1)
         v_rows, v_p = score(args.work, feats)
         for qid, (option, _) in picks(v_rows, v_p).items():
@@ -113,21 +124,50 @@ def main() -> int:
         items.append(ComputeItem(id=qid, risk=risk, cheap_correct=option == gold[qid],
                                  expensive_correct=voted == gold[qid]))
     curve = budget_curve(items)
-    RESULTS.mkdir(parents=True, exist_ok=True)
-    result = {"questions": len(items), "variants": list(VARIANTS), "timing": timing,
+    auc = option_auc(rows_p)
+    result = {"questions": len(items), "scorers": args.scorers, "label": args.label,
+              "variants": list(VARIANTS), "timing": timing, "classifier_auc": auc,
               "curve": curve.model_dump()}
-    (RESULTS / "risk_compute.json").write_text(json.dumps(result, indent=2) + "\n", "utf-8")
-    (RESULTS / "risk_compute.svg").write_text(
-        curve_svg(curve, "MedQA, Gemma 3 270M: accuracy vs share sent to a 3-prompt vote"),
+    RESULTS.mkdir(parents=True, exist_ok=True)
+    stem = RESULTS / args.stem
+    stem.with_suffix(".json").write_text(json.dumps(result, indent=2) + "\n", "utf-8")
+    stem.with_suffix(".svg").write_text(
+        curve_svg(curve, f"MedQA, {args.label}: accuracy vs share sent to a 3-prompt vote"),
         "utf-8")
+    text = markdown(result, curve, args.stem)
+    stem.with_suffix(".md").write_text(text, "utf-8")
+    print(text)
+    return 0
+
+
+def option_auc(rows_p: list[tuple[dict[str, Any], float]]) -> dict[str, Any]:
+    """ROC AUC of P(HALLUCINATION) over the test options (wrong = positive), 95 % CI by a
+    cluster bootstrap over questions."""
+    import numpy as np
+
+    sys.path.insert(0, str(Path(__file__).resolve().parent))
+    import bench_risk_real_model as RM
+
+    y = np.array([r["label"] == "HALLUCINATION" for r, _ in rows_p], dtype=int)
+    p = np.array([q for _, q in rows_p])
+    groups = np.array([r["provenance"]["question_id"] for r, _ in rows_p])
+    lo, hi = RM.cluster_bootstrap(groups, lambda i: RM.roc_auc(y[i], p[i]), n=1000, seed=0)
+    return {"roc_auc": round(RM.roc_auc(y, p), 4), "ci95": [round(lo, 4), round(hi, 4)]}
+
+
+def markdown(result: dict[str, Any], curve: Any, stem: str) -> str:
+    auc, label = result["classifier_auc"], result["label"]
     at = {p.budget: p for p in curve.points}
-    lines = ["# Risk-guided compute on MedQA-USMLE, Gemma 3 270M base (offline)", "",
-             f"{len(items)} test questions of `risk_real_model` (split by question). Cheap: "
-             "the classifier's top option; expensive: a 3-prompt vote of the same model "
-             "(3x the forward passes). `benchmarks/bench_risk_compute.py`; chart "
-             "`risk_compute.svg`.", "",
-             f"Cheap accuracy {curve.cheap_accuracy:.3f}, expensive {curve.expensive_accuracy:.3f}"
-             f" (random answer 0.25); mean gain of risk-guided over random allocation "
+    signal = auc["ci95"][0] > 0.5
+    lines = [f"# Risk-guided compute on MedQA-USMLE, {label} (offline)", "",
+             f"{result['questions']} test questions (split by question). Scorers: "
+             f"{', '.join(result['scorers'])}. Cheap: the classifier's top option; expensive: "
+             "a 3-prompt vote of the same scorers (3x the forward passes). "
+             f"`benchmarks/bench_risk_compute.py`; chart `{stem}.svg`.", "",
+             f"Classifier ROC AUC on these test options (wrong option = positive): "
+             f"{auc['roc_auc']} (95 % CI {auc['ci95'][0]}-{auc['ci95'][1]}). Cheap accuracy "
+             f"{curve.cheap_accuracy:.3f}, expensive {curve.expensive_accuracy:.3f} (random "
+             f"answer 0.25); mean gain of risk-guided over random allocation "
              f"{curve.gain_over_random:+.4f}.", "",
              "| budget | questions escalated | risk-guided | random allocation | oracle |",
              "|---|---|---|---|---|"]
@@ -135,15 +175,16 @@ def main() -> int:
         p = at[budget]
         lines.append(f"| {budget:.1f} | {p.escalated} | {p.accuracy:.3f} | {p.random:.3f} | "
                      f"{p.oracle:.3f} |")
-    lines += ["", "What this does not show: that risk-guided compute helps. The model is at "
-              "chance on MedQA (classifier AUC 0.48), so its risk cannot tell which answers "
-              "to redo, and its vote is not a better answer. The oracle column is the "
-              "headroom a perfect risk would have with these two paths. Feature extraction "
-              "of the two extra prompts: " + ", ".join(f"{k} {v} s" for k, v in timing.items())
+    reading = ("The classifier's AUC CI is above 0.5: its risk carries some signal to "
+               "allocate by; the curve against the random column says how much that buys."
+               if signal else
+               "What this does not show: that risk-guided compute helps. The classifier's "
+               "AUC CI includes 0.5, so its risk cannot tell which answers to redo.")
+    lines += ["", reading + " The oracle column is the headroom a perfect risk would have "
+              "with these two paths. Feature extraction of the two extra prompts: "
+              + ", ".join(f"{k} {v} s" for k, v in result["timing"].items())
               + " (2 CPU cores)."]
-    (RESULTS / "risk_compute.md").write_text("\n".join(lines) + "\n", "utf-8")
-    print("\n".join(lines))
-    return 0
+    return "\n".join(lines) + "\n"
 
 
 if __name__ == "__main__":

@@ -14,16 +14,19 @@ them: ``kqa`` (``bench_risk_kqa.py``: K-QA gold statements and rule-made counter
 2. **Cost**: each model alone on the first ``--cost-examples`` examples (``risk features``
    with one scorer, timed; the model load, timed apart, is subtracted): seconds per answer
    on this machine's cores, and the total.
-3. **Models**: the shipped stacking classifier (``train_classifier``) fitted on the train
-   questions with the columns of a model subset (its ``m{i}`` features, the pairs within
-   it, the length): each model alone, then models added in ``--scorers`` order; ROC AUC
-   on the test questions with a 95 % cluster-bootstrap CI over questions, and the gain of
-   each added model with a paired bootstrap CI.
-4. **Feature set**: candidate families (all; answer-token likelihood; + cross-model;
-   + predictive distribution), chosen by 5-fold cross-validation over the TRAIN questions
-   only (a fast logistic regression ranks them); the chosen set is then fitted with the
-   stacking classifier and scored once on test. The card of that classifier (written to
-   ``WORK/classifier``) names its features and data.
+3. **Models**: the shipped stacking classifier (``train_classifier``, its inner split by
+   question) fitted on the train questions with the columns of a model subset (its
+   ``m{i}`` features, the pairs within it, the length): each model alone, then models
+   added in ``--scorers`` order; ROC AUC on the test questions with a 95 % cluster-bootstrap
+   CI over questions, and the gain of each added model with a paired bootstrap CI.
+4. **Feature set**: what ``medverify risk train`` does by default (``--feature-set auto``,
+   :mod:`medverify.risk.feature_sets`): the family sets (all; answer-token likelihood;
+   + cross-model; + predictive distribution) ranked by 5-fold cross-validation grouped by
+   question over the TRAIN questions only; the chosen set is fitted and scored once on
+   test, against all features. That classifier is saved to ``WORK/classifier``; its card
+   names its columns, the candidates' CV AUCs, the data, the split, the dtype and this
+   command. ``WORK/test.jsonl`` holds the test questions' rows for
+   ``bench_risk_compute.py``.
 
     .venv/bin/python benchmarks/bench_risk_ensemble.py kqa \\
         --scorers smollm2-135m gemma3-270m qwen2.5-0.5b qwen2.5-1.5b [--questions N]
@@ -51,9 +54,6 @@ import bench_risk_real_model as RM
 ROOT = Path(__file__).resolve().parents[1]
 RESULTS = ROOT / "benchmarks" / "results"
 BIN = Path(sys.executable).parent
-LIKELIHOOD = ("logprob", "prob", "rank", "log_rank")
-PREDICTIVE = ("top1", "top5", "topk_mass", "entropy", "entropy_lb")
-CROSS = ("kl", "kl_ab", "kl_ba", "dlogprob", "dentropy")
 
 
 def examples_for(dataset: str, questions: int, seed: int) -> list[dict[str, Any]]:
@@ -81,9 +81,11 @@ def examples_for(dataset: str, questions: int, seed: int) -> list[dict[str, Any]
                              KQA.Editor(pool, seed))
 
 
-def features(ex_file: Path, out: Path, scorers: list[str]) -> float:
+def features(ex_file: Path, out: Path, scorers: list[str], config: Path | None = None) -> float:
     """Run ``risk features`` with every scorer (resumes an interrupted run); wall s."""
     cmd = [str(BIN / "medverify"), "risk", "features", str(ex_file), "--out", str(out)]
+    if config is not None:
+        cmd += ["--config", str(config)]
     for name in scorers:
         cmd += ["--scorer", f"hf:{name}"]
     started = time.perf_counter()
@@ -92,7 +94,7 @@ def features(ex_file: Path, out: Path, scorers: list[str]) -> float:
 
 
 def cost(work: Path, examples: list[dict[str, Any]], scorers: list[str],
-         n: int) -> dict[str, Any]:
+         n: int, config: Path, dtype: str) -> dict[str, Any]:
     """Seconds per answer of each model alone (model load subtracted), and the total."""
     sample = work / "cost_examples.jsonl"
     sample.write_text("".join(json.dumps(e) + "\n" for e in examples[:n]), "utf-8")
@@ -100,10 +102,10 @@ def cost(work: Path, examples: list[dict[str, Any]], scorers: list[str],
     for name in scorers:
         from medverify.llm.local_models import resolve_model_dir
 
-        load_s = RM.load_time(resolve_model_dir(name))
+        load_s = RM.load_time(resolve_model_dir(name), dtype)
         target = work / f"cost_{name}.jsonl"
         target.unlink(missing_ok=True)
-        wall = features(sample, target, [name])
+        wall = features(sample, target, [name], config)
         out["per_model"][name] = {"load_s": round(load_s, 1), "wall_s": round(wall, 1),
                                   "s_per_answer": round(max(wall - load_s, 0.0) / n, 4)}
     out["total_s_per_answer"] = round(sum(m["s_per_answer"]
@@ -111,24 +113,11 @@ def cost(work: Path, examples: list[dict[str, Any]], scorers: list[str],
     return out
 
 
-def columns(names: list[str], models: set[int], families: tuple[str, ...] | None) -> list[int]:
-    """The columns of a model subset: its models' series and scalars, the pairs within
-    it, the length; ``families``: only those series (None: all)."""
-    keep = []
-    for j, name in enumerate(names):
-        head, *rest = name.split(".")
-        if head == "unit":
-            keep.append(j)
-        elif head.startswith("m") and head[1:].isdigit():
-            series = rest[0] if rest else ""
-            if int(head[1:]) in models and (families is None or series in families
-                                            or series == "n_tokens"):
-                keep.append(j)
-        elif head in CROSS and rest:
-            a, b = (int(x[1:]) for x in rest[0].split("_"))
-            if {a, b} <= models and (families is None or head in families):
-                keep.append(j)
-    return keep
+def columns(names: list[str], models: set[int]) -> list[int]:
+    """The columns of a model subset: its models' series, the pairs within it, the length."""
+    from medverify.risk.feature_sets import columns as family_columns
+
+    return family_columns(names, None, models)
 
 
 def load_split(work: Path, seed: int, test_share: float) -> dict[str, Any]:
@@ -152,20 +141,33 @@ def load_split(work: Path, seed: int, test_share: float) -> dict[str, Any]:
                        for s, r in rows.items()}}
 
 
-def fit_score(data: dict[str, Any], cols: list[int], seed: int,
+def write_test(work: Path, data: dict[str, Any]) -> None:
+    """The test questions' feature rows (and schema) as ``WORK/test.jsonl``: what
+    ``bench_risk_compute.py --work WORK`` scores with ``WORK/classifier``."""
+    rows = data["rows"]["test"]
+    (work / "test.jsonl").write_text("".join(r.model_dump_json() + "\n" for r in rows), "utf-8")
+    (work / "test.jsonl.schema.json").write_text(data["schema"].model_dump_json(), "utf-8")
+
+
+def fit_score(data: dict[str, Any], cols: list[int], seed: int, name: str = "models",
+              selection: Any = None, trained_on: dict[str, Any] | None = None,
               save_to: Path | None = None) -> np.ndarray:
-    """Fit the stacking classifier on the train questions' ``cols``, score the test side;
-    ``save_to``: also save it (model, card naming its features and data)."""
+    """Fit the stacking classifier on the train questions' ``cols`` (or ``selection``;
+    its inner split by question), score the test side; ``save_to``: also save it (model
+    and a card naming its features and data)."""
+    from medverify.risk.feature_sets import FeatureSelection
     from medverify.risk.persist import save
     from medverify.risk.training import train_classifier
 
-    schema = data["schema"]
-    sub = schema.model_copy(update={"names": [schema.names[j] for j in cols]})
-    trained = train_classifier(data["x"]["train"][:, cols], data["y"]["train"], sub, seed=seed,
-                               data_sha256=data["sha256"])
+    names = data["schema"].names
+    selection = selection or FeatureSelection(name=name, columns=[names[j] for j in cols])
+    trained = train_classifier(data["x"]["train"], data["y"]["train"], data["schema"],
+                               seed=seed, data_sha256=data["sha256"], selection=selection,
+                               groups=list(data["groups"]["train"]), trained_on=trained_on)
     if save_to is not None:
         save(trained, save_to)
-    return trained.model.predict_proba(data["x"]["test"][:, cols])[:, 1]
+    use = [names.index(c) for c in selection.columns]
+    return trained.model.predict_proba(data["x"]["test"][:, use])[:, 1]
 
 
 def auc_ci(data: dict[str, Any], score: np.ndarray, seed: int,
@@ -187,12 +189,13 @@ def model_table(data: dict[str, Any], scorers: list[str], seed: int) -> list[dic
     names = data["schema"].names
     out, previous = [], None
     for i, name in enumerate(scorers):
-        alone = fit_score(data, columns(names, {i}, None), seed)
+        alone = fit_score(data, columns(names, {i}), seed, f"{name} alone")
         out.append({"models": [name], "kind": "alone", **auc_ci(data, alone, seed)})
         if i == 0:
             previous = alone
             continue
-        upto = fit_score(data, columns(names, set(range(i + 1)), None), seed)
+        upto = fit_score(data, columns(names, set(range(i + 1))), seed,
+                         f"models 1-{i + 1}")
         out.append({"models": scorers[: i + 1], "kind": f"+ {name}",
                     **auc_ci(data, upto, seed, base=previous)})
         previous = upto
@@ -200,35 +203,13 @@ def model_table(data: dict[str, Any], scorers: list[str], seed: int) -> list[dic
     return out
 
 
-CANDIDATES: dict[str, tuple[str, ...] | None] = {
-    "all features": None,
-    "likelihood": LIKELIHOOD,
-    "likelihood + cross-model": LIKELIHOOD + CROSS,
-    "likelihood + predictive": LIKELIHOOD + PREDICTIVE,
-}
+def choose_features(data: dict[str, Any]) -> Any:
+    """``risk train``'s ``auto`` choice over the train questions only (folds grouped by
+    question; :mod:`medverify.risk.feature_sets`); test is not looked at."""
+    from medverify.risk.feature_sets import choose
 
-
-def choose_features(data: dict[str, Any], n_models: int, seed: int) -> dict[str, Any]:
-    """Rank the candidate families by 5-fold CV AUC over the train questions (standardised
-    logistic regression: fast and stable), test nothing."""
-    from sklearn.linear_model import LogisticRegression
-    from sklearn.model_selection import GroupKFold
-    from sklearn.pipeline import make_pipeline
-    from sklearn.preprocessing import StandardScaler
-
-    x, y, groups = data["x"]["train"], data["y"]["train"], data["groups"]["train"]
-    names, models = data["schema"].names, set(range(n_models))
-    cv: dict[str, float] = {}
-    for label, fams in CANDIDATES.items():
-        cols, aucs = columns(names, models, fams), []
-        for tr, va in GroupKFold(n_splits=5).split(x, y, groups):
-            clf = make_pipeline(StandardScaler(), LogisticRegression(C=0.1, max_iter=2000))
-            clf.fit(x[tr][:, cols], y[tr])
-            aucs.append(RM.roc_auc(y[va], clf.predict_proba(x[va][:, cols])[:, 1]))
-        cv[label] = round(float(np.mean(aucs)), 4)
-    chosen = max(cv, key=lambda k: cv[k])
-    return {"cv_auc": cv, "chosen": chosen,
-            "columns": columns(names, models, CANDIDATES[chosen])}
+    return choose(data["x"]["train"], data["y"]["train"], list(data["groups"]["train"]),
+                  data["schema"].names)
 
 
 def main() -> None:
@@ -239,6 +220,9 @@ def main() -> None:
     parser.add_argument("--work", type=Path)
     parser.add_argument("--cost-examples", type=int, default=40)
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--dtype", choices=["auto", "float32", "bfloat16"], default="bfloat16",
+                        help="the scorers' [risk] dtype (bfloat16: 1.4-2.3x faster on a CPU "
+                        "with AMX, log-probs within ~0.01 nat; risk_dtype.md)")
     parser.add_argument("--test-share", type=float, default=0.3)
     parser.add_argument("--reuse", action="store_true",
                         help="analyse WORK's stored cost.json and features (no model runs)")
@@ -249,31 +233,38 @@ def main() -> None:
     ex_file = work / "examples.jsonl"
     ex_file.write_text("".join(json.dumps(e) + "\n" for e in examples), "utf-8")
     print(f"{args.dataset}: {len(examples)} examples -> {ex_file}", flush=True)
+    config = work / "risk.toml"
+    config.write_text(f'[risk]\ndtype = "{args.dtype}"\n', "utf-8")
     if args.reuse:
         spent = json.loads((work / "cost.json").read_text("utf-8"))
         wall = spent.pop("features_wall_s")
     else:
-        spent = cost(work, examples, args.scorers, args.cost_examples)
+        spent = cost(work, examples, args.scorers, args.cost_examples, config, args.dtype)
         print(f"cost: {spent}", flush=True)
-        wall = features(ex_file, work / "features.jsonl", args.scorers)
+        wall = features(ex_file, work / "features.jsonl", args.scorers, config)
         (work / "cost.json").write_text(json.dumps({**spent, "features_wall_s": wall}))
     data = load_split(work, args.seed, args.test_share)
+    write_test(work, data)
     result = {"dataset": args.dataset, "scorers": args.scorers, "examples": len(examples),
+              "dtype": args.dtype,
               "features_wall_s": round(wall, 1), "cost": spent,
               "n_train": len(data["rows"]["train"]), "n_test": len(data["rows"]["test"]),
               "test_questions": len(set(data["groups"]["test"])),
               "models": model_table(data, args.scorers, args.seed)}
-    picked = choose_features(data, len(args.scorers), args.seed)
-    full = fit_score(data, columns(data["schema"].names, set(range(len(args.scorers))), None),
-                     args.seed)
-    chosen = fit_score(data, picked["columns"], args.seed, save_to=work / "classifier")
-    (work / "classifier" / "trained_on.json").write_text(json.dumps({
-        "dataset": args.dataset, "scorers": [f"hf:{n}" for n in args.scorers],
-        "feature_set": picked["chosen"], "features": len(picked["columns"]),
-        "train_questions_only": True, "features_sha256": data["sha256"],
-        "command": " ".join(sys.argv)}, indent=2) + "\n")
-    result["feature_set"] = {**{k: v for k, v in picked.items() if k != "columns"},
-                             "n_features": len(picked["columns"]),
+    picked = choose_features(data)
+    full = fit_score(data, columns(data["schema"].names, set(range(len(args.scorers)))),
+                     args.seed, "all")
+    trained_on = {"dataset": args.dataset, "examples": len(examples),
+                  "train_questions": len(set(data["groups"]["train"])),
+                  "split": f"by question, seed {args.seed}, test share {args.test_share}; "
+                           "fitted on the train questions only",
+                  "scorers": [f"hf:{n}" for n in args.scorers], "dtype": args.dtype,
+                  "command": "python benchmarks/bench_risk_ensemble.py " + " ".join(sys.argv[1:])}
+    chosen = fit_score(data, [], args.seed, selection=picked, trained_on=trained_on,
+                       save_to=work / "classifier")
+    result["feature_set"] = {"chosen": picked.name, "cv_auc": picked.cv_auc,
+                             "folds": picked.folds, "n_features": len(picked.columns),
+                             "n_all": len(data["schema"].names),
                              "test": auc_ci(data, chosen, args.seed, base=full)}
     RESULTS.mkdir(parents=True, exist_ok=True)
     stem = RESULTS / f"risk_ensemble_{args.dataset}"
@@ -286,7 +277,8 @@ def markdown(r: dict[str, Any]) -> str:
     cost = r["cost"]
     lines = [f"# Risk from an ensemble of real models: {r['dataset']}", "",
              f"`python benchmarks/bench_risk_ensemble.py {r['dataset']} --scorers "
-             f"{' '.join(r['scorers'])}`. {r['examples']} examples; split by question: "
+             f"{' '.join(r['scorers'])}` (scorers in {r['dtype']}). {r['examples']} examples; "
+             "split by question: "
              f"{r['n_train']} train / {r['n_test']} test examples ({r['test_questions']} test "
              "questions). Classifier: the shipped stacking classifier, fitted on train; ROC "
              "AUC (HALLUCINATION positive) on test with 95 % cluster-bootstrap CIs over test "
@@ -299,10 +291,12 @@ def markdown(r: dict[str, Any]) -> str:
                      f"{m['ci95']} | {gain} |")
     fs = r["feature_set"]
     lines += ["", "## Feature set (chosen on train questions only)", "",
-              "5-fold cross-validation over the train questions (standardised logistic "
-              "regression), AUC per candidate: " + ", ".join(
+              f"`risk train --feature-set auto`: {fs['folds']}-fold cross-validation grouped "
+              "by question over the train questions (standardised logistic regression), AUC "
+              "per candidate: " + ", ".join(
                   f"{k} {v}" for k, v in fs["cv_auc"].items()) + f". Chosen: **{fs['chosen']}** "
-              f"({fs['n_features']} features); with the stacking classifier on test: AUC "
+              f"({fs['n_features']} of {fs['n_all']} features); with the stacking "
+              "classifier on test: AUC "
               f"{fs['test']['roc_auc']} {fs['test']['ci95']}, against all features "
               f"{fs['test']['gain']:+.4f} {fs['test']['gain_ci95']}.", "",
               "## Cost on this machine", "",

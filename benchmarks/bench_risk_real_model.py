@@ -77,11 +77,11 @@ def run(cmd: list[str]) -> float:
     return time.perf_counter() - started
 
 
-def load_time(model: Path) -> float:
+def load_time(model: Path, dtype: str = "auto") -> float:
     """Start-up + model load of a fresh process (what `risk features` pays once)."""
     code = ("import time; t=time.perf_counter(); import medverify.cli; "
             "from medverify.risk.scorers import load_local_lm; from pathlib import Path; "
-            f"load_local_lm(Path({str(model.resolve())!r}), 'cpu'); "
+            f"load_local_lm(Path({str(model.resolve())!r}), 'cpu', {dtype!r}); "
             "print(time.perf_counter()-t)")
     return run([sys.executable, "-c", code])
 

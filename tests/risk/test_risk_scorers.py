@@ -157,6 +157,24 @@ def test_hf_batch_equals_one_by_one(tiny_models: dict[str, Path], arch: str) -> 
                 assert tx.logprob == pytest.approx(ty.logprob, abs=1e-5)
 
 
+@pytest.mark.parametrize("arch", ARCHS)
+def test_bfloat16_dtype_is_a_separate_model_close_to_float32(tiny_models: dict[str, Path],
+                                                               arch: str) -> None:
+    path = tiny_models[arch].resolve()
+    assert load_local_lm(path, "cpu", "auto") is load_local_lm(path, "cpu", "float32")
+    half = load_local_lm(path, "cpu", "bfloat16")
+    assert half is not load_local_lm(path, "cpu", "float32")
+    assert next(half.model.parameters()).dtype == torch.bfloat16
+    full = run(scorer_for(path, device="cpu"), ITEMS[:2])
+    fast = run(scorer_for(path, device="cpu", dtype="bfloat16"), ITEMS[:2])
+    for f, b in zip(full, fast, strict=True):
+        assert b.error is None and [s.token for s in b.steps] == [s.token for s in f.steps]
+        mean_f = sum(s.logprob for s in f.steps) / len(f.steps)
+        mean_b = sum(s.logprob for s in b.steps) / len(b.steps)
+        assert mean_b == pytest.approx(mean_f, abs=0.05)  # bf16 rounding, not another model
+        assert mean_b != mean_f  # it really ran in bfloat16
+
+
 def test_different_tokenizers_give_different_step_counts(tiny_models: dict[str, Path]) -> None:
     counts = {arch: len(run(scorer_for(p), [ITEMS[0]])[0].steps)
               for arch, p in tiny_models.items()}

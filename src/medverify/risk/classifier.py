@@ -209,6 +209,10 @@ def predict_proba(loaded: LoadedRisk | TrainedRisk, rows: Sequence[FeatureRow], 
     if not rows:
         return []
     matrix = feature_matrix(rows, expected)
+    if loaded.card.columns is not None:
+        from medverify.risk.feature_sets import indices
+
+        matrix = matrix[:, indices(expected.names, loaded.card.columns)]
     if np.isinf(matrix).any():
         raise InputError("infinite feature values: missing features should be listed in "
                          "FeatureRow.missing")

@@ -98,8 +98,9 @@ def _warn_versions(card: ClassifierCard, path: Path) -> None:
 
 def _check_loaded(model: Any, card: ClassifierCard, path: Path) -> None:
     n_features = getattr(model, "n_features_in_", None)
-    if not hasattr(model, "predict_proba") or n_features != len(card.schema_.names):
-        raise InputError(f"{path} is not a classifier for the {len(card.schema_.names)} "
+    wanted = len(card.model_columns())
+    if not hasattr(model, "predict_proba") or n_features != wanted:
+        raise InputError(f"{path} is not a classifier for the {wanted} "
                          f"features of its card (it takes {n_features})")
     if list(getattr(model, "classes_", [])) != [0, 1]:
         raise InputError(f"{path}: classifier classes are {getattr(model, 'classes_', None)}, "

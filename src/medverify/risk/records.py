@@ -186,8 +186,20 @@ class ClassifierCard(Record):
     meta_model: str = "logistic_regression"
     metrics: dict[str, Any] = Field(default_factory=dict)
     versions: dict[str, str] = Field(default_factory=dict)
+    # the columns the model reads, in order: a subset of schema.names (None: all of them);
+    # rows are still extracted (and checked) with the whole schema
+    columns: list[str] | None = None
+    # how the columns were chosen (medverify.risk.feature_sets.FeatureSelection: the set's
+    # name and, for "auto", each candidate's grouped cross-validation AUC)
+    feature_selection: dict[str, Any] = Field(default_factory=dict)
+    # what the training data was, in the trainer's words (data set, split, dtype, command)
+    trained_on: dict[str, Any] = Field(default_factory=dict)
 
     model_config = ConfigDict(extra="forbid", populate_by_name=True)
+
+    def model_columns(self) -> list[str]:
+        """The names of the columns the model reads, in order."""
+        return list(self.columns) if self.columns is not None else list(self.schema_.names)
 
     def training_metrics(self) -> TrainingMetrics:
         """``metrics`` as a :class:`TrainingMetrics` record."""

@@ -219,7 +219,7 @@ class _LocalLM:
         return _Encoded(ids=list(prompt) + ids, n_prompt=len(prompt), offsets=offsets)
 
 
-_MODELS: dict[tuple[Path, str], _LocalLM] = {}
+_MODELS: dict[tuple[Path, str, str], _LocalLM] = {}
 _MODELS_LOCK = threading.Lock()
 
 
@@ -236,17 +236,19 @@ def _device(preference: str) -> str:
     return "cpu"
 
 
-def load_local_lm(path: Path, preference: str = "auto") -> _LocalLM:
-    """Load (once per path and device) a local causal LM and its tokenizer."""
+def load_local_lm(path: Path, preference: str = "auto", dtype: str = "auto") -> _LocalLM:
+    """Load (once per path, device and dtype) a local causal LM and its tokenizer."""
     device = _device(preference)
+    if dtype == "auto":
+        dtype = "bfloat16" if device == "cuda" else "float32"
     with _MODELS_LOCK:
-        key = (path, device)
+        key = (path, device, dtype)
         if key not in _MODELS:
-            _MODELS[key] = _load(path, device)
+            _MODELS[key] = _load(path, device, dtype)
         return _MODELS[key]
 
 
-def _load(path: Path, device: str) -> _LocalLM:
+def _load(path: Path, device: str, dtype_name: str = "float32") -> _LocalLM:
     import inspect
 
     import torch
@@ -257,7 +259,7 @@ def _load(path: Path, device: str) -> _LocalLM:
     from transformers.utils import logging as hf_logging
 
     hf_logging.disable_progress_bar()  # no "Loading weights" bar in every command's output
-    dtype = torch.bfloat16 if device == "cuda" else torch.float32
+    dtype = getattr(torch, dtype_name)
     try:
         tokenizer = AutoTokenizer.from_pretrained(str(path), local_files_only=True)
         model = AutoModelForCausalLM.from_pretrained(str(path), local_files_only=True,
@@ -295,6 +297,7 @@ class HFScorer:
         self.k = settings.top_k
         self.batch_size = settings.batch_size
         self.device = settings.device
+        self.dtype = settings.dtype
 
     def __repr__(self) -> str:
         return f"HFScorer({self.id!r}, k={self.k})"
@@ -308,7 +311,7 @@ class HFScorer:
 
     def score_batch(self, items: list[ScoreItem]) -> list[TokenTrace]:
         """Score one batch synchronously (what :meth:`score` runs in a thread)."""
-        lm = load_local_lm(self.path, self.device)
+        lm = load_local_lm(self.path, self.device, self.dtype)
         traces: list[TokenTrace | None] = [None] * len(items)
         ready: list[tuple[int, _Encoded]] = []
         for i, item in enumerate(items):

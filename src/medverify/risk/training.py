@@ -12,7 +12,7 @@ A feature with no finite value in the whole training set is refused
 from __future__ import annotations
 
 import time
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import numpy as np
@@ -29,6 +29,7 @@ from medverify.risk.classifier import (
     encode_labels,
     names_text,
 )
+from medverify.risk.feature_sets import FeatureSelection, indices
 from medverify.risk.persist import versions
 from medverify.risk.records import (
     ClassifierCard,
@@ -90,17 +91,26 @@ def _check_classes(y: np.ndarray) -> None:
 
 def train_classifier(x: np.ndarray, y: np.ndarray, schema: FeatureSchema, *, seed: int = 0,
                      test_size: float = 0.2, data_sha256: str, n_estimators: int = 100,
-                     n_jobs: int = 1) -> TrainedRisk:
+                     n_jobs: int = 1, selection: FeatureSelection | None = None,
+                     groups: Sequence[Any] | None = None,
+                     trained_on: Mapping[str, Any] | None = None) -> TrainedRisk:
     """Train the stacking classifier on a stratified split and score it on the held-out
     part. ``y``: 0/1 (1 = HALLUCINATION) or label strings; ``data_sha256`` names the
-    training data (e.g. :func:`medverify.risk.data.examples_sha256`)."""
-    from sklearn.model_selection import train_test_split
-
+    training data (e.g. :func:`medverify.risk.data.examples_sha256`). ``selection``: the
+    feature set (:mod:`medverify.risk.feature_sets`; None: every column of ``schema``);
+    ``groups``: split by group (e.g. the question) instead of by example, so related
+    examples never sit on both sides; ``trained_on``: the data's description for the card."""
     x = np.asarray(x, dtype=np.float64)
     y = encode_labels(y)
-    _validate(x, y, schema, test_size)
-    train, test = train_test_split(np.arange(len(y)), test_size=test_size, stratify=y,
-                                   random_state=seed)
+    if x.ndim == 2 and x.shape[1] != len(schema.names):
+        raise InputError(f"features have {x.shape[1]} columns but schema {schema.version!r} "
+                         f"names {len(schema.names)}")
+    used = schema
+    if selection is not None:
+        x = x[:, indices(schema.names, selection.columns)]
+        used = schema.model_copy(update={"names": list(selection.columns)})
+    _validate(x, y, used, test_size)
+    train, test = _split(y, test_size, seed, groups)
     _check_split(y[train], y[test])
     model = build_model(seed=seed, n_estimators=n_estimators, n_jobs=n_jobs)
     started = time.perf_counter()
@@ -111,12 +121,36 @@ def train_classifier(x: np.ndarray, y: np.ndarray, schema: FeatureSchema, *, see
                               n_estimators=n_estimators,
                               class_counts=_split_counts(y, train, test),
                               imputed_values=int(np.isnan(x).sum()),
-                              pca=pca_summary(x, y, seed), importance=importances(model, schema))
-    card = ClassifierCard(schema=schema, training_data_sha256=data_sha256, n_train=len(train),
-                          n_test=len(test), seed=seed, base_models=list(BASE_MODELS),
-                          meta_model="logistic_regression",
-                          metrics=metrics.model_dump(mode="json"), versions=versions())
+                              pca=pca_summary(x, y, seed), importance=importances(model, used))
+    card = ClassifierCard(
+        schema=schema, training_data_sha256=data_sha256, n_train=len(train),
+        n_test=len(test), seed=seed, base_models=list(BASE_MODELS),
+        meta_model="logistic_regression", metrics=metrics.model_dump(mode="json"),
+        versions=versions(), columns=None if selection is None else list(selection.columns),
+        feature_selection={} if selection is None else selection.model_dump(
+            exclude={"columns"}) | {"n_columns": len(selection.columns)},
+        trained_on={**(trained_on or {}), "inner_split": "by group" if groups is not None
+                    else "by example (stratified)"})
     return TrainedRisk(model, card, TestPredictions(test, y[test], proba))
+
+
+def _split(y: np.ndarray, test_size: float, seed: int,
+           groups: Sequence[Any] | None) -> tuple[np.ndarray, np.ndarray]:
+    """Train/test indices: stratified by label, or by group when ``groups`` is given."""
+    from sklearn.model_selection import GroupShuffleSplit, train_test_split
+
+    if groups is None:
+        train, test = train_test_split(np.arange(len(y)), test_size=test_size, stratify=y,
+                                       random_state=seed)
+        return np.asarray(train), np.asarray(test)
+    group_arr = np.asarray([str(g) for g in groups])
+    if len(group_arr) != len(y):
+        raise InputError(f"{len(group_arr)} groups for {len(y)} labels")
+    if len(set(group_arr)) < 2:
+        raise InputError("a split by group needs at least 2 groups")
+    split = GroupShuffleSplit(n_splits=1, test_size=test_size, random_state=seed)
+    train, test = next(split.split(np.zeros(len(y)), y, group_arr))
+    return train, test
 
 
 def _check_split(y_train: np.ndarray, y_test: np.ndarray) -> None:
