@@ -23,10 +23,11 @@ from typing import Any, Literal
 
 from tokenizers import Tokenizer, decoders, models, pre_tokenizers, processors, trainers
 
-Arch = Literal["gpt2", "llama"]
+Arch = Literal["gpt2", "llama", "qwen2", "gemma3"]
 TokenizerKind = Literal["bpe", "unigram", "wordpiece"]
 
-DEFAULT_TOKENIZER: dict[str, TokenizerKind] = {"gpt2": "bpe", "llama": "unigram"}
+DEFAULT_TOKENIZER: dict[str, TokenizerKind] = {"gpt2": "bpe", "llama": "unigram",
+                                                "qwen2": "bpe", "gemma3": "unigram"}
 
 SIZE_PRESETS: dict[str, dict[str, int]] = {
     "tiny": {"hidden": 32, "layers": 2, "heads": 2},
@@ -176,20 +177,30 @@ def _wordpiece(vocab_size: int) -> Tokenizer:
 
 def _config(arch: Arch, fast: Any, *, hidden: int, layers: int, heads: int,
             max_positions: int, init_std: float) -> Any:
-    from transformers import GPT2Config, LlamaConfig
+    """The architectures of the packaged scorers: ``llama`` (SmolLM2), ``qwen2`` (Qwen2.5),
+    ``gemma3`` (Gemma 3, text-only, alternating sliding-window and full attention), and
+    ``gpt2``."""
+    from transformers import Gemma3TextConfig, GPT2Config, LlamaConfig, Qwen2Config
 
     ids = {"vocab_size": len(fast), "bos_token_id": fast.bos_token_id,
            "eos_token_id": fast.eos_token_id, "pad_token_id": fast.pad_token_id,
            "initializer_range": init_std}
+    common = {"hidden_size": hidden, "intermediate_size": hidden * 3,
+              "num_hidden_layers": layers, "num_attention_heads": heads,
+              "num_key_value_heads": heads, "max_position_embeddings": max_positions, **ids}
     if arch == "gpt2":
         return GPT2Config(n_embd=hidden, n_layer=layers, n_head=heads,
                           n_positions=max_positions, **ids)
     if arch == "llama":
-        return LlamaConfig(hidden_size=hidden, intermediate_size=hidden * 3,
-                           num_hidden_layers=layers, num_attention_heads=heads,
-                           num_key_value_heads=heads, max_position_embeddings=max_positions,
-                           tie_word_embeddings=False, **ids)
-    raise ValueError(f"unknown architecture {arch!r}; known: gpt2, llama")
+        return LlamaConfig(tie_word_embeddings=False, **common)
+    if arch == "qwen2":
+        return Qwen2Config(tie_word_embeddings=True, **common)
+    if arch == "gemma3":
+        return Gemma3TextConfig(head_dim=hidden // heads, query_pre_attn_scalar=hidden // heads,
+                                sliding_window=8, layer_types=[
+                                    "sliding_attention" if i % 2 == 0 else "full_attention"
+                                    for i in range(layers)], **common)
+    raise ValueError(f"unknown architecture {arch!r}; known: gpt2, llama, qwen2, gemma3")
 
 
 def _write_card(path: Path, arch: str, kind: str, seed: int, parameters: int) -> None:
