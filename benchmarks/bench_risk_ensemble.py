@@ -120,14 +120,24 @@ def columns(names: list[str], models: set[int]) -> list[int]:
     return family_columns(names, None, models)
 
 
-def load_split(work: Path, seed: int, test_share: float) -> dict[str, Any]:
+def portable(schema: Any, scorers: list[str]) -> Any:
+    """The schema with catalogue names as scorer ids (``hf:NAME``) where a feature file
+    made before scorers were named so recorded their prepared directories instead."""
+    from medverify.llm.local_models import resolve_model_dir
+
+    names = [f"hf:{n}" for n in scorers]
+    paths = [f"hf:{resolve_model_dir(n).resolve()}" for n in scorers]
+    return schema.model_copy(update={"scorers": names}) if schema.scorers == paths else schema
+
+
+def load_split(work: Path, seed: int, test_share: float, scorers: list[str]) -> dict[str, Any]:
     from medverify.risk.classifier import feature_matrix
     from medverify.risk.records import FeatureExample, FeatureSchema
 
     feats = work / "features.jsonl"
     lines = [json.loads(x) for x in feats.read_text("utf-8").splitlines() if x.strip()]
-    schema = FeatureSchema.model_validate_json(
-        feats.with_name(feats.name + ".schema.json").read_text("utf-8"))
+    schema = portable(FeatureSchema.model_validate_json(
+        feats.with_name(feats.name + ".schema.json").read_text("utf-8")), scorers)
     _, test_q = RM.split_questions(lines, seed=seed, test_share=test_share)
     rows = {s: [FeatureExample.model_validate(x) for x in lines
                 if (x["provenance"]["question_id"] in test_q) == (s == "test")]
@@ -150,13 +160,11 @@ def write_test(work: Path, data: dict[str, Any]) -> None:
 
 
 def fit_score(data: dict[str, Any], cols: list[int], seed: int, name: str = "models",
-              selection: Any = None, trained_on: dict[str, Any] | None = None,
-              save_to: Path | None = None) -> np.ndarray:
+              selection: Any = None,
+              trained_on: dict[str, Any] | None = None) -> tuple[np.ndarray, Any]:
     """Fit the stacking classifier on the train questions' ``cols`` (or ``selection``;
-    its inner split by question), score the test side; ``save_to``: also save it (model
-    and a card naming its features and data)."""
+    its inner split by question); the test side's scores and the trained classifier."""
     from medverify.risk.feature_sets import FeatureSelection
-    from medverify.risk.persist import save
     from medverify.risk.training import train_classifier
 
     names = data["schema"].names
@@ -164,10 +172,8 @@ def fit_score(data: dict[str, Any], cols: list[int], seed: int, name: str = "mod
     trained = train_classifier(data["x"]["train"], data["y"]["train"], data["schema"],
                                seed=seed, data_sha256=data["sha256"], selection=selection,
                                groups=list(data["groups"]["train"]), trained_on=trained_on)
-    if save_to is not None:
-        save(trained, save_to)
     use = [names.index(c) for c in selection.columns]
-    return trained.model.predict_proba(data["x"]["test"][:, use])[:, 1]
+    return trained.model.predict_proba(data["x"]["test"][:, use])[:, 1], trained
 
 
 def auc_ci(data: dict[str, Any], score: np.ndarray, seed: int,
@@ -189,13 +195,13 @@ def model_table(data: dict[str, Any], scorers: list[str], seed: int) -> list[dic
     names = data["schema"].names
     out, previous = [], None
     for i, name in enumerate(scorers):
-        alone = fit_score(data, columns(names, {i}), seed, f"{name} alone")
+        alone, _ = fit_score(data, columns(names, {i}), seed, f"{name} alone")
         out.append({"models": [name], "kind": "alone", **auc_ci(data, alone, seed)})
         if i == 0:
             previous = alone
             continue
-        upto = fit_score(data, columns(names, set(range(i + 1))), seed,
-                         f"models 1-{i + 1}")
+        upto, _ = fit_score(data, columns(names, set(range(i + 1))), seed,
+                            f"models 1-{i + 1}")
         out.append({"models": scorers[: i + 1], "kind": f"+ {name}",
                     **auc_ci(data, upto, seed, base=previous)})
         previous = upto
@@ -212,6 +218,54 @@ def choose_features(data: dict[str, Any]) -> Any:
                   data["schema"].names)
 
 
+def analyse(args: argparse.Namespace, work: Path, examples: list[dict[str, Any]],
+            spent: dict[str, Any], wall: float) -> dict[str, Any]:
+    """Per-model table, the feature set chosen on train, its test AUC against all
+    features; saves the chosen classifier (``WORK/classifier``, and ``--ship NAME``)."""
+    data = load_split(work, args.seed, args.test_share, args.scorers)
+    write_test(work, data)
+    result = {"dataset": args.dataset, "scorers": args.scorers, "examples": len(examples),
+              "dtype": args.dtype, "features_wall_s": round(wall, 1), "cost": spent,
+              "n_train": len(data["rows"]["train"]), "n_test": len(data["rows"]["test"]),
+              "test_questions": len(set(data["groups"]["test"])),
+              "models": model_table(data, args.scorers, args.seed)}
+    picked = choose_features(data)
+    full, _ = fit_score(data, columns(data["schema"].names, set(range(len(args.scorers)))),
+                        args.seed, "all")
+    trained_on = {"dataset": args.dataset, "examples": len(examples),
+                  "train_questions": len(set(data["groups"]["train"])),
+                  "split": f"by question, seed {args.seed}, test share {args.test_share}; "
+                           "fitted on the train questions only",
+                  "scorers": [f"hf:{n}" for n in args.scorers], "dtype": args.dtype,
+                  "command": "python benchmarks/bench_risk_ensemble.py " + " ".join(sys.argv[1:])}
+    chosen, trained = fit_score(data, [], args.seed, selection=picked, trained_on=trained_on)
+    test = auc_ci(data, chosen, args.seed, base=full)
+    result["feature_set"] = {"chosen": picked.name, "cv_auc": picked.cv_auc,
+                             "folds": picked.folds, "n_features": len(picked.columns),
+                             "n_all": len(data["schema"].names), "test": test}
+    trained.card.trained_on["held_out_test"] = {
+        "questions": result["test_questions"], "examples": result["n_test"],
+        "roc_auc": test["roc_auc"], "ci95": test["ci95"]}
+    save_classifier(trained, work / "classifier", args.ship)
+    return result
+
+
+def save_classifier(trained: Any, folder: Path, ship: str | None) -> None:
+    """Save to ``folder``; ``ship``: also copy the model and card (not the plots) into the
+    package's shipped classifiers under that name."""
+    import shutil
+
+    from medverify.risk.persist import CARD_FILE, MODEL_FILE, SHIPPED_DIR, save
+
+    save(trained, folder)
+    if ship:
+        target = SHIPPED_DIR / ship
+        target.mkdir(parents=True, exist_ok=True)
+        for name in (MODEL_FILE, CARD_FILE):
+            shutil.copyfile(folder / name, target / name)
+        print(f"shipped as {target}", flush=True)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("dataset", choices=["kqa", "medqa", "pubmedqa"])
@@ -224,6 +278,8 @@ def main() -> None:
                         help="the scorers' [risk] dtype (bfloat16: 1.4-2.3x faster on a CPU "
                         "with AMX, log-probs within ~0.01 nat; risk_dtype.md)")
     parser.add_argument("--test-share", type=float, default=0.3)
+    parser.add_argument("--ship", metavar="NAME",
+                        help="also ship the chosen classifier with medverify under NAME")
     parser.add_argument("--reuse", action="store_true",
                         help="analyse WORK's stored cost.json and features (no model runs)")
     args = parser.parse_args()
@@ -243,29 +299,7 @@ def main() -> None:
         print(f"cost: {spent}", flush=True)
         wall = features(ex_file, work / "features.jsonl", args.scorers, config)
         (work / "cost.json").write_text(json.dumps({**spent, "features_wall_s": wall}))
-    data = load_split(work, args.seed, args.test_share)
-    write_test(work, data)
-    result = {"dataset": args.dataset, "scorers": args.scorers, "examples": len(examples),
-              "dtype": args.dtype,
-              "features_wall_s": round(wall, 1), "cost": spent,
-              "n_train": len(data["rows"]["train"]), "n_test": len(data["rows"]["test"]),
-              "test_questions": len(set(data["groups"]["test"])),
-              "models": model_table(data, args.scorers, args.seed)}
-    picked = choose_features(data)
-    full = fit_score(data, columns(data["schema"].names, set(range(len(args.scorers)))),
-                     args.seed, "all")
-    trained_on = {"dataset": args.dataset, "examples": len(examples),
-                  "train_questions": len(set(data["groups"]["train"])),
-                  "split": f"by question, seed {args.seed}, test share {args.test_share}; "
-                           "fitted on the train questions only",
-                  "scorers": [f"hf:{n}" for n in args.scorers], "dtype": args.dtype,
-                  "command": "python benchmarks/bench_risk_ensemble.py " + " ".join(sys.argv[1:])}
-    chosen = fit_score(data, [], args.seed, selection=picked, trained_on=trained_on,
-                       save_to=work / "classifier")
-    result["feature_set"] = {"chosen": picked.name, "cv_auc": picked.cv_auc,
-                             "folds": picked.folds, "n_features": len(picked.columns),
-                             "n_all": len(data["schema"].names),
-                             "test": auc_ci(data, chosen, args.seed, base=full)}
+    result = analyse(args, work, examples, spent, wall)
     RESULTS.mkdir(parents=True, exist_ok=True)
     stem = RESULTS / f"risk_ensemble_{args.dataset}"
     stem.with_suffix(".json").write_text(json.dumps(result, indent=2) + "\n")

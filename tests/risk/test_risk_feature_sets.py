@@ -152,3 +152,31 @@ def test_risk_train_cli_chooses_and_records_the_feature_set(tmp_path: Path) -> N
     bad = runner.invoke(main, ["risk", "train", str(path), "--out", str(tmp_path / "c"),
                                "--feature-set", "nope"])
     assert bad.exit_code != 0
+
+
+def test_a_shipped_classifier_is_found_by_name_and_listed(tmp_path: Path,
+                                                          monkeypatch: pytest.MonkeyPatch) -> None:
+    from medverify.risk import persist
+
+    x, y, groups = grouped_data()
+    trained = train_classifier(x, y, SCHEMA, data_sha256="d" * 64, n_estimators=5,
+                               selection=fs.named(NAMES, "likelihood"), groups=groups,
+                               trained_on={"dataset": "kqa", "dtype": "bfloat16",
+                                           "held_out_test": {"roc_auc": 0.71,
+                                                             "ci95": [0.68, 0.74],
+                                                             "questions": 60}})
+    monkeypatch.setattr(persist, "SHIPPED_DIR", tmp_path / "shipped")
+    save(trained, tmp_path / "shipped" / "kqa-test")
+    assert list(persist.shipped_classifiers()) == ["kqa-test"]
+    loaded = load_classifier("kqa-test")
+    assert loaded.directory == tmp_path / "shipped" / "kqa-test"
+    own = tmp_path / "kqa-test"  # a directory of that name, where the user is, wins
+    save(trained, own)
+    monkeypatch.chdir(tmp_path)
+    assert load_classifier("kqa-test").directory == Path("kqa-test")
+    with pytest.raises(InputError, match=r"shipped one \(kqa-test\)"):
+        load_classifier("no-such-classifier")
+    listed = CliRunner().invoke(main, ["risk", "classifiers"], terminal_width=200)
+    assert listed.exit_code == 0, listed.output
+    assert "kqa-test" in listed.output and "0.71" in listed.output
+    assert "likelihood" in listed.output and "bfloat16" in listed.output

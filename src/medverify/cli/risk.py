@@ -342,7 +342,7 @@ def train_cmd(features_file: Path, out: Path, seed: int, trees: int, feature_set
 
 @risk.command("eval")
 @click.argument("classifier_dir", metavar="CLASSIFIER", type=click.Path(path_type=Path,
-                exists=True, file_okay=False))
+                file_okay=False))
 @click.argument("features_file", metavar="FEATURES.jsonl", type=click.Path(path_type=Path,
                 exists=True, dir_okay=False))
 def eval_cmd(classifier_dir: Path, features_file: Path) -> None:
@@ -358,6 +358,28 @@ def eval_cmd(classifier_dir: Path, features_file: Path) -> None:
         raise InputError("evaluation needs labelled examples of both classes")
     proba = np.array(predict_proba(loaded, [e.row for e in chosen], schema=schema))
     print_metrics(evaluate(y, proba), Console())
+
+
+@risk.command("classifiers")
+def classifiers_cmd() -> None:
+    """The classifiers shipped with medverify: their scorers, feature set and what they were
+    trained on (pass the name to --classifier or [risk] classifier)."""
+    from medverify.risk.persist import read_card, shipped_classifiers
+
+    table = Table(title="Shipped risk classifiers", title_justify="left")
+    for column in ("name", "scorers", "feature set", "trained on", "held-out AUC [95% CI]"):
+        table.add_column(column)
+    for name, folder in shipped_classifiers().items():
+        card, _ = read_card(folder)
+        held = card.trained_on.get("held_out_test") or {}
+        table.add_row(name, "\n".join(card.schema_.scorers),
+                      f"{card.feature_selection.get('name', 'all')} "
+                      f"({len(card.model_columns())} features)",
+                      f"{card.trained_on.get('dataset', '?')}: {card.n_train} examples, "
+                      f"{card.trained_on.get('dtype', 'float32')}",
+                      f"{held['roc_auc']} {held.get('ci95')} ({held.get('questions')} "
+                      "questions)" if "roc_auc" in held else "-")
+    console.print(table)
 
 
 def print_metrics(metrics: RiskMetrics, out: Console) -> None:
@@ -382,7 +404,8 @@ def print_metrics(metrics: RiskMetrics, out: Console) -> None:
 @risk.command("score")
 @click.argument("input_file", metavar="[FILE|-]", required=False, default="-")
 @click.option("--classifier", "classifier_dir", type=click.Path(path_type=Path,
-              file_okay=False), help="Trained classifier [default: [risk] classifier].")
+              file_okay=False), help="Trained classifier: a directory or the name of a shipped "
+              "one (`risk classifiers`) [default: [risk] classifier].")
 @click.option("--question", "-q", help="The question the answer responds to.")
 @click.option("--granularity", type=click.Choice(["claim", "sentence", "answer"]),
               default="claim", show_default=True, help="What gets one probability.")

@@ -23,6 +23,8 @@ from medverify.risk.records import ClassifierCard
 
 log = logging.getLogger("medverify.risk")
 
+SHIPPED_DIR = Path(__file__).resolve().parents[1] / "data" / "risk_classifiers"
+"""Classifiers shipped with medverify, one directory each (``medverify risk classifiers``)."""
 CARD_FORMAT = "medverify-risk-classifier/1"
 MODEL_FILE = "model.joblib"
 CARD_FILE = "card.json"
@@ -48,11 +50,30 @@ def save(trained: TrainedRisk, directory: str | Path) -> Path:
     return folder
 
 
+def shipped_classifiers() -> dict[str, Path]:
+    """The classifiers shipped with medverify: name -> directory."""
+    if not SHIPPED_DIR.is_dir():
+        return {}
+    return {p.name: p for p in sorted(SHIPPED_DIR.iterdir()) if (p / CARD_FILE).is_file()}
+
+
+def classifier_dir(value: str | Path) -> Path:
+    """A classifier directory, or the name of one shipped with medverify (a directory of
+    that name wins)."""
+    folder = Path(value).expanduser()
+    if folder.is_dir():
+        return folder
+    return shipped_classifiers().get(str(value), folder)
+
+
 def read_card(directory: str | Path) -> tuple[ClassifierCard, dict[str, Any]]:
-    """The card of a saved classifier and its envelope (format, model file, sha256)."""
-    path = Path(directory) / CARD_FILE
+    """The card of a saved classifier (a directory or a shipped name) and its envelope
+    (format, model file, sha256)."""
+    path = classifier_dir(directory) / CARD_FILE
     if not path.is_file():
-        raise InputError(f"{path} not found: not a saved classifier directory")
+        names = ", ".join(shipped_classifiers()) or "none"
+        raise InputError(f"{path} not found: not a saved classifier directory or the name of "
+                         f"a shipped one ({names})")
     try:
         envelope = json.loads(path.read_text("utf-8"))
         if envelope.get("format") != CARD_FORMAT:
@@ -70,7 +91,7 @@ def load_classifier(directory: str | Path) -> LoadedRisk:
     trust. The sha256 check detects a corrupted or swapped model file, not an attacker who
     can rewrite ``card.json`` as well.
     """
-    folder = Path(directory)
+    folder = classifier_dir(directory)
     card, envelope = read_card(folder)
     model_path = folder / str(envelope.get("model_file", MODEL_FILE))
     if model_path.parent != folder or not model_path.is_file():

@@ -159,7 +159,9 @@ def hf_from_spec(spec: str, settings: RiskSettings) -> HFScorer:
     raw = spec.partition(":")[2].strip()
     path = Path(raw).expanduser()
     if raw in CATALOGUE and not path.is_dir():
-        path = resolve_model_dir(raw)  # a clear error says how to prepare it
+        # a clear error says how to prepare it; the id is the catalogue name (its GGUF's
+        # sha256 is pinned), so a classifier trained with it works on any machine
+        return HFScorer(resolve_model_dir(raw).resolve(), settings, name=raw)
     if not path.is_dir():
         raise ConfigError(f"scorer {spec!r}: model directory {path} does not exist; give a "
                           "local directory with config.json and the tokenizer files "
@@ -291,9 +293,9 @@ class HFScorer:
     Items are scored in batches of ``risk.batch_size``: left-padded, with an attention mask
     and explicit position ids, one forward pass per batch, in a worker thread."""
 
-    def __init__(self, path: Path, settings: RiskSettings) -> None:
+    def __init__(self, path: Path, settings: RiskSettings, name: str | None = None) -> None:
         self.path = path
-        self.id = f"hf:{path}"
+        self.id = f"hf:{name or path}"
         self.k = settings.top_k
         self.batch_size = settings.batch_size
         self.device = settings.device

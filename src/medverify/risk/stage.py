@@ -93,6 +93,11 @@ class RiskStage:
         if loaded is not None and stage.schema.names != loaded.schema.names:
             raise ConfigError("these scorers and settings do not produce the features the "
                               f"classifier was trained on (schema {loaded.schema.version})")
+        trained_dtype = loaded.card.trained_on.get("dtype") if loaded is not None else None
+        if trained_dtype and trained_dtype != config.risk.dtype:
+            log.warning("the classifier's features were computed in %s; [risk] dtype is %s "
+                        "(log-probs differ by ~0.01 nat: set [risk] dtype = %r to match)",
+                        trained_dtype, config.risk.dtype, trained_dtype)
         return stage
 
     @property
