@@ -92,3 +92,26 @@ def test_ensemble_features_train_and_score(ensemble: list[str], tmp_path: Path) 
     scored = _run("risk", "score", str(answer), "--classifier", str(tmp_path / "clf"),
                   "-q", "Question 3?")
     assert "P(hallucination)" in scored and "error" not in scored
+
+
+def test_a_dtype_other_than_the_classifiers_is_warned_about(
+        ensemble: list[str], tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    from medverify.config import Config
+    from medverify.risk.stage import RiskStage
+
+    examples = _examples(tmp_path / "examples.jsonl")
+    features = tmp_path / "features.jsonl"
+    _run("risk", "features", str(examples), "--scorer", ensemble[0], "--out", str(features))
+    _run("risk", "train", str(features), "--out", str(tmp_path / "clf"), "--trees", "5")
+    card_path = tmp_path / "clf" / "card.json"
+    envelope = json.loads(card_path.read_text("utf-8"))
+    envelope["card"]["trained_on"]["dtype"] = "bfloat16"  # as the ensemble benchmark writes
+    card_path.write_text(json.dumps(envelope), "utf-8")
+    with caplog.at_level("WARNING", logger="medverify.risk.stage"):
+        RiskStage.from_config(Config.load(), classifier=tmp_path / "clf")
+    assert "computed in bfloat16; [risk] dtype is auto" in caplog.text
+    caplog.clear()
+    with caplog.at_level("WARNING", logger="medverify.risk.stage"):
+        RiskStage.from_config(Config.load(risk={"dtype": "bfloat16"}),
+                              classifier=tmp_path / "clf")
+    assert "dtype" not in caplog.text
