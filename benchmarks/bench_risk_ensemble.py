@@ -192,10 +192,15 @@ def auc_ci(data: dict[str, Any], score: np.ndarray, seed: int,
 
 
 def model_table(data: dict[str, Any], scorers: list[str], seed: int) -> list[dict[str, Any]]:
+    """Each model alone; models added in order (gain over the row before); then, against
+    all models together, the best single model and each model left out (what it adds
+    given the others: the AUC lost without it)."""
     names = data["schema"].names
-    out, previous = [], None
+    out, previous, alone_scores = [], None, {}
+    everyone = set(range(len(scorers)))
     for i, name in enumerate(scorers):
         alone, _ = fit_score(data, columns(names, {i}), seed, f"{name} alone")
+        alone_scores[name] = alone
         out.append({"models": [name], "kind": "alone", **auc_ci(data, alone, seed)})
         if i == 0:
             previous = alone
@@ -206,6 +211,19 @@ def model_table(data: dict[str, Any], scorers: list[str], seed: int) -> list[dic
                     **auc_ci(data, upto, seed, base=previous)})
         previous = upto
         print(f"  {out[-1]['kind']}: AUC {out[-1]['roc_auc']} {out[-1]['ci95']}", flush=True)
+    if len(scorers) < 2:
+        return out
+    best = max(alone_scores, key=lambda n: RM.roc_auc(data["y"]["test"], alone_scores[n]))
+    out.append({"models": scorers, "kind": f"all vs best single ({best})",
+                **auc_ci(data, previous, seed, base=alone_scores[best])})
+    for i, name in enumerate(scorers):
+        rest = [n for n in scorers if n != name]
+        without, _ = fit_score(data, columns(names, everyone - {i}), seed, f"without {name}")
+        row = auc_ci(data, previous, seed, base=without)  # gain: what `name` adds
+        out.append({"models": rest, "kind": f"all - {name}", **auc_ci(data, without, seed),
+                    "gain": row["gain"], "gain_ci95": row["gain_ci95"]})
+        print(f"  {out[-1]['kind']}: AUC {out[-1]['roc_auc']}; {name} adds {row['gain']} "
+              f"{row['gain_ci95']}", flush=True)
     return out
 
 
@@ -316,7 +334,9 @@ def markdown(r: dict[str, Any]) -> str:
              f"{r['n_train']} train / {r['n_test']} test examples ({r['test_questions']} test "
              "questions). Classifier: the shipped stacking classifier, fitted on train; ROC "
              "AUC (HALLUCINATION positive) on test with 95 % cluster-bootstrap CIs over test "
-             "questions; a gain is the AUC difference to the row before, paired bootstrap.",
+             "questions. Gains (paired bootstrap over test questions): `+ M`, over the row "
+             "before; `all vs best single`, all models over the best one alone; `all - M`, "
+             "what M adds to the others (all models minus this row).",
              "", "| models | row | ROC AUC | 95 % CI | gain | gain 95 % CI |",
              "|---|---|---|---|---|---|"]
     for m in r["models"]:
