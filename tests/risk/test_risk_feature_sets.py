@@ -83,7 +83,7 @@ def test_auto_picks_a_set_holding_the_signal_by_grouped_cv() -> None:
 
 
 def test_auto_prefers_fewer_noisy_columns_when_only_likelihood_carries_signal() -> None:
-    x, y, groups = grouped_data(n_questions=40, seed=4)
+    x, y, groups = grouped_data(n_questions=80, seed=1, signal="m0.rank.q10")
     rng = np.random.default_rng(9)
     noisy = [j for j, n in enumerate(NAMES) if ".entropy." in n or ".top1." in n
              or n.startswith(("kl.", "dlogprob."))]
@@ -91,6 +91,13 @@ def test_auto_prefers_fewer_noisy_columns_when_only_likelihood_carries_signal() 
     chosen = fs.choose(x, y, groups, NAMES)
     assert chosen.cv_auc["likelihood"] > chosen.cv_auc["all"]
     assert chosen.name == "likelihood"
+    assert chosen.cv_auc["mean-logprob"] < chosen.cv_auc["likelihood"]  # lacks the signal
+
+
+def test_mean_logprob_keeps_one_column_per_model_and_the_lengths() -> None:
+    picked = fs.named(NAMES, "mean-logprob").columns
+    assert picked == ["m0.logprob.mean", "m0.n_tokens.mean", "m0.n_tokens.q10",
+                      "m1.logprob.mean", "m1.n_tokens.mean", "m1.n_tokens.q10", "unit.n_chars"]
 
 
 def test_too_few_groups_keep_all_features_and_say_so() -> None:
@@ -180,3 +187,21 @@ def test_a_shipped_classifier_is_found_by_name_and_listed(tmp_path: Path,
     assert listed.exit_code == 0, listed.output
     assert "kqa-test" in listed.output and "0.71" in listed.output
     assert "likelihood" in listed.output and "bfloat16" in listed.output
+
+
+def test_the_shipped_kqa_ensemble_loads_and_its_card_says_what_it_was_trained_on() -> None:
+    from medverify.llm.local_models import CATALOGUE
+    from medverify.risk import persist
+
+    assert "kqa-ensemble" in persist.shipped_classifiers()
+    loaded = load_classifier("kqa-ensemble")  # the model file's sha256 matches its card
+    card = loaded.card
+    assert [s.removeprefix("hf:") for s in card.schema_.scorers] == [
+        "smollm2-135m", "gemma3-270m", "qwen2.5-0.5b", "qwen2.5-1.5b"]
+    assert all(s.removeprefix("hf:") in CATALOGUE for s in card.schema_.scorers)
+    assert card.feature_selection["name"] in fs.FEATURE_SETS
+    assert card.model_columns() and set(card.model_columns()) <= set(card.schema_.names)
+    assert card.trained_on["dataset"] == "kqa" and card.trained_on["dtype"] == "bfloat16"
+    held = card.trained_on["held_out_test"]
+    assert held["questions"] == 60 and held["ci95"][0] <= held["roc_auc"] <= held["ci95"][1]
+    assert loaded.model.n_features_in_ == len(card.model_columns())

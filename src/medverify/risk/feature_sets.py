@@ -31,12 +31,16 @@ PREDICTIVE = ("top1", "top5", "topk_mass", "entropy", "entropy_lb")
 """The predictive distribution at each answer position."""
 CROSS = ("kl", "kl_ab", "kl_ba", "dlogprob", "dentropy")
 """Cross-model series of a pair of scorers on the same characters."""
+MEAN_LOGPROB = ("logprob.mean",)
+"""Each model's mean token log-prob alone (a ``series.stat`` entry): the fewest columns,
+for small training sets where the full families overfit (PubMedQA: 338 rows)."""
 
 FEATURE_SETS: dict[str, tuple[str, ...] | None] = {
     "all": None,
     "likelihood": LIKELIHOOD,
     "likelihood+cross": LIKELIHOOD + CROSS,
     "likelihood+predictive": LIKELIHOOD + PREDICTIVE,
+    "mean-logprob": MEAN_LOGPROB,
 }
 """Candidate feature sets by family (``None``: every column)."""
 CHOICES = ("auto", *FEATURE_SETS)
@@ -73,7 +77,8 @@ def columns(names: Sequence[str], families: tuple[str, ...] | None,
         elif model is not None:
             series = rest[0] if rest else ""
             if (models is None or model in models) and (
-                    families is None or series in families or series == "n_tokens"):
+                    families is None or series in families or series == "n_tokens"
+                    or ".".join(rest[:2]) in families):
                 keep.append(j)
         elif head in CROSS and rest and "_" in rest[0]:
             pair = {_model_of(x) for x in rest[0].split("_")}
