@@ -293,7 +293,7 @@ def main() -> None:
     parser.add_argument("--cost-examples", type=int, default=40)
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--dtype", choices=["auto", "float32", "bfloat16"], default="bfloat16",
-                        help="the scorers' [risk] dtype (bfloat16: 1.4-2.3x faster on a CPU "
+                        help="the scorers' [risk] dtype (bfloat16: 1.4-2.5x faster on a CPU "
                         "with AMX, log-probs within ~0.01 nat; risk_dtype.md)")
     parser.add_argument("--test-share", type=float, default=0.3)
     parser.add_argument("--ship", metavar="NAME",

@@ -225,7 +225,7 @@ class RiskSettings(_Section):
     batch_size: int = Field(8, ge=1)
     device: Literal["auto", "cpu", "cuda"] = "auto"
     # weights and activations of an hf: scorer: auto = bfloat16 on CUDA, float32 on CPU;
-    # bfloat16 on a CPU with AMX/AVX512-BF16 is 1.4-2.3x faster (benchmarks/results/
+    # bfloat16 on a CPU with AMX/AVX512-BF16 is 1.4-2.5x faster (benchmarks/results/
     # risk_dtype.md) and moves a mean token log-prob by ~0.01 nat (correlation 0.9999);
     # a classifier should be scored with the dtype its features were computed with
     dtype: Literal["auto", "float32", "bfloat16"] = "auto"
