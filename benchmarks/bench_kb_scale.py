@@ -132,21 +132,53 @@ def _raw_hash(texts: Sequence[str], dim: int) -> np.ndarray:
     return out
 
 
+def write_rows(conn: Any, pool: Any, plans: Sequence[tuple[int, list[int]]], first: int,
+               vectors: np.ndarray, terms: dict[str, int]) -> None:
+    """One block of synthetic passages (``plans``: home document and sentence ids, the
+    first one numbered ``first``) into the KB schema, counting their terms into ``terms``."""
+    from make_large_corpus import SYNTHETIC_SOURCE
+
+    from medverify.kb.fts import chunk_terms
+    from medverify.kb.ingest import document_hash
+    from medverify.records import Document
+
+    doc_rows, chunk_rows, fts_rows = [], [], []
+    for j, (home, chosen) in enumerate(plans):
+        i = first + j
+        title = pool.docs[home].title
+        text = " ".join(pool.sentences[s] for s in chosen)
+        meta = {"synthetic": True, "title_from": pool.docs[home].origin}
+        doc = Document(doc_id=f"synthetic:{i:08d}", title=title, text=text,
+                       source=SYNTHETIC_SOURCE, meta=meta)
+        doc_rows.append((i + 1, doc.doc_id, document_hash(doc), title, None,
+                         SYNTHETIC_SOURCE, json.dumps(meta), 1, time.time()))
+        chunk_rows.append((i + 1, i + 1, 0, text, 0, len(text), len(text.split()),
+                           vectors[j].tobytes()))
+        fts_rows.append((i + 1, title, text))
+        for term in chunk_terms(title, text):
+            terms[term] = terms.get(term, 0) + 1
+    with conn:
+        conn.executemany("INSERT INTO documents (id, doc_id, content_hash, title, url, "
+                         "source, meta, n_chunks, added_at) VALUES (?,?,?,?,?,?,?,?,?)",
+                         doc_rows)
+        conn.executemany('INSERT INTO chunks (id, doc, ord, text, start, "end", n_tokens, '
+                         "vector) VALUES (?,?,?,?,?,?,?,?)", chunk_rows)
+        conn.executemany("INSERT INTO chunks_fts (rowid, title, body) VALUES (?,?,?)",
+                         fts_rows)
+
+
 def stage_build(args: argparse.Namespace) -> dict[str, Any]:
     """A KB of N synthetic passages written straight into the KB schema (documents, chunks
     with vectors, FTS5 rows, term counts), one chunk per passage. Vectors: hash-384 of
     title + text, computed as the sum of its sentences' (and title's) feature vectors,
     normalised: hash-384 of the whole text except the word bigrams across sentence
     boundaries. The ingest path is not used (see the ``ingest`` stage for its rate)."""
-    from make_large_corpus import SYNTHETIC_SOURCE, load_pool, passage_plans
+    from make_large_corpus import load_pool, passage_plans
 
     from medverify.config import KBSettings
     from medverify.kb import KnowledgeBase
     from medverify.kb.database import connect
     from medverify.kb.embed import normalize
-    from medverify.kb.fts import chunk_terms
-    from medverify.kb.ingest import document_hash
-    from medverify.records import Document
 
     started = time.perf_counter()
     pool = load_pool()
@@ -168,29 +200,7 @@ def stage_build(args: argparse.Namespace) -> dict[str, Any]:
         sums = np.add.reduceat(sentence_raw[flat], offsets, axis=0)
         sums += title_raw[[home for home, _ in batch]]
         vectors = normalize(sums)
-        doc_rows, chunk_rows, fts_rows = [], [], []
-        for j, (home, chosen) in enumerate(batch):
-            i = written + j
-            title = pool.docs[home].title
-            text = " ".join(pool.sentences[s] for s in chosen)
-            meta = {"synthetic": True, "title_from": pool.docs[home].origin}
-            doc = Document(doc_id=f"synthetic:{i:08d}", title=title, text=text,
-                           source=SYNTHETIC_SOURCE, meta=meta)
-            doc_rows.append((i + 1, doc.doc_id, document_hash(doc), title, None,
-                             SYNTHETIC_SOURCE, json.dumps(meta), 1, time.time()))
-            chunk_rows.append((i + 1, i + 1, 0, text, 0, len(text), len(text.split()),
-                               vectors[j].tobytes()))
-            fts_rows.append((i + 1, title, text))
-            for term in chunk_terms(title, text):
-                terms[term] = terms.get(term, 0) + 1
-        with conn:
-            conn.executemany("INSERT INTO documents (id, doc_id, content_hash, title, url, "
-                             "source, meta, n_chunks, added_at) VALUES (?,?,?,?,?,?,?,?,?)",
-                             doc_rows)
-            conn.executemany('INSERT INTO chunks (id, doc, ord, text, start, "end", n_tokens, '
-                             "vector) VALUES (?,?,?,?,?,?,?,?)", chunk_rows)
-            conn.executemany("INSERT INTO chunks_fts (rowid, title, body) VALUES (?,?,?)",
-                             fts_rows)
+        write_rows(conn, pool, batch, written, vectors, terms)
         written += len(batch)
         if written % 200_000 == 0 or written == args.n:
             print(f"built {written} in {time.perf_counter() - started:.0f}s, RSS {rss_mb()} MB",

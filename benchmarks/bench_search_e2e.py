@@ -68,7 +68,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 RESULTS = ROOT / "benchmarks" / "results"
 EMBEDDER = "all-MiniLM-L6-v2"
 
-from bench_kb_scale import dir_bytes, load_queries, peak_mb, rss_mb  # noqa: E402
+from bench_kb_scale import dir_bytes, load_queries, peak_mb, rss_mb, write_rows  # noqa: E402
 
 
 def pct(values: Sequence[float]) -> dict[str, float]:
@@ -211,40 +211,6 @@ def stage_fidelity(args: argparse.Namespace) -> dict[str, Any]:
 
 
 # ---- the KB ---------------------------------------------------------------------------------
-
-
-def write_rows(conn: Any, pool: Any, plans: Sequence[tuple[int, list[int]]], first: int,
-               vectors: np.ndarray, terms: dict[str, int]) -> None:
-    """One block of passages into the KB schema (as bench_kb_scale.py's writer)."""
-    from make_large_corpus import SYNTHETIC_SOURCE
-
-    from medverify.kb.fts import chunk_terms
-    from medverify.kb.ingest import document_hash
-    from medverify.records import Document
-
-    doc_rows, chunk_rows, fts_rows = [], [], []
-    for j, (home, chosen) in enumerate(plans):
-        i = first + j
-        title = pool.docs[home].title
-        text = " ".join(pool.sentences[s] for s in chosen)
-        meta = {"synthetic": True, "title_from": pool.docs[home].origin}
-        doc = Document(doc_id=f"synthetic:{i:08d}", title=title, text=text,
-                       source=SYNTHETIC_SOURCE, meta=meta)
-        doc_rows.append((i + 1, doc.doc_id, document_hash(doc), title, None,
-                         SYNTHETIC_SOURCE, json.dumps(meta), 1, time.time()))
-        chunk_rows.append((i + 1, i + 1, 0, text, 0, len(text), len(text.split()),
-                           vectors[j].tobytes()))
-        fts_rows.append((i + 1, title, text))
-        for term in chunk_terms(title, text):
-            terms[term] = terms.get(term, 0) + 1
-    with conn:
-        conn.executemany("INSERT INTO documents (id, doc_id, content_hash, title, url, "
-                         "source, meta, n_chunks, added_at) VALUES (?,?,?,?,?,?,?,?,?)",
-                         doc_rows)
-        conn.executemany('INSERT INTO chunks (id, doc, ord, text, start, "end", n_tokens, '
-                         "vector) VALUES (?,?,?,?,?,?,?,?)", chunk_rows)
-        conn.executemany("INSERT INTO chunks_fts (rowid, title, body) VALUES (?,?,?)",
-                         fts_rows)
 
 
 def stage_build(args: argparse.Namespace) -> dict[str, Any]:
