@@ -40,6 +40,11 @@ from collections import Counter, defaultdict
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import bench_risk_real_model as RM
+
 ROOT = Path(__file__).resolve().parents[1]
 RESULTS = ROOT / "benchmarks" / "results"
 BIN = Path(sys.executable).parent
@@ -70,30 +75,12 @@ def score(work: Path, features: Path) -> tuple[list[dict[str, Any]], list[float]
     return rows, list(predict_proba(loaded, [e.row for e in examples], schema=schema))
 
 
-def main() -> int:
-    from medverify.risk.compute import ComputeItem, budget_curve, curve_svg
-
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--scorer", dest="scorers", action="append", required=True, metavar="SPEC",
-                        help="a scorer of the classifier's features (repeat, in its order)")
-    parser.add_argument("--work", type=Path, required=True)
-    parser.add_argument("--config", type=Path, help="TOML for `risk features` ([risk] dtype)")
-    parser.add_argument("--questions", type=int, default=150)
-    parser.add_argument("--label", default="Gemma 3 270M base", help="the scorers, in titles")
-    parser.add_argument("--stem", default="risk_compute", help="results file name")
-    args = parser.parse_args()
-    rows, p_hall = score(args.work, args.work / "test.jsonl")
-    qids = sorted({r["provenance"]["question_id"] for r in rows})[: args.questions]
-    keep = set(qids)
-    rows_p = [(r, p) for r, p in zip(rows, p_hall, strict=True)
-              if r["provenance"]["question_id"] in keep]
-    gold = {r["provenance"]["question_id"]: r["provenance"]["answer_idx"] for r, _ in rows_p}
+def variant_votes(args: argparse.Namespace, rows_p: list[tuple[dict[str, Any], float]],
+                  votes: dict[str, list[str]]) -> dict[str, float]:
+    """Each prompt variant's pick per question, added to ``votes`` (features computed once
+    per variant with the same scorers; a partial run resumes); seconds per variant."""
     originals = {r["id"]: r for r in (json.loads(line) for line in
                  (args.work / "examples.jsonl").read_text("utf-8").splitlines())}
-    votes: dict[str, list[str]] = defaultdict(list)
-    cheap = picks([r for r, _ in rows_p], [p for _, p in rows_p])
-    for qid, (option, _) in cheap.items():
-        votes[qid].append(option)
     timing: dict[str, float] = {}
     for name, rewrite in VARIANTS.items():
         ex_file = args.work / f"compute_{name}.jsonl"
@@ -114,6 +101,32 @@ def main() -> int:
         v_rows, v_p = score(args.work, feats)
         for qid, (option, _) in picks(v_rows, v_p).items():
             votes[qid].append(option)
+    return timing
+
+
+def main() -> int:
+    from medverify.risk.compute import ComputeItem, budget_curve, curve_svg
+
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--scorer", dest="scorers", action="append", required=True, metavar="SPEC",
+                        help="a scorer of the classifier's features (repeat, in its order)")
+    parser.add_argument("--work", type=Path, required=True)
+    parser.add_argument("--config", type=Path, help="TOML for `risk features` ([risk] dtype)")
+    parser.add_argument("--questions", type=int, default=150)
+    parser.add_argument("--label", default="Gemma 3 270M base", help="the scorers, in titles")
+    parser.add_argument("--stem", default="risk_compute", help="results file name")
+    args = parser.parse_args()
+    rows, p_hall = score(args.work, args.work / "test.jsonl")
+    qids = sorted({r["provenance"]["question_id"] for r in rows})[: args.questions]
+    keep = set(qids)
+    rows_p = [(r, p) for r, p in zip(rows, p_hall, strict=True)
+              if r["provenance"]["question_id"] in keep]
+    gold = {r["provenance"]["question_id"]: r["provenance"]["answer_idx"] for r, _ in rows_p}
+    votes: dict[str, list[str]] = defaultdict(list)
+    cheap = picks([r for r, _ in rows_p], [p for _, p in rows_p])
+    for qid, (option, _) in cheap.items():
+        votes[qid].append(option)
+    timing = variant_votes(args, rows_p, votes)
     items = []
     for qid in qids:
         option, risk = cheap[qid]
@@ -143,11 +156,6 @@ def main() -> int:
 def option_auc(rows_p: list[tuple[dict[str, Any], float]]) -> dict[str, Any]:
     """ROC AUC of P(HALLUCINATION) over the test options (wrong = positive), 95 % CI by a
     cluster bootstrap over questions."""
-    import numpy as np
-
-    sys.path.insert(0, str(Path(__file__).resolve().parent))
-    import bench_risk_real_model as RM
-
     y = np.array([r["label"] == "HALLUCINATION" for r, _ in rows_p], dtype=int)
     p = np.array([q for _, q in rows_p])
     groups = np.array([r["provenance"]["question_id"] for r, _ in rows_p])
