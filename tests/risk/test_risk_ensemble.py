@@ -115,3 +115,12 @@ def test_a_dtype_other_than_the_classifiers_is_warned_about(
         RiskStage.from_config(Config.load(risk={"dtype": "bfloat16"}),
                               classifier=tmp_path / "clf")
     assert "dtype" not in caplog.text
+    import torch
+
+    if not torch.cuda.is_available():  # auto is float32 on a CPU: a float32 card matches
+        envelope["card"]["trained_on"]["dtype"] = "float32"
+        card_path.write_text(json.dumps(envelope), "utf-8")
+        caplog.clear()
+        with caplog.at_level("WARNING", logger="medverify.risk.stage"):
+            RiskStage.from_config(Config.load(), classifier=tmp_path / "clf")
+        assert "dtype" not in caplog.text

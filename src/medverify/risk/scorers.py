@@ -238,11 +238,17 @@ def _device(preference: str) -> str:
     return "cpu"
 
 
+def resolve_dtype(dtype: str, preference: str = "auto") -> str:
+    """``[risk] dtype`` as a torch dtype name: ``auto`` is bfloat16 on CUDA, float32 on CPU."""
+    if dtype != "auto":
+        return dtype
+    return "bfloat16" if _device(preference) == "cuda" else "float32"
+
+
 def load_local_lm(path: Path, preference: str = "auto", dtype: str = "auto") -> _LocalLM:
     """Load (once per path, device and dtype) a local causal LM and its tokenizer."""
     device = _device(preference)
-    if dtype == "auto":
-        dtype = "bfloat16" if device == "cuda" else "float32"
+    dtype = resolve_dtype(dtype, device)
     with _MODELS_LOCK:
         key = (path, device, dtype)
         if key not in _MODELS:

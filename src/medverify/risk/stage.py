@@ -39,7 +39,7 @@ from medverify.risk.records import (
     RiskScore,
     TokenTrace,
 )
-from medverify.risk.scorers import SCORERS, ScoreItem, Scorer, make_scorer
+from medverify.risk.scorers import SCORERS, ScoreItem, Scorer, make_scorer, resolve_dtype
 
 if TYPE_CHECKING:
     from medverify.executor import Executor
@@ -93,11 +93,8 @@ class RiskStage:
         if loaded is not None and stage.schema.names != loaded.schema.names:
             raise ConfigError("these scorers and settings do not produce the features the "
                               f"classifier was trained on (schema {loaded.schema.version})")
-        trained_dtype = loaded.card.trained_on.get("dtype") if loaded is not None else None
-        if trained_dtype and trained_dtype != config.risk.dtype:
-            log.warning("the classifier's features were computed in %s; [risk] dtype is %s "
-                        "(log-probs differ by ~0.01 nat: set [risk] dtype = %r to match)",
-                        trained_dtype, config.risk.dtype, trained_dtype)
+        if loaded is not None:
+            _check_dtype(loaded, config)
         return stage
 
     @property
@@ -389,3 +386,17 @@ def feature_blocks_on(
                 os.fsync(handle.fileno())
                 written += 1
     return [by_id[e.id] for e in examples], resumed
+
+
+def _check_dtype(loaded: LoadedRisk, config: Config) -> None:
+    """Warn when the classifier's features were computed in another dtype than the one
+    ``[risk] dtype`` resolves to here (the scores then differ slightly)."""
+    trained = loaded.card.trained_on.get("dtype")
+    try:
+        here = resolve_dtype(config.risk.dtype, config.risk.device)
+    except ConfigError:  # no such device: the scorers say so when they run
+        return
+    if trained and trained != "auto" and trained != here:
+        log.warning("the classifier's features were computed in %s; [risk] dtype is %s "
+                    "(%s here; log-probs differ by ~0.01 nat: set [risk] dtype = %r to "
+                    "match)", trained, config.risk.dtype, here, trained)
