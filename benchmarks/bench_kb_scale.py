@@ -167,6 +167,16 @@ def write_rows(conn: Any, pool: Any, plans: Sequence[tuple[int, list[int]]], fir
                          fts_rows)
 
 
+def finish_kb(conn: Any, terms: dict[str, int]) -> None:
+    """After the last block: the term counts, a new KB generation, the WAL checkpointed,
+    the connection closed."""
+    with conn:
+        conn.executemany("INSERT INTO terms (term, df) VALUES (?, ?)", terms.items())
+        conn.execute("UPDATE meta SET value = CAST(value AS INTEGER) + 1 WHERE key='generation'")
+    conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+    conn.close()
+
+
 def stage_build(args: argparse.Namespace) -> dict[str, Any]:
     """A KB of N synthetic passages written straight into the KB schema (documents, chunks
     with vectors, FTS5 rows, term counts), one chunk per passage. Vectors: hash-384 of
@@ -205,11 +215,7 @@ def stage_build(args: argparse.Namespace) -> dict[str, Any]:
         if written % 200_000 == 0 or written == args.n:
             print(f"built {written} in {time.perf_counter() - started:.0f}s, RSS {rss_mb()} MB",
                   file=sys.stderr, flush=True)
-    with conn:
-        conn.executemany("INSERT INTO terms (term, df) VALUES (?, ?)", terms.items())
-        conn.execute("UPDATE meta SET value = CAST(value AS INTEGER) + 1 WHERE key='generation'")
-    conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
-    conn.close()
+    finish_kb(conn, terms)
     return {"seconds": round(time.perf_counter() - started, 1),
             "hash_prepare_s": round(prepared, 1), "passages": args.n,
             "pool_sentences": len(pool.sentences), "peak_rss_mb": peak_mb(),

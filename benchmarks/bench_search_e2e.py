@@ -68,7 +68,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 RESULTS = ROOT / "benchmarks" / "results"
 EMBEDDER = "all-MiniLM-L6-v2"
 
-from bench_kb_scale import dir_bytes, load_queries, peak_mb, rss_mb, write_rows  # noqa: E402
+from bench_kb_scale import dir_bytes, finish_kb, load_queries, peak_mb, rss_mb, write_rows  # noqa: E402
 
 
 def pct(values: Sequence[float]) -> dict[str, float]:
@@ -236,11 +236,7 @@ def stage_build(args: argparse.Namespace) -> dict[str, Any]:
         if written % 100_000 == 0 or written == args.n:
             print(f"built {written} in {time.perf_counter() - started:.0f} s, load {load()}",
                   file=sys.stderr, flush=True)
-    with conn:
-        conn.executemany("INSERT INTO terms (term, df) VALUES (?, ?)", terms.items())
-        conn.execute("UPDATE meta SET value = CAST(value AS INTEGER) + 1 WHERE key='generation'")
-    conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
-    conn.close()
+    finish_kb(conn, terms)
     out: dict[str, Any] = {"rows_s": round(time.perf_counter() - started, 1),
                            "model": args.model, "load_after_rows": load()}
     out.update(build_indexes(kb_dir, Path(args.work), args.n, args.index))
