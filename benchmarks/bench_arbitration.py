@@ -42,10 +42,11 @@ from medverify.evals.arbitration import (
     read_source,
     sweep,
 )
+from medverify.files import data_dir
 from medverify.judge.builtin import BuiltinJudge
 
 ROOT = Path(__file__).resolve().parents[1]
-PAIRS = ROOT.parent / "shared" / "data" / "pairs"
+PAIRS = data_dir() / "pairs"
 RESULTS = ROOT / "benchmarks" / "results"
 CHOOSE_ON = ("checkcovid_dev", "citint_dev")
 HELD_OUT = ("healthver_dev", "expertqa_val")

@@ -29,9 +29,10 @@ from typing import Any
 
 from medverify.audit.evaluate import AgreementScores, evaluate_audit
 from medverify.audit.records import AuditSummary
+from medverify.files import data_dir
 
 ROOT = Path(__file__).resolve().parents[1]
-AUDIT = ROOT.parent / "shared" / "data" / "audit" / "expertqa_val.jsonl"
+AUDIT = data_dir() / "audit" / "expertqa_val.jsonl"
 RESULTS = ROOT / "benchmarks" / "results"
 
 

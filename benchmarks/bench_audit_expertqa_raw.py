@@ -19,9 +19,10 @@ import time
 from pathlib import Path
 
 from medverify.audit.records import AnswerAudit, AuditSummary, Estimate
+from medverify.files import data_dir
 
 ROOT = Path(__file__).resolve().parents[1]
-DATA = ROOT.parent / "shared" / "data" / "answers" / "expertqa_val.jsonl"
+DATA = data_dir() / "answers" / "expertqa_val.jsonl"
 RESULTS = ROOT / "benchmarks" / "results"
 
 

@@ -36,11 +36,12 @@ from typing import Any
 from medverify.audit.inputs import given_claims, read_audit
 from medverify.audit.select import PassageSelector, Selected
 from medverify.audit.verify import pair_sources
+from medverify.files import data_dir
 from medverify.kb.embed import minilm
 from medverify.records import Claim, Source
 
 ROOT = Path(__file__).resolve().parents[1]
-DATA = ROOT.parent / "shared" / "data"
+DATA = data_dir()
 AUDIT = DATA / "audit" / "expertqa_val.jsonl"
 MEDQUAD = DATA / "raw" / "medquad"
 RESULTS = ROOT / "benchmarks" / "results"

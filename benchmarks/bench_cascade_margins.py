@@ -23,13 +23,14 @@ import time
 from pathlib import Path
 
 from medverify.evals.pairs import Pair, load_pairs, pair_item, predicted_label
+from medverify.files import data_dir
 from medverify.judge.builtin import BuiltinJudge
 from medverify.judge.cascade import CascadeJudge
 from medverify.llm.facade import Model
 from medverify.testing import ScriptedProvider
 
 ROOT = Path(__file__).resolve().parents[1]
-PAIRS = ROOT.parent / "shared" / "data" / "pairs"
+PAIRS = data_dir() / "pairs"
 RESULTS = ROOT / "benchmarks" / "results"
 CHOOSE_ON = ("checkcovid_dev", "citint_dev")
 HELD_OUT = ("healthver_dev", "expertqa_val")

@@ -33,9 +33,10 @@ from typing import Any
 
 from medverify.citations import strip_markers
 from medverify.decompose import RuleDecomposer, segment
+from medverify.files import data_dir
 
 ROOT = Path(__file__).resolve().parents[1]
-DATA = ROOT.parent / "shared" / "data"
+DATA = data_dir()
 RESULTS = ROOT / "benchmarks" / "results"
 FACTSCORE = Path("raw/factscore-human/third_party/factscore/labeled_data")
 _TOKEN = re.compile(r"\w+")

@@ -30,12 +30,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from medverify.files import data_dir
 from medverify.judge.checks import find_conflicts
 from medverify.judge.checks_words import WORDNET_DIR, wordnet_antonyms
 from medverify.records import CheckKind
 
 ROOT = Path(__file__).resolve().parents[1]
-DATA = ROOT.parent / "shared" / "data" / "pairs"
+DATA = data_dir() / "pairs"
 RESULTS = ROOT / "benchmarks" / "results"
 TUNED = ("checkcovid_train", "citint_train", "scifact_train")
 MEASURED = ("checkcovid_dev", "citint_dev", "healthver_dev", "expertqa_val", "covidfact_dev",

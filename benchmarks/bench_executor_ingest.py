@@ -41,12 +41,13 @@ from typing import Any
 import numpy as np
 
 from medverify.executor import Executor, LocalExecutor, RayExecutor
+from medverify.files import data_dir
 from medverify.kb import KnowledgeBase, LoadReport, iter_documents
 from medverify.kb.embed import EmbedTask
 from medverify.retrieve import Retriever
 
 ROOT = Path(__file__).resolve().parents[1]
-MEDQUAD = ROOT.parent / "shared" / "data" / "raw" / "medquad"
+MEDQUAD = data_dir() / "raw" / "medquad"
 RESULTS = ROOT / "benchmarks" / "results"
 
 

@@ -29,11 +29,12 @@ from typing import Any
 from medverify.config import Config
 from medverify.evals.pairs import evaluate_pairs_on
 from medverify.executor import Executor, LocalExecutor, RayExecutor
+from medverify.files import data_dir
 from medverify.judge import JUDGES
 from medverify.testing.judge import word_judge
 
 ROOT = Path(__file__).resolve().parents[1]
-PAIRS = ROOT.parent / "shared" / "data" / "pairs" / "checkcovid_dev.jsonl"
+PAIRS = data_dir() / "pairs" / "checkcovid_dev.jsonl"
 OUT = ROOT / "benchmarks" / "results"
 
 

@@ -22,11 +22,12 @@ from pathlib import Path
 
 import torch
 
+from medverify.files import data_dir
 from medverify.verifier import finetune as ft
 from medverify.verifier.model import FROZEN_PREFIX, build_model, load_tokenizer
 
 ROOT = Path(__file__).resolve().parents[1]
-PAIRS = ROOT.parent / "shared" / "data" / "pairs"
+PAIRS = data_dir() / "pairs"
 OUT = ROOT / "benchmarks" / "results"
 
 

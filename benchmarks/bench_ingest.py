@@ -22,8 +22,10 @@ import tempfile
 import time
 from pathlib import Path
 
+from medverify.files import data_dir
+
 ROOT = Path(__file__).resolve().parents[1]
-MEDQUAD = ROOT.parent / "shared" / "data" / "raw" / "medquad"
+MEDQUAD = data_dir() / "raw" / "medquad"
 RESULTS = ROOT / "benchmarks" / "results"
 
 

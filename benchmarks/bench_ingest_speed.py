@@ -45,6 +45,7 @@ import numpy as np
 
 from medverify.config import KBSettings
 from medverify.evals.pairs import evaluate_retrieval
+from medverify.files import data_dir
 from medverify.kb import KnowledgeBase, LoadReport, iter_documents
 from medverify.kb.chunking import chunk_text
 from medverify.kb.embed import SentenceTransformerEmbedder, length_batches, minilm
@@ -52,8 +53,8 @@ from medverify.kb.index import VectorIndex
 from medverify.kb.ingest import Ingester, _embed_text
 
 ROOT = Path(__file__).resolve().parents[1]
-MEDQUAD = ROOT.parent / "shared" / "data" / "raw" / "medquad"
-RETRIEVAL = ROOT.parent / "shared" / "data" / "retrieval"
+MEDQUAD = data_dir() / "raw" / "medquad"
+RETRIEVAL = data_dir() / "retrieval"
 RESULTS = ROOT / "benchmarks" / "results"
 PHASES = ("parse", "chunk", "embed", "sqlite", "faiss", "wait")
 

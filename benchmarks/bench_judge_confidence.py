@@ -25,11 +25,12 @@ from pathlib import Path
 
 from medverify.evals.confidence import CurvePoint, curve_svg
 from medverify.evals.pairs import PairsEval, judge_pairs, load_pairs, score_pairs
+from medverify.files import data_dir
 from medverify.harness import stage_id
 from medverify.judge.builtin import BuiltinJudge
 
 ROOT = Path(__file__).resolve().parents[1]
-DATA = ROOT.parent / "shared" / "data" / "pairs"
+DATA = data_dir() / "pairs"
 RESULTS = ROOT / "benchmarks" / "results"
 SETS = ("checkcovid_dev", "citint_dev", "healthver_dev", "expertqa_val")
 TARGETS = {"FACT": (0.70, 0.15), "HALLUCINATION": (0.50, None)}

@@ -24,12 +24,13 @@ from pathlib import Path
 
 import numpy as np
 
+from medverify.files import data_dir
 from medverify.judge import JudgeItem
 from medverify.judge.builtin import BuiltinJudge, is_verbatim
 from medverify.records import Claim, Passage, passage_label
 
 ROOT = Path(__file__).resolve().parents[1]
-DATA = ROOT.parent / "shared" / "data" / "pairs"
+DATA = data_dir() / "pairs"
 RESULTS = ROOT / "benchmarks" / "results"
 
 

@@ -27,8 +27,10 @@ import subprocess
 import sys
 from pathlib import Path
 
+from medverify.files import data_dir
+
 ROOT = Path(__file__).resolve().parents[1]
-DATA = ROOT.parent / "shared" / "data" / "pairs"
+DATA = data_dir() / "pairs"
 RESULTS = ROOT / "benchmarks" / "results"
 SETS = ("checkcovid_dev", "citint_dev", "healthver_dev", "expertqa_val")
 TRIAL_PAIRS = RESULTS / "trial_pairs.jsonl"

@@ -44,9 +44,11 @@ from typing import Any
 
 import numpy as np
 
+from medverify.files import data_dir
+
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-DATA = ROOT.parent / "shared" / "data"
+DATA = data_dir()
 RESULTS = ROOT / "benchmarks" / "results"
 EMBEDDER = "hash-384"
 

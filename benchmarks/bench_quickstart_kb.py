@@ -33,8 +33,10 @@ import threading
 import time
 from pathlib import Path
 
+from medverify.files import data_dir
+
 ROOT = Path(__file__).resolve().parents[1]
-MEDQUAD = ROOT.parent / "shared" / "data" / "raw" / "medquad"
+MEDQUAD = data_dir() / "raw" / "medquad"
 RESULTS = ROOT / "benchmarks" / "results"
 CLI = Path(sys.executable).parent / "medverify"
 ADDED = re.compile(r"added (\d+) documents \((\d+) chunks\).* in ([\d.]+)s")

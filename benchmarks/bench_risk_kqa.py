@@ -44,14 +44,15 @@ from typing import Any
 
 import numpy as np
 
+from medverify.files import data_dir
 from medverify.verifier.corpus import EDITS, load_medquad, normalize
 from medverify.verifier.corpus.entities import _Matcher
 from medverify.verifier.corpus.text import _keep_case
 
 ROOT = Path(__file__).resolve().parents[1]
 RESULTS = ROOT / "benchmarks" / "results"
-KQA = ROOT.parent / "shared" / "data" / "raw" / "k-qa" / "questions_w_answers.jsonl"
-MEDQUAD = ROOT.parent / "shared" / "data" / "raw" / "medquad"
+KQA = data_dir() / "raw" / "k-qa" / "questions_w_answers.jsonl"
+MEDQUAD = data_dir() / "raw" / "medquad"
 MEAN_LOGPROB = "m0.logprob.mean"
 BIN = Path(sys.executable).parent
 MIN_TYPE_PAIRS = 30

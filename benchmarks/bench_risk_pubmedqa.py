@@ -38,8 +38,10 @@ from collections import Counter
 from pathlib import Path
 from typing import Any
 
+from medverify.files import data_dir
+
 ROOT = Path(__file__).resolve().parents[1]
-PUBMEDQA = ROOT.parent / "shared" / "data" / "raw" / "pubmedqa" / "pqal_dev500.json"
+PUBMEDQA = data_dir() / "raw" / "pubmedqa" / "pqal_dev500.json"
 
 
 def _bench_module(name: str) -> Any:

@@ -41,9 +41,11 @@ from typing import Any
 
 import numpy as np
 
+from medverify.files import data_dir
+
 ROOT = Path(__file__).resolve().parents[1]
 RESULTS = ROOT / "benchmarks" / "results"
-MEDQA = ROOT.parent / "shared" / "data" / "raw" / "medqa-usmle" / "data" / "medqa" / "test.jsonl"
+MEDQA = data_dir() / "raw" / "medqa-usmle" / "data" / "medqa" / "test.jsonl"
 MEAN_LOGPROB = "m0.logprob.mean"
 BIN = Path(sys.executable).parent
 

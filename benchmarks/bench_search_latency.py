@@ -27,13 +27,14 @@ from pathlib import Path
 import numpy as np
 
 from medverify.config import DEFAULT_EMBEDDER, KBSettings
+from medverify.files import data_dir
 from medverify.kb import KnowledgeBase, iter_documents, sample_kb_path
 from medverify.kb.embed import Tokenizer, minilm, normalize
 from medverify.records import Document
 from medverify.retrieve import Retriever
 
 ROOT = Path(__file__).resolve().parents[1]
-DATA = ROOT.parent / "shared" / "data" / "retrieval"
+DATA = data_dir() / "retrieval"
 RESULTS = ROOT / "benchmarks" / "results"
 _SENTENCE = re.compile(r"(?<=[.!?])\s+")
 

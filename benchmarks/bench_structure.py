@@ -37,9 +37,11 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
+from medverify.files import data_dir
+
 ROOT = Path(__file__).resolve().parents[1]
 RESULTS = ROOT / "benchmarks" / "results"
-PAIRS = ROOT.parent / "shared" / "data" / "pairs" / "checkcovid_dev.jsonl"
+PAIRS = data_dir() / "pairs" / "checkcovid_dev.jsonl"
 BEFORE = "4b22712"
 TIMING = {"wall_s", "seconds", "pairs_per_second", "peak_rss_mb", "phases_s",
           "share_outside_model_calls", "model_busy_s", "created_at", "machine", "python",

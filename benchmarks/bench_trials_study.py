@@ -41,6 +41,7 @@ from pathlib import Path
 from typing import Any
 
 from medverify.config import Config
+from medverify.files import data_dir
 from medverify.testing.trial_models import HABITS, NumberJudge, register_trial_models
 from medverify.trials.reader import iter_studies
 from medverify.trials.study.records import read_run
@@ -48,7 +49,7 @@ from medverify.trials.study.report import LABELS, SCORED, finish, pct
 from medverify.trials.study.runner import TrialStudy, study_trials
 
 ROOT = Path(__file__).resolve().parents[1]
-SAMPLES = ROOT.parent / "shared" / "data" / "raw" / "clinicaltrials"
+SAMPLES = data_dir() / "raw" / "clinicaltrials"
 RESULTS = ROOT / "benchmarks" / "results"
 _NUMBER = re.compile(r"\d+(?:\.\d+)?")
 

@@ -17,11 +17,12 @@ from pathlib import Path
 
 import torch
 
+from medverify.files import data_dir
 from medverify.verifier.evaluate import evaluate_files, evaluate_rows, heldout_rows, summary_table
 from medverify.verifier.infer import DEFAULT_WEIGHTS, Verifier
 
 ROOT = Path(__file__).resolve().parents[1]
-DATA = ROOT.parent / "shared" / "data" / "pairs"
+DATA = data_dir() / "pairs"
 RESULTS = ROOT / "benchmarks" / "results"
 
 

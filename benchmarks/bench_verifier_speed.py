@@ -30,11 +30,12 @@ from pathlib import Path
 
 import torch
 
+from medverify.files import data_dir
 from medverify.verifier.infer import DEFAULT_WEIGHTS, quantize_model
 from medverify.verifier.model import build_model, load_model, load_tokenizer
 
 ROOT = Path(__file__).resolve().parents[1]
-DATA = ROOT.parent / "shared" / "data" / "pairs"
+DATA = data_dir() / "pairs"
 RESULTS = ROOT / "benchmarks" / "results"
 
 

@@ -29,6 +29,7 @@ from pathlib import Path
 
 import numpy as np
 
+from medverify.files import data_dir
 from medverify.judge.builtin import is_verbatim
 from medverify.verifier.evaluate import heldout_rows, read_rows
 from medverify.verifier.infer import Verifier, aggregate, score_windows
@@ -136,7 +137,7 @@ def pair_features(claim: str, evidence: str, window_probs: np.ndarray) -> np.nda
 
 
 ROOT = Path(__file__).resolve().parents[1]
-DATA = ROOT.parent / "shared" / "data" / "pairs"
+DATA = data_dir() / "pairs"
 RESULTS = ROOT / "benchmarks" / "results"
 CALIBRATION = ("heldout", "checkcovid_dev", "citint_dev")
 MEASURED = ("healthver_dev", "expertqa_val")

@@ -38,9 +38,11 @@ import json
 from pathlib import Path
 from typing import Any
 
+from medverify.files import data_dir
+
 ROOT = Path(__file__).resolve().parents[1]
 RESULTS = ROOT / "benchmarks" / "results"
-ABSTRACTS = ROOT.parent / "shared" / "data" / "retrieval" / "checkcovid" / "corpus.jsonl"
+ABSTRACTS = data_dir() / "retrieval" / "checkcovid" / "corpus.jsonl"
 JUDGE_PROMPT = ROOT / "src" / "medverify" / "prompts" / "judge" / "v1.md"
 
 PUBMED = 36_000_000

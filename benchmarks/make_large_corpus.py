@@ -26,8 +26,10 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from medverify.files import data_dir
+
 ROOT = Path(__file__).resolve().parents[1]
-DATA = ROOT.parent / "shared" / "data"
+DATA = data_dir()
 SYNTHETIC_SOURCE = "synthetic: shuffled sentences of MedQuAD, Check-COVID, Citation-Integrity"
 
 _SENTENCE_END = re.compile(r"(?<=[.!?])\s+(?=[A-Z0-9(\[])|\n+")

@@ -22,6 +22,7 @@ from pathlib import Path
 
 import numpy as np
 
+from medverify.files import data_dir
 from medverify.judge import JudgeItem
 from medverify.judge.builtin import BuiltinJudge
 from medverify.judge.calibration import (
@@ -36,7 +37,7 @@ from medverify.judge.decide import decide
 from medverify.records import Claim, Passage, categorize
 
 ROOT = Path(__file__).resolve().parents[1]
-DATA = ROOT.parent / "shared" / "data" / "pairs"
+DATA = data_dir() / "pairs"
 ALLOWED = ("checkcovid_train", "citint_train", "scifact_train")
 VERSION = "judge-calibration-v1"
 

@@ -28,6 +28,7 @@ import numpy as np
 
 from medverify.config import Config
 from medverify.evals.pairs import Pair, judge_pairs, load_pairs
+from medverify.files import data_dir
 from medverify.judge.calibration import LABEL_INDEX, fit_family
 from medverify.judge.llm_scored import (
     CATEGORY_OF,
@@ -41,7 +42,7 @@ from medverify.judge.llm_scored import (
 from medverify.llm.facade import model_from_config
 
 ROOT = Path(__file__).resolve().parents[1]
-DATA = ROOT.parent / "shared" / "data" / "pairs"
+DATA = data_dir() / "pairs"
 ALLOWED = ("checkcovid_train", "citint_train", "scifact_train")
 
 

@@ -14,11 +14,12 @@ import json
 import random
 from pathlib import Path
 
+from medverify.files import data_dir
 from medverify.kb.loaders import LoadReport, iter_documents
 from medverify.records import Document
 
 ROOT = Path(__file__).resolve().parents[1]
-DEFAULT_MEDQUAD = ROOT.parent / "shared" / "data" / "raw" / "medquad"
+DEFAULT_MEDQUAD = data_dir() / "raw" / "medquad"
 OUT = ROOT / "src" / "medverify" / "data" / "medquad_sample.jsonl"
 SEED = 20190511
 MAX_DOC_CHARS = 40_000

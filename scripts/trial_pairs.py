@@ -22,12 +22,13 @@ import argparse
 import json
 from pathlib import Path
 
+from medverify.files import data_dir
 from medverify.testing.trial_models import _first_sentences, change_numbers
 from medverify.trials.reader import iter_studies
 from medverify.trials.study.runner import study_trials
 
 ROOT = Path(__file__).resolve().parents[1]
-RECORDS = ROOT.parent / "shared" / "data" / "raw" / "clinicaltrials"
+RECORDS = data_dir() / "raw" / "clinicaltrials"
 
 
 def pairs(records: Path = RECORDS) -> list[dict]:

@@ -11,6 +11,7 @@ import pytest
 from chromium_browser import browser  # noqa: F401 (fixture)
 from data_paths import ENV as DATA_ENV
 from data_paths import (  # noqa: F401 (hooks: the data marker, skipped tests by reason)
+    pytest_runtest_call,
     pytest_runtest_setup,
     pytest_terminal_summary,
 )

@@ -13,14 +13,23 @@ Before the test runs, each path is checked (:func:`pytest_runtest_setup`). Missi
 is skipped with the missing path as the reason, except under ``CI=true``, where it fails:
 CI runs with the data beside the clone, so a missing file there is a broken setup, never a
 quiet skip. At the end of a run, :func:`pytest_terminal_summary` lists the skipped tests
-grouped by reason. ``tests/conftest.py`` imports both hooks; ``pyproject.toml`` declares
+grouped by reason. ``tests/conftest.py`` imports the hooks; ``pyproject.toml`` declares
 the marker.
+
+A test cannot bypass the marker: while a test sets up and runs, an audit hook
+(:func:`sys.addaudithook`) watches every file opened and every folder listed in this
+process, and a test that touches the data folder outside the paths its ``data`` markers
+name fails, naming the path (:func:`pytest_runtest_call`). Child processes a test starts
+are not watched; their tests declare what the child reads.
 """
 
 from __future__ import annotations
 
+import fnmatch
 import os
+import sys
 from collections import Counter
+from collections.abc import Generator
 from pathlib import Path
 from typing import NoReturn
 
@@ -84,10 +93,87 @@ def unavailable(reason: str) -> NoReturn:
     pytest.skip(reason)
 
 
-@pytest.hookimpl(tryfirst=True)
-def pytest_runtest_setup(item: pytest.Item) -> None:
+class _Guard:
+    """The running test's declared data paths, and what it touched outside them."""
+
+    def __init__(self) -> None:
+        self.roots: tuple[str, ...] = ()
+        self.allowed: tuple[str, ...] = ()
+        self.touched: list[str] = []
+        self.installed = False
+
+    def watch(self, item: pytest.Item) -> None:
+        root = data_root()
+        self.roots = tuple({os.path.abspath(root), os.path.realpath(root)})
+        marks = [arg for mark in item.iter_markers("data") for arg in (mark.args or ("",))]
+        self.allowed = tuple(marks)
+        self.touched = []
+        if not self.installed:
+            sys.addaudithook(self.audit)
+            self.installed = True
+
+    def stop(self) -> list[str]:
+        self.roots = ()
+        return self.touched
+
+    def audit(self, event: str, args: tuple[object, ...]) -> None:
+        if not self.roots or event not in _WATCHED:
+            return
+        target = args[0] if args else None
+        if not isinstance(target, str | bytes | os.PathLike):
+            return
+        path = os.path.abspath(os.fsdecode(target))
+        for root in self.roots:
+            if path == root or path.startswith(root + os.sep):
+                relative = os.path.relpath(path, root)
+                if not declared(relative, self.allowed):
+                    self.touched.append(relative)
+                return
+
+
+_WATCHED = frozenset({"open", "os.listdir", "os.scandir", "sqlite3.connect"})
+_GUARD = _Guard()
+
+
+def declared(relative: str, allowed: tuple[str, ...]) -> bool:
+    """Whether ``relative`` (a path under the data folder) is covered by the ``data``
+    marker arguments ``allowed``: the path itself, a file under a declared folder, a match
+    of a declared glob, or a folder on the way to one (listed to find it)."""
+    relative = "" if relative == "." else relative.replace(os.sep, "/")
+    for arg in (a.strip("/") for a in allowed):
+        if not arg or not relative or relative == arg or relative.startswith(arg + "/"):
+            return True
+        if fnmatch.fnmatchcase(relative, arg) or (arg + "/").startswith(relative + "/"):
+            return True
+    return False
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_setup(item: pytest.Item) -> Generator[None, object, object]:
+    """Check the ``data`` markers' paths before any fixture, then watch the fixtures."""
     for mark in item.iter_markers("data"):
         require(*mark.args)
+    return (yield from _watched(item))
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_call(item: pytest.Item) -> Generator[None, object, object]:
+    return (yield from _watched(item))
+
+
+def _watched(item: pytest.Item) -> Generator[None, object, object]:
+    """Run a phase of ``item``; fail it when it read the data folder outside what its
+    ``data`` markers declare."""
+    _GUARD.watch(item)
+    try:
+        result = yield
+    finally:
+        touched = _GUARD.stop()
+    if touched:
+        pytest.fail(f"the test read {', '.join(sorted(set(touched))[:5])} from the data folder "
+                    f"({data_root()}) without declaring it: add @pytest.mark.data(...) "
+                    "(tests/data_paths.py)", pytrace=False)
+    return result
 
 
 def skip_reason(report: pytest.TestReport) -> str:

@@ -18,8 +18,10 @@ import sys
 import tempfile
 from pathlib import Path
 
+from medverify.files import data_dir
+
 ROOT = Path(__file__).resolve().parents[2]
-PAIRS = ROOT.parent / "shared" / "data" / "pairs"
+PAIRS = data_dir() / "pairs"
 RESULTS = ROOT / "benchmarks" / "results"
 
 

@@ -31,8 +31,10 @@ import subprocess
 import sys
 from pathlib import Path
 
+from medverify.files import data_dir
+
 ROOT = Path(__file__).resolve().parents[2]
-PAIRS = ROOT.parent / "shared" / "data" / "pairs"
+PAIRS = data_dir() / "pairs"
 FILES = ("checkcovid_train", "citint_train", "scifact_train", "checkcovid_dev", "citint_dev",
          "healthver_dev", "expertqa_val")
 

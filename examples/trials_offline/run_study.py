@@ -37,6 +37,7 @@ from rich.console import Console
 
 from medverify.cli.trials import print_study
 from medverify.config import Config
+from medverify.files import data_dir
 from medverify.testing.trial_models import (
     HABITS,
     NumberJudge,
@@ -46,7 +47,7 @@ from medverify.testing.trial_models import (
 from medverify.trials.reader import iter_studies
 from medverify.trials.study.runner import TrialStudy, study_trials
 
-SAMPLES = Path(__file__).resolve().parents[2].parent / "shared" / "data" / "raw" / \
+SAMPLES = data_dir() / "raw" / \
     "clinicaltrials"
 
 

@@ -24,6 +24,19 @@ from pydantic_core import PydanticSerializationError
 R = TypeVar("R", bound=BaseModel)
 
 _FILE_MODE = 0o644
+DATA_ENV = "MEDVERIFY_DATA"
+"""Names the folder of real, human-labelled data (``../shared/data`` in a development
+checkout; end users do not have it). Not a setting: only tools, tests and benchmarks read it."""
+
+
+def data_dir() -> Path:
+    """The real-data folder: ``$MEDVERIFY_DATA`` (a relative value is taken from the
+    working directory), else ``../shared/data`` beside the source checkout. It may not
+    exist: callers that need a file from it say which one is missing."""
+    value = os.environ.get(DATA_ENV, "").strip()
+    if value:
+        return Path(value).expanduser()
+    return Path(__file__).resolve().parents[3] / "shared" / "data"
 
 
 @contextlib.contextmanager

@@ -9,15 +9,18 @@ date is written as past, and the summary is the same when built again."""
 
 from __future__ import annotations
 
+import functools
 from typing import Any
 
+import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from data_paths import data_path
 from medverify.trials.curate import curate
 from medverify.trials.exactness import audit
 from medverify.trials.summary import text_of
-from medverify.trials.synthetic import default_samples_dir, load_samples, synthetic_studies
+from medverify.trials.synthetic import load_samples, synthetic_studies
 
 CLEAN = {"inexact": [], "cut": [], "serious_missing": [], "estimated_as_actual": [],
          "untyped_as_actual": []}
@@ -156,15 +159,14 @@ def test_guarantees_hold_on_drawn_records(study: dict[str, Any]) -> None:
     assert curate(study).model_dump_json() == summary.model_dump_json()
 
 
-_POOL = load_samples(default_samples_dir()) if default_samples_dir().is_dir() else None
+@functools.cache
+def _pool() -> list[dict[str, Any]]:
+    return load_samples(data_path("raw/clinicaltrials"))
 
 
+@pytest.mark.data("raw/clinicaltrials/*.json")
 @settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(seed=st.integers(0, 2**31))
 def test_guarantees_hold_on_synthetic_records_with_variants(seed: int) -> None:
-    if _POOL is None:
-        import pytest
-
-        pytest.skip(f"no ClinicalTrials.gov samples at {default_samples_dir()}")
-    (study,) = synthetic_studies(1, seed, _POOL, variants=True)
+    (study,) = synthetic_studies(1, seed, _pool(), variants=True)
     assert audit(study, curate(study)) == CLEAN

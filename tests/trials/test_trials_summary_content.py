@@ -12,6 +12,7 @@ from typing import Any
 
 import pytest
 
+from data_paths import data_path
 from medverify.trials.curate import curate
 from medverify.trials.exactness import (
     audit,
@@ -21,9 +22,9 @@ from medverify.trials.exactness import (
     sentence_problems,
 )
 from medverify.trials.summary import MAX_EVENTS, MAX_LIST, Sentence, unescape
-from medverify.trials.synthetic import default_samples_dir
 
-SAMPLES = default_samples_dir()
+SAMPLES = data_path("raw/clinicaltrials")
+SAMPLE = "raw/clinicaltrials/NCT02210780.json"
 
 
 def record(status: str = "COMPLETED", **dates: dict[str, str]) -> dict[str, Any]:
@@ -206,6 +207,7 @@ def test_note_counts_and_cuts_are_checked() -> None:
         "no note"]
 
 
+@pytest.mark.data(SAMPLE)
 def test_a_number_must_come_from_a_field_its_sentence_points_to() -> None:
     study = json.loads((SAMPLES / "NCT02210780.json").read_text("utf-8"))
     summary = curate(study)
@@ -233,6 +235,7 @@ def _with_measures(primary: int, secondary: int) -> dict[str, Any]:
     return study
 
 
+@pytest.mark.data(SAMPLE)
 def test_every_posted_measure_is_summarised() -> None:
     """The issue's case: 11 primary and 20 secondary posted measures, once cut at 10."""
     study = _with_measures(11, 20)
@@ -332,6 +335,7 @@ def test_unranked_when_a_count_is_not_a_number() -> None:
 # -- baseline --------------------------------------------------------------------------------
 
 
+@pytest.mark.data(SAMPLE)
 def test_baseline_characteristics_section() -> None:
     study = json.loads((SAMPLES / "NCT02210780.json").read_text("utf-8"))
     texts = [s.text for s in curate(study).section("baseline characteristics").sentences]

@@ -11,18 +11,18 @@ from pathlib import Path
 
 import pytest
 
+from data_paths import data_path
 from medverify.trials.reader import ReadReport, iter_studies
 from medverify.trials.summary import MAX_EVENTS, MAX_LIST
 from medverify.trials.synthetic import (
-    default_samples_dir,
     is_synthetic,
     load_samples,
     synthetic_studies,
     write_bulk_zip,
 )
 
-SAMPLES = default_samples_dir()
-pytestmark = pytest.mark.skipif(not SAMPLES.is_dir(), reason="no ClinicalTrials.gov samples")
+SAMPLES = data_path("raw/clinicaltrials")
+pytestmark = pytest.mark.data("raw/clinicaltrials/*.json")
 
 
 def test_variants_are_deterministic_and_leave_the_rest_alone() -> None:

@@ -3,14 +3,19 @@
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from pathlib import Path
 
 import click
 
 from medverify.cli import main
+from medverify.files import data_dir
 
-_ROOT = Path(__file__).resolve().parents[3]
-_DATA = _ROOT.parent / "shared" / "data"
+
+def _data(*parts: str) -> Callable[[], Path]:
+    """A click default read when the command runs: ``parts`` under the data folder
+    (``$MEDVERIFY_DATA``, else ``../shared/data`` beside the project)."""
+    return lambda: data_dir().joinpath(*parts)
 
 
 @main.group()
@@ -22,14 +27,14 @@ def train() -> None:
 @click.option(
     "--data-dir",
     type=click.Path(path_type=Path),
-    default=_DATA / "pairs",
+    default=_data("pairs"),
     show_default="../shared/data/pairs beside the project",
     help="Folder with checkcovid_train/citint_train/scifact_train.jsonl.",
 )
 @click.option(
     "--medquad-dir",
     type=click.Path(path_type=Path),
-    default=_DATA / "raw" / "medquad",
+    default=_data("raw", "medquad"),
     show_default="../shared/data/raw/medquad beside the project",
     help="MedQuAD XML folder for synthetic pairs (skipped if absent).",
 )

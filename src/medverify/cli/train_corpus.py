@@ -10,14 +10,14 @@ from pathlib import Path
 
 import click
 
-from medverify.cli.train import _DATA, train
+from medverify.cli.train import _data, train
 
 
 @train.command("corpus")
 @click.option(
     "--data-dir",
     type=click.Path(path_type=Path),
-    default=_DATA,
+    default=_data(),
     show_default="../shared/data beside the project",
     help="Data folder (raw/medquad, raw/pubmedqa, retrieval/*, pairs/*_train.jsonl).",
 )

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import click
 
-from medverify.cli.train import _DATA, train
+from medverify.cli.train import _data, train
 
 
 @train.command("finetune")
@@ -15,7 +15,7 @@ from medverify.cli.train import _DATA, train
               help="Synthetic corpus from `medverify train corpus` (stage 1); omit for "
               "stage 2 alone.")
 @click.option("--data-dir", type=click.Path(path_type=Path, file_okay=False),
-              default=_DATA / "pairs", show_default="../shared/data/pairs beside the project",
+              default=_data("pairs"), show_default="../shared/data/pairs beside the project",
               help="Folder with checkcovid_train/citint_train/scifact_train.jsonl.")
 @click.option("--out", type=click.Path(path_type=Path, file_okay=False), required=True,
               help="Output weights folder (holds checkpoint.pt while training; rerun the "

@@ -37,6 +37,7 @@ from pathlib import Path
 from typing import Any
 
 from medverify.errors import ConfigError
+from medverify.files import data_dir
 from medverify.trials.reader import iter_studies
 from medverify.trials.synthetic_variants import vary
 
@@ -87,11 +88,12 @@ _ID_SPACE = 10_000_000  # NCT9 + 7 digits
 
 def default_samples_dir() -> Path:
     """Where sample records are read from by default: ``$MEDVERIFY_TRIALS_SAMPLES``, else
-    ``../shared/data/raw/clinicaltrials`` beside the source checkout."""
+    ``raw/clinicaltrials`` in the data folder (:func:`medverify.files.data_dir`:
+    ``$MEDVERIFY_DATA``, else ``../shared/data`` beside the source checkout)."""
     env = os.environ.get(SAMPLES_ENV)
     if env:
         return Path(env)
-    return Path(__file__).resolve().parents[4] / "shared" / "data" / "raw" / "clinicaltrials"
+    return data_dir() / "raw" / "clinicaltrials"
 
 
 def load_samples(
