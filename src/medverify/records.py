@@ -237,6 +237,11 @@ class Claim(Record):
     markers: list[str] = Field(default_factory=list)
     sentence: int | None = None
     decomposer: str = ""
+    # The answer's own words for this claim (its sentence, markers removed) when the claim's
+    # text differs from them: e.g. "Start with 5000 mg daily." for the claim "Start
+    # metformin with 5000 mg daily.", whose subject was taken from the answer. Shown beside
+    # the claim; None when the claim is the answer's sentence as written.
+    original: str | None = None
 
 
 class Document(Record):

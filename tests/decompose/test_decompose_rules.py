@@ -169,7 +169,8 @@ def test_claims_keep_markers_and_drop_them_from_text() -> None:
     ("Glucose control improves outcomes but increases hypoglycaemia.",
      ["Glucose control improves outcomes.", "Glucose control increases hypoglycaemia."]),
     ("Insulin lowers glucose; it also promotes fat storage in adipose tissue.",
-     ["Insulin lowers glucose.", "It also promotes fat storage in adipose tissue."]),
+     # the pronoun takes the subject of the first clause (subject resolution)
+     ["Insulin lowers glucose.", "Insulin also promotes fat storage in adipose tissue."]),
 ])
 def test_coordinated_predicates_are_split_with_the_subject_repeated(
         text: str, expected: list[str]) -> None:
@@ -199,7 +200,7 @@ def test_split_parts_keep_their_own_markers() -> None:
     assert [(c.text, c.markers) for c in found] == [
         ("Metformin lowers glucose.", ["1"]),
         ("Metformin reduces hepatic output.", ["2"]),
-        ("It is cheap.", ["3"]),
+        ("Metformin is cheap.", ["3"]),  # "It" names its subject (subject resolution)
     ]
     shared = claims("Metformin lowers glucose and reduces hepatic output [4].")
     assert [c.markers for c in shared] == [["4"], ["4"]]

@@ -9,6 +9,8 @@ other segments are split into clauses (:mod:`medverify.decompose.clauses`).
 from __future__ import annotations
 
 import re
+from collections.abc import Sequence
+from dataclasses import replace
 from typing import TYPE_CHECKING
 
 from medverify.citations import tidy
@@ -23,6 +25,7 @@ from medverify.decompose.clauses import (
     split_semicolons,
 )
 from medverify.decompose.segment import Segment, _Draft, _numbered, clean_text, segment
+from medverify.decompose.subjects import resolve_subjects
 from medverify.records import Answer, Claim
 
 if TYPE_CHECKING:
@@ -129,8 +132,9 @@ class RuleDecomposer:
     name = "rules"
     prompt_version: str | None = None
 
-    def __init__(self, split_coordinated: bool = True) -> None:
+    def __init__(self, split_coordinated: bool = True, name_subjects: bool = True) -> None:
         self.split_coordinated = split_coordinated
+        self.name_subjects = name_subjects
 
     @classmethod
     def from_config(cls, config: Config | None = None,
@@ -139,11 +143,15 @@ class RuleDecomposer:
         return cls()
 
     async def decompose(self, answer: Answer) -> list[Claim]:
-        return self.decompose_text(answer.text)
+        return self.decompose_text(answer.text, answer.question)
 
-    def decompose_text(self, text: str) -> list[Claim]:
-        """Claims of a plain text (synchronous; the same as :meth:`decompose`)."""
+    def decompose_text(self, text: str, question: str | None = None) -> list[Claim]:
+        """Claims of a plain text (synchronous; the same as :meth:`decompose`). With
+        ``name_subjects`` (the default) a claim without a subject takes it from the answer
+        or the ``question`` (:mod:`medverify.decompose.subjects`)."""
         drafts = [d for seg in segment(text) for d in self._drafts(seg)]
+        if self.name_subjects:
+            drafts = with_subjects(drafts, question, text)
         return _numbered(drafts, self.name)
 
     def _drafts(self, seg: Segment) -> list[_Draft]:
@@ -170,3 +178,11 @@ class RuleDecomposer:
             if _words(part_text) >= 2:
                 drafts.append(_Draft(_sentence(part_text), part_markers or markers, seg))
         return drafts
+
+
+def with_subjects(drafts: Sequence[_Draft], question: str | None, text: str) -> list[_Draft]:
+    """The drafts with their subjects named (:func:`resolve_subjects`); a rewritten draft
+    keeps its sentence, markers removed, as ``original``."""
+    named = resolve_subjects([d.text for d in drafts], question, text)
+    return [d if new == d.text else replace(d, text=new, original=clean_text(d.segment.text)[0])
+            for d, new in zip(drafts, named, strict=True)]

@@ -183,11 +183,13 @@ class _Draft:
     text: str
     markers: list[str]
     segment: Segment
+    original: str | None = None  # the answer's words, when ``text`` differs from them
 
 
 def _numbered(drafts: Sequence[_Draft], decomposer: str) -> list[Claim]:
     return [
         Claim(id=f"c{i}", text=d.text, markers=d.markers, sentence=d.segment.index,
-              span=Span(start=d.segment.start, end=d.segment.end), decomposer=decomposer)
+              span=Span(start=d.segment.start, end=d.segment.end), decomposer=decomposer,
+              original=d.original)
         for i, d in enumerate(drafts, start=1)
     ]
