@@ -174,7 +174,7 @@ def test_policy_id_names_every_setting() -> None:
         POLICY, ArbitrationPolicy(high_risk=0.8), ArbitrationPolicy(low_risk=0.2),
         ArbitrationPolicy(min_confidence={"FACT": 0.5}),
         ArbitrationPolicy(min_confidence={"FACT": 0.6}),
-        ArbitrationPolicy(coverage_gap="ESCALATE"), ArbitrationPolicy(version="v2"),
+        ArbitrationPolicy(coverage_gap="ESCALATE"), ArbitrationPolicy(version="v9"),
         ArbitrationPolicy(not_sure="ESCALATE"))}
     assert len(ids) == 8
     assert policy_id(ArbitrationPolicy()) == policy_id(POLICY)
@@ -226,7 +226,7 @@ def test_the_decision_records_that_the_verdict_was_not_sure_and_why() -> None:
     arbitration = arbitrate(_assessed(_result(Category.FACT, {"SUPPORTED": 0.62}), False),
                             POLICY)
     assert arbitration.inputs == {"category": "FACT", "risk": None, "confidence": 0.62,
-                                  "confident": 0.0, "not_sure": UNSURE}
+                                  "confident": 0.0, "not_sure": UNSURE, "clinical": None}
 
 
 def test_not_sure_never_makes_a_decision_milder() -> None:
@@ -262,7 +262,7 @@ def test_decide_takes_the_verdicts_assessment_as_an_optional_keyword() -> None:
 def test_not_sure_escalations_can_be_rechecked() -> None:
     assert "not_sure" in ARBITRATION_RULES and "not_sure" in POLICY.recheck_rules
     policy = ArbitrationPolicy(not_sure="ESCALATE", recheck_judge="llm",
-                               recheck_rules=["not_sure"])
+                               recheck_rules=["not_sure"], escalation_budget=1.0)
     results = arbitrate_all([_assessed(_result(Category.FACT, claim_id="a"), False),
                              _result(Category.ERROR, claim_id="b"),
                              _assessed(_result(Category.FACT, claim_id="c"), True)], policy)
@@ -343,7 +343,8 @@ def test_the_check_flow_decides_and_the_store_gives_the_decisions_back(
 def test_the_store_keeps_each_claims_risk_and_decision(tmp_path: Path) -> None:
     results = arbitrate_all([_result(Category.FACT, {"SUPPORTED": 0.9}, 0.85, "a"),
                              _result(Category.ERROR, risk=0.4, claim_id="b"),
-                             _result(Category.COVERAGE_GAP, claim_id="c")], POLICY)
+                             _result(Category.COVERAGE_GAP, claim_id="c")],
+                            ArbitrationPolicy(escalation_budget=1.0))
     with RunStore(tmp_path / "runs.db") as store:
         run_id = store.start_run(kind="check", config={}, models={}, prompt_versions={},
                                  kb_snapshot=None)
@@ -535,7 +536,7 @@ def test_evaluate_reports_the_policy_as_pastable_toml(tmp_path: Path) -> None:
     pasted = ArbitrationPolicy.model_validate(tomllib.loads(result.chosen_toml)["arbitration"])
     assert policy_id(pasted) == result.chosen.policy_id
     assert result.base.min_confidence == {} and result.base.n_escalated == 2
-    assert policy_toml(POLICY).startswith("[arbitration]\nversion = \"v1\"")
+    assert policy_toml(POLICY).startswith("[arbitration]\nversion = \"v2\"")
     ET.fromstring(curve_svg(result))  # well-formed
     assert "chosen" in curve_svg(result) and "configured" in curve_svg(result)
 

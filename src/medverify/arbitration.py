@@ -18,7 +18,11 @@ Rules, first match wins:
    (HALLUCINATION, risk <= ``low_risk``): the two detectors disagree -> ``policy.disagreement``;
    ``coverage_gap_high_risk`` (COVERAGE_GAP, risk >= ``high_risk``) ->
    ``policy.coverage_gap_high_risk``;
-4. ``not_sure``: the verdict is presented as NOT SURE (``confident`` False: its calibrated
+4. ``vetoed``: an exact check vetoed a passage's support (another dose, number, direction,
+   negation, group: a likely error) -> ``policy.vetoed`` (escalate); ``not_sure_clinical``:
+   a NOT SURE verdict on a claim that states a dose, names a drug, a group of people or a
+   number (:mod:`medverify.judge.severity`) -> ``policy.not_sure_clinical`` (escalate);
+   ``not_sure``: the verdict is presented as NOT SURE (``confident`` False: its calibrated
    precision misses the target, or an exact check found a difference) -> ``policy.not_sure``
    (flag), unless a later rule would decide more strictly (an unsure verdict is never
    treated more leniently than a sure one); ``confident`` None (not assessed) changes
@@ -27,6 +31,11 @@ Rules, first match wins:
    ``min_confidence[category]`` -> escalate;
 6. ``coverage_gap`` -> ``policy.coverage_gap``; ``hallucination`` -> ``policy.hallucination``;
    ``fact`` -> accept.
+
+The escalation budget (``[arbitration] escalation_budget``, :func:`within_budget`): of an
+answer's n claims at most ceil(budget x n) are escalated, the most urgent first
+(:func:`urgency`: clinical severity x uncertainty); the others are FLAGged by rule
+``over_budget``, which records the rule that would have escalated them.
 
 Re-check before escalating (``[arbitration] recheck_judge``; CHECK's risk-guided compute,
 :mod:`medverify.risk.compute`): a claim a rule in ``recheck_rules`` would escalate is first
@@ -41,9 +50,11 @@ from __future__ import annotations
 
 import hashlib
 import json
+import math
 from collections.abc import Sequence
 
 from medverify.config import ArbitrationPolicy
+from medverify.judge.severity import SEVERITY, clinical_kinds
 from medverify.records import (
     Arbitration,
     Category,
@@ -86,21 +97,32 @@ def arbitrate(result: ClaimResult, policy: ArbitrationPolicy,
     confident, 0.0 not sure, None not assessed) with the reason when it is not."""
     risk = result.hallucination_risk if risk is None else risk
     conf = confidence(result)
-    decision, rule = _rule(result.category, risk, conf, policy, result.confident)
+    kinds = clinical_kinds(result.claim.text)
+    decision, rule = _rule(result.category, risk, conf, policy, result.confident,
+                           vetoed=vetoed(result), clinical=bool(kinds))
     sure = None if result.confident is None else float(result.confident)
     inputs: dict[str, float | str | None] = {
         "category": result.category.value, "risk": risk, "confidence": conf,
-        "confident": sure, "not_sure": result.not_sure if result.confident is False else None}
+        "confident": sure, "not_sure": result.not_sure if result.confident is False else None,
+        "clinical": ", ".join(kinds) or None}
     return Arbitration(decision=decision, rule=rule, policy=policy_id(policy), inputs=inputs)
 
 
+def vetoed(result: ClaimResult) -> bool:
+    """Whether an exact check vetoed a passage's support of the claim (a likely error)."""
+    verdict = result.verdict
+    return verdict is not None and any(f.veto for f in verdict.findings)
+
+
 def decide(category: Category, risk: float | None, conf: float | None,
-           policy: ArbitrationPolicy, *, confident: bool | None = None) -> tuple[Decision, str]:
+           policy: ArbitrationPolicy, *, confident: bool | None = None, vetoed: bool = False,
+           clinical: bool = False) -> tuple[Decision, str]:
     """The decision and the rule that fired for plain inputs: what :func:`arbitrate` records,
     without building records (``medverify eval arbitration`` sweeps many policies with it).
     ``confident``: the verdict's assessment (None: not assessed, the ``not_sure`` rule does
-    not apply)."""
-    return _rule(category, risk, conf, policy, confident)
+    not apply); ``vetoed``: an exact check vetoed support; ``clinical``: the claim states a
+    dose, drug, group or number. The escalation budget is not applied here."""
+    return _rule(category, risk, conf, policy, confident, vetoed=vetoed, clinical=clinical)
 
 
 STRICTNESS = {Decision.ACCEPT: 0, Decision.FLAG: 1, Decision.ESCALATE: 2}
@@ -108,7 +130,8 @@ STRICTNESS = {Decision.ACCEPT: 0, Decision.FLAG: 1, Decision.ESCALATE: 2}
 
 
 def _rule(category: Category, risk: float | None, conf: float | None,
-          policy: ArbitrationPolicy, confident: bool | None = None) -> tuple[Decision, str]:
+          policy: ArbitrationPolicy, confident: bool | None = None, *, vetoed: bool = False,
+          clinical: bool = False) -> tuple[Decision, str]:
     if category is Category.ERROR:
         return Decision(policy.error), "error"
     if category is Category.JUDGMENT_ERROR:
@@ -121,10 +144,18 @@ def _rule(category: Category, risk: float | None, conf: float | None,
         if category is Category.COVERAGE_GAP and risk >= policy.high_risk:
             return Decision(policy.coverage_gap_high_risk), "coverage_gap_high_risk"
     later = _confidence_rules(category, conf, policy)
-    unsure = Decision(policy.not_sure)
-    if confident is False and STRICTNESS[unsure] >= STRICTNESS[later[0]]:
-        return unsure, "not_sure"
+    if confident is False:
+        rule = "not_sure_clinical" if clinical else "not_sure"
+        later = _stricter((Decision(getattr(policy, rule)), rule), later)
+    if vetoed and category is not Category.FACT:
+        later = _stricter((Decision(policy.vetoed), "vetoed"), later)
     return later
+
+
+def _stricter(first: tuple[Decision, str], then: tuple[Decision, str]) -> tuple[Decision, str]:
+    """``first`` unless ``then`` decides more strictly: an unsure or vetoed verdict is never
+    treated more leniently than a sure one."""
+    return first if STRICTNESS[first[0]] >= STRICTNESS[then[0]] else then
 
 
 def _confidence_rules(category: Category, conf: float | None,
@@ -141,8 +172,90 @@ def _confidence_rules(category: Category, conf: float | None,
 
 
 def arbitrate_all(results: Sequence[ClaimResult], policy: ArbitrationPolicy) -> list[ClaimResult]:
-    """Each result with its decision attached."""
-    return [r.model_copy(update={"arbitration": arbitrate(r, policy)}) for r in results]
+    """Each result (the claims of one answer) with its decision attached, within the
+    escalation budget (:func:`within_budget`)."""
+    return within_budget(
+        [r.model_copy(update={"arbitration": arbitrate(r, policy)}) for r in results], policy)
+
+
+_EVIDENCE_RULES = frozenset({"vetoed", "judgment_error", "hallucination", "error",
+                             "fact_high_risk", "hallucination_low_risk"})
+"""Rules that fire on evidence that the claim is wrong (or could not be checked), not only
+on doubt: their escalations rank first within a severity."""
+
+
+def urgency(result: ClaimResult) -> float:
+    """How urgently a clinician should see the claim, in [0, 1.2]: its clinical severity
+    (:data:`~medverify.judge.severity.SEVERITY`: doses and drugs 1.0, groups and numbers
+    0.7, the rest 0.4) x its uncertainty (1.0 for a verdict that is not sure, a judgment
+    error or an error; 0.5 for a sure one: a sure COVERAGE_GAP on a dose claim stays
+    high), + 0.1 when a rule fired on evidence of an error (a veto, a contradiction), +
+    0.1 x the risk classifier's probability when there is one."""
+    kinds = clinical_kinds(result.claim.text)
+    weight = SEVERITY[kinds[0]] if kinds else SEVERITY["other"]
+    unsure = (result.confident is not True
+              or result.category in (Category.JUDGMENT_ERROR, Category.ERROR))
+    decided = result.arbitration
+    rule = "" if decided is None else str(decided.inputs.get("escalation_rule") or decided.rule)
+    score = weight * (1.0 if unsure else 0.5)
+    score += 0.1 if rule in _EVIDENCE_RULES or vetoed(result) else 0.0
+    if result.hallucination_risk is not None:
+        score += 0.1 * float(result.hallucination_risk)
+    return round(score, 6)
+
+
+_WHY = {
+    "error": "the judge could not check it",
+    "judgment_error": "strong evidence both supports and contradicts it",
+    "vetoed": "an exact check found the evidence states something else ({clinical})",
+    "not_sure_clinical": "the verdict is not sure and the claim states a {clinical}",
+    "not_sure": "the verdict is not sure",
+    "fact_high_risk": "the judge found support but the risk classifier says likely wrong",
+    "hallucination_low_risk": "the judge found a contradiction but the risk classifier "
+                              "says likely right",
+    "coverage_gap_high_risk": "the knowledge base does not cover it and the risk is high",
+    "low_confidence": "the judge's probability is under the policy's floor",
+    "coverage_gap": "the knowledge base does not cover it",
+    "hallucination": "the evidence contradicts it",
+    "over_budget": "over the answer's escalation budget (would be: {before})",
+    "reviewed": "a clinician already settled it",
+    "fact": "the evidence supports it",
+}
+
+
+def why(rule: str, inputs: dict[str, object]) -> str:
+    """One line saying why a decision was made (the queue and item pages show it)."""
+    clinical = str(inputs.get("clinical") or "claim").replace(", ", " / ")
+    before = str(inputs.get("escalation_rule") or "–")
+    text = _WHY.get(rule, f"rule {rule}")
+    return text.format(clinical=clinical, before=_WHY.get(before, before).format(
+        clinical=clinical, before="–"))
+
+
+def budget_for(claims: int, policy: ArbitrationPolicy) -> int:
+    """How many of an answer's ``claims`` may be escalated: ceil(budget x claims)."""
+    return math.ceil(policy.escalation_budget * claims - 1e-9)
+
+
+def within_budget(results: list[ClaimResult], policy: ArbitrationPolicy) -> list[ClaimResult]:
+    """The arbitrated ``results`` of one answer with at most :func:`budget_for` escalations:
+    the most urgent first (:func:`urgency`, ties in answer order); the others are FLAGged
+    by rule ``over_budget``, which keeps the rule that wanted to escalate in
+    ``inputs["escalation_rule"]``."""
+    wanted = [i for i, r in enumerate(results) if r.arbitration is not None
+              and r.arbitration.decision is Decision.ESCALATE]
+    allowed = budget_for(len(results), policy)
+    if len(wanted) <= allowed:
+        return results
+    ranked = sorted(wanted, key=lambda i: (-urgency(results[i]), i))
+    out = list(results)
+    for i in ranked[allowed:]:
+        before = results[i].arbitration
+        assert before is not None
+        inputs = {**before.inputs, "escalation_rule": before.rule}
+        out[i] = results[i].model_copy(update={"arbitration": before.model_copy(update={
+            "decision": Decision.FLAG, "rule": "over_budget", "inputs": inputs})})
+    return out
 
 
 def recheck_candidates(results: Sequence[ClaimResult], policy: ArbitrationPolicy) -> list[int]:

@@ -240,7 +240,8 @@ class RiskSettings(_Section):
 
 ARBITRATION_RULES = frozenset({
     "error", "judgment_error", "fact_high_risk", "hallucination_low_risk",
-    "coverage_gap_high_risk", "not_sure", "low_confidence", "coverage_gap", "hallucination"})
+    "coverage_gap_high_risk", "not_sure", "not_sure_clinical", "vetoed", "low_confidence",
+    "coverage_gap", "hallucination"})
 """The arbitration rules that can escalate a claim (``medverify.arbitration``)."""
 
 
@@ -249,7 +250,7 @@ class ArbitrationPolicy(_Section):
     ``version`` names the policy; its id (version + a hash of every setting) is recorded on
     every decision."""
 
-    version: str = "v1"
+    version: str = "v2"  # v2: vetoed, not_sure_clinical and the escalation budget
     high_risk: float = Field(0.7, ge=0, le=1)  # a risk at or above this is high
     low_risk: float = Field(0.3, ge=0, le=1)  # a risk at or below this is low
     disagreement: Literal["ACCEPT", "FLAG", "ESCALATE"] = "ESCALATE"  # FACT+high, HALL.+low
@@ -262,6 +263,16 @@ class ArbitrationPolicy(_Section):
     # precision misses the target, or an exact check found a difference); FLAG shows it with
     # a warning, ESCALATE would send every unsure claim to the clinicians' queue
     not_sure: Literal["ACCEPT", "FLAG", "ESCALATE"] = "FLAG"
+    # a NOT SURE verdict on a claim that states a dose, names a drug, a group of people or a
+    # number (medverify.judge.severity): ESCALATE sends it to a clinician, within the budget
+    not_sure_clinical: Literal["ACCEPT", "FLAG", "ESCALATE"] = "ESCALATE"
+    # an exact check vetoed a passage's support (another dose, direction, negation, group):
+    # a likely error, ESCALATEd within the budget
+    vetoed: Literal["ACCEPT", "FLAG", "ESCALATE"] = "ESCALATE"
+    # the most an answer's claims may be escalated: ceil(budget x claims), the most urgent
+    # first (severity x uncertainty); the rest are FLAGged (rule over_budget). 1.0: no cap;
+    # lower: fewer claims for the clinicians, the least severe doubts shown only as flags
+    escalation_budget: float = Field(0.25, ge=0, le=1)
     # per category (FACT, HALLUCINATION, COVERAGE_GAP): escalate when the judge's probability
     # for the category it gave is below this
     min_confidence: dict[str, float] = Field(default_factory=dict)

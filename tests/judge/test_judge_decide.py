@@ -20,6 +20,7 @@ from medverify.judge.decide import (
     decide,
     relevance,
     states_claim,
+    uncovered,
 )
 from medverify.judge.terms import key_terms
 from medverify.records import CheckFinding, CheckKind, Passage
@@ -90,13 +91,20 @@ def test_near_verbatim_needs_the_same_numbers_and_negation() -> None:
                             verbatim=False)
 
 
-def test_reviewed_passages_outrank_unreviewed_ones() -> None:
-    reviewed = row("r", "Statins lower LDL cholesterol.", (0.6, 0.1, 0.3), SUPPORT,
-                   source="clinician-review")
+def test_reviewed_passages_outrank_unreviewed_ones_only_on_the_claim_they_state() -> None:
     contra = row("c", "Statins do not lower LDL cholesterol in adults.", (0.05, 0.9, 0.05),
                  CONTRADICT)
-    outcome = decide([reviewed, contra])
-    assert outcome.support is reviewed and outcome.contradict is None
+    stated = row("r", "Statins lower LDL cholesterol in adults.", (0.6, 0.1, 0.3), SUPPORT,
+                 source="clinician-review")
+    outcome = decide([stated, contra])
+    assert outcome.support is stated and outcome.contradict is None
+    # taught for a narrower claim ("in adults" missing): ordinary evidence, no outranking
+    other = row("r2", "Statins lower LDL cholesterol.", (0.6, 0.1, 0.3), SUPPORT,
+                source="clinician-review")
+    assert other.taught and not other.reviewed(SUPPORT)
+    outcome = decide([other, contra])
+    assert outcome.contradict is contra  # strong evidence both ways: JUDGMENT_ERROR
+    assert outcome.support is other
 
 
 def test_a_veto_removes_support_and_explains_it() -> None:
@@ -188,3 +196,24 @@ def test_a_judges_verdict_passes_the_exact_checks() -> None:
     same = check_verdict(clean, "Adults at continued risk need a yellow fever booster dose.",
                          [passage])
     assert same.category is Category.FACT and same.confident is None  # LLM: not calibrated
+
+
+def test_a_fact_is_sure_only_when_its_passage_covers_the_claim() -> None:
+    """The coverage rule: every number, name and content word of the claim (or a listed
+    synonym) must be in the deciding passage before a FACT can be confident."""
+    claim = "Shingles vaccine protects against chickenpox in adults over 60."
+    text = "A vaccine called Zostavax was approved to prevent shingles in adults over 60."
+    assert uncovered(claim, text) == ["protect", "against", "chickenpox"]
+    assert uncovered(claim, text.replace("prevent shingles", "protect against varicella "
+                                         "and shingles")) == []
+    assert uncovered("Two doses are recommended.", "A single dose is recommended.") == ["two"]
+    assert uncovered("2 doses are recommended.", "A single dose is recommended.") == ["2"]
+    taught = PassageScore(passage=Passage(id="t", doc_id="t", text=text,
+                                          source="clinician-review"),
+                          raw=[0.9, 0.05, 0.05], calibrated=[0.95, 0.02, 0.03], label=SUPPORT,
+                          relevance=relevance(key_terms(claim), text),
+                          states_claim=states_claim(claim, text, verbatim=False))
+    assert taught.taught and not taught.reviewed(SUPPORT)
+    conf, doubts = assess("FACT", decide([taught]), [taught], family({"FACT": 0.5}),
+                          claim=claim)
+    assert conf == 0.95 and any("does not mention" in d and "chickenpox" in d for d in doubts)

@@ -31,7 +31,6 @@ from medverify.records import (
 from medverify.report.metrics import compute_metrics
 from medverify.retrieve import Retriever
 from medverify.review import (
-    PRIORITY_BONUS,
     ItemLabel,
     KBChangeNotFound,
     LabelRole,
@@ -110,7 +109,8 @@ def test_items_from_a_report_are_its_escalated_claims(kb: KnowledgeBase,
     assert it.answer_text == ANSWER.text and it.question == ANSWER.question
     assert it.passages == gap.passages and it.topic == "diabetes"
     assert it.arbitration["decision"] == "ESCALATE" and it.labels_needed == 2
-    assert it.status is ReviewStatus.OPEN and it.priority == 0.5  # no risk, no probabilities
+    assert it.status is ReviewStatus.OPEN and it.priority == priority(gap)
+    assert it.arbitration["inputs"]["clinical"] == "drug"  # metformin: why it is there
     assert items_from_report(report, topic="safety")[0].topic == "safety"
     assert items_from_report(report)[0].id == it.id  # the same escalation, the same id
     with pytest.raises(InputError):
@@ -118,10 +118,11 @@ def test_items_from_a_report_are_its_escalated_claims(kb: KnowledgeBase,
 
 
 def _result(category: Category, *, risk: float | None = None,
-            probabilities: dict[str, float] | None = None) -> ClaimResult:
+            probabilities: dict[str, float] | None = None,
+            text: str = "A claim.") -> ClaimResult:
     holds = {Category.FACT: (True, False), Category.HALLUCINATION: (False, True),
              Category.JUDGMENT_ERROR: (True, True), Category.COVERAGE_GAP: (False, False)}
-    claim = Claim(id="c1", text="A claim.")
+    claim = Claim(id="c1", text=text)
     if category is Category.ERROR:
         return ClaimResult.failed(claim, "judge timed out")
     supported, contradicted = holds[category]
@@ -132,15 +133,21 @@ def _result(category: Category, *, risk: float | None = None,
     return result.model_copy(update={"hallucination_risk": risk})
 
 
-def test_priority_is_risk_else_the_judges_doubt_plus_a_bonus_for_severe_categories() -> None:
-    assert priority(_result(Category.COVERAGE_GAP, risk=0.8)) == pytest.approx(0.8)
-    assert priority(_result(Category.HALLUCINATION, risk=0.2)) == \
-        pytest.approx(0.2 + PRIORITY_BONUS)
-    probs = {"SUPPORTED": 0.1, "CONTRADICTED": 0.2, "NOT_ENOUGH_INFO": 0.7}
-    assert priority(_result(Category.COVERAGE_GAP, probabilities=probs)) == pytest.approx(0.3)
-    assert priority(_result(Category.COVERAGE_GAP)) == 0.5
-    assert priority(_result(Category.ERROR)) == pytest.approx(0.5 + PRIORITY_BONUS)
-    assert priority(_result(Category.JUDGMENT_ERROR)) > priority(_result(Category.FACT))
+def test_priority_is_clinical_severity_times_uncertainty() -> None:
+    """Doses and drugs first, then groups and numbers, then the rest; a sure COVERAGE_GAP on
+    a dose claim stays high (issue 41: the 5000 mg claim was last of 17 at 0.0008)."""
+    def sure(result: ClaimResult) -> ClaimResult:
+        return result.model_copy(update={"confident": True})
+
+    dose = _result(Category.COVERAGE_GAP, text="Start metformin with 5000 mg daily.")
+    group = _result(Category.COVERAGE_GAP, text="The vaccine is for children under 12.")
+    other = _result(Category.COVERAGE_GAP, text="Gout attacks are painful.")
+    assert priority(dose) == 1.0 and priority(group) == 0.7 and priority(other) == 0.4
+    assert priority(sure(dose)) == 0.5 > priority(sure(other)) == 0.2
+    assert priority(sure(dose)) > priority(sure(_result(Category.FACT, text="It helps.")))
+    assert priority(_result(Category.HALLUCINATION, risk=0.5, text="Gout is rare.")) == \
+        pytest.approx(0.4 + 0.05)
+    assert priority(_result(Category.JUDGMENT_ERROR)) >= priority(sure(_result(Category.FACT)))
 
 
 def test_results_without_a_decision_are_arbitrated_with_a_given_policy() -> None:

@@ -339,7 +339,7 @@ def _unsure_item() -> ReviewItem:
 def test_a_not_sure_verdict_shows_as_such_on_the_item_and_in_the_queue(
         client: TestClient, setup: dict[str, Any]) -> None:
     item = _unsure_item()
-    assert item.arbitration["rule"] == "not_sure"
+    assert item.arbitration["rule"] == "not_sure_clinical"  # a drug: a clinician should see it
     with RunStore(setup["tmp"] / "runs.db") as store:
         ReviewStore(store).add_items([item])
     _logged_in(client, setup)

@@ -99,7 +99,9 @@ def test_breaking_the_judge_endpoint_fires_the_alerts(tmp_path: Path) -> None:
                         cache_path=tmp_path / "cache.db",
                         model=f"openai-compatible:judge@{endpoint.base_url}",
                         llm={"max_retries": 1, "backoff_s": 0, "cache": False},
-                        ops={"refresh_s": 0, "min_claims": 10})
+                        ops={"refresh_s": 0, "min_claims": 10},
+                        # the v1 queue: every ERROR escalated, unsure verdicts only flagged
+                        arbitration={"escalation_budget": 1.0, "not_sure_clinical": "FLAG"})
         with RunStore(config.store_path) as store:
             keys = KeyStore(store)
             client = keys.create("chatbot", Role.CLIENT).secret

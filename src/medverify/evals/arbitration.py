@@ -50,6 +50,7 @@ from medverify.config import ArbitrationPolicy
 from medverify.errors import InputError
 from medverify.evals.pairs import Pair, judge_pairs, load_pairs
 from medverify.judge import Judge
+from medverify.judge.severity import clinical_kinds
 from medverify.records import Category, Decision, Verdict
 from medverify.report.svg import BLUE, GRID, INK, MUTED, ORANGE, PALETTE, Box, document, esc
 
@@ -95,6 +96,8 @@ class LabelledClaim(BaseModel):
     risk: float | None = Field(None, ge=0, le=1)
     error: str | None = None  # why the judge failed (category ERROR)
     confident: bool | None = None  # the verdict's assessment (False: the not_sure rule)
+    vetoed: bool = False  # an exact check vetoed support (the vetoed rule)
+    clinical: bool = False  # the claim states a dose, drug, group or number
 
     @property
     def confidence(self) -> float | None:
@@ -131,7 +134,9 @@ def labelled_claim(pair: Pair, verdict: Verdict | None, risk: float | None = Non
     return LabelledClaim(id=pair.id, dataset=pair.dataset, labels=pair.labels, gold=pair.label,
                          category=verdict.category, probabilities=dict(verdict.probabilities or {}),
                          risk=risk, error=verdict.error,
-                         confident=verdict.confident if verdict.ok else None)
+                         confident=verdict.confident if verdict.ok else None,
+                         vetoed=any(f.veto for f in verdict.findings),
+                         clinical=bool(clinical_kinds(pair.claim)))
 
 
 # ---- input ---------------------------------------------------------------------------
@@ -258,7 +263,8 @@ def _tally(claims: Iterable[LabelledClaim], policy: ArbitrationPolicy) -> _Tally
     tally = _Tally()
     for claim in claims:
         decision, _ = decide(claim.category, claim.risk, claim.confidence, policy,
-                             confident=claim.confident)
+                             confident=claim.confident, vetoed=claim.vetoed,
+                             clinical=claim.clinical)
         wrong = claim.wrong
         tally.n += 1
         tally.errors += bool(wrong)

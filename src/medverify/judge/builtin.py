@@ -309,7 +309,7 @@ class BuiltinJudge:
         if label == SUPPORTED and holds and row.states_claim:
             how = "verbatim" if row.verbatim else "nearly word for word"
             reason = f"the claim is stated {how} in passage {_describe(passage)}"
-        if holds and row.reviewed:
+        if holds and row.reviewed(label):
             reason += " (a clinician-reviewed document)"
         wanted = holds and self.quotes
         quote = self._quote(scores.item.claim.text, passage, label) if wanted else None
@@ -343,7 +343,7 @@ class BuiltinJudge:
         if self.family is None:
             return verdict
         confidence, doubts = assess(verdict.category, outcome, rows, self.family,
-                                    claim_negated=key_terms(claim).negated)
+                                    claim_negated=key_terms(claim).negated, claim=claim)
         return verdict.model_copy(update={
             "confidence": None if confidence is None else round(confidence, 4),
             "confident": not doubts, "not_sure": "; ".join(doubts) or None})

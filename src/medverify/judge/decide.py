@@ -13,9 +13,11 @@ scores into the claim's two analyses, its category and its confidence. The rule,
 3. **A passage that states the claim** (word for word, or nearly with the same numbers and
    negation) settles support.
 4. **Clinician-reviewed passages** (documents taught from the review queue) outrank
-   unreviewed text: when a reviewed passage holding at least :data:`STRONG_RELEVANCE` of
-   the claim's key content supports (or contradicts) it, unreviewed passages pointing the
-   other way do not count.
+   unreviewed text only on the claim they were taught for. A taught passage settles
+   *support* only for a claim it states (:func:`states_claim`: the same key content words,
+   numbers, negation, hedging and population); it outranks a *contradiction* only when it
+   holds at least :data:`STRONG_RELEVANCE` of the claim's key content. For any other claim
+   it is ordinary evidence (the invariant in docs/judges.md, "Taught documents").
 5. **JUDGMENT_ERROR only when strong, relevant evidence points both ways**: each side's
    best passage is relevant (:data:`STRONG_RELEVANCE`) and confident on its own (its
    calibrated probability reaches the family's confident threshold, or without calibration
@@ -27,7 +29,9 @@ Confidence is the calibrated probability (:mod:`medverify.judge.calibration`) of
 category's label for the deciding passage. A verdict is confident only when that reaches
 the family's threshold for the category (or a statement / reviewed passage settled it) and
 nothing above made it doubtful; otherwise it keeps its category with ``confident=False``
-and ``not_sure`` saying why.
+and ``not_sure`` saying why. A FACT is confident only when its deciding passage covers the
+claim's key content: every number, name and content word of the claim (or a synonym of
+:data:`medverify.judge.terms.SYNONYMS`) is in it (:func:`uncovered`).
 """
 
 from __future__ import annotations
@@ -38,7 +42,18 @@ from dataclasses import dataclass, field
 
 from medverify.judge.calibration import TARGETS, Family
 from medverify.judge.checks import find_conflicts
-from medverify.judge.terms import KeyTerms, coverage, key_terms, tokens
+from medverify.judge.terms import (
+    KeyTerms,
+    coverage,
+    covered_items,
+    fold,
+    key_items,
+    key_terms,
+    meaning_differences,
+    number_value,
+    synonyms,
+    tokens,
+)
 from medverify.records import Analysis, CheckFinding, Passage, Verdict
 from medverify.text import line_sentences
 
@@ -65,12 +80,20 @@ class PassageScore:
     verbatim: bool = False  # the claim is one or more whole sentences of the passage
 
     @property
-    def reviewed(self) -> bool:
-        """A clinician-taught passage on the claim's point (it holds at least
-        :data:`STRONG_RELEVANCE` of the claim's key content): only then does it outrank
-        unreviewed text. A taught passage about something else counts as any passage."""
-        return ((self.passage.source or "") in REVIEWED_SOURCES
-                and self.relevance >= STRONG_RELEVANCE)
+    def taught(self) -> bool:
+        """A clinician-taught document (from the review queue), whatever it says."""
+        return (self.passage.source or "") in REVIEWED_SOURCES
+
+    def reviewed(self, side: int) -> bool:
+        """A taught passage that outranks unreviewed text on ``side``: for support, only
+        when it states the claim; for contradiction, when it holds at least
+        :data:`STRONG_RELEVANCE` of the claim's key content. Otherwise it counts as any
+        passage (it cannot spread a label to a claim the reviewer never saw)."""
+        if not self.taught:
+            return False
+        if side == SUPPORT:
+            return self.states_claim
+        return self.relevance >= STRONG_RELEVANCE
 
     @property
     def vetoed(self) -> bool:
@@ -88,7 +111,7 @@ class PassageScore:
         passage; else a relevant passage whose calibrated probability of the side reaches
         the family's confident threshold (``at``: support, contradiction; None: that side
         never does), or, without calibration, whose raw probability is >= STRONG_P."""
-        if self.reviewed or (side == SUPPORT and self.states_claim):
+        if self.reviewed(side) or (side == SUPPORT and self.states_claim):
             return True
         if self.relevance < STRONG_RELEVANCE:
             return False
@@ -106,8 +129,10 @@ def relevance(claim: KeyTerms, passage_text: str) -> float:
 def states_claim(claim: str, passage_text: str, *, verbatim: bool) -> bool:
     """True when the passage states the claim: word for word (``verbatim``), or one of its
     sentences is nearly the claim's word sequence (similarity >= :data:`NEAR_VERBATIM`)
-    with the same numbers, negation and hedging, and every key word of the claim in it (a
-    claim that swaps "adults" for "children" is not stated, however similar)."""
+    with the same numbers, negation and hedging, every key word of the claim in it (a
+    claim that swaps "adults" for "children" is not stated, however similar), and no other
+    word that changes the meaning ("most" for "least", "before" for "after":
+    :func:`~medverify.judge.terms.meaning_differences`)."""
     if verbatim:
         return True
     words = [t.casefold() for t in tokens(claim)]
@@ -122,7 +147,7 @@ def states_claim(claim: str, passage_text: str, *, verbatim: bool) -> bool:
             continue
         sk = key_terms(sentence)
         if (sk.numbers == ck.numbers and sk.negated == ck.negated and sk.hedged == ck.hedged
-                and ck.content <= sk.content):
+                and ck.content <= sk.content and not meaning_differences(claim, sentence)):
             return True
     return False
 
@@ -147,17 +172,20 @@ def sides(scores: Sequence[PassageScore]) -> tuple[Side, Side, list[PassageScore
 
     A passage supports if it states the claim or its own label is SUPPORTED and no exact
     check vetoed it; it contradicts if its label is CONTRADICTED and it is relevant. When
-    a reviewed passage is on one side, unreviewed passages on the other side drop out."""
+    a reviewed passage (:meth:`PassageScore.reviewed`) is on one side, unreviewed passages on
+    the other side drop out."""
     support = [s for s in scores if (s.states_claim or s.label == SUPPORT) and not s.vetoed]
     vetoed = [s for s in scores if (s.states_claim or s.label == SUPPORT) and s.vetoed]
     contra = [s for s in scores if s.label == CONTRADICT and s.relevance >= MIN_RELEVANCE
               and not s.states_claim]
-    if any(s.reviewed for s in support) and not any(s.reviewed for s in contra):
+    reviewed_support = any(s.reviewed(SUPPORT) for s in support)
+    reviewed_contra = any(s.reviewed(CONTRADICT) for s in contra)
+    if reviewed_support and not reviewed_contra:
         contra = []
-    elif any(s.reviewed for s in contra) and not any(s.reviewed for s in support):
+    elif reviewed_contra and not reviewed_support:
         support = []
-    support.sort(key=lambda s: (s.reviewed, s.strength(SUPPORT)), reverse=True)
-    contra.sort(key=lambda s: (s.reviewed, s.strength(CONTRADICT)), reverse=True)
+    support.sort(key=lambda s: (s.reviewed(SUPPORT), s.strength(SUPPORT)), reverse=True)
+    contra.sort(key=lambda s: (s.reviewed(CONTRADICT), s.strength(CONTRADICT)), reverse=True)
     vetoed.sort(key=lambda s: s.strength(SUPPORT), reverse=True)
     return Side(SUPPORT, support), Side(CONTRADICT, contra), vetoed
 
@@ -184,12 +212,12 @@ def decide(scores: Sequence[PassageScore],
     if support.best is None or contra.best is None:
         return Outcome(support.best, contra.best, first_veto, doubts)
     s, c = support.best, contra.best
-    if s.states_claim and not c.reviewed:  # a statement settles support
+    if s.states_claim and not c.reviewed(CONTRADICT):  # a statement settles support
         if c.strong(CONTRADICT, strong_at):
             doubts.append(f"passage {_name(c.passage)} points the other way")
         return Outcome(s, None, None, doubts, outweighed=c)
     if (s.strong(SUPPORT, strong_at) and c.strong(CONTRADICT, strong_at)
-            and s.reviewed == c.reviewed):
+            and s.reviewed(SUPPORT) == c.reviewed(CONTRADICT)):
         return Outcome(s, c, None, doubts)
     if support.strength() >= contra.strength():
         doubts.append(f"passage {_name(c.passage)} points the other way, more weakly")
@@ -221,14 +249,16 @@ _NAME = {"FACT": "P(supported)", "HALLUCINATION": "P(contradicted)",
 
 
 def assess(category: str, outcome: Outcome, rows: Sequence[PassageScore],
-           family: Family, *, claim_negated: bool = False) -> tuple[float | None, list[str]]:
+           family: Family, *, claim_negated: bool = False,
+           claim: str | None = None) -> tuple[float | None, list[str]]:
     """The verdict's confidence (the calibrated probability of its category's label for the
     deciding passage) and the doubts that make it not sure (empty: confident).
 
     A negated claim ("X does not cause Y") is never a confident HALLUCINATION on the
     verifier's probability alone: the verifier reads negation words as contradiction (an
     exploratory count on the training sets found such verdicts much less often right than
-    those of other claims; docs/judges.md)."""
+    those of other claims; docs/judges.md). ``claim``: its text, for the coverage rule (a
+    FACT whose deciding passage lacks part of the claim's key content is not sure)."""
     doubts = list(outcome.doubts)
     if outcome.vetoed is not None:
         doubts += [f"{f.reason} (support not counted)" for f in outcome.vetoed.findings
@@ -238,7 +268,8 @@ def assess(category: str, outcome: Outcome, rows: Sequence[PassageScore],
     row = _deciding(category, outcome, rows)
     column = _LABEL[category]
     confidence = float(row.calibrated[column]) if row and row.calibrated else None
-    settled = row is not None and (row.reviewed or (category == "FACT" and row.states_claim))
+    settled = row is not None and ((category == "FACT" and row.states_claim)
+                                   or (category == "HALLUCINATION" and row.reviewed(CONTRADICT)))
     if not settled:
         doubts += _threshold_doubts(category, confidence, family)
     if category == "HALLUCINATION" and claim_negated and not settled:
@@ -248,7 +279,43 @@ def assess(category: str, outcome: Outcome, rows: Sequence[PassageScore],
         if row.relevance < MIN_RELEVANCE and not row.states_claim:
             doubts.append(relevance_reason(row) + ", too little to be sure it is about it")
         doubts += [f.reason for f in row.findings if not f.veto]
+        if claim and not row.states_claim:
+            doubts += coverage_doubts(claim, row.passage)
     return confidence, doubts
+
+
+def coverage_doubts(claim: str, passage: Passage) -> list[str]:
+    """Why a passage that does not state the claim cannot make its FACT confident: key
+    content it lacks (:func:`uncovered`), or the passage's sentence most about the claim
+    negates (or hedges) where the claim does not, or the other way round."""
+    doubts = []
+    missing = uncovered(claim, passage.text)
+    if missing:
+        doubts.append(f"passage {_name(passage)} does not mention {', '.join(missing[:6])}")
+    ck = key_terms(claim)
+    best = max(line_sentences(passage.text)[:200] or [passage.text],
+               key=lambda sentence: coverage(ck, key_terms(sentence)))
+    bk = key_terms(best)
+    if bk.negated != ck.negated:
+        side = "negates" if bk.negated else "does not negate"
+        doubts.append(f"passage {_name(passage)} {side} what the claim says")
+    elif bk.hedged != ck.hedged:
+        doubts.append(f"passage {_name(passage)} hedges differently from the claim")
+    return doubts
+
+
+def uncovered(claim: str, passage_text: str) -> list[str]:
+    """The claim's key items (numbers, names, content words; :func:`key_items`) that the
+    passage does not hold, nor a synonym of (:data:`SYNONYMS`), in the claim's order. A
+    supporting passage must cover them all before a FACT can be confident: a passage about
+    shingles that never says "chickenpox" cannot make "the shingles vaccine protects
+    against chickenpox" sure."""
+    ck = key_terms(claim)
+    have = key_terms(passage_text).content
+    missing = key_items(ck) - covered_items(ck, key_terms(passage_text))
+    missing = {m for m in missing if not (synonyms(m) & have)}
+    order = [fold(t) if not t[0].isdigit() else number_value(t) for t in tokens(claim)]
+    return sorted(missing, key=lambda m: order.index(m) if m in order else len(order))
 
 
 def _deciding(category: str, outcome: Outcome,

@@ -173,3 +173,53 @@ def subject(text: str) -> str | None:
     if first in STOPWORDS or cue(first) or len(first) < 2:
         return None
     return fold(first)
+
+
+_SYNONYM_TEXT = """
+chickenpox varicella
+shingles zoster herpes-zoster
+heart cardiac
+kidney renal
+liver hepatic
+lung pulmonary
+blood haematological hematological
+cancer tumor tumour malignancy carcinoma
+children child kids paediatric pediatric
+adults adult
+elderly older
+medicine medication drug
+physician doctor
+vaccine vaccination immunization immunisation
+"""
+SYNONYMS: dict[str, frozenset[str]] = {}
+"""Words a passage may use for a claim's word (folded, both ways): a short, curated list
+for the coverage rule of :mod:`medverify.judge.decide`, not a thesaurus."""
+for _line in _SYNONYM_TEXT.strip().splitlines():
+    _group = frozenset(fold(w) for w in _line.split())
+    for _word in _group:
+        SYNONYMS[_word] = SYNONYMS.get(_word, frozenset()) | _group
+
+
+def synonyms(item: str) -> frozenset[str]:
+    """The folded key item and its synonyms from :data:`SYNONYMS`."""
+    return SYNONYMS.get(item, frozenset()) | {item}
+
+
+_INERT_TEXT = """
+a an the of is are was were be been being it its this that these those which who whom also
+and very just
+"""
+INERT = frozenset(_INERT_TEXT.split())
+"""Words two statements may differ by and still say the same thing. Every other word counts,
+stopwords such as "most"/"least", "before"/"after", "more"/"less" or "with"/"without"
+included: a near-verbatim statement of a claim (:func:`medverify.judge.decide.states_claim`)
+or a restated reviewed claim (:mod:`medverify.review.settled`) may differ only by these.
+Any other difference in makes another claim."""
+
+
+def meaning_differences(a: str, b: str) -> frozenset[str]:
+    """The words (folded, numbers as written) that one text has and the other lacks, less
+    the :data:`INERT` ones."""
+    wa = {fold(t) for t in tokens(a)}
+    wb = {fold(t) for t in tokens(b)}
+    return frozenset(w for w in wa ^ wb if w not in INERT)

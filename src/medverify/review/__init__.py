@@ -44,7 +44,6 @@ from medverify.review.settled import (
 )
 from medverify.review.teaching import (
     DOC_PREFIX,
-    PRIORITY_BONUS,
     finish_teaching,
     items_from_report,
     judged_example_id,
@@ -69,7 +68,6 @@ from medverify.review.workflow import (
 
 __all__ = [
     "DOC_PREFIX",
-    "PRIORITY_BONUS",
     "AlreadyLabelled",
     "ItemClosed",
     "ItemLabel",

@@ -4,9 +4,10 @@ A claim matches a closed review item when, in the same knowledge-base lineage
 (:attr:`medverify.kb.KnowledgeBase.lineage`), its text is the item's claim once normalised
 (:func:`claim_key`: lower case, words only), or a near-duplicate of it
 (:func:`near_duplicate`: word-sequence similarity >= ``[review] near_duplicate``, default
-0.9, with the same key content words, numbers, negation and hedging both ways, so
-"Statins lower LDL" never matches "Statins do not lower LDL" or "Statins lower LDL by
-50%"). The claim then gets the reviewer's label and a reviewed decision
+0.9, with the same key content words, numbers, negation and hedging both ways, and no
+other word that changes the meaning, so "Statins lower LDL" never matches "Statins do not
+lower LDL" or "Statins lower LDL by 50%", nor "most effective" "least effective"). The
+claim then gets the reviewer's label and a reviewed decision
 (:func:`medverify.arbitration.settled_by_review`, rule ``reviewed``: never escalated, so
 never queued again) with its provenance (:class:`~medverify.records.Reviewed`: item,
 label, reviewer, time, correction, source).
@@ -38,7 +39,7 @@ from typing import Protocol
 
 from medverify.arbitration import settled_by_review
 from medverify.config import ArbitrationPolicy
-from medverify.judge.terms import key_terms
+from medverify.judge.terms import key_terms, meaning_differences
 from medverify.records import Category, ClaimResult, Reviewed
 from medverify.review.records import ReviewItem, ReviewLabel
 from medverify.review.teaching import DOC_PREFIX
@@ -73,7 +74,7 @@ def near_duplicate(a: str, b: str, threshold: float = NEAR_DUPLICATE) -> float |
     wa, wb = a.split(), b.split()
     if min(len(wa), len(wb)) < MIN_NEAR_WORDS or abs(len(wa) - len(wb)) > max(3, len(wa) // 4):
         return None
-    if _shape(a) != _shape(b):
+    if _shape(a) != _shape(b) or meaning_differences(a, b):
         return None
     ratio = difflib.SequenceMatcher(None, wa, wb, autojunk=False).ratio()
     return ratio if ratio >= threshold else None

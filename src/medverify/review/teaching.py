@@ -15,11 +15,10 @@ the knowledge base (reversibly), settled labels become risk-classifier examples.
 The store is any :class:`~medverify.review.workflow.ReviewLedger` (the run store's
 :class:`~medverify.store.review.ReviewStore`).
 
-Priority (higher is reviewed first): the claim's hallucination risk when the risk stage
-scored it, else one minus the judge's probability for the category it gave (an unsure
-judge first), else 0.5; plus :data:`PRIORITY_BONUS` when the judge said HALLUCINATION or
-JUDGMENT_ERROR or failed (ERROR): a claim that may be wrong, or that nothing decided, comes
-before a claim the KB merely does not cover.
+Priority (higher is reviewed first) is arbitration's urgency
+(:func:`medverify.arbitration.urgency`): clinical severity (doses and drugs, then groups
+and numbers, then the rest) x uncertainty, plus a little for evidence of an error and for
+the risk classifier's probability. A COVERAGE_GAP on a dose claim is high, not ~0.
 """
 
 from __future__ import annotations
@@ -32,7 +31,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from medverify.arbitration import arbitrate, confidence
+from medverify.arbitration import arbitrate, urgency
 from medverify.config import ArbitrationPolicy
 from medverify.errors import InputError, MedverifyError
 from medverify.kb import KnowledgeBase
@@ -56,12 +55,6 @@ from medverify.review.workflow import (
 if TYPE_CHECKING:
     from medverify.risk.records import LabeledExample
 
-PRIORITY_BONUS = 0.5
-"""Added to the priority of a claim the judge called HALLUCINATION or JUDGMENT_ERROR, or
-could not judge (ERROR)."""
-
-_SEVERE = frozenset({Category.HALLUCINATION, Category.JUDGMENT_ERROR, Category.ERROR})
-
 DOC_PREFIX = "review-"
 """A taught document's id: ``review-<item id>``."""
 
@@ -73,13 +66,7 @@ log = logging.getLogger(__name__)
 
 def priority(result: ClaimResult) -> float:
     """How urgent a claim's review is (see the module's docstring)."""
-    if result.hallucination_risk is not None:
-        base = float(result.hallucination_risk)
-    else:
-        conf = confidence(result)
-        base = 1.0 - conf if conf is not None else 0.5
-    bonus = PRIORITY_BONUS if result.category in _SEVERE else 0.0
-    return round(base + bonus, 6)
+    return urgency(result)
 
 
 def passage_probabilities(verdict: Verdict | None) -> dict[str, dict[str, float]]:

@@ -38,6 +38,7 @@ from fastapi.responses import HTMLResponse, RedirectResponse
 from fastapi.routing import APIRoute
 from pydantic import ValidationError
 
+from medverify.arbitration import why
 from medverify.errors import MedverifyError
 from medverify.ops.drift import drift_report
 from medverify.records import CheckFinding
@@ -377,6 +378,7 @@ class ItemVerdict:
     confident: bool | None
     reason: str | None
     findings: list[tuple[CheckFinding, str]]
+    why: str = ""  # why arbitration decided as it did (the queue's "Why" column)
 
     @property
     def not_sure(self) -> bool:
@@ -395,7 +397,9 @@ def item_verdict(item: ReviewItem) -> ItemVerdict:
     return ItemVerdict(
         category=item.category, confident=confident,
         reason=str(reason) if reason else ("no reason recorded" if confident is False else None),
-        findings=[(f, finding_effect(f)) for f in found])
+        findings=[(f, finding_effect(f)) for f in found],
+        why=why(str(item.arbitration.get("rule") or ""), inputs if isinstance(inputs, dict)
+                else {}) if item.arbitration.get("rule") else "")
 
 
 def visible_labels(item: ReviewItem, key: KeyInfo) -> list[Any]:
