@@ -51,7 +51,8 @@ def test_good_json_becomes_claims_with_our_spans() -> None:
     text = ANSWER.text
     assert [text[c.span.start:c.span.end] for c in claims] == [
         "Metformin lowers blood glucose [1].", "It is taken with meals [2, 3]."]
-    assert decomposer.prompt_version == "decompose/v1" and decomposer.name == "llm"
+    assert decomposer.prompt_version == "decompose/v2" and decomposer.name == "llm"
+    assert [c.original for c in claims] == [None, "It is taken with meals."]
     [request] = provider.requests
     assert request.json_mode and request.temperature == 0.0
 

@@ -1,6 +1,9 @@
 """The LLM decomposer (:class:`LLMDecomposer`): a chat model names atomic, self-contained
 claims, each pointing at a numbered segment of our own segmentation, from which the claim's
-span is taken. The model's JSON reply is parsed strictly (:func:`parse_reply`).
+span is taken. The model's JSON reply is parsed strictly (:func:`parse_reply`). The prompt
+(``decompose/v2`` by default; ``decompose/v1`` stays loadable) asks the model to name every
+claim's subject; a claim that still opens with a pronoun or an instruction without one is
+resolved by the same rules as the rule decomposer's (:mod:`medverify.decompose.subjects`).
 """
 
 from __future__ import annotations
@@ -8,12 +11,14 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Sequence
+from dataclasses import replace
 from typing import TYPE_CHECKING
 
 from pydantic import BaseModel, ConfigDict, ValidationError
 
 from medverify.citations import normalize_marker, strip_markers, unique
 from medverify.decompose.segment import Segment, _Draft, _numbered, segment
+from medverify.decompose.subjects import resolve_subjects
 from medverify.errors import ConfigError, ParseError
 from medverify.prompts import load_prompt
 from medverify.prompts.untrusted import defuse, load_json_reply, validation_detail
@@ -67,8 +72,9 @@ class LLMDecomposer:
     name = "llm"
     stage = "decompose"
 
-    def __init__(self, model: Model, *, version: str = "v1", chunk_size: int = 40,
-                 context: int = 2, max_tokens: int | None = None) -> None:
+    def __init__(self, model: Model, *, version: str = "v2", chunk_size: int = 40,
+                 context: int = 2, max_tokens: int | None = None,
+                 name_subjects: bool = True) -> None:
         if chunk_size < 1 or context < 0:
             raise ConfigError("chunk_size must be >= 1 and context >= 0")
         self.model = model
@@ -76,6 +82,7 @@ class LLMDecomposer:
         self.chunk_size = chunk_size
         self.context = context
         self.max_tokens = max_tokens
+        self.name_subjects = name_subjects
 
     @classmethod
     def from_config(cls, config: Config | None = None,
@@ -100,7 +107,11 @@ class LLMDecomposer:
         replies = await asyncio.gather(*(
             self._decompose_chunk(answer.question, chunk, ctx)
             for chunk, ctx in zip(chunks, contexts, strict=True)))
-        return _numbered([d for drafts in replies for d in drafts], self.name)
+        drafts = [d for chunk_drafts in replies for d in chunk_drafts]
+        if self.name_subjects:
+            named = resolve_subjects([d.text for d in drafts], answer.question, answer.text)
+            drafts = [replace(d, text=new) for d, new in zip(drafts, named, strict=True)]
+        return _numbered([_with_original(d) for d in drafts], self.name)
 
     async def _decompose_chunk(self, question: str | None, chunk: Sequence[Segment],
                                context: Sequence[Segment]) -> list[_Draft]:
@@ -130,6 +141,13 @@ class LLMDecomposer:
             raise ParseError("no claim in the decomposer reply points at a sentence it was "
                              f"given (S{chunk[0].index}-S{chunk[-1].index})", raw=raw)
         return drafts
+
+
+def _with_original(draft: _Draft) -> _Draft:
+    """The draft with its sentence (markers removed) as ``original`` when the claim's text
+    is not that sentence word for word."""
+    sentence = _one_line(strip_markers(draft.segment.text)[0])
+    return draft if draft.text == sentence else replace(draft, original=sentence)
 
 
 def _llm_draft(claim: _ReplyClaim, by_index: dict[int, Segment]) -> _Draft | None:

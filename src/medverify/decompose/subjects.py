@@ -84,7 +84,8 @@ _IMPERATIVE = _set(
     "continue consider record check monitor ask wait rest limit increase reduce discontinue "
     "follow remember wear change elevate consult contact go visit tell let stay place sit "
     "measure repeat clean cover gargle soak schedule inform note inject administer taper "
-    "decrease store swallow chew dissolve mix shake ensure")
+    "decrease store swallow chew dissolve mix shake ensure crush split cut skip double miss "
+    "share drive operate")
 _OBJECT_VERBS = _set(
     "take start stop use apply continue discontinue give inject administer taper store "
     "swallow chew dissolve mix shake")
@@ -326,6 +327,9 @@ def question_topic(question: str | None, subjects: Sequence[Subject | None]) -> 
 _REFERENCE = re.compile(
     r"(?P<pro>it's|it’s|its|it|they're|they’re|their|they|them)\b"
     r"|(?P<dem>this|that|these|those)\s+(?P<noun>[A-Za-z]+)\b", re.IGNORECASE)
+_PEOPLE = _set(
+    "people patients adults children doctors physicians clinicians men women infants babies "
+    "individuals persons users you providers pharmacists nurses parents")
 _ADVICE = _set("seek call see contact go visit consult tell ask inform")
 _PREDICATE_FOLLOWERS = _set(
     "to for in by with as over under only at on from during after before without when if "
@@ -338,11 +342,16 @@ class _Context:
     topic: Subject | None
     proper: frozenset[str]
 
-    def pick(self, plural: bool | None, topic_only: bool = False) -> Subject | None:
-        """The previous claim's subject, else the question's topic, when the number agrees."""
+    def pick(self, plural: bool | None, topic_only: bool = False,
+             things: bool = False) -> Subject | None:
+        """The previous claim's subject, else the question's topic, when the number agrees
+        (``things``: not a group of people, for an instruction)."""
         for found in ((self.topic,) if topic_only else (self.previous, self.topic)):
-            if found is not None and (plural is None or found.agrees(plural)):
-                return found
+            if found is None or (plural is not None and not found.agrees(plural)):
+                continue
+            if things and _word(found.text.split()[-1]) in _PEOPLE:
+                continue
+            return found
         return None
 
 
@@ -450,7 +459,7 @@ def _resolve_imperative(text: str, ctx: _Context) -> tuple[str, Subject] | None:
     verb, nxt = _word(words[0]), _word(words[1])
     if verb not in _IMPERATIVE or nxt == "of" or nxt in _AUX or nxt in _THIRD_PERSON:
         return None
-    subject = ctx.pick(None, topic_only=verb in _ADVICE)
+    subject = ctx.pick(None, topic_only=verb in _ADVICE, things=True)
     if subject is None or _names(subject, text):
         return None
     phrase = subject.phrase(False, ctx.proper)
