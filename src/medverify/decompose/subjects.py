@@ -27,7 +27,7 @@ agrees) the claim is left as it is. Claims that already have a subject are uncha
 from __future__ import annotations
 
 import re
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
 from medverify.decompose.clauses import _AUX, _BASE, _NOUN_LIKE, _PAST, _THIRD_PERSON, _word
@@ -310,7 +310,8 @@ def _question_phrase(question: str) -> Subject | None:
                    and head not in _SINGULAR_S)
 
 
-def question_topic(question: str | None, subjects: Sequence[Subject | None]) -> Subject | None:
+def question_topic(question: str | None,
+                   subjects: Iterable[Subject | None]) -> Subject | None:
     """The question's topic: the first claim subject that shares a content word with the
     question ("Liraglutide (Saxenda)" for "... a dose of Saxenda?"), else the first noun
     phrase of the question after its question words ("type 2 diabetes" for "How is type 2
@@ -513,11 +514,17 @@ def resolve_subjects(texts: Sequence[str], question: str | None = None,
                      answer: str = "") -> list[str]:
     """The claims in answer order, each naming its subject where it had none (see the
     module docstring); a claim that already has one is returned unchanged."""
-    subjects = [subject_of(t) for t in texts]
-    ctx = _Context(None, question_topic(question, subjects),
-                   proper_words(f"{question or ''}\n{answer}"))
+    known: dict[int, Subject | None] = {}
+
+    def subject(i: int) -> Subject | None:
+        if i not in known:
+            known[i] = subject_of(texts[i])
+        return known[i]
+
+    topic = question_topic(question, (subject(i) for i in range(len(texts))))
+    ctx = _Context(None, topic, proper_words(f"{question or ''}\n{answer}"))
     out: list[str] = []
-    for text in texts:
+    for i, text in enumerate(texts):
         new, used = text, None
         for resolver in _RESOLVERS:
             found = resolver(text, ctx)
@@ -525,6 +532,7 @@ def resolve_subjects(texts: Sequence[str], question: str | None = None,
                 new, used = found
                 break
         out.append(new)
-        previous = subject_of(new) or used or (ctx.previous if _keeps_subject(new) else None)
+        own = subject(i) if new == text else subject_of(new)
+        previous = own or used or (ctx.previous if _keeps_subject(new) else None)
         ctx = _Context(previous, ctx.topic, ctx.proper)
     return out
