@@ -73,6 +73,8 @@ class CheckKind(StrEnum):
     DIRECTION = "direction"  # increase vs decrease, speeds up vs slows down, ...
     POPULATION = "population"  # children vs adults, pregnant women vs ..., type 1 vs type 2
     DRUG = "drug"  # another drug or substance in the same place
+    FREQUENCY = "frequency"  # rarely vs often, never vs usually, ...
+    ENTITY = "entity"  # another disease, organism or vaccine in the same place
 
 
 class RunStatus(StrEnum):

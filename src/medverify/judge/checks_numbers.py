@@ -17,6 +17,16 @@ import math
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from medverify.judge.checks_counts import (
+    BARE_PERIODS,
+    COUNT_WORDS,
+    DOSE_COUNTS,
+    HALF,
+    bare_period,
+    half_percent,
+    rate,
+    same_rate,
+)
 from medverify.judge.checks_text import (
     CLAUSE_PUNCT,
     Alignment,
@@ -85,7 +95,8 @@ _NUMBER_WORDS.update({"thirty": 30, "forty": 40, "fifty": 50, "sixty": 60, "seve
                       "eighty": 80, "ninety": 90, "hundred": 100, "dozen": 12})
 _TIMES_WORDS = {"once": 1.0, "twice": 2.0, "thrice": 3.0}
 _DOSING = {"BID": 2.0, "TID": 3.0, "QID": 4.0, "QD": 1.0}
-_TRIGGERS = frozenset(_NUMBER_WORDS) | frozenset(_TIMES_WORDS) | {d.lower() for d in _DOSING}
+_TRIGGERS = (frozenset(_NUMBER_WORDS) | frozenset(_TIMES_WORDS) | {d.lower() for d in _DOSING}
+             | frozenset(COUNT_WORDS) | frozenset(BARE_PERIODS) | {HALF})
 """Words that may start a quantity (besides digits)."""
 _MULTIPLIERS = {"thousand": 1e3, "million": 1e6, "billion": 1e9, "hundred": 1e2}
 _LABELS = words(
@@ -181,8 +192,17 @@ def _read(doc: Doc, i: int) -> Quantity | None:
         return _times(doc, i, _TIMES_WORDS[low], i + 1)
     if tok in _DOSING:
         return Quantity(_DOSING[tok], 0, "freq/day", i, i + 1)
-    if low in _NUMBER_WORDS and not (i + 1 < len(doc.low) and doc.low[i + 1] == "of"):
-        quantity = _with_unit(doc, i, _NUMBER_WORDS[low], 0)
+    if low == HALF:
+        return Quantity(50.0, 0, "percent", i, i + 1, bound=_bound(doc, i)) if half_percent(
+            doc, i) else None
+    if low in BARE_PERIODS:
+        period = bare_period(doc, i)
+        return Quantity(1.0, 0, f"freq/{period}", i, i + 1) if period else None
+    value = _NUMBER_WORDS.get(low, COUNT_WORDS.get(low))
+    if value is not None and not (i + 1 < len(doc.low) and doc.low[i + 1] == "of"):
+        quantity = _with_unit(doc, i, value, 0)
+        if quantity is not None and low in COUNT_WORDS and i > 0 and doc.low[i - 1] in ("a", "an"):
+            quantity.phrase = (i - 1, quantity.phrase[1])  # "a single dose"
         return quantity if quantity is not None and quantity.dim else None
     return None
 
@@ -485,23 +505,42 @@ def number_findings(claim: Doc, passage: Doc, alignment: Alignment,
         return []
     stated = quantities(passage)
     aligned = [q for a, b in alignment.sentences for q in stated if a <= q.at < b]
-    unexplained = [p for p in aligned
-                   if not any(_compatible(c.dim, p.dim) and same(c, p) for c in mine)]
+    unexplained = [p for p in aligned if not any(_agrees(c, p) for c in mine)]
     findings = []
     everywhere: list[Quantity] | None = None
     for c in claimed:
-        if any(p.written == c.written or (_compatible(c.dim, p.dim) and same(c, p))
+        if any((p.written == c.written and not _rates(c, p)) or _agrees(c, p)
                for p in aligned) or _derived(c, aligned):
             continue
         other = next((p for p in unexplained if p.dim == c.dim), None) or next(
-            (p for p in unexplained if (c.dim, p.dim) in _INTERVAL_OR_TIME), None)
+            (p for p in unexplained if (c.dim, p.dim) in _INTERVAL_OR_TIME or _rates(c, p)),
+            None)
         if other is None:
             continue
         everywhere = quantities(whole()) if everywhere is None else everywhere
-        if any(_compatible(c.dim, p.dim) and same(c, p) for p in everywhere):
+        if any(_agrees(c, p) for p in everywhere):
             continue
         findings.append(_finding(claim, passage, c, other, passage_id))
     return findings
+
+
+def _rates(c: Quantity, p: Quantity) -> bool:
+    """Are the two a frequency and an interval, or frequencies per other periods ("once
+    weekly", "twice daily", "every 12 hours"), compared as times per day?"""
+    return c.dim != p.dim and rate(c.dim, 1.0) is not None and rate(p.dim, 1.0) is not None
+
+
+def _agrees(c: Quantity, p: Quantity) -> bool:
+    """Does passage quantity ``p`` state claim quantity ``c`` (:func:`same`, or the same
+    number of times per day, a passage range of intervals included)?"""
+    if not _rates(c, p):
+        return _compatible(c.dim, p.dim) and same(c, p)
+    rc = rate(c.dim, c.value)
+    ends = p.within if p.within and p.dim == "interval" else (p.value, p.value)
+    rp = sorted(r for r in (rate(p.dim, v) for v in ends) if r is not None)
+    if rc is None or not rp:
+        return False
+    return rp[0] <= rc <= rp[-1] or any(same_rate(rc, r) for r in rp)
 
 
 # "every 2 years" (an interval) against "after 10 years" (a time): the same schedule told
@@ -512,8 +551,9 @@ _INTERVAL_OR_TIME = frozenset({("interval", "time"), ("time", "interval")})
 def _finding(claim: Doc, passage: Doc, c: Quantity, other: Quantity,
              passage_id: str | None) -> CheckFinding:
     says, stated = claim.span(*c.phrase), passage.span(*other.phrase)
-    generic = (c.dim in ("percent", "time") or c.dim.startswith("count:")
-               or c.dim != other.dim)
+    both_freq = c.dim.startswith("freq/") and other.dim.startswith("freq/")
+    generic = (c.dim in ("percent", "time") or (c.dim != other.dim and not both_freq)
+               or (c.dim.startswith("count:") and c.dim[6:] not in DOSE_COUNTS))
     veto = not generic or bool(set(_context(claim, c)) & set(_context(passage, other)) - {""})
     return CheckFinding(kind=CheckKind.NUMBER, veto=veto, passage_id=passage_id,
                         claim_says=says, passage_says=stated,

@@ -48,8 +48,8 @@ quality | improve improves improved improving improvement better benefit benefit
   harmful detrimental unfavorable unfavourable deteriorate deteriorates deteriorated
   deterioration impair impairs impaired impairment
 speed | accelerate accelerates accelerated accelerating acceleration faster hasten hastens
-  hastened quicker | slow slows slowed slowing slower delay delays delayed delaying
-  decelerate decelerates decelerated
+  hastened quicker quicken quickens quickened | slow slows slowed slowing slower delay delays
+  delayed delaying decelerate decelerates decelerated
 length | shorten shortens shortened shortening shorter | prolong prolongs prolonged
   prolonging prolongation lengthen lengthens lengthened longer
 activity | activate activates activated activating activation stimulate stimulates
@@ -64,6 +64,7 @@ efficacy | effective efficacious | ineffective
 safety | safe | unsafe
 excess | excess excessive | deficiency deficient insufficient insufficiency
 rank | superior | inferior
+gain | gain gains gained gaining | loss losses lose loses losing lost
 agonism | agonist agonists | antagonist antagonists
 """
 """Direction axes: ``name | up words | down words``. Words of one side agree; words of
@@ -82,6 +83,10 @@ def _axes(text: str) -> dict[str, tuple[str, int]]:
 
 DIRECTIONS = _axes(_AXES)
 """{stem: (axis, +1 or -1)} for every curated direction word."""
+_PHRASAL = {("speed", "up"): ("speed", 1), ("sped", "up"): ("speed", 1)}
+"""Direction words that need the next word ("speeds up"), by stem and next word."""
+_NOUNS = words("gain gains loss losses")
+"""Direction nouns that act on the word before them ("weight gain", "hearing loss")."""
 _GENERIC = words(
     "level levels concentration concentrations rate rates amount amounts number numbers value "
     "values count counts expression activity effect effects risk risks incidence odds "
@@ -187,7 +192,10 @@ def turns(doc: Doc, a: int, b: int, antonyms: dict[str, frozenset[str]]) -> list
             continue
         word = doc.stems[i]
         axes: list[tuple[str, int, bool]] = []
-        if word in DIRECTIONS:
+        phrasal = _PHRASAL.get((word, doc.low[i + 1] if i + 1 < b else ""))
+        if phrasal is not None:
+            axes.append((*phrasal, True))
+        elif word in DIRECTIONS:
             axis, sign = DIRECTIONS[word]
             axes.append((axis, sign, True))
         elif word in antonyms and is_content(doc.low[i]):
@@ -195,7 +203,8 @@ def turns(doc: Doc, a: int, b: int, antonyms: dict[str, frozenset[str]]) -> list
                         for o in antonyms[word])
         if not axes:
             continue
-        objects, head, quote = _objects(doc, i, a, b)
+        objects, head, quote = _objects(doc, i, a, b) if not _noun(doc, i, a) else (
+            frozenset({doc.stems[i - 1]}), doc.stems[i - 1], (i - 1, i + 1))
         if objects:
             than = _than(doc, i, b)
             out.extend(Turn(i, axis, sign, objects, head, quote, than, curated)
@@ -217,6 +226,12 @@ def _objects(doc: Doc, i: int, a: int, b: int,
     head = after[-1] if after else (before[0] if before else "")
     end = max(last, i) if after else i  # nothing after: the quote ends at the word itself
     return frozenset(after) | frozenset(before), head, (min(first, i), end + 1)
+
+
+def _noun(doc: Doc, i: int, a: int) -> bool:
+    """Is the direction word at ``i`` a noun acting on the content word before it?"""
+    return (doc.low[i] in _NOUNS and i > a and is_content(doc.low[i - 1])
+            and doc.stems[i - 1] not in DIRECTIONS)
 
 
 def _scan(doc: Doc, where: range) -> tuple[list[str], int]:
@@ -283,7 +298,10 @@ def direction_findings(claim: Doc, passage: Doc, alignment: Alignment,
 
 
 def _reversal(doc: Doc, ranges: list[tuple[int, int]]) -> bool:
-    return any(doc.stems[i] in _REVERSALS for a, b in ranges for i in range(a, b))
+    """A reversal word in ``ranges``; "loss" after a content word ("weight loss") is a
+    direction of its own, not a reversal."""
+    return any(doc.stems[i] in _REVERSALS and not _noun(doc, i, a)
+               for a, b in ranges for i in range(a, b))
 
 
 # --------------------------------------------------------------------------- population
