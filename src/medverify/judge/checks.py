@@ -28,6 +28,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable
 
+from medverify.judge.checks_entities import entity_findings
 from medverify.judge.checks_frequency import frequency_findings
 from medverify.judge.checks_numbers import number_findings
 from medverify.judge.checks_text import (
@@ -101,6 +102,7 @@ def conflicts(claim: str, passage_text: str, passage_id: str | None = None,
         *population_findings(claim_doc, local, alignment, passage_id, whole),
         *drug_findings(claim_doc, local, alignment, passage_id),
         *frequency_findings(claim_doc, local, alignment, passage_id, whole),
+        *entity_findings(claim_doc, local, alignment, passage_id, whole),
     ]
     unique: dict[tuple[str, str, str], CheckFinding] = {}
     for finding in findings:
