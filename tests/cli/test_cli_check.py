@@ -183,7 +183,7 @@ def test_terminal_names_the_cause_of_a_refused_connection(
                            stdin="Vaccination is recommended every year. It lasts for life.")
     assert code == 1
     assert "Claim errors (2):" in out and "2 × judge call failed" in out
-    assert out.count("judge call failed") == 3  # the table (2 rows, shortened) + once below
+    assert out.count("judge call") == 3  # the table (2 rows, shortened) + once below
     assert "connect" in out.lower()
 
 

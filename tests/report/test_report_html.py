@@ -309,10 +309,16 @@ def test_the_answer_and_the_summary_tell_not_sure_apart() -> None:
 
 def test_an_arbitrated_not_sure_card_shows_its_rule_and_inputs() -> None:
     report = assessed_report()
-    results = arbitrate_all(report.results, ArbitrationPolicy())
+    results = arbitrate_all(report.results, ArbitrationPolicy(escalation_budget=1.0))
     html = render_html(report.model_copy(update={"results": results,
                                                  "metrics": compute_metrics(results)}))
     card = _card(html, 1)
-    assert "rule <code>not_sure</code>" in card and "· confident no" in card
+    assert "rule <code>not_sure_clinical</code>" in card and "· confident no" in card
+    # under the default budget (2 of 8 claims) the error and the judgment error go first
+    capped = arbitrate_all(report.results, ArbitrationPolicy())
+    html = render_html(report.model_copy(update={"results": capped,
+                                                 "metrics": compute_metrics(capped)}))
+    assert "rule <code>over_budget</code>" in _card(html, 1)
+    assert "· escalation_rule not_sure_clinical" in _card(html, 1)
     assert "· not_sure" not in card  # the reason is shown once, above
     assert "· confident yes" in _card(html, 2)
