@@ -4,7 +4,8 @@
 - Count words beyond the plain numbers: "single" ("a single dose" is one dose) and "half"
   ("reduced the risk by about half" is 50 percent).
 - Frequencies without a number: "taken daily", "a weekly injection" are once a day, once a
-  week, read only next to a dosing word, so that "daily life" is no frequency.
+  week, read only next to a dosing word, so that "daily life" is no frequency; "every day",
+  "each week" and "every other day" are read everywhere.
 - Rates: a frequency ("twice daily", "3 times a week") and an interval ("every 12 hours")
   are both a number of times per day, so "once weekly" differs from "once daily" and "every
   12 hours" equals "twice daily".
@@ -40,6 +41,21 @@ _NUMBERISH = words("once twice thrice times time a an per each every - one two t
 DOSE_COUNTS = frozenset({"dose", "shot", "injection", "tablet", "pill", "capsul", "booster",
                          "infusion", "puff", "vaccin", "drop", "patch", "suppository"})
 """Stems of counted nouns that are doses: a different count of them vetoes."""
+
+
+EVERY = {"every": 1.0, "each": 1.0}
+_EVERY_PERIODS = {"day": "day", "night": "day", "morning": "day", "evening": "day",
+                  "week": "week", "month": "month", "year": "year", "hour": "hour"}
+
+
+def every_period(doc: Doc, i: int) -> tuple[float, str] | None:
+    """"every day", "each week", "every other day" at token ``i``: (times per period,
+    period), or None when a number follows ("every 6 hours": an interval)."""
+    k, times = i + 1, 1.0
+    if k < len(doc.low) and doc.low[k] == "other":
+        k, times = k + 1, 0.5
+    period = _EVERY_PERIODS.get(doc.low[k]) if k < len(doc.low) else None
+    return (times, period) if period else None
 
 
 def half_percent(doc: Doc, i: int) -> bool:

@@ -142,7 +142,11 @@ _ORGANS = {
     "liver": "liver", "kidney": "kidney", "renal": "kidney", "bladder": "bladder",
     "stomach": "stomach", "gastric": "stomach", "thyroid": "thyroid", "brain": "brain",
     "testicular": "testicular", "uterine": "uterine", "endometrial": "uterine",
-    "esophageal": "esophageal", "oral": "oral", "bone": "bone", "blood": "blood"}
+    "esophageal": "esophageal", "oral": "oral", "bone": "bone", "blood": "blood",
+    "oropharyngeal": "oropharyngeal", "hypopharyngeal": "hypopharyngeal",
+    "nasopharyngeal": "nasopharyngeal", "laryngeal": "laryngeal", "gallbladder": "gallbladder",
+    "parathyroid": "parathyroid", "anal": "anal", "penile": "penile", "vaginal": "vaginal",
+    "vulvar": "vulvar"}
 _CANCER = frozenset({"cancer", "cancers", "carcinoma", "carcinomas"})
 _VACCINE = frozenset({"vaccine", "vaccines", "vaccination", "vaccinations", "shot", "shots"})
 

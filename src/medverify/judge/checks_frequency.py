@@ -7,12 +7,15 @@ Frequency and likelihood words sit on one scale: 0 "never"; 1 "rarely", "seldom"
 1, "not uncommon" and "not rare" are 3, "not always" is 2); comparatives ("more common",
 "less often", "as common as") are not read.
 
-A claim word conflicts with an aligned passage word two or more steps away whose
-surroundings (the content words within its clause, commas crossed) share two content words
-with the claim (one when the passage clause has only one or two), when no aligned passage
-word agrees with the claim's (one step or less) about the same thing, and no sentence of the
-passage does. A rare-side word (0-1) against a common-side word (3-4), or "never" against
-"sometimes", vetoes; other pairs ("sometimes" vs "always") give a finding without veto.
+Each frequency word has surroundings: the content words within ten tokens in its clause,
+commas crossed, up to the next frequency word. The aligned passage words that speak of
+what the claim word speaks of are those whose surroundings share at least two content
+words with the claim word's (one when they hold only one or two); the ones sharing the most
+are compared. A claim word conflicts with one of them two or more steps away on the scale
+when none of them agrees (one step or less), and no sentence of the whole passage has an
+agreeing word sharing as much. A rare-side word (0-1) against a common-side word (3-4), or
+"never" against "sometimes", vetoes; other pairs ("sometimes" vs "always") give a finding
+without veto.
 """
 
 from __future__ import annotations
@@ -114,11 +117,13 @@ def _named(doc: Doc, i: int, a: int, b: int) -> bool:
 
 def _around(doc: Doc, i: int, a: int, b: int) -> frozenset[str]:
     """Content stems within :data:`_REACH` tokens of ``i`` in its clause (commas crossed:
-    lists of names are part of the clause)."""
+    lists of names are part of the clause), up to the next frequency word either way
+    ("usually occurs in middle age, and rarely in children")."""
     found: set[str] = set()
     for step in (-1, 1):
         k = i + step
-        while a <= k < b and abs(k - i) <= _REACH and doc.low[k] not in _CLAUSE_END:
+        while (a <= k < b and abs(k - i) <= _REACH and doc.low[k] not in _CLAUSE_END
+               and doc.low[k] not in LEVELS):
             low = doc.low[k]
             if is_content(low) and low not in LEVELS and low not in _SKIP:
                 found.add(doc.stems[k])
@@ -126,10 +131,12 @@ def _around(doc: Doc, i: int, a: int, b: int) -> frozenset[str]:
     return frozenset(found)
 
 
-def _about(claim_items: frozenset[str], p: Often) -> bool:
-    """Does passage word ``p`` speak of what the claim speaks of?"""
+def _about(claim_items: frozenset[str], p: Often) -> int:
+    """How much passage word ``p`` speaks of what the claim speaks of: the number of content
+    stems its surroundings share with the claim word's, 0 when fewer than two (one when its
+    surroundings hold only one or two)."""
     shared = len(claim_items & p.around)
-    return shared >= 2 or (shared >= 1 and len(p.around) <= 2)
+    return shared if shared >= 2 or (shared >= 1 and len(p.around) <= 2) else 0
 
 
 def _veto(c: int, p: int) -> bool:
@@ -148,13 +155,14 @@ def frequency_findings(claim: Doc, passage: Doc, alignment: Alignment,
     stated = [f for a, b in alignment.sentences for f in frequencies(passage, a, b)]
     findings = []
     for c in claimed:
-        items = c.around
-        about = [p for p in stated if _about(items, p)]
-        against = [p for p in about if abs(p.level - c.level) >= 2]
-        if not against or any(abs(p.level - c.level) <= 1 for p in about):
+        scored = [(_about(c.around, p), p) for p in stated]
+        top = max((score for score, _ in scored), default=0)
+        against = [p for score, p in scored if score == top and abs(p.level - c.level) >= 2]
+        if not top or not against or any(
+                score == top and abs(p.level - c.level) <= 1 for score, p in scored):
             continue
         doc = whole()
-        if any(abs(p.level - c.level) <= 1 and _about(items, p)
+        if any(abs(p.level - c.level) <= 1 and _about(c.around, p) >= top
                for a, b in doc.sents for p in frequencies(doc, a, b)):
             continue
         p = against[0]

@@ -21,8 +21,10 @@ from medverify.judge.checks_counts import (
     BARE_PERIODS,
     COUNT_WORDS,
     DOSE_COUNTS,
+    EVERY,
     HALF,
     bare_period,
+    every_period,
     half_percent,
     rate,
     same_rate,
@@ -96,7 +98,7 @@ _NUMBER_WORDS.update({"thirty": 30, "forty": 40, "fifty": 50, "sixty": 60, "seve
 _TIMES_WORDS = {"once": 1.0, "twice": 2.0, "thrice": 3.0}
 _DOSING = {"BID": 2.0, "TID": 3.0, "QID": 4.0, "QD": 1.0}
 _TRIGGERS = (frozenset(_NUMBER_WORDS) | frozenset(_TIMES_WORDS) | {d.lower() for d in _DOSING}
-             | frozenset(COUNT_WORDS) | frozenset(BARE_PERIODS) | {HALF})
+             | frozenset(COUNT_WORDS) | frozenset(BARE_PERIODS) | frozenset(EVERY) | {HALF})
 """Words that may start a quantity (besides digits)."""
 _MULTIPLIERS = {"thousand": 1e3, "million": 1e6, "billion": 1e9, "hundred": 1e2}
 _LABELS = words(
@@ -198,6 +200,10 @@ def _read(doc: Doc, i: int) -> Quantity | None:
     if low in BARE_PERIODS:
         period = bare_period(doc, i)
         return Quantity(1.0, 0, f"freq/{period}", i, i + 1) if period else None
+    if low in EVERY:
+        every = every_period(doc, i)
+        return Quantity(every[0], 1, f"freq/{every[1]}", i, i + 2 + (every[0] != 1.0)) if (
+            every) else None
     value = _NUMBER_WORDS.get(low, COUNT_WORDS.get(low))
     if value is not None and not (i + 1 < len(doc.low) and doc.low[i + 1] == "of"):
         quantity = _with_unit(doc, i, value, 0)
