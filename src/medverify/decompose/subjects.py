@@ -15,8 +15,10 @@ question's topic (:func:`question_topic`):
 - an imperative names the subject after its verb when the verb takes the drug as its
   object and a preposition or number follows ("Start with 5000 mg daily." -> "Start
   metformin with 5000 mg daily.", "Take it with food." -> "Take metformin with food."),
-  else it gets a "For <subject>, " lead ("For metformin, avoid alcohol."); an imperative
-  that already names the subject is kept;
+  else, for instructions about taking or using something or seeking care, it gets a
+  "For <subject>, " lead ("For metformin, avoid drinking alcohol."); an imperative that
+  already names the subject, a list label ("Place and route: Use ...") and a general
+  instruction ("Keep in mind ...") are kept;
 - a claim that starts with a participle or a predicate adjective ("Used to treat acne.",
   "Available over the counter.") gets "<subject> is/are" in front.
 
