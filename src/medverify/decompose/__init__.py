@@ -5,8 +5,8 @@ Two decomposers share one seam (:class:`Decomposer`) and one registry (:data:`DE
 - ``rules`` (:class:`RuleDecomposer`, :mod:`.rules`): offline and deterministic. It
   segments the answer into sentences and list items, drops what makes no checkable claim
   (questions, greetings, disclaimers, headings, list lead-ins), strips citation markers
-  into ``Claim.markers`` and splits coordinated predicates that share a subject
-  (:mod:`.clauses`).
+  into ``Claim.markers``, splits coordinated predicates that share a subject
+  (:mod:`.clauses`) and makes every claim name its subject (:mod:`.subjects`).
 - ``llm`` (:class:`LLMDecomposer`, :mod:`.llm`): asks a chat model for atomic,
   self-contained claims, giving it the answer as numbered segments from the same
   segmenter; the model names the segment each claim comes from and the span is taken from
@@ -53,7 +53,7 @@ __all__ = [
 @runtime_checkable
 class Decomposer(Protocol):
     """Turns an answer into claims. ``name`` is the registry name; ``prompt_version`` is
-    the prompt id (``"decompose/v1"``) for model-based decomposers, else None."""
+    the prompt id (``"decompose/v2"``) for model-based decomposers, else None."""
 
     name: str
     prompt_version: str | None
