@@ -45,6 +45,7 @@ from medverify.judge.checks_words import (
     CATEGORY,
     DIRECTIONS,
     GROUPS,
+    PHRASAL,
     direction_findings,
     drug_findings,
     population_findings,
@@ -64,6 +65,7 @@ one passage of a knowledge base)."""
 ALIGN_CLASSES = {
     **{stem(w): f"pop:{CATEGORY[g]}" for w, gs in GROUPS.items() for g in gs[:1]},
     **{s: f"dir:{axis}" for s, (axis, _) in DIRECTIONS.items()},
+    **{s: f"dir:{axis}" for (s, _), (axis, _) in PHRASAL.items()},
 }
 """Words that may differ between a claim and its aligned sentence (direction words, groups
 of people): any word of the same class counts as present when aligning."""

@@ -5,7 +5,11 @@
   ("reduced the risk by about half" is 50 percent).
 - Frequencies without a number: "taken daily", "a weekly injection" are once a day, once a
   week, read only next to a dosing word, so that "daily life" is no frequency; "every day",
-  "each week" and "every other day" are read everywhere.
+  "every week" and "every other day" are read unless a preposition comes before them ("on
+  every day of the test").
+- "a"/"an" before a dose noun ("a booster dose") is one dose on the passage side only: a
+  claim's "a dose" is never compared, and the passage's vetoes only with a shared
+  neighbouring word.
 - Rates: a frequency ("twice daily", "3 times a week") and an interval ("every 12 hours")
   are both a number of times per day, so "once weekly" differs from "once daily" and "every
   12 hours" equals "twice daily".
@@ -34,28 +38,44 @@ _DOSING_WORDS = words(
     "pill pills capsule capsules injection injections injected inject shot shots infusion "
     "infusions apply applied use used dosed administered administer booster boosters "
     "vaccine vaccination treatment treatments medicine medication medications drug drugs "
-    "pump puffs")
+    "pump puffs antibiotic antibiotics")
 """Words that make a bare period word a dosing frequency ("a daily pill", "taken weekly")."""
-_NUMBERISH = words("once twice thrice times time a an per each every - one two three four "
-                   "five six seven eight nine ten bid tid qid qd")
+_NUMBERISH = words("once twice thrice times time - one two three four five six seven eight "
+                   "nine ten bid tid qid qd")
 DOSE_COUNTS = frozenset({"dose", "shot", "injection", "tablet", "pill", "capsul", "booster",
                          "infusion", "puff", "vaccin", "drop", "patch", "suppository"})
 """Stems of counted nouns that are doses: a different count of them vetoes."""
 
 
-EVERY = {"every": 1.0, "each": 1.0}
+EVERY = {"every": 1.0}
+_NOT_BEFORE_EVERY = words("on of for in at during throughout")
+"""Before "every day" these make it a time, not a frequency ("on each day of the test")."""
 _EVERY_PERIODS = {"day": "day", "night": "day", "morning": "day", "evening": "day",
                   "week": "week", "month": "month", "year": "year", "hour": "hour"}
 
 
 def every_period(doc: Doc, i: int) -> tuple[float, str] | None:
-    """"every day", "each week", "every other day" at token ``i``: (times per period,
+    """"every day", "every week", "every other day" at token ``i``: (times per period,
     period), or None when a number follows ("every 6 hours": an interval)."""
     k, times = i + 1, 1.0
+    if i > 0 and doc.low[i - 1] in _NOT_BEFORE_EVERY:
+        return None
     if k < len(doc.low) and doc.low[k] == "other":
         k, times = k + 1, 0.5
     period = _EVERY_PERIODS.get(doc.low[k]) if k < len(doc.low) else None
     return (times, period) if period else None
+
+
+ARTICLES = frozenset({"a", "an"})
+
+
+def article_dose(doc: Doc, i: int) -> int | None:
+    """The token of the dose noun after "a"/"an" at ``i`` ("a dose", "a booster dose", "a
+    one-time dose"), at most one word between, or None."""
+    for k in (i + 1, i + 2):
+        if k < len(doc.stems) and doc.stems[k] in DOSE_COUNTS and doc.low[k] == doc.stems[k]:
+            return k
+    return None
 
 
 def half_percent(doc: Doc, i: int) -> bool:
@@ -70,14 +90,14 @@ def half_percent(doc: Doc, i: int) -> bool:
 def bare_period(doc: Doc, i: int) -> str | None:
     """The period of a bare frequency word at token ``i`` ("daily" in "taken daily"), or
     None when a number already counts it ("twice daily", "3 times a day") or no dosing word
-    is within three tokens."""
+    is within four tokens."""
     period = BARE_PERIODS.get(doc.low[i])
     if period is None:
         return None
     before = doc.low[max(0, i - 3): i]
     if any(w in _NUMBERISH or w[:1].isdigit() for w in before[-2:]):
         return None
-    near = doc.low[max(0, i - 3): i + 4]
+    near = doc.low[max(0, i - 4): i + 4]
     if not any(w in _DOSING_WORDS for w in near):
         return None
     return period

@@ -18,11 +18,13 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from medverify.judge.checks_counts import (
+    ARTICLES,
     BARE_PERIODS,
     COUNT_WORDS,
     DOSE_COUNTS,
     EVERY,
     HALF,
+    article_dose,
     bare_period,
     every_period,
     half_percent,
@@ -98,7 +100,8 @@ _NUMBER_WORDS.update({"thirty": 30, "forty": 40, "fifty": 50, "sixty": 60, "seve
 _TIMES_WORDS = {"once": 1.0, "twice": 2.0, "thrice": 3.0}
 _DOSING = {"BID": 2.0, "TID": 3.0, "QID": 4.0, "QD": 1.0}
 _TRIGGERS = (frozenset(_NUMBER_WORDS) | frozenset(_TIMES_WORDS) | {d.lower() for d in _DOSING}
-             | frozenset(COUNT_WORDS) | frozenset(BARE_PERIODS) | frozenset(EVERY) | {HALF})
+             | frozenset(COUNT_WORDS) | frozenset(BARE_PERIODS) | frozenset(EVERY) | {HALF}
+             | ARTICLES)
 """Words that may start a quantity (besides digits)."""
 _MULTIPLIERS = {"thousand": 1e3, "million": 1e6, "billion": 1e9, "hundred": 1e2}
 _LABELS = words(
@@ -140,7 +143,8 @@ class Quantity:
     number), ``bound`` "ge", "le" or "approx" when a comparator or "about" comes before it,
     ``at`` its token, ``last`` the token after its unit, and ``phrase`` the token range
     quoted for it (its "every"/"aged" prefix, range and unit included); ``within`` the
-    range it is one end of ("50 to 75"), in base units."""
+    range it is one end of ("50 to 75"), in base units; ``article`` for "a dose" (one
+    dose, compared only on the passage side)."""
 
     written: float
     decimals: int
@@ -152,6 +156,7 @@ class Quantity:
     bound: str = ""
     phrase: tuple[int, int] = (0, 0)
     within: tuple[float, float] | None = None
+    article: bool = False
 
     @property
     def scale(self) -> float:
@@ -200,6 +205,10 @@ def _read(doc: Doc, i: int) -> Quantity | None:
     if low in BARE_PERIODS:
         period = bare_period(doc, i)
         return Quantity(1.0, 0, f"freq/{period}", i, i + 1) if period else None
+    if low in ARTICLES:
+        k = article_dose(doc, i)
+        return None if k is None else Quantity(1.0, 0, f"count:{doc.stems[k]}", i, k + 1,
+                                               phrase=(i, k + 1), article=True)
     if low in EVERY:
         every = every_period(doc, i)
         return Quantity(every[0], 1, f"freq/{every[1]}", i, i + 2 + (every[0] != 1.0)) if (
@@ -300,6 +309,8 @@ def _with_unit(doc: Doc, i: int, written: float, decimals: int,
     if (j + 1 < n and low[j] == "-" and doc.ends[j - 1] == doc.starts[j]
             and low[j + 1][:1].isalpha()):
         j += 1  # "5-year", "2-fold"
+        if low[j] == "time" and j + 1 < n and is_content(low[j + 1]):
+            j += 1  # "a one-time dose" is one dose
     if j + 1 < n and low[j] == "in" and mult == 1.0:
         den = _plain_value(doc, j + 1)
         if den:
@@ -506,7 +517,7 @@ def number_findings(claim: Doc, passage: Doc, alignment: Alignment,
     ``passage`` holds the aligned sentences; ``whole`` tokenizes the whole passage (called
     only when a finding is in view)."""
     mine = quantities(claim)
-    claimed = [q for q in mine if q.dim not in NO_VETO]
+    claimed = [q for q in mine if q.dim not in NO_VETO and not q.article]
     if not claimed or not alignment.sentences:
         return []
     stated = quantities(passage)
@@ -515,7 +526,8 @@ def number_findings(claim: Doc, passage: Doc, alignment: Alignment,
     findings = []
     everywhere: list[Quantity] | None = None
     for c in claimed:
-        if any((p.written == c.written and not _rates(c, p)) or _agrees(c, p)
+        if any((p.written == c.written and not p.article and not _rates(c, p))
+               or _agrees(c, p)
                for p in aligned) or _derived(c, aligned):
             continue
         other = next((p for p in unexplained if p.dim == c.dim), None) or next(
@@ -559,6 +571,7 @@ def _finding(claim: Doc, passage: Doc, c: Quantity, other: Quantity,
     says, stated = claim.span(*c.phrase), passage.span(*other.phrase)
     both_freq = c.dim.startswith("freq/") and other.dim.startswith("freq/")
     generic = (c.dim in ("percent", "time") or (c.dim != other.dim and not both_freq)
+               or other.article
                or (c.dim.startswith("count:") and c.dim[6:] not in DOSE_COUNTS))
     veto = not generic or bool(set(_context(claim, c)) & set(_context(passage, other)) - {""})
     return CheckFinding(kind=CheckKind.NUMBER, veto=veto, passage_id=passage_id,

@@ -60,6 +60,7 @@ _NOT_NEGATING_NEXT = words(
 """After "not"/"no" these words make the pair something other than a plain negation ("not
 only", "not uncommon", "no more than", "not all")."""
 _WEAK_BEFORE = words("may might perhaps possibly")
+_ALMOST = words("almost nearly hardly virtually practically")
 _SUBORDINATE = words("who which whom whose if when whenever unless whether where")
 TRANSPARENT = words(
     "evidence proof data support sign signs indication shown proven demonstrated found "
@@ -201,6 +202,8 @@ def _cue_at(doc: Doc, i: int, a: int, b: int) -> Cue | None:
         return None
     if low.startswith(("fail", "unable")) and nxt != "to":
         return None
+    if low == "never" and i > a and doc.low[i - 1] in _ALMOST:
+        return None  # "almost never" is "rarely": the FREQUENCY check's
     if low in ("nor", "neither") and i > a and doc.low[i - 1] in _NEG_CUES:
         return None
     end, governed, relations = _scope(doc, i + 1, b)

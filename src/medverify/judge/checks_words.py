@@ -83,14 +83,14 @@ def _axes(text: str) -> dict[str, tuple[str, int]]:
 
 DIRECTIONS = _axes(_AXES)
 """{stem: (axis, +1 or -1)} for every curated direction word."""
-_PHRASAL = {("speed", "up"): ("speed", 1), ("sped", "up"): ("speed", 1)}
+PHRASAL = {("speed", "up"): ("speed", 1), ("sped", "up"): ("speed", 1)}
 """Direction words that need the next word ("speeds up"), by stem and next word."""
 _NOUNS = words("gain gains loss losses")
 """Direction nouns that act on the word before them ("weight gain", "hearing loss")."""
 _GENERIC = words(
-    "level levels concentration concentrations rate rates amount amounts number numbers value "
-    "values count counts expression activity effect effects risk risks incidence odds "
-    "significantly markedly substantially slightly greatly dramatically")
+    "up down level levels concentration concentrations rate rates amount amounts number "
+    "numbers value values count counts expression activity effect effects risk risks "
+    "incidence odds significantly markedly substantially slightly greatly dramatically")
 """Words skipped when looking for what a direction word acts on."""
 _COMPARE = words("than versus vs compared relative")
 _REVERSALS = frozenset(stem(w) for w in word_list(
@@ -192,7 +192,7 @@ def turns(doc: Doc, a: int, b: int, antonyms: dict[str, frozenset[str]]) -> list
             continue
         word = doc.stems[i]
         axes: list[tuple[str, int, bool]] = []
-        phrasal = _PHRASAL.get((word, doc.low[i + 1] if i + 1 < b else ""))
+        phrasal = PHRASAL.get((word, doc.low[i + 1] if i + 1 < b else ""))
         if phrasal is not None:
             axes.append((*phrasal, True))
         elif word in DIRECTIONS:
@@ -286,7 +286,7 @@ def direction_findings(claim: Doc, passage: Doc, alignment: Alignment,
             doc = whole()
             everywhere = [t for a, b in doc.sents for t in turns(doc, a, b, antonyms)]
         if any(p.axis == c.axis and p.than == c.than and p.sign == c.sign
-               and c.objects & p.objects for p in everywhere):
+               and c.acts_like(p) for p in everywhere):
             continue
         seen.add(c.at)
         says, other = claim.span(*c.quote), passage.span(*against[0].quote)

@@ -1,0 +1,458 @@
+"""Builds ``benchmarks/data/exact_words_pairs.jsonl``: hand-written claims against real
+MedQuAD passages, for ``benchmarks/bench_exact_words.py``.
+
+Each spec below is (MedQuAD document id, an anchor string of one of its sentences, a claim
+written for it, the kind it exercises, and the label). The passage is the sentence holding
+the anchor with the sentence before and after it (whitespace folded), taken from
+``src/medverify/data/medquad_sample.jsonl``, which ships with medverify. A ``mismatch``
+claim plants exactly one difference of its kind (a count or frequency, a frequency word, a
+direction, a disease/organism/vaccine); a ``match`` claim says what the passage says in
+other words. The build fails if an anchor is not found, or if a mismatch claim's planted
+word (``planted``) is in the passage.
+
+    .venv/bin/python benchmarks/data/exact_words_build.py
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+
+from medverify.judge.checks_text import sentence_char_spans
+
+ROOT = Path(__file__).resolve().parents[2]
+SAMPLE = ROOT / "src" / "medverify" / "data" / "medquad_sample.jsonl"
+OUT = Path(__file__).resolve().parent / "exact_words_pairs.jsonl"
+
+SH = "medquad:NIHSeniorHealth:0000062"
+HY = "medquad:NIDDK:0000009"
+RB = "medquad:CDC:0000342"
+
+# (doc id, anchor, claim, kind, label, planted word that must be absent for a mismatch)
+SPECS: list[tuple[str, str, str, str, str, str]] = [
+    # ------------------------------------------------------------------ number: counts
+    (SH, "only a single dose is recommended",
+     "Two doses of the vaccine are recommended.", "number", "mismatch", "two"),
+    (SH, "only a single dose is recommended",
+     "2 doses of the vaccine are recommended.", "number", "mismatch", "2 doses"),
+    (SH, "only a single dose is recommended",
+     "Three doses of the vaccine are recommended at any age.", "number", "mismatch", "three"),
+    (SH, "only a single dose is recommended",
+     "Only one dose of the vaccine is recommended.", "number", "match", ""),
+    (SH, "only a single dose is recommended",
+     "A single dose of the vaccine is recommended, with no maximum age.", "number", "match", ""),
+    ("medquad:NIDDK:0000214", "Take a single dose of an antibiotic after sexual",
+     "Take two doses of an antibiotic after sexual intercourse.", "number", "mismatch", "two"),
+    ("medquad:NIDDK:0000214", "Take a single dose of an antibiotic after sexual",
+     "Take one dose of an antibiotic after sexual intercourse.", "number", "match", ""),
+    (SH, "getting a one-time dose of the shingles vaccine",
+     "Adults 60 years old or older should get three doses of the shingles vaccine.", "number",
+     "mismatch", "three"),
+    # ------------------------------------------------------------- number: frequencies
+    ("medquad:NIHSeniorHealth:0000029", "Specifically, you should - brush your teeth twice a day",
+     "Brush your teeth once a day with a fluoride toothpaste.", "number", "mismatch", "once"),
+    ("medquad:NIHSeniorHealth:0000029", "Specifically, you should - brush your teeth twice a day",
+     "Brush your teeth two times a day with a fluoride toothpaste.", "number", "match", ""),
+    ("medquad:NIDDK:0000016", "two or three times a week",
+     "A health care provider usually injects EPO once a day.", "number", "mismatch", "once"),
+    ("medquad:NIDDK:0000016", "two or three times a week",
+     "A health care provider usually injects EPO two or three times a week.", "number",
+     "match", ""),
+    ("medquad:NIDDK:0000155", "at least four times a day and sleep",
+     "Most people change the dialysis solution once a day.", "number", "mismatch", "once"),
+    ("medquad:NIDDK:0000155", "at least four times a day and sleep",
+     "Most people change the dialysis solution at least four times a day.", "number", "match",
+     ""),
+    ("medquad:NIDDK:0000155", "You must perform exchanges four to six times a day",
+     "You must perform exchanges twice a week.", "number", "mismatch", "twice"),
+    ("medquad:NIDDK:0000155", "You must perform exchanges four to six times a day",
+     "Exchanges must be performed four to six times a day, every day.", "number", "match", ""),
+    ("medquad:NIDDK:0000002", "taken orally one to three times each day",
+     "Cortisol is replaced with a corticosteroid such as hydrocortisone taken orally once a "
+     "week.", "number", "mismatch", "week"),
+    ("medquad:NIDDK:0000002", "taken orally one to three times each day",
+     "Cortisol is replaced with a corticosteroid such as hydrocortisone, taken orally one to "
+     "three times a day.", "number", "match", ""),
+    ("medquad:NIDDK:0000002", "taken once or twice daily",
+     "Fludrocortisone acetate (Florinef) is taken four times daily.", "number", "mismatch",
+     "four"),
+    ("medquad:NIDDK:0000002", "taken once or twice daily",
+     "Fludrocortisone acetate (Florinef) is taken once or twice a day.", "number", "match", ""),
+    (HY, "normally repeated in 6 months and then once a year",
+     "Once a stable dose is reached, blood tests are repeated once a month.", "number",
+     "mismatch", "once a month"),
+    (HY, "normally repeated in 6 months and then once a year",
+     "Once a stable dose is reached, blood tests are repeated in 6 months and then once a "
+     "year.", "number", "match", ""),
+    ("medquad:NIHSeniorHealth:0000035", "checked at least once every 5 years",
+     "Everyone age 20 and older should have their cholesterol checked every 10 years.",
+     "number", "mismatch", "10 years"),
+    ("medquad:NIHSeniorHealth:0000035", "checked at least once every 5 years",
+     "Everyone age 20 and older should have their cholesterol levels checked at least once "
+     "every five years.", "number", "match", ""),
+    ("medquad:NIDDK:0000003", "by mouth every 6 hours for 2 days",
+     "In the LDDST, dexamethasone is given by mouth once a day for 2 days.", "number",
+     "mismatch", "once a day"),
+    ("medquad:NIDDK:0000003", "by mouth every 6 hours for 2 days",
+     "In the LDDST, a low dose of dexamethasone is given by mouth four times a day for 2 days.",
+     "number", "match", ""),
+    ("medquad:CancerGov:0000024_1", "once a month in the first year",
+     "Follow-up for hypopharyngeal cancer should include careful head and neck exams once a "
+     "week in the first year after treatment ends.", "number", "mismatch", "once a week"),
+    ("medquad:CancerGov:0000024_1", "once a month in the first year",
+     "Follow-up for hypopharyngeal cancer should include careful head and neck exams every "
+     "month in the first year after treatment ends.", "number", "match", ""),
+    ("medquad:NIDDK:0000182", "with a daily dose of a corticosteroid called prednisone",
+     "Health care providers treat autoimmune hepatitis with a weekly dose of prednisone.",
+     "number", "mismatch", "weekly"),
+    ("medquad:NIDDK:0000182", "with a daily dose of a corticosteroid called prednisone",
+     "Health care providers treat autoimmune hepatitis with a daily dose of the corticosteroid "
+     "prednisone.", "number", "match", ""),
+    ("medquad:NIDDK:0000214", "Take low doses of the prescribed antibiotic daily",
+     "Take low doses of the prescribed antibiotic twice a week for 6 months or longer.",
+     "number", "mismatch", "twice"),
+    ("medquad:NIDDK:0000214", "Take low doses of the prescribed antibiotic daily",
+     "Take a low dose of the prescribed antibiotic every day for 6 months or longer.",
+     "number", "match", ""),
+    (HY, "as long as the recommended dose is taken every day",
+     "Hypothyroidism can be controlled with synthetic thyroxine if the recommended dose is "
+     "taken once a week.", "number", "mismatch", "week"),
+    (HY, "as long as the recommended dose is taken every day",
+     "Hypothyroidism can almost always be controlled with synthetic thyroxine if the "
+     "recommended dose is taken daily.", "number", "match", ""),
+    (SH, "the vaccine reduced the risk of shingles by about half",
+     "In a clinical trial, the vaccine reduced the risk of shingles by about 90 percent.",
+     "number", "mismatch", "90"),
+    (SH, "the vaccine reduced the risk of shingles by about half",
+     "In a clinical trial of adults 60 years old or older, the vaccine reduced the risk of "
+     "shingles by about 50 percent.", "number", "match", ""),
+    ("medquad:CDC:0000438", "booster dose of yellow fever vaccine after 10 years",
+     "People who live in yellow fever-endemic areas should receive two booster doses of "
+     "yellow fever vaccine after 10 years.", "number", "mismatch", "two"),
+    ("medquad:CDC:0000438", "booster dose of yellow fever vaccine after 10 years",
+     "People who continue to live in yellow fever-endemic areas should receive a booster dose "
+     "of yellow fever vaccine after 10 years.", "number", "match", ""),
+    # ------------------------------------------------------------------ frequency words
+    (RB, "are almost never found to be infected with rabies",
+     "Squirrels, hamsters and rabbits are a common cause of rabies in humans in the United "
+     "States.", "frequency", "mismatch", "common"),
+    (RB, "are almost never found to be infected with rabies",
+     "Squirrels, rats, hamsters and rabbits are often found to be infected with rabies.",
+     "frequency", "mismatch", "often"),
+    (RB, "are almost never found to be infected with rabies",
+     "Small mammals such as squirrels, hamsters and rabbits are rarely found to be infected "
+     "with rabies.", "frequency", "match", ""),
+    ("medquad:GARD:0000660", "Baylisascaris infection in humans is uncommon",
+     "Baylisascaris infection in humans is common.", "frequency", "mismatch", "common"),
+    ("medquad:GARD:0000660", "Baylisascaris infection in humans is uncommon",
+     "Baylisascaris infection in humans is rare but can be severe.", "frequency", "match", ""),
+    ("medquad:GARD:0002669", "are commonly found in lakes, swimming pools",
+     "Acanthamoeba species are rarely found in lakes and swimming pools.", "frequency",
+     "mismatch", "rarely"),
+    ("medquad:GARD:0002669", "are commonly found in lakes, swimming pools",
+     "Acanthamoeba species are often found in lakes, swimming pools and tap water.",
+     "frequency", "match", ""),
+    ("medquad:CancerGov:0000001_4", "and rarely occurs in children",
+     "Chronic myelogenous leukemia often occurs in children.", "frequency", "mismatch",
+     "often"),
+    ("medquad:CancerGov:0000001_4", "and rarely occurs in children",
+     "Chronic myelogenous leukemia usually occurs during or after middle age.", "frequency",
+     "match", ""),
+    ("medquad:CancerGov:0000024_1", "because early signs and symptoms rarely occur",
+     "Early signs and symptoms of hypopharyngeal cancer often occur.", "frequency",
+     "mismatch", "often"),
+    ("medquad:CancerGov:0000024_1", "because early signs and symptoms rarely occur",
+     "Hypopharyngeal cancer is usually detected in later stages.", "frequency", "match", ""),
+    ("medquad:CancerGov:0000010_1", "GI carcinoid tumors are rare and most grow",
+     "GI carcinoid tumors are common.", "frequency", "mismatch", "common"),
+    ("medquad:CancerGov:0000010_1", "GI carcinoid tumors are rare and most grow",
+     "GI carcinoid tumors are rare and most of them grow very slowly.", "frequency", "match",
+     ""),
+    ("medquad:CancerGov:0000020_1", "Gallbladder cancer is a rare disease",
+     "Gallbladder cancer is a common disease.", "frequency", "mismatch", "common"),
+    ("medquad:CancerGov:0000020_1", "Gallbladder cancer is a rare disease",
+     "Gallbladder cancer is a rare disease of the gallbladder tissues.", "frequency", "match",
+     ""),
+    ("medquad:CancerGov:0000031_2", "Neuroblastoma often begins in the nerve tissue",
+     "Neuroblastoma rarely begins in the nerve tissue of the adrenal glands.", "frequency",
+     "mismatch", "rarely"),
+    ("medquad:CancerGov:0000031_2", "Neuroblastoma often begins in the nerve tissue",
+     "Neuroblastoma frequently begins in the nerve tissue of the adrenal glands.",
+     "frequency", "match", ""),
+    ("medquad:CancerGov:0000027_2", "Men with breast cancer usually have lumps",
+     "Men with breast cancer seldom have lumps that can be felt.", "frequency", "mismatch",
+     "seldom"),
+    ("medquad:CancerGov:0000027_2", "Men with breast cancer usually have lumps",
+     "Men with breast cancer typically have lumps that can be felt.", "frequency", "match",
+     ""),
+    ("medquad:GHR:0000672", "Rarely, affected children develop liver cancer",
+     "Affected children commonly develop liver cancer.", "frequency", "mismatch", "commonly"),
+    ("medquad:GHR:0000672", "Rarely, affected children develop liver cancer",
+     "Affected children rarely develop liver cancer.", "frequency", "match", ""),
+    ("medquad:GHR:0000546", "skin bumps that frequently appear on the hands",
+     "In juvenile hyaline fibromatosis, skin bumps rarely appear on the hands and neck.",
+     "frequency", "mismatch", "rarely"),
+    ("medquad:GHR:0000546", "skin bumps that frequently appear on the hands",
+     "Juvenile hyaline fibromatosis causes skin bumps that often appear on the hands, neck "
+     "and scalp.", "frequency", "match", ""),
+    ("medquad:GHR:0000755", "often becomes evident in the first few days of life",
+     "Ornithine transcarbamylase deficiency seldom becomes evident in the first few days of "
+     "life.", "frequency", "mismatch", "seldom"),
+    ("medquad:GHR:0000755", "often becomes evident in the first few days of life",
+     "Ornithine transcarbamylase deficiency frequently becomes evident in the first days of "
+     "life.", "frequency", "match", ""),
+    ("medquad:MPlusHealthTopics:0000780", "Reye syndrome is a rare illness",
+     "Reye syndrome is a common illness that can affect the blood, liver and brain.",
+     "frequency", "mismatch", "common"),
+    ("medquad:MPlusHealthTopics:0000780", "Reye syndrome is a rare illness",
+     "Reye syndrome is an uncommon illness that can affect the blood, liver, and brain.",
+     "frequency", "match", ""),
+    (HY, "Hypothyroidism can almost always be completely controlled",
+     "Hypothyroidism can rarely be controlled with synthetic thyroxine.", "frequency",
+     "mismatch", "rarely"),
+    (HY, "Hypothyroidism can almost always be completely controlled",
+     "Hypothyroidism can nearly always be completely controlled with synthetic thyroxine.",
+     "frequency", "match", ""),
+    (SH, "Vaccine side effects are usually mild and temporary",
+     "Vaccine side effects are seldom mild and temporary.", "frequency", "mismatch",
+     "seldom"),
+    (SH, "Vaccine side effects are usually mild and temporary",
+     "Side effects of the vaccine are usually mild and temporary.", "frequency", "match", ""),
+    (SH, "People who develop shingles usually have only one episode",
+     "People who develop shingles seldom have only one episode in their lifetime.",
+     "frequency", "mismatch", "seldom"),
+    (SH, "People who develop shingles usually have only one episode",
+     "People who develop shingles generally have only one episode in their lifetime.",
+     "frequency", "match", ""),
+    ("medquad:MPlusHealthTopics:0000711", "Phobias usually start in children or teens",
+     "Phobias rarely start in children or teens.", "frequency", "mismatch", "rarely"),
+    ("medquad:MPlusHealthTopics:0000711", "Phobias usually start in children or teens",
+     "Phobias typically start in children or teens and continue into adulthood.", "frequency",
+     "match", ""),
+    ("medquad:NIHSeniorHealth:0000012", "Although uncommon, some people who have asthma",
+     "It is common for people who have asthma to develop COPD.", "frequency", "mismatch",
+     "common for"),
+    # ------------------------------------------------------------------ direction words
+    (HY, "Without enough thyroid hormone, many of the bodys functions slow down",
+     "Without enough thyroid hormone, many of the body's functions speed up.", "direction",
+     "mismatch", "speed"),
+    (HY, "Without enough thyroid hormone, many of the bodys functions slow down",
+     "Without enough thyroid hormone, many body functions slow down.", "direction", "match",
+     ""),
+    (HY, "- depression  - slowed heart rate",
+     "Hypothyroidism typically speeds up the heart rate.", "direction", "mismatch", "speed"),
+    (HY, "- depression  - slowed heart rate",
+     "A slowed heart rate is a common symptom of hypothyroidism.", "direction", "match", ""),
+    (HY, "- fatigue  - weight gain  - a puffy face",
+     "Fatigue, weight loss, a puffy face and cold intolerance are common symptoms of "
+     "hypothyroidism.", "direction", "mismatch", "loss"),
+    (HY, "- fatigue  - weight gain  - a puffy face",
+     "Fatigue, weight gain, a puffy face and cold intolerance are common symptoms of "
+     "hypothyroidism.", "direction", "match", ""),
+    ("medquad:MPlusHealthTopics:0000494", "Other problems that can raise blood sugar include",
+     "Infections and certain medicines can lower blood sugar.", "direction", "mismatch",
+     "lower"),
+    ("medquad:MPlusHealthTopics:0000494", "Other problems that can raise blood sugar include",
+     "Infections, certain medicines and hormone imbalances can raise blood sugar.",
+     "direction", "match", ""),
+    ("medquad:NIDDK:0000214", "produces secretions that slow bacterial growth",
+     "In men, the prostate gland produces secretions that speed up bacterial growth.",
+     "direction", "mismatch", "speed"),
+    ("medquad:NIDDK:0000214", "produces secretions that slow bacterial growth",
+     "In men, the prostate gland makes secretions that slow bacterial growth.", "direction",
+     "match", ""),
+    ("medquad:NIDDK:0000214", "some forms of birth control increase the risk of UTI",
+     "Some forms of birth control decrease the risk of UTI.", "direction", "mismatch",
+     "decrease"),
+    ("medquad:NIDDK:0000214", "some forms of birth control increase the risk of UTI",
+     "Some forms of birth control raise the risk of UTI.", "direction", "match", ""),
+    ("medquad:NIDDK:0000107", "Fat naturally slows digestion",
+     "Fat naturally speeds up digestion.", "direction", "mismatch", "speed"),
+    ("medquad:NIDDK:0000107", "Fat naturally slows digestion",
+     "Fat naturally slows down digestion.", "direction", "match", ""),
+    ("medquad:NIDDK:0000005", "the pituitary decreases TSH production",
+     "When thyroid hormone levels are high, the pituitary increases TSH production.",
+     "direction", "mismatch", "increases"),
+    ("medquad:NIDDK:0000005", "the pituitary decreases TSH production",
+     "When thyroid hormone levels are high, the pituitary lowers TSH production.",
+     "direction", "match", ""),
+    ("medquad:NIDDK:0000140", "raise blood calcium levels",
+     "The parathyroid gland releases parathyroid hormone to pull calcium from the bones and "
+     "lower blood calcium levels.", "direction", "mismatch", "lower blood"),
+    ("medquad:NIDDK:0000140", "raise blood calcium levels",
+     "The parathyroid gland releases parathyroid hormone to pull calcium from the bones and "
+     "raise blood calcium levels.", "direction", "match", ""),
+    ("medquad:NIDDK:0000140", "High levels of phosphorus cause lower levels of calcium",
+     "High levels of phosphorus cause higher levels of calcium in the blood.", "direction",
+     "mismatch", "higher"),
+    ("medquad:NIDDK:0000140", "High levels of phosphorus cause lower levels of calcium",
+     "High phosphorus levels cause lower calcium levels in the blood.", "direction", "match",
+     ""),
+    ("medquad:MPlusHealthTopics:0000113", "help slow down bone loss",
+     "If you have low bone mass, there are things you can do to help speed up bone loss.",
+     "direction", "mismatch", "speed"),
+    ("medquad:MPlusHealthTopics:0000113", "help slow down bone loss",
+     "If you have low bone mass, there are things you can do to slow bone loss.",
+     "direction", "match", ""),
+    ("medquad:NIDDK:0000032", "With modest weight loss and moderate physical activity",
+     "With modest weight gain and moderate physical activity, people with prediabetes can "
+     "delay type 2 diabetes.", "direction", "mismatch", "gain"),
+    ("medquad:NIDDK:0000032", "With modest weight loss and moderate physical activity",
+     "With modest weight loss and moderate physical activity, people with prediabetes can "
+     "delay or prevent type 2 diabetes.", "direction", "match", ""),
+    ("medquad:NIDDK:0000182", "medication to suppress, or slow down, an overactive immune",
+     "Treatment for autoimmune hepatitis includes medication to stimulate an overactive "
+     "immune system.", "direction", "mismatch", "stimulate"),
+    ("medquad:NIDDK:0000182", "medication to suppress, or slow down, an overactive immune",
+     "Treatment for autoimmune hepatitis includes medication to suppress an overactive immune "
+     "system.", "direction", "match", ""),
+    ("medquad:MPlusHealthTopics:0000150", "reduces the chance of dying from a second SCA",
+     "An implantable cardiac defibrillator (ICD) increases the chance of dying from a second "
+     "SCA.", "direction", "mismatch", "increases"),
+    ("medquad:MPlusHealthTopics:0000150", "reduces the chance of dying from a second SCA",
+     "An implantable cardiac defibrillator (ICD) lowers the chance of dying from a second "
+     "SCA.", "direction", "match", ""),
+    ("medquad:NIDDK:0000182", "can use a lower dose of prednisone",
+     "When using azathioprine, a health care provider can use a higher dose of prednisone.",
+     "direction", "mismatch", "higher"),
+    ("medquad:NIDDK:0000182", "can use a lower dose of prednisone",
+     "When using azathioprine, a health care provider can use a lower dose of prednisone.",
+     "direction", "match", ""),
+    ("medquad:NINDS:0000056", "it can increase the risk of stroke in CADASIL",
+     "Smoking can reduce the risk of stroke in CADASIL.", "direction", "mismatch", "reduce"),
+    ("medquad:NINDS:0000056", "it can increase the risk of stroke in CADASIL",
+     "Smoking can raise the risk of stroke in CADASIL, so affected people who smoke should "
+     "quit.", "direction", "match", ""),
+    ("medquad:NIDDK:0000034", "gradually decrease sexual response in men and women",
+     "Autonomic neuropathy can gradually increase sexual response in men and women.",
+     "direction", "mismatch", "increase"),
+    ("medquad:NIDDK:0000034", "gradually decrease sexual response in men and women",
+     "Autonomic neuropathy can gradually reduce sexual response in men and women.",
+     "direction", "match", ""),
+    # ------------------------------------------------------------------ entity swaps
+    (SH, "approved a vaccine (Zostavax) to prevent shingles in people age 60",
+     "Shingles vaccine protects against chickenpox in adults over 60.", "entity", "mismatch",
+     "chickenpox"),
+    (SH, "approved a vaccine (Zostavax) to prevent shingles in people age 60",
+     "The vaccine protects older adults from getting measles later on.", "entity",
+     "mismatch", "measles"),
+    (SH, "approved a vaccine (Zostavax) to prevent shingles in people age 60",
+     "A vaccine called Zostavax was approved to prevent shingles in people age 60 and older.",
+     "entity", "match", ""),
+    ("medquad:NIHSeniorHealth:0000012", "Flu shots can reduce your risk of getting the flu",
+     "Flu shots can reduce your risk of getting measles.", "entity", "mismatch", "measles"),
+    ("medquad:NIHSeniorHealth:0000012", "Flu shots can reduce your risk of getting the flu",
+     "Flu shots can reduce your risk of getting the flu.", "entity", "match", ""),
+    ("medquad:NIHSeniorHealth:0000012", "Flu shots can reduce your risk of getting the flu",
+     "The pneumonia vaccine lowers your risk for meningitis.", "entity", "mismatch",
+     "meningitis"),
+    ("medquad:NIHSeniorHealth:0000012", "Flu shots can reduce your risk of getting the flu",
+     "The pneumonia vaccine lowers your risk for pneumococcal pneumonia and its "
+     "complications.", "entity", "match", ""),
+    ("medquad:MPlusHealthTopics:0000780", "recently had a viral infection",
+     "Reye syndrome can affect the blood, liver, and brain of someone who recently had a "
+     "bacterial infection.", "entity", "mismatch", "bacterial"),
+    ("medquad:MPlusHealthTopics:0000780", "recently had a viral infection",
+     "Reye syndrome can affect the blood, liver, and brain of someone who has recently had a "
+     "viral infection.", "entity", "match", ""),
+    ("medquad:CDC:0000327", "is a small, thin, white roundworm",
+     "A pinworm is a small, thin, white tapeworm that sometimes lives in the colon and rectum "
+     "of humans.", "entity", "mismatch", "tapeworm"),
+    ("medquad:CDC:0000327", "is a small, thin, white roundworm",
+     "A pinworm is a small, thin, white roundworm called Enterobius vermicularis.", "entity",
+     "match", ""),
+    ("medquad:NIDDK:0000005", "Hashimotos disease often leads to reduced thyroid function",
+     "Hashimotos disease often leads to reduced thyroid function, or hyperthyroidism.",
+     "entity", "mismatch", "hyperthyroidism"),
+    ("medquad:NIDDK:0000005", "Hashimotos disease often leads to reduced thyroid function",
+     "Hashimotos disease often leads to hypothyroidism, or reduced thyroid function.",
+     "entity", "match", ""),
+    ("medquad:CancerGov:0000032_3", "People infected with HIV may have more than twice",
+     "People infected with HIV may have more than twice the risk of breast cancer.", "entity",
+     "mismatch", "breast"),
+    ("medquad:CancerGov:0000032_3", "People infected with HIV may have more than twice",
+     "People infected with HIV may have more than twice the risk of lung cancer.", "entity",
+     "match", ""),
+    ("medquad:MPlusHealthTopics:0000722", "PCP once was the major cause of death",
+     "PCP once was the major cause of death for people with tuberculosis.", "entity",
+     "mismatch", "tuberculosis"),
+    ("medquad:MPlusHealthTopics:0000722", "PCP once was the major cause of death",
+     "PCP was once the major cause of death for people with HIV/AIDS.", "entity", "match",
+     ""),
+    ("medquad:MPlusHealthTopics:0000128", "BRCA1 and BRCA2, that greatly increase the risk",
+     "The chance of getting prostate cancer rises as a woman gets older.", "entity",
+     "mismatch", "prostate"),
+    ("medquad:MPlusHealthTopics:0000128", "BRCA1 and BRCA2, that greatly increase the risk",
+     "The chance of getting breast cancer rises as a woman gets older.", "entity", "match",
+     ""),
+    ("medquad:CancerGov:0000037_4", "Colorectal cancer is found more often in men",
+     "Lung cancer is found more often in men than in women.", "entity", "mismatch", "lung"),
+    ("medquad:CancerGov:0000037_4", "Colorectal cancer is found more often in men",
+     "Colorectal cancer is found more often in men than in women.", "entity", "match", ""),
+    ("medquad:NIHSeniorHealth:0000028", "Physicians often prescribe high doses of non-steroidal",
+     "Physicians often prescribe high doses of NSAIDs or steroids for a sudden attack of "
+     "asthma.", "entity", "mismatch", "asthma"),
+    ("medquad:NIHSeniorHealth:0000028", "Physicians often prescribe high doses of non-steroidal",
+     "Physicians often prescribe high doses of NSAIDs or steroids for a sudden attack of "
+     "gout.", "entity", "match", ""),
+    ("medquad:CDC:0000327", "Household pets like dogs and cats cannot become infected",
+     "Household pets like dogs and cats cannot become infected with human tapeworms.",
+     "entity", "mismatch", "tapeworm"),
+    ("medquad:CDC:0000327", "Household pets like dogs and cats cannot become infected",
+     "Household pets like dogs and cats cannot become infected with human pinworms.",
+     "entity", "match", ""),
+    ("medquad:NIHSeniorHealth:0000012", "Cigarette smoking is the most common cause of COPD in",
+     "Cigarette smoking is the most common cause of asthma in the United States.", "entity",
+     "mismatch", "asthma"),
+    ("medquad:NIHSeniorHealth:0000012", "Cigarette smoking is the most common cause of COPD in",
+     "Cigarette smoking is the most common cause of COPD in the United States.", "entity",
+     "match", ""),
+]
+
+
+def _fold(text: str) -> str:
+    return " ".join(text.split())
+
+
+def passage(text: str, anchor: str) -> str:
+    """The sentence of ``text`` holding ``anchor`` with the sentences before and after it:
+    the text from the one before to the one after, its line breaks kept, the whitespace of
+    each line folded and blank lines dropped."""
+    spans = [(a, b) for a, b in sentence_char_spans(text) if text[a:b].strip()]
+    want = _fold(anchor)
+    at = next((k for k, (a, b) in enumerate(spans) if want in _fold(text[a:b])), None)
+    if at is None:
+        raise SystemExit(f"anchor not found: {anchor!r}")
+    start, end = spans[max(0, at - 1)][0], spans[min(len(spans) - 1, at + 1)][1]
+    lines = (_fold(line) for line in text[start:end].splitlines())
+    return "\n".join(line for line in lines if line)
+
+
+def build() -> list[dict[str, str]]:
+    docs = {}
+    for line in SAMPLE.read_text("utf-8").splitlines():
+        row = json.loads(line)
+        docs[row["doc_id"]] = row["text"]
+    rows = []
+    for n, (doc_id, anchor, claim, kind, label, planted) in enumerate(SPECS, 1):
+        text = passage(docs[doc_id], anchor)
+        if label == "mismatch" and re.search(rf"\b{re.escape(planted)}\b", text, re.I):
+            raise SystemExit(f"planted word {planted!r} is in the passage of: {claim!r}")
+        rows.append({"id": f"ew{n:03d}", "doc_id": doc_id, "kind": kind, "label": label,
+                     "claim": claim, "passage": text, "planted": planted})
+    return rows
+
+
+def main() -> int:
+    rows = build()
+    OUT.write_text("".join(json.dumps(r, ensure_ascii=False) + "\n" for r in rows), "utf-8")
+    counts: dict[tuple[str, str], int] = {}
+    for r in rows:
+        counts[(r["kind"], r["label"])] = counts.get((r["kind"], r["label"]), 0) + 1
+    print(f"wrote {len(rows)} pairs to {OUT}: {dict(sorted(counts.items()))}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
