@@ -1,9 +1,11 @@
 """Builds ``benchmarks/data/exact_words_pairs.jsonl``: hand-written claims against real
 MedQuAD passages, for ``benchmarks/bench_exact_words.py``.
 
-Each spec below is (MedQuAD document id, an anchor string of one of its sentences, a claim
-written for it, the kind it exercises, and the label). The passage is the sentence holding
-the anchor with the sentence before and after it (whitespace folded), taken from
+``SPECS`` is the development set (the checks were tuned until they passed it);
+``HELD_OUT`` was written afterwards and measured without changing the checks. Each spec is
+(MedQuAD document id, an anchor string of one of its sentences, a claim written for it,
+the kind it exercises, and the label). The passage is the sentence holding the anchor with
+the sentence before and after it (line breaks kept, whitespace folded), taken from
 ``src/medverify/data/medquad_sample.jsonl``, which ships with medverify. A ``mismatch``
 claim plants exactly one difference of its kind (a count or frequency, a frequency word, a
 direction, a disease/organism/vaccine); a ``match`` claim says what the passage says in
@@ -410,6 +412,145 @@ SPECS: list[tuple[str, str, str, str, str, str]] = [
      "match", ""),
 ]
 
+HELD_OUT: list[tuple[str, str, str, str, str, str]] = [
+    # Written after the checks were frozen for SPECS (commit 10cf067) and measured without
+    # changing them: an estimate of how the checks do on claims they were not tuned on.
+    ("medquad:MPlusHealthTopics:0000287", "These diets rarely lead to permanent weight loss",
+     "These diets commonly lead to permanent weight loss.", "frequency", "mismatch",
+     "commonly"),
+    ("medquad:MPlusHealthTopics:0000287", "These diets rarely lead to permanent weight loss",
+     "These diets seldom lead to permanent weight loss.", "frequency", "match", ""),
+    ("medquad:MPlusHealthTopics:0000716", "Pituitary tumors are usually curable",
+     "Pituitary tumors are rarely curable.", "frequency", "mismatch", "rarely"),
+    ("medquad:MPlusHealthTopics:0000716", "Pituitary tumors are usually curable",
+     "Pituitary tumors are generally curable.", "frequency", "match", ""),
+    ("medquad:MPlusHealthTopics:0000716", "Pituitary tumors are common, but often",
+     "Pituitary tumors are rare.", "frequency", "mismatch", "rare"),
+    ("medquad:NINDS:0000151", "HAM/TSP is a progressive disease, but it is rarely fatal",
+     "HAM/TSP is a progressive disease that is usually fatal.", "frequency", "mismatch",
+     "usually"),
+    ("medquad:NINDS:0000151", "HAM/TSP is a progressive disease, but it is rarely fatal",
+     "HAM/TSP is a progressive disease, but it is seldom fatal.", "frequency", "match", ""),
+    ("medquad:NINDS:0000004", "The disorder usually occurs in children between the ages",
+     "Landau-Kleffner syndrome rarely occurs in children between the ages of 5 and 7 years.",
+     "frequency", "mismatch", "rarely"),
+    ("medquad:NINDS:0000004", "The disorder usually occurs in children between the ages",
+     "Landau-Kleffner syndrome typically occurs in children between the ages of 5 and 7.",
+     "frequency", "match", ""),
+    ("medquad:NINDS:0000129", "are commonly affected",
+     "In FMD, the carotid arteries are rarely affected.", "frequency", "mismatch", "rarely"),
+    ("medquad:NINDS:0000129", "are commonly affected",
+     "The carotid arteries, which supply blood to the brain, are often affected.",
+     "frequency", "match", ""),
+    ("medquad:MPlusHealthTopics:0000503", "It is usually caused by staphylococcal (staph)",
+     "It is usually caused by listeria bacteria, but it can also be caused by strep "
+     "bacteria.", "entity", "mismatch", "listeria"),
+    ("medquad:MPlusHealthTopics:0000503", "It is usually caused by staphylococcal (staph)",
+     "It is usually caused by staph bacteria, but it can also be caused by strep bacteria.",
+     "entity", "match", ""),
+    ("medquad:MPlusHealthTopics:0000324", "Usually the cause is a viral infection",
+     "Usually the cause is a fungal infection, but bacteria can also cause it.", "entity",
+     "mismatch", "fungal"),
+    ("medquad:MPlusHealthTopics:0000324", "Usually the cause is a viral infection",
+     "The cause is usually a viral infection, although bacteria can also cause it.",
+     "entity", "match", ""),
+    ("medquad:MPlusHealthTopics:0000780", "taking aspirin increases the risk of getting it",
+     "Studies have shown that taking aspirin decreases the risk of getting Reye syndrome.",
+     "direction", "mismatch", "decreases"),
+    ("medquad:MPlusHealthTopics:0000780", "taking aspirin increases the risk of getting it",
+     "Studies have shown that taking aspirin raises the risk of getting Reye syndrome.",
+     "direction", "match", ""),
+    ("medquad:NIDDK:0000126", "loosens stool and increases bowel movements",
+     "A laxative is a medicine that decreases bowel movements.", "direction", "mismatch",
+     "decreases"),
+    ("medquad:NIDDK:0000126", "loosens stool and increases bowel movements",
+     "A laxative is a medicine that loosens stool and increases bowel movements.",
+     "direction", "match", ""),
+    ("medquad:NIDDK:0000205", "(Oxytrol) may decrease side effects",
+     "A patch delivery system for oxybutynin (Oxytrol) may increase side effects.",
+     "direction", "mismatch", "increase"),
+    ("medquad:NIDDK:0000205", "(Oxytrol) may decrease side effects",
+     "A new patch delivery system for oxybutynin (Oxytrol) may reduce side effects.",
+     "direction", "match", ""),
+    ("medquad:NIDDK:0000107", "prescribed at low doses, may improve gastric emptying",
+     "This antibiotic, prescribed at low doses, may worsen gastric emptying.", "direction",
+     "mismatch", "worsen"),
+    ("medquad:NIDDK:0000107", "prescribed at low doses, may improve gastric emptying",
+     "Prescribed at low doses, this antibiotic may improve gastric emptying.", "direction",
+     "match", ""),
+    ("medquad:NINDS:0000110", "read at levels significantly lower than expected",
+     "People with dyslexia typically read at levels higher than expected.", "direction",
+     "mismatch", "higher"),
+    ("medquad:NINDS:0000110", "read at levels significantly lower than expected",
+     "These individuals typically read at levels significantly lower than expected.",
+     "direction", "match", ""),
+    ("medquad:NIDDK:0000218", "may increase urine output and contribute",
+     "Pills to treat swelling or high blood pressure may decrease urine output.", "direction",
+     "mismatch", "decrease"),
+    ("medquad:NIDDK:0000218", "may increase urine output and contribute",
+     "Pills to treat edema or high blood pressure may increase urine output.", "direction",
+     "match", ""),
+    ("medquad:MPlusHealthTopics:0000019", "Inhaling them can increase the chance",
+     "Inhaling them can reduce the chance you'll have health problems.", "direction",
+     "mismatch", "reduce"),
+    ("medquad:NINDS:0000143", "When headaches occur three or more times a month",
+     "When headaches occur once a year, preventive treatment is usually recommended.",
+     "number", "mismatch", "once a year"),
+    ("medquad:NINDS:0000143", "When headaches occur three or more times a month",
+     "Preventive treatment is usually recommended when headaches occur three or more times a "
+     "month.", "number", "match", ""),
+    ("medquad:NIDDK:0000205", "These drugs have the advantage of once-a-day administration",
+     "These drugs have the advantage of twice-a-day administration.", "number", "mismatch",
+     "twice"),
+    ("medquad:NIDDK:0000032", "taking a low dose of aspirin every day can help reduce",
+     "Taking a low dose of aspirin once a week can help reduce the risk of heart disease and "
+     "stroke.", "number", "mismatch", "once a week"),
+    ("medquad:NIDDK:0000032", "taking a low dose of aspirin every day can help reduce",
+     "Taking a low dose of aspirin daily can help reduce the risk of heart disease and "
+     "stroke.", "number", "match", ""),
+    ("medquad:NIDDK:0000176", "About once a month, your dialysis care team",
+     "About once a week, your dialysis care team will test your blood.", "number",
+     "mismatch", "once a week"),
+    ("medquad:NIDDK:0000176", "About once a month, your dialysis care team",
+     "About once a month, your dialysis care team tests your blood to see whether your "
+     "treatments are removing enough wastes.", "number", "match", ""),
+    ("medquad:CancerGov:0000024_8", "the treatments are given more than once a day",
+     "In hyperfractionated radiation therapy, the treatments are given once a week.",
+     "number", "mismatch", "once a week"),
+    ("medquad:CancerGov:0000024_8", "the treatments are given more than once a day",
+     "In hyperfractionated radiation therapy, the total dose of radiation is divided into "
+     "small doses given more than once a day.", "number", "match", ""),
+    ("medquad:NINDS:0000254", "These episodes usually last 10 seconds or more",
+     "These episodes usually last 10 minutes or more and occur repeatedly throughout the "
+     "night.", "number", "mismatch", "minutes"),
+    ("medquad:NINDS:0000254", "These episodes usually last 10 seconds or more",
+     "These episodes usually last ten seconds or more and happen repeatedly during the "
+     "night.", "number", "match", ""),
+    ("medquad:NIDDK:0000119", "Crohns disease usually causes irritation in the lower small",
+     "Celiac disease usually causes irritation in the lower small intestine.", "entity",
+     "mismatch", "celiac"),
+    ("medquad:NIDDK:0000119", "Crohns disease usually causes irritation in the lower small",
+     "Crohns disease usually causes irritation in the ileum or the colon.", "entity",
+     "match", ""),
+    ("medquad:NINDS:0000056", "Migraine headaches may be treated by different drugs",
+     "Epilepsy may be treated by different drugs and a daily aspirin may reduce stroke risk.",
+     "entity", "mismatch", "epilepsy"),
+    ("medquad:NINDS:0000056", "Migraine headaches may be treated by different drugs",
+     "Migraine headaches may be treated with different drugs.", "entity", "match", ""),
+    ("medquad:CancerGov:0000024_9", "will decrease the risk of oropharyngeal cancer from HPV",
+     "It is not yet known whether an HPV vaccination at any age will decrease the risk of "
+     "laryngeal cancer from HPV infection.", "entity", "mismatch", "laryngeal"),
+    ("medquad:CancerGov:0000024_9", "will decrease the risk of oropharyngeal cancer from HPV",
+     "It is not yet known whether an HPV vaccination at any age will decrease the risk of "
+     "oropharyngeal cancer from HPV infection.", "entity", "match", ""),
+    ("medquad:MPlusHealthTopics:0000722", "The most common problem of infection is pneumocystis",
+     "The most common problem of infection is tuberculosis.", "entity", "mismatch",
+     "tuberculosis"),
+    ("medquad:MPlusHealthTopics:0000722", "The most common problem of infection is pneumocystis",
+     "The most common problem of infection is pneumocystis pneumonia.", "entity", "match",
+     ""),
+]
+
 
 def _fold(text: str) -> str:
     return " ".join(text.split())
@@ -435,12 +576,13 @@ def build() -> list[dict[str, str]]:
         row = json.loads(line)
         docs[row["doc_id"]] = row["text"]
     rows = []
-    for n, (doc_id, anchor, claim, kind, label, planted) in enumerate(SPECS, 1):
+    specs = [(spec, "dev") for spec in SPECS] + [(spec, "held-out") for spec in HELD_OUT]
+    for n, ((doc_id, anchor, claim, kind, label, planted), split) in enumerate(specs, 1):
         text = passage(docs[doc_id], anchor)
         if label == "mismatch" and re.search(rf"\b{re.escape(planted)}\b", text, re.I):
             raise SystemExit(f"planted word {planted!r} is in the passage of: {claim!r}")
-        rows.append({"id": f"ew{n:03d}", "doc_id": doc_id, "kind": kind, "label": label,
-                     "claim": claim, "passage": text, "planted": planted})
+        rows.append({"id": f"ew{n:03d}", "split": split, "doc_id": doc_id, "kind": kind,
+                     "label": label, "claim": claim, "passage": text, "planted": planted})
     return rows
 
 
@@ -449,7 +591,8 @@ def main() -> int:
     OUT.write_text("".join(json.dumps(r, ensure_ascii=False) + "\n" for r in rows), "utf-8")
     counts: dict[tuple[str, str], int] = {}
     for r in rows:
-        counts[(r["kind"], r["label"])] = counts.get((r["kind"], r["label"]), 0) + 1
+        key = (r["split"], r["kind"], r["label"])
+        counts[key] = counts.get(key, 0) + 1
     print(f"wrote {len(rows)} pairs to {OUT}: {dict(sorted(counts.items()))}")
     return 0
 
