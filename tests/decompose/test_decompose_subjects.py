@@ -204,3 +204,23 @@ def test_the_html_report_shows_the_answers_words_beside_a_rewritten_claim() -> N
     page = render_html(example_report(results=results))
     assert "The answer's words: “Start with &lt;b&gt;5000&lt;/b&gt; mg daily.”" in page
     assert page.count('class="claim-original"') == 1
+
+
+def test_a_pronoun_after_a_claim_ending_on_a_pronoun_takes_the_topic_not_its_subject() -> None:
+    """"A blood test can confirm it. It is usually treated ...": the second "it" names what
+    the first one does, not the blood test."""
+    got = texts("A blood test can confirm it. It is usually treated with iron tablets.",
+                "What are the common causes of iron deficiency anaemia?")
+    assert got == ["A blood test can confirm it.",
+                   "Iron deficiency anaemia is usually treated with iron tablets."]
+
+
+@pytest.mark.parametrize(("question", "topic"), [
+    ("What are the common causes of iron deficiency anaemia?", "iron deficiency anaemia"),
+    ("What are the symptoms of Fabry disease?", "Fabry disease"),
+    ("How is type 2 diabetes treated?", "type 2 diabetes"),
+])
+def test_the_topic_of_a_question_about_an_aspect_of_something_is_the_thing(
+        question: str, topic: str) -> None:
+    found = question_topic(question, [])
+    assert found is not None and found.text == topic

@@ -275,6 +275,9 @@ def _question_phrase(question: str) -> Subject | None:
                               or words[i].lower() in _NO_SUBJECT
                               or words[i].lower() in _IMPERATIVE):
         i += 1
+    lowered = [w.lower() for w in words[i: i + 5]]
+    if "of" in lowered[1:]:  # "the common causes of X", "the symptoms of X": X is the topic
+        i += lowered.index("of", 1) + 1
     out: list[str] = []
     if i and words[i - 1].lower() == "the":
         out.append("the")

@@ -93,17 +93,26 @@ _PREDICATE_FOLLOWERS = _set(
     "orally once twice daily")
 
 
+_OBJECT_PRONOUN = re.compile(r"\b(?:it|them)\s*[.,;:!?)]", re.IGNORECASE)
+"""A pronoun ending a clause of the previous claim ("A blood test can confirm it."): it
+names something other than that claim's subject, and a pronoun in the next claim most
+likely names the same thing, so the previous subject is not taken for it."""
+
+
 @dataclass(frozen=True, slots=True)
 class _Context:
     previous: Subject | None
     topic: Subject | None
     proper: frozenset[str]
+    previous_points_elsewhere: bool = False  # the previous claim ends a clause on a pronoun
 
     def pick(self, plural: bool | None, topic_only: bool = False,
              things: bool = False) -> Subject | None:
         """The previous claim's subject, else the question's topic, when the number agrees
-        (``things``: not a group of people, for an instruction)."""
-        for found in ((self.topic,) if topic_only else (self.previous, self.topic)):
+        (``things``: not a group of people, for an instruction); only the topic when the
+        previous claim's own pronoun points elsewhere (:data:`_OBJECT_PRONOUN`)."""
+        skip_previous = topic_only or self.previous_points_elsewhere
+        for found in ((self.topic,) if skip_previous else (self.previous, self.topic)):
             if found is None or (plural is not None and not found.agrees(plural)):
                 continue
             if things and _word(found.text.split()[-1]) in _PEOPLE:
@@ -289,5 +298,6 @@ def resolve_subjects(texts: Sequence[str], question: str | None = None,
         out.append(new)
         own = subject(i) if new == text else subject_of(new)
         previous = own or used or (ctx.previous if _keeps_subject(new) else None)
-        ctx = _Context(previous, ctx.topic, ctx.proper)
+        ctx = _Context(previous, ctx.topic, ctx.proper,
+                       _OBJECT_PRONOUN.search(text) is not None)
     return out
