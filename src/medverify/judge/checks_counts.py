@@ -54,16 +54,21 @@ _EVERY_PERIODS = {"day": "day", "night": "day", "morning": "day", "evening": "da
                   "week": "week", "month": "month", "year": "year", "hour": "hour"}
 
 
-def every_period(doc: Doc, i: int) -> tuple[float, str] | None:
-    """"every day", "every week", "every other day" at token ``i``: (times per period,
-    period), or None when a number follows ("every 6 hours": an interval)."""
-    k, times = i + 1, 1.0
+def every_period(doc: Doc, i: int) -> tuple[str, float, float, int] | None:
+    """"every day", "every week" (once per period) or "every other day" (an interval of two
+    periods) at token ``i``: (dimension, written value, unit factor in days, end token), or
+    None when a number follows ("every 6 hours" is read from its number)."""
+    k = i + 1
     if i > 0 and doc.low[i - 1] in _NOT_BEFORE_EVERY:
         return None
-    if k < len(doc.low) and doc.low[k] == "other":
-        k, times = k + 1, 0.5
+    other = k < len(doc.low) and doc.low[k] == "other"
+    k += other
     period = _EVERY_PERIODS.get(doc.low[k]) if k < len(doc.low) else None
-    return (times, period) if period else None
+    if period is None:
+        return None
+    if other:
+        return "interval", 2.0, PERIOD_DAYS[period], k + 1
+    return f"freq/{period}", 1.0, 1.0, k + 1
 
 
 ARTICLES = frozenset({"a", "an"})
@@ -71,7 +76,11 @@ ARTICLES = frozenset({"a", "an"})
 
 def article_dose(doc: Doc, i: int) -> int | None:
     """The token of the dose noun after "a"/"an" at ``i`` ("a dose", "a booster dose", "a
-    one-time dose"), at most one word between, or None."""
+    one-time dose"), at most one word between, or None ("a single dose" is counted by its
+    number word)."""
+    nxt = doc.low[i + 1] if i + 1 < len(doc.low) else ""
+    if nxt in COUNT_WORDS or nxt in _NUMBERISH or nxt[:1].isdigit():
+        return None
     for k in (i + 1, i + 2):
         if k < len(doc.stems) and doc.stems[k] in DOSE_COUNTS and doc.low[k] == doc.stems[k]:
             return k

@@ -93,14 +93,15 @@ def frequencies(doc: Doc, a: int, b: int) -> list[Often]:
             level = 1
         if level is None:
             level = LEVELS.get(low)
-            if level is None or prev in _COMPARATIVE or _named(doc, i, a, b):
+            if level is None or _named(doc, i, a, b):
                 continue
             first = i
+            if prev == "most" and level == 3:
+                first = i - 1  # "most common": the top of the common side
+            elif prev in _COMPARATIVE:
+                continue
         else:
             first = i - 1
-        if prev == "most" and low in ("common", "commonly", "often", "frequent",
-                                      "frequently", "usually"):
-            level, first = 3, i - 1  # "most common": the top of the common side
         end = i + 1 + (low in _ADJECTIVES and i + 1 < b and is_content(doc.low[i + 1]))
         out.append(Often(i, level, (first, end), _around(doc, i, a, b)))
     return out

@@ -211,8 +211,10 @@ def _read(doc: Doc, i: int) -> Quantity | None:
                                                phrase=(i, k + 1), article=True)
     if low in EVERY:
         every = every_period(doc, i)
-        return Quantity(every[0], 1, f"freq/{every[1]}", i, i + 2 + (every[0] != 1.0)) if (
-            every) else None
+        if every is None:
+            return None
+        dim, written, factor, end = every
+        return Quantity(written, 0, dim, i, end, factor, phrase=(i, end))
     value = _NUMBER_WORDS.get(low, COUNT_WORDS.get(low))
     if value is not None and not (i + 1 < len(doc.low) and doc.low[i + 1] == "of"):
         quantity = _with_unit(doc, i, value, 0)
