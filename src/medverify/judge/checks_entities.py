@@ -167,7 +167,10 @@ def _lexicon(text: str) -> dict[tuple[str, ...], tuple[str, frozenset[str]]]:
 LEXICON = _lexicon(_LEXICON_TEXT)
 """{alias tokens: (kind, names)}: the names the ENTITY check reads."""
 _LONGEST = max(len(k) for k in LEXICON)
+_FIRST = frozenset(k[0] for k in LEXICON)
 _HEPATITIS = frozenset("abcde")
+_STARTS = _FIRST | frozenset(_ORGANS) | {"hepatitis"}
+"""Tokens a name may start with: others are skipped at once."""
 _NOT_AFTER = {"cats": {"scan", "scans"}, "tick": {"off", "box"}}
 """Names that are something else before these words ("CAT scan")."""
 
@@ -191,7 +194,7 @@ def entities(doc: Doc, a: int = 0, b: int | None = None) -> list[Entity]:
     out: list[Entity] = []
     i = a
     while i < b:
-        found = _at(low, i, b)
+        found = _at(low, i, b) if low[i] in _STARTS else None
         if found is None:
             i += 1
             continue
