@@ -2,7 +2,8 @@
 
 Judges (the built-in cross-encoder, an LLM) often call a claim supported when the passage
 says something close but different: another dose, the negation, the opposite direction,
-another group of patients, another drug. :func:`find_conflicts` compares the claim with
+another group of patients, another drug, another frequency word or disease.
+:func:`find_conflicts` compares the claim with
 the sentences of the passage that are about it (:func:`medverify.judge.checks_text.align`)
 and reports each difference as a :class:`~medverify.records.CheckFinding`:
 
@@ -16,7 +17,14 @@ and reports each difference as a :class:`~medverify.records.CheckFinding`:
   decrease, improves vs worsens, ... acting on the same thing;
 - POPULATION (veto only for a passage restricted to a group that cannot overlap the
   claim's, a diabetes type or pregnancy status): children vs adults, men vs women, ...;
-- DRUG (never a veto): another drug named where the claim's should be.
+- DRUG (never a veto): another drug named where the claim's should be;
+- FREQUENCY (veto across the scale, :mod:`~medverify.judge.checks_frequency`): "rarely"
+  vs "common", "seldom" vs "usually", "never" vs "sometimes", about the same thing;
+- ENTITY (veto only in the same place, :mod:`~medverify.judge.checks_entities`): another
+  disease, microbe, animal, cancer or vaccine where the claim's should be.
+
+NUMBER reads counts and frequencies as people write them (:mod:`~medverify.judge.checks_counts`):
+"a single dose", "by half", "taken daily", "every other day", rates compared per day.
 
 A veto stops that passage's support from counting; a finding without veto marks the verdict
 not confident. The checks never make a claim FACT. They favour precision: when unsure they
