@@ -29,7 +29,7 @@ HALF = "half"
 _HALF_BEFORE = words("by about nearly almost roughly approximately than over under only "
                      "least around")
 PERIOD_DAYS = {"hour": 1 / 24, "day": 1.0, "week": 7.0, "month": 30.4375, "year": 365.25}
-"""The length of each frequency period (:data:`checks_numbers._PERIODS`' values) in days."""
+"""The length of each frequency period (:data:`checks_units.PERIODS`' values) in days."""
 BARE_PERIODS = {"daily": "day", "nightly": "day", "weekly": "week", "monthly": "month",
                 "yearly": "year", "annually": "year", "annual": "year", "hourly": "hour"}
 """Period words that say "once per period" on their own ("taken daily")."""

@@ -36,103 +36,36 @@ from medverify.judge.checks_text import (
     Alignment,
     Doc,
     is_content,
-    word_list,
-    words,
+)
+from medverify.judge.checks_units import (
+    AGE_AFTER,
+    AGE_WORDS,
+    APPROX,
+    CONTEXT_SKIP,
+    CURRENCY,
+    DIGITS,
+    DOSING,
+    GE,
+    INTERVAL_WORDS,
+    LABELS,
+    LE,
+    MULTIPLIERS,
+    NOT_COUNTS,
+    NUMBER_WORDS,
+    PERIODS,
+    SEPARATORS,
+    SPACES,
+    STAT_WORDS,
+    TIMES_WORDS,
+    UNITS,
 )
 from medverify.judge.terms import number_value
 from medverify.records import CheckFinding, CheckKind
 
-
-def _table(text: str) -> dict[str, tuple[str, float]]:
-    """``dimension factor word word ...`` lines -> {word: (dimension, factor)}."""
-    out: dict[str, tuple[str, float]] = {}
-    for line in text.strip().splitlines():
-        dim, factor, *names = word_list(line)
-        out.update((w, (dim, float(factor))) for w in names)
-    return out
-
-
-UNITS = _table("""
-mass 1 mg milligram milligrams
-mass 1000 g gram grams gm
-mass 1e6 kg kilogram kilograms kgs
-mass 0.001 mcg µg μg ug microgram micrograms
-mass 1e-6 ng nanogram nanograms
-volume 1 ml milliliter milliliters millilitre millilitres cc
-volume 1000 l liter liters litre litres
-volume 100 dl deciliter deciliters
-volume 0.001 µl μl ul microliter microliters
-iu 1 iu
-units 1 unit units
-percent 1 % percent percentage
-time 1.1574074074074073e-05 s sec secs second seconds
-time 0.0006944444444444445 min mins minute minutes
-time 0.041666666666666664 h hr hrs hour hours
-time 1 day days
-time 7 wk wks week weeks
-time 30.4375 mo month months
-time 365.25 yr yrs year years
-time 3652.5 decade decades
-length 1 mm millimeter millimeters millimetre millimetres
-length 10 cm centimeter centimeters centimetre centimetres
-length 1000 meter meters metre metres
-length 1e6 km kilometer kilometers kilometre kilometres
-length 304.8 ft feet foot
-length 25.4 inch inches
-amount 1 mmol millimole millimoles
-amount 0.001 µmol μmol umol
-amount 1e-06 nmol
-meq 1 meq
-energy 1 kcal kilocalorie kilocalories calories
-rate 1 bpm
-""")
-_PERIODS = {
-    "day": "day", "days": "day", "daily": "day", "d": "day", "night": "day", "nightly": "day",
-    "week": "week", "weekly": "week", "wk": "week", "month": "month", "monthly": "month",
-    "year": "year", "yearly": "year", "annually": "year", "annual": "year", "hour": "hour",
-    "hourly": "hour", "h": "hour",
-}
-_NUMBER_WORDS = {w: float(i) for i, w in enumerate(word_list(
-    "zero one two three four five six seven eight nine ten eleven twelve thirteen fourteen "
-    "fifteen sixteen seventeen eighteen nineteen twenty"))}
-_NUMBER_WORDS.update({"thirty": 30, "forty": 40, "fifty": 50, "sixty": 60, "seventy": 70,
-                      "eighty": 80, "ninety": 90, "hundred": 100, "dozen": 12})
-_TIMES_WORDS = {"once": 1.0, "twice": 2.0, "thrice": 3.0}
-_DOSING = {"BID": 2.0, "TID": 3.0, "QID": 4.0, "QD": 1.0}
-_TRIGGERS = (frozenset(_NUMBER_WORDS) | frozenset(_TIMES_WORDS) | {d.lower() for d in _DOSING}
+_TRIGGERS = (frozenset(NUMBER_WORDS) | frozenset(TIMES_WORDS) | {d.lower() for d in DOSING}
              | frozenset(COUNT_WORDS) | frozenset(BARE_PERIODS) | frozenset(EVERY) | {HALF}
              | ARTICLES)
 """Words that may start a quantity (besides digits)."""
-_MULTIPLIERS = {"thousand": 1e3, "million": 1e6, "billion": 1e9, "hundred": 1e2}
-_LABELS = words(
-    "type types stage stages grade grades phase phases class step tier group groups arm arms "
-    "cohort figure fig figs table tables no nos number chapter section visit cycle wave "
-    "version generation category schedule day week month year dose patient case sample study "
-    "trial item model ref refs vol issue page pp p covid sars il cd hla apoe trisomy "
-    "chromosome exon codon gene grade level levels score stage lead leads tlr mmp tnf "
-    "nct gse gsm january february march april may june july august september october "
-    "november december jan feb mar apr jun jul aug sep sept oct nov dec")
-"""Words before a number that make it a name or a position ("type 2", "day 7", "p. 12")."""
-_STAT_WORDS = words("p P CI OR HR RR IRR aOR aHR AOR AHR SD SE SEM IQR n N r R AUC")
-"""Statistics labels, as written (case matters: "OR" is an odds ratio, "or" is not)."""
-_GE = words("over above exceeding beyond least > ≥ more greater older higher longer")
-_LE = words("under below within most up < ≤ less fewer younger lower shorter")
-_APPROX = words("about approximately around nearly almost roughly approx ~ ∼ ≈ circa ca "
-                    "estimated some")
-_DIGITS = frozenset("0123456789")
-_CURRENCY = frozenset("$€£¥")
-_NOT_COUNTS = words(
-    "another other others more less way ways within without across against among along "
-    "around through throughout toward towards versus despite including following "
-    "respectively compared")
-_SPACES = frozenset(" \u00a0\u2009\u202f")
-_SEPARATORS = words(", - – — to and or & /")
-_AGE_WORDS = words("aged age ages")
-_AGE_AFTER = words("old older younger")
-_INTERVAL_WORDS = words("every each q")
-_CONTEXT_SKIP = _APPROX | _GE | _LE | words(
-    "only just another additional further total overall mean median average respectively "
-    "nearly")
 NO_VETO = frozenset({"", "stat", "fold", "units"})
 
 
@@ -170,7 +103,7 @@ class Quantity:
 def quantities(doc: Doc) -> list[Quantity]:
     """The quantities of ``doc`` in order (see the module docstring)."""
     found: list[Quantity] = []
-    for i in [i for i, low in enumerate(doc.low) if low[0] in _DIGITS or low in _TRIGGERS]:
+    for i in [i for i, low in enumerate(doc.low) if low[0] in DIGITS or low in _TRIGGERS]:
         if _in_brackets(doc, i):
             continue
         quantity = _read(doc, i)
@@ -192,13 +125,13 @@ def _in_brackets(doc: Doc, i: int) -> bool:
 
 def _read(doc: Doc, i: int) -> Quantity | None:
     tok = doc.toks[i]
-    if tok[0] in _DIGITS:
+    if tok[0] in DIGITS:
         return _number(doc, i)
     low = doc.low[i]
-    if low in _TIMES_WORDS:
-        return _times(doc, i, _TIMES_WORDS[low], i + 1)
-    if tok in _DOSING:
-        return Quantity(_DOSING[tok], 0, "freq/day", i, i + 1)
+    if low in TIMES_WORDS:
+        return _times(doc, i, TIMES_WORDS[low], i + 1)
+    if tok in DOSING:
+        return Quantity(DOSING[tok], 0, "freq/day", i, i + 1)
     if low == HALF:
         return Quantity(50.0, 0, "percent", i, i + 1, bound=_bound(doc, i)) if half_percent(
             doc, i) else None
@@ -215,7 +148,7 @@ def _read(doc: Doc, i: int) -> Quantity | None:
             return None
         dim, written, factor, end = every
         return Quantity(written, 0, dim, i, end, factor, phrase=(i, end))
-    value = _NUMBER_WORDS.get(low, COUNT_WORDS.get(low))
+    value = NUMBER_WORDS.get(low, COUNT_WORDS.get(low))
     if value is not None and not (i + 1 < len(doc.low) and doc.low[i + 1] == "of"):
         quantity = _with_unit(doc, i, value, 0)
         if quantity is not None and low in COUNT_WORDS and i > 0 and doc.low[i - 1] in ("a", "an"):
@@ -240,7 +173,7 @@ def _number(doc: Doc, i: int) -> Quantity | None:
     written = float(token)
     decimals = len(token.partition(".")[2])
     prev = doc.low[i - 1] if i > 0 else ""
-    if prev in _LABELS or (prev == "." and i > 1 and doc.low[i - 2] in _LABELS):
+    if prev in LABELS or (prev == "." and i > 1 and doc.low[i - 2] in LABELS):
         return None
     if i > 0 and _acronym(doc.toks[i - 1]):
         return None  # BRCA 1, HER 2
@@ -250,7 +183,7 @@ def _number(doc: Doc, i: int) -> Quantity | None:
     if (decimals == 0 and 1800 <= written <= 2100 and len(token) == 4
             and (not quantity.dim or quantity.dim.startswith("count:"))):
         return None  # a year ("in 2019", "the 2003 coronavirus")
-    if i > 0 and doc.toks[i - 1] in _CURRENCY:
+    if i > 0 and doc.toks[i - 1] in CURRENCY:
         quantity.dim = f"money:{doc.toks[i - 1]}"
     if _is_stat(doc, i, quantity.last):
         quantity.dim = "stat"
@@ -265,7 +198,7 @@ def _continues_number(doc: Doc, i: int) -> bool:
     """Is token ``i`` the second group of a number written with a space ("50 000")?"""
     return (i > 0 and len(doc.toks[i]) == 3 and _digits(doc.toks[i])
             and _digits(doc.toks[i - 1]) and len(doc.toks[i - 1]) <= 3
-            and doc.starts[i] - doc.ends[i - 1] == 1 and doc.text[doc.ends[i - 1]] in _SPACES)
+            and doc.starts[i] - doc.ends[i - 1] == 1 and doc.text[doc.ends[i - 1]] in SPACES)
 
 
 def _spaced_number(doc: Doc, i: int) -> tuple[str, int]:
@@ -282,15 +215,15 @@ def _spaced_number(doc: Doc, i: int) -> tuple[str, int]:
 def _is_stat(doc: Doc, i: int, last: int) -> bool:
     toks = doc.toks
     prev = toks[i - 1] if i > 0 else ""
-    if prev in ("=", "±") or prev in _STAT_WORDS:
+    if prev in ("=", "±") or prev in STAT_WORDS:
         return True
-    if prev in ("<", ">", "≤", "≥", ":") and i > 1 and toks[i - 2] in _STAT_WORDS:
+    if prev in ("<", ">", "≤", "≥", ":") and i > 1 and toks[i - 2] in STAT_WORDS:
         return True  # "p < 0.05", "OR: 1.5"; "Enrollment: 97 participants" is a count
     return last < len(toks) and doc.low[last] in ("ci", "confidence", "cis")
 
 
 def _acronym(token: str) -> bool:
-    return (len(token) > 1 and token.isalpha() and token.isupper() and token not in _STAT_WORDS
+    return (len(token) > 1 and token.isalpha() and token.isupper() and token not in STAT_WORDS
             and token.lower() not in UNITS)
 
 
@@ -306,8 +239,8 @@ def _with_unit(doc: Doc, i: int, written: float, decimals: int,
     n, low = len(doc.low), doc.low
     j = i + 1 if after is None else after
     mult = 1.0
-    if j < n and low[j] in _MULTIPLIERS and low[i] != "hundred":
-        mult, j = _MULTIPLIERS[low[j]], j + 1
+    if j < n and low[j] in MULTIPLIERS and low[i] != "hundred":
+        mult, j = MULTIPLIERS[low[j]], j + 1
     if (j + 1 < n and low[j] == "-" and doc.ends[j - 1] == doc.starts[j]
             and low[j + 1][:1].isalpha()):
         j += 1  # "5-year", "2-fold"
@@ -332,7 +265,7 @@ def _plain_value(doc: Doc, j: int) -> float:
     tok = doc.toks[j]
     if _digits(tok) and len(tok) < 10:
         return float(tok)
-    return _NUMBER_WORDS.get(doc.low[j], 0.0)
+    return NUMBER_WORDS.get(doc.low[j], 0.0)
 
 
 def _unit(doc: Doc, j: int) -> tuple[str, float, int]:
@@ -352,7 +285,7 @@ def _unit(doc: Doc, j: int) -> tuple[str, float, int]:
             return f"{dim}/{den_dim}", factor / den_factor, j + 3
         return dim, factor, j + 1
     tok = doc.toks[j]
-    if is_content(word) and tok == word and word not in _NOT_COUNTS:
+    if is_content(word) and tok == word and word not in NOT_COUNTS:
         return f"count:{doc.stems[j]}", 1.0, j + 1
     return "", 1.0, j
 
@@ -364,8 +297,8 @@ def _times(doc: Doc, i: int, count: float, j: int, decimals: int = 0) -> Quantit
     k = j + (j < n and low[j] == "-")
     if k < n and low[k] in ("a", "an", "per", "each", "every"):
         k += 1
-    if k < n and low[k] in _PERIODS and low[k] not in ("d", "h"):
-        return Quantity(count, decimals, f"freq/{_PERIODS[low[k]]}", i, k + 1)
+    if k < n and low[k] in PERIODS and low[k] not in ("d", "h"):
+        return Quantity(count, decimals, f"freq/{PERIODS[low[k]]}", i, k + 1)
     if low[i] == "once":
         return None
     return Quantity(count, decimals, "fold", i, j)
@@ -380,11 +313,11 @@ def _bound(doc: Doc, i: int) -> str:
         if k < 0 or low[k] in CLAUSE_PUNCT:
             return ""
         word = low[k]
-        if word in _APPROX:
+        if word in APPROX:
             return "approx"
-        if word in _GE or (word == "than" and k > 0 and low[k - 1] in _GE):
+        if word in GE or (word == "than" and k > 0 and low[k - 1] in GE):
             return "ge"
-        if word in _LE or (word == "than" and k > 0 and low[k - 1] in _LE):
+        if word in LE or (word == "than" and k > 0 and low[k - 1] in LE):
             return "le"
         if word not in ("than", "at", "to", "of", "from", "between", "an", "a", "the"):
             return ""
@@ -399,10 +332,10 @@ def _role(doc: Doc, q: Quantity) -> None:
         k = q.at - back
         if k < 0 or low[k] in CLAUSE_PUNCT:
             break
-        if low[k] in _INTERVAL_WORDS and q.dim == "time":
+        if low[k] in INTERVAL_WORDS and q.dim == "time":
             q.dim, first = "interval", k
             break
-        if low[k] in _AGE_WORDS and q.dim in ("", "time"):
+        if low[k] in AGE_WORDS and q.dim in ("", "time"):
             q.factor = q.factor if q.dim else 365.25
             q.dim, first = "age", k
             break
@@ -414,7 +347,7 @@ def _role(doc: Doc, q: Quantity) -> None:
 def _age_after(doc: Doc, j: int) -> bool:
     low, n = doc.low, len(doc.low)
     j += j < n and low[j] == "-"
-    if j < n and low[j] in _AGE_AFTER:
+    if j < n and low[j] in AGE_AFTER:
         return True
     if j + 1 < n and low[j] == "of" and low[j + 1] == "age":
         return True
@@ -445,7 +378,7 @@ def _joined(doc: Doc, left: Quantity, right: Quantity) -> bool:
     if left.dim and left.dim != right.dim and left.dim != "stat":
         return False
     between = range(left.last, right.at)
-    return 0 < len(between) <= 3 and all(doc.low[k] in _SEPARATORS for k in between)
+    return 0 < len(between) <= 3 and all(doc.low[k] in SEPARATORS for k in between)
 
 
 def _merge(group: list[Quantity]) -> None:
@@ -591,7 +524,7 @@ def _context(doc: Doc, q: Quantity) -> tuple[str, str]:
             continue
         if doc.low[k] in CLAUSE_PUNCT:
             break
-        if is_content(doc.low[k]) and doc.low[k] not in _CONTEXT_SKIP:
+        if is_content(doc.low[k]) and doc.low[k] not in CONTEXT_SKIP:
             pre = doc.stems[k]
             break
     for k in range(q.phrase[1], min(len(doc.low), q.phrase[1] + 4)):
