@@ -67,6 +67,8 @@ _TRIGGERS = (frozenset(NUMBER_WORDS) | frozenset(TIMES_WORDS) | {d.lower() for d
              | ARTICLES)
 """Words that may start a quantity (besides digits)."""
 NO_VETO = frozenset({"", "stat", "fold", "units"})
+UNIT_DIMS = frozenset(dim for dim, _ in UNITS.values()) - {"percent", "units"}
+OR_MORE = {"more": "ge", "greater": "ge", "fewer": "le", "less": "le"}
 
 
 @dataclass(slots=True)
@@ -250,8 +252,14 @@ def _with_unit(doc: Doc, i: int, written: float, decimals: int,
         den = _plain_value(doc, j + 1)
         if den:
             return Quantity(round(written / den, 9), 9, "ratio", i, j + 2)
+    bound = ""
+    if j + 2 < n and low[j] == "or" and low[j + 1] in OR_MORE and low[j + 2] == "times":
+        bound, j = OR_MORE[low[j + 1]], j + 2  # "three or more times a month"
     if j < n and low[j] == "times":
-        return _times(doc, i, written, j + 1, decimals)
+        quantity = _times(doc, i, written, j + 1, decimals)
+        if quantity is not None:
+            quantity.bound = bound or quantity.bound
+        return quantity
     if j < n and low[j] == "fold":
         return Quantity(written, decimals, "fold", i, j + 1, mult=mult)
     dim, factor, last = _unit(doc, j)
@@ -296,7 +304,7 @@ def _times(doc: Doc, i: int, count: float, j: int, decimals: int = 0) -> Quantit
     n, low = len(doc.low), doc.low
     k = j + (j < n and low[j] == "-")
     if k < n and low[k] in ("a", "an", "per", "each", "every"):
-        k += 1
+        k += 1 + (k + 1 < n and low[k + 1] == "-")  # "once-a-day"
     if k < n and low[k] in PERIODS and low[k] not in ("d", "h"):
         return Quantity(count, decimals, f"freq/{PERIODS[low[k]]}", i, k + 1)
     if low[i] == "once":
@@ -461,8 +469,8 @@ def number_findings(claim: Doc, passage: Doc, alignment: Alignment,
     findings = []
     everywhere: list[Quantity] | None = None
     for c in claimed:
-        if any((p.written == c.written and not p.article and not _rates(c, p))
-               or _agrees(c, p)
+        if any((p.written == c.written and not p.article and not _rates(c, p)
+                and not _other_unit(c, p)) or _agrees(c, p)
                for p in aligned) or _derived(c, aligned):
             continue
         other = next((p for p in unexplained if p.dim == c.dim), None) or next(
@@ -475,6 +483,12 @@ def number_findings(claim: Doc, passage: Doc, alignment: Alignment,
             continue
         findings.append(_finding(claim, passage, c, other, passage_id))
     return findings
+
+
+def _other_unit(c: Quantity, p: Quantity) -> bool:
+    """The same number in another unit of the same dimension ("10 minutes" vs "10
+    seconds"): the written number alone does not excuse the claim."""
+    return c.dim == p.dim and c.dim in UNIT_DIMS and not math.isclose(c.factor, p.factor)
 
 
 def _rates(c: Quantity, p: Quantity) -> bool:
