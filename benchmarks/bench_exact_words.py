@@ -79,11 +79,12 @@ def _share(num: int, den: int) -> float | None:
     return round(num / den, 3) if den else None
 
 
-SPLITS = ("dev", "held-out")
+SPLITS = ("dev", "held-out", "held-out-2")
 
 
 def measure_splits(results: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
-    """:func:`measure` on each split (``dev``: tuned on; ``held-out``: written after)."""
+    """:func:`measure` on each split (``dev``: tuned on; ``held-out``: written after, then
+    3 of its misses fixed; ``held-out-2``: written after those fixes)."""
     return {split: measure([r for r in results if r.get("split", "dev") == split])
             for split in SPLITS}
 
@@ -117,7 +118,10 @@ def render(summaries: dict[str, dict[str, Any]], results: list[dict[str, Any]]) 
         "",
         "The **dev** pairs were written first and the checks were tuned until they passed "
         "them; the **held-out** pairs were written afterwards, from other sentences, and "
-        "measured without changing the checks: they are the estimate to trust.",
+        "measured without changing the checks (recall 18/25, precision 22/22), then 3 of "
+        "their 7 misses were fixed, so they are no longer an unbiased estimate; the "
+        "**held-out-2** pairs were written after those fixes, from other sentences again, "
+        "and measured without changing the checks: they are the estimate to trust.",
         "",
     ]
     for split, summary in summaries.items():

@@ -2,7 +2,8 @@
 MedQuAD passages, for ``benchmarks/bench_exact_words.py``.
 
 ``SPECS`` is the development set (the checks were tuned until they passed it);
-``HELD_OUT`` was written afterwards and measured without changing the checks. Each spec is
+``HELD_OUT`` was written afterwards and measured without changing the checks (then 3 of
+its 7 misses were fixed); ``HELD_OUT_2`` was written after those fixes. Each spec is
 (MedQuAD document id, an anchor string of one of its sentences, a claim written for it,
 the kind it exercises, and the label). The passage is the sentence holding the anchor with
 the sentence before and after it (line breaks kept, whitespace folded), taken from
@@ -551,6 +552,141 @@ HELD_OUT: list[tuple[str, str, str, str, str, str]] = [
      ""),
 ]
 
+HELD_OUT_2: list[tuple[str, str, str, str, str, str]] = [
+    # Written after the fixes made for HELD_OUT's misses (commit fa621f3), from sentences
+    # not used above, and measured without changing the checks.
+    ("medquad:NIDDK:0000070", "a person needs daily insulin treatment to survive",
+     "At this point, a person needs weekly insulin treatment to survive.", "number",
+     "mismatch", "weekly"),
+    ("medquad:NIDDK:0000070", "a person needs daily insulin treatment to survive",
+     "At this point, a person needs insulin treatment every day to survive.", "number",
+     "match", ""),
+    ("medquad:NIDDK:0000034", "need to inspect their feet daily for any injuries",
+     "People with neuropathy need to inspect their feet once a month for injuries.",
+     "number", "mismatch", "month"),
+    ("medquad:NIDDK:0000034", "need to inspect their feet daily for any injuries",
+     "People with neuropathy should inspect their feet every day for any injuries.",
+     "number", "match", ""),
+    ("medquad:CancerGov:0000037_3", "aspirin use (100 mg or less) daily or every other day",
+     "The possible harms of aspirin use (100 mg or less) once a month include an increased "
+     "risk of stroke.", "number", "mismatch", "month"),
+    ("medquad:CancerGov:0000037_3", "aspirin use (100 mg or less) daily or every other day",
+     "The possible harms of aspirin use of 100 mg or less daily or every other day include "
+     "an increased risk of stroke and bleeding.", "number", "match", ""),
+    ("medquad:NIDDK:0000214", "Some women have three or more UTIs a year",
+     "Some women have two UTIs a year.", "number", "mismatch", "two"),
+    ("medquad:NIDDK:0000214", "Some women have three or more UTIs a year",
+     "Some women have three or more UTIs each year.", "number", "match", ""),
+    ("medquad:NIDDK:0000214", "which usually takes 1 to 3 days",
+     "Once the bacteria have multiplied, which usually takes two weeks, they can be "
+     "identified.", "number", "mismatch", "weeks"),
+    ("medquad:NIDDK:0000214", "which usually takes 1 to 3 days",
+     "Once the bacteria have multiplied, which usually takes one to three days, they can be "
+     "identified.", "number", "match", ""),
+    ("medquad:NIDDK:0000194", "- Hepatitis A usually gets better in a few weeks",
+     "Hepatitis A rarely gets better without treatment.", "frequency", "mismatch", "rarely"),
+    ("medquad:NIDDK:0000194", "- Hepatitis A usually gets better in a few weeks",
+     "Hepatitis A usually improves in a few weeks without treatment.", "frequency", "match",
+     ""),
+    ("medquad:GHR:0000876", "life-threatening breathing problems are common",
+     "Recurrent respiratory infections and life-threatening breathing problems are rare.",
+     "frequency", "mismatch", "rare"),
+    ("medquad:GHR:0000876", "life-threatening breathing problems are common",
+     "Recurrent respiratory infections and breathing problems are common.", "frequency",
+     "match", ""),
+    ("medquad:NIDDK:0000016", "a type of anemia that commonly occurs with chronic, or long",
+     "Anemia of inflammation and chronic disease seldom occurs with chronic illnesses or "
+     "infections.", "frequency", "mismatch", "seldom"),
+    ("medquad:NIDDK:0000016", "a type of anemia that commonly occurs with chronic, or long",
+     "Anemia of inflammation and chronic disease commonly occurs with long-term illnesses or "
+     "infections.", "frequency", "match", ""),
+    ("medquad:NIDDK:0000126", "A stool test is commonly used to rule out",
+     "A stool test is rarely used to rule out other causes of GI diseases.", "frequency",
+     "mismatch", "rarely"),
+    ("medquad:NIDDK:0000126", "A stool test is commonly used to rule out",
+     "A stool test is often used to rule out other causes of GI diseases, such as "
+     "infections.", "frequency", "match", ""),
+    ("medquad:GHR:0000002", "Rarely, affected individuals who have breathing problems",
+     "Affected individuals who have breathing problems in infancy commonly experience "
+     "recurrent lung infections later in life.", "frequency", "mismatch", "commonly"),
+    ("medquad:GHR:0000002", "Rarely, affected individuals who have breathing problems",
+     "Affected individuals with breathing problems in infancy rarely experience recurrent "
+     "lung infections or asthma later in life.", "frequency", "match", ""),
+    ("medquad:CancerGov:0000023_1", "Langerhans cell histiocytosis (LCH) is a rare cancer",
+     "Langerhans cell histiocytosis is a common cancer that begins in LCH cells.",
+     "frequency", "mismatch", "common"),
+    ("medquad:CancerGov:0000023_1", "Langerhans cell histiocytosis (LCH) is a rare cancer",
+     "Langerhans cell histiocytosis (LCH) is a rare cancer that begins in LCH cells.",
+     "frequency", "match", ""),
+    ("medquad:NIDDK:0000214", "Using a diaphragm may slow urinary flow",
+     "Using a diaphragm may speed up urinary flow.", "direction", "mismatch", "speed"),
+    ("medquad:NIDDK:0000214", "Using a diaphragm may slow urinary flow",
+     "Using a diaphragm may slow urinary flow and let bacteria multiply.", "direction",
+     "match", ""),
+    ("medquad:CancerGov:0000024_9", "especially HPV type 16, increases the risk",
+     "Infection with HPV type 16 decreases the risk of oropharyngeal cancer.", "direction",
+     "mismatch", "decreases"),
+    ("medquad:CancerGov:0000024_9", "especially HPV type 16, increases the risk",
+     "Infection with certain types of HPV, especially HPV type 16, raises the risk of "
+     "oropharyngeal cancer.", "direction", "match", ""),
+    ("medquad:NIDDK:0000214", "will continue having recurrent UTIs increases",
+     "With each UTI, the risk that a woman will continue having recurrent UTIs decreases.",
+     "direction", "mismatch", "decreases"),
+    ("medquad:NIDDK:0000214", "will continue having recurrent UTIs increases",
+     "With every UTI, the risk that a woman keeps having recurrent UTIs increases.",
+     "direction", "match", ""),
+    ("medquad:NINDS:0000129", "to thin the blood and reduce the chances that a clot",
+     "Patients with minimal narrowing may take a daily aspirin to thin the blood and increase "
+     "the chances that a clot might form.", "direction", "mismatch", "increase"),
+    ("medquad:NINDS:0000129", "to thin the blood and reduce the chances that a clot",
+     "Patients with minimal narrowing may take a daily aspirin to thin the blood and reduce "
+     "the chances that a clot might form.", "direction", "match", ""),
+    ("medquad:MPlusHealthTopics:0000301", "They reduce aches and pains, fight infections",
+     "They increase aches and pains.", "direction", "mismatch", "increase"),
+    ("medquad:MPlusHealthTopics:0000301", "They reduce aches and pains, fight infections",
+     "They reduce aches and pains and fight infections.", "direction", "match", ""),
+    ("medquad:NIDDK:0000188", "- Weight loss and weakness may begin once the disease",
+     "Weight gain and weakness may begin once the disease is advanced or cirrhosis is "
+     "present.", "direction", "mismatch", "gain"),
+    ("medquad:NIDDK:0000188", "- Weight loss and weakness may begin once the disease",
+     "Weight loss and weakness may begin once the disease is advanced.", "direction",
+     "match", ""),
+    ("medquad:GARD:0002385", "FHCS is usually caused by an infection of chlamydia",
+     "FHCS is usually caused by an infection of syphilis that leads to PID.", "entity",
+     "mismatch", "syphilis"),
+    ("medquad:GARD:0002385", "FHCS is usually caused by an infection of chlamydia",
+     "FHCS is usually caused by a chlamydia or gonorrhea infection that leads to PID.",
+     "entity", "match", ""),
+    ("medquad:NIDDK:0000214", "Bacteria are the most common cause of UTIs",
+     "Parasites are the most common cause of UTIs.", "entity", "mismatch", "parasites"),
+    ("medquad:NIDDK:0000214", "Bacteria are the most common cause of UTIs",
+     "The most common cause of UTIs is bacteria.", "entity", "match", ""),
+    ("medquad:NIDDK:0000194", "- Hepatitis A usually gets better in a few weeks",
+     "Hepatitis C usually gets better in a few weeks without treatment.", "entity",
+     "mismatch", "hepatitis c"),
+    ("medquad:NIDDK:0000194", "- Hepatitis A usually gets better in a few weeks",
+     "Without treatment, hepatitis A usually gets better in a few weeks.", "entity", "match",
+     ""),
+    ("medquad:MPlusHealthTopics:0000511", "Sometimes, reactive arthritis is set off",
+     "Sometimes, gout is set off by an infection in the bladder.", "entity", "mismatch",
+     "gout"),
+    ("medquad:MPlusHealthTopics:0000511", "Sometimes, reactive arthritis is set off",
+     "Sometimes reactive arthritis is set off by an infection in the bladder or the urethra.",
+     "entity", "match", ""),
+    ("medquad:CancerGov:0000032_3", "twice as likely to have lung cancer",
+     "People with a relative who has had breast cancer may be twice as likely to have breast "
+     "cancer.", "entity", "mismatch", "breast"),
+    ("medquad:CancerGov:0000032_3", "twice as likely to have lung cancer",
+     "People with a relative who had lung cancer may be twice as likely to get lung cancer.",
+     "entity", "match", ""),
+    ("medquad:GARD:0000660", "Though rare, human infections can be severe if the parasite",
+     "Though rare, human infections can be severe if the virus invades the eye.", "entity",
+     "mismatch", "virus"),
+    ("medquad:GARD:0000660", "Though rare, human infections can be severe if the parasite",
+     "Though rare, human infections can be severe if the parasite invades the eye or the "
+     "brain.", "entity", "match", ""),
+]
+
 
 def _fold(text: str) -> str:
     return " ".join(text.split())
@@ -576,7 +712,8 @@ def build() -> list[dict[str, str]]:
         row = json.loads(line)
         docs[row["doc_id"]] = row["text"]
     rows = []
-    specs = [(spec, "dev") for spec in SPECS] + [(spec, "held-out") for spec in HELD_OUT]
+    specs = [*((spec, "dev") for spec in SPECS), *((spec, "held-out") for spec in HELD_OUT),
+             *((spec, "held-out-2") for spec in HELD_OUT_2)]
     for n, ((doc_id, anchor, claim, kind, label, planted), split) in enumerate(specs, 1):
         text = passage(docs[doc_id], anchor)
         if label == "mismatch" and re.search(rf"\b{re.escape(planted)}\b", text, re.I):
