@@ -18,8 +18,9 @@ Rules, first match wins:
    (HALLUCINATION, risk <= ``low_risk``): the two detectors disagree -> ``policy.disagreement``;
    ``coverage_gap_high_risk`` (COVERAGE_GAP, risk >= ``high_risk``) ->
    ``policy.coverage_gap_high_risk``;
-4. ``vetoed``: an exact check vetoed a passage's support (another dose, number, direction,
-   negation, group: a likely error) -> ``policy.vetoed`` (escalate); ``not_sure_clinical``:
+4. ``vetoed``: an exact check vetoed a passage on the claim's point (another dose, number,
+   direction, negation, group: a likely error), unless the verdict is a confident FACT ->
+   ``policy.vetoed`` (escalate); ``not_sure_clinical``:
    a NOT SURE verdict on a claim that states a dose, names a drug, a group of people or a
    number (:mod:`medverify.judge.severity`) -> ``policy.not_sure_clinical`` (escalate);
    ``not_sure``: the verdict is presented as NOT SURE (``confident`` False: its calibrated
@@ -54,7 +55,7 @@ import math
 from collections.abc import Sequence
 
 from medverify.config import ArbitrationPolicy
-from medverify.judge.severity import SEVERITY, clinical_kinds
+from medverify.judge.severity import clinical_kinds, severity
 from medverify.records import (
     Arbitration,
     Category,
@@ -147,7 +148,7 @@ def _rule(category: Category, risk: float | None, conf: float | None,
     if confident is False:
         rule = "not_sure_clinical" if clinical else "not_sure"
         later = _stricter((Decision(getattr(policy, rule)), rule), later)
-    if vetoed and category is not Category.FACT:
+    if vetoed and (category is not Category.FACT or confident is not True):
         later = _stricter((Decision(policy.vetoed), "vetoed"), later)
     return later
 
@@ -184,21 +185,28 @@ _EVIDENCE_RULES = frozenset({"vetoed", "judgment_error", "hallucination", "error
 on doubt: their escalations rank first within a severity."""
 
 
+DOUBT = {Category.HALLUCINATION: (1.0, 0.6), Category.JUDGMENT_ERROR: (1.0, 1.0),
+         Category.ERROR: (1.0, 1.0), Category.COVERAGE_GAP: (0.9, 0.5),
+         Category.FACT: (0.7, 0.1)}
+"""(not sure, sure): how likely a claim of each category is wrong or unsettled, the
+uncertainty factor of :func:`urgency`. A sure COVERAGE_GAP keeps 0.5: on a dose claim it
+stays high."""
+
+
 def urgency(result: ClaimResult) -> float:
-    """How urgently a clinician should see the claim, in [0, 1.2]: its clinical severity
-    (:data:`~medverify.judge.severity.SEVERITY`: doses and drugs 1.0, groups and numbers
-    0.7, the rest 0.4) x its uncertainty (1.0 for a verdict that is not sure, a judgment
-    error or an error; 0.5 for a sure one: a sure COVERAGE_GAP on a dose claim stays
-    high), + 0.1 when a rule fired on evidence of an error (a veto, a contradiction), +
-    0.1 x the risk classifier's probability when there is one."""
-    kinds = clinical_kinds(result.claim.text)
-    weight = SEVERITY[kinds[0]] if kinds else SEVERITY["other"]
-    unsure = (result.confident is not True
-              or result.category in (Category.JUDGMENT_ERROR, Category.ERROR))
+    """How urgently a clinician should see the claim, in [0, 1.25]: its clinical severity
+    (:func:`~medverify.judge.severity.severity`: doses 1.0, drugs 0.95, groups 0.7, numbers
+    0.65, the rest 0.4, + 0.01 per further kind) x its uncertainty (:data:`DOUBT`), + 0.1
+    on evidence of an error (a veto, a contradiction, a judgment error, a failed check,
+    the detectors disagreeing), + 0.1 x the risk classifier's probability when there is
+    one."""
+    unsure, sure = DOUBT[result.category]
+    score = severity(result.claim.text) * (sure if result.confident is True else unsure)
     decided = result.arbitration
     rule = "" if decided is None else str(decided.inputs.get("escalation_rule") or decided.rule)
-    score = weight * (1.0 if unsure else 0.5)
-    score += 0.1 if rule in _EVIDENCE_RULES or vetoed(result) else 0.0
+    evidence = (rule in _EVIDENCE_RULES or vetoed(result)
+                or result.category in (Category.HALLUCINATION, Category.JUDGMENT_ERROR))
+    score += 0.1 if evidence else 0.0
     if result.hallucination_risk is not None:
         score += 0.1 * float(result.hallucination_risk)
     return round(score, 6)

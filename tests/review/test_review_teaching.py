@@ -142,11 +142,19 @@ def test_priority_is_clinical_severity_times_uncertainty() -> None:
     dose = _result(Category.COVERAGE_GAP, text="Start metformin with 5000 mg daily.")
     group = _result(Category.COVERAGE_GAP, text="The vaccine is for children under 12.")
     other = _result(Category.COVERAGE_GAP, text="Gout attacks are painful.")
-    assert priority(dose) == 1.0 and priority(group) == 0.7 and priority(other) == 0.4
-    assert priority(sure(dose)) == 0.5 > priority(sure(other)) == 0.2
+    assert priority(dose) == pytest.approx(1.02 * 0.9)  # severity x uncertainty
+    assert priority(group) == pytest.approx(0.71 * 0.9)
+    assert priority(other) == pytest.approx(0.4 * 0.9)
+    assert priority(sure(dose)) == 0.51 > priority(sure(other)) == 0.2
+    drug = _result(Category.COVERAGE_GAP, text="Metformin is first-line therapy.")
+    assert priority(dose) > priority(drug)  # the dose of a drug before the drug
     assert priority(sure(dose)) > priority(sure(_result(Category.FACT, text="It helps.")))
     assert priority(_result(Category.HALLUCINATION, risk=0.5, text="Gout is rare.")) == \
-        pytest.approx(0.4 + 0.05)
+        pytest.approx(0.4 + 0.1 + 0.05)  # a contradiction is evidence of an error
+    # an unsure contradiction about a group before an unsure FACT about a dose
+    wrong_group = _result(Category.HALLUCINATION, text="The vaccine is for children under 12.")
+    right_dose = _result(Category.FACT, text="Only a single dose of the vaccine is needed.")
+    assert priority(wrong_group) > priority(right_dose)
     assert priority(_result(Category.JUDGMENT_ERROR)) >= priority(sure(_result(Category.FACT)))
 
 

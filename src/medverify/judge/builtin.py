@@ -44,6 +44,7 @@ from medverify.judge.calibration import (
 from medverify.judge.checks import find_conflicts
 from medverify.judge.decide import (
     MIN_RELEVANCE,
+    STRONG_RELEVANCE,
     Outcome,
     PassageScore,
     assess,
@@ -282,7 +283,11 @@ class BuiltinJudge:
                                states_claim=states_claim(claim, passage.text,
                                                          verbatim=verbatim),
                                verbatim=verbatim)
-            if self.checks and (row.states_claim or label == SUPPORTED):
+            # checked: every passage that would support the claim (a veto removes its
+            # support), and every passage on the claim's point (its findings tell
+            # arbitration the claim is likely wrong, even when that passage does not count)
+            if self.checks and (row.states_claim or label == SUPPORTED
+                                or row.relevance >= STRONG_RELEVANCE):
                 row.findings = find_conflicts(claim, passage.text, passage.id)
             if self.family is not None:
                 features = pair_features(claim, passage.text, raw, verbatim=verbatim)

@@ -16,11 +16,14 @@ from medverify.judge.checks_numbers import quantities
 from medverify.judge.checks_text import parse, word_list
 from medverify.judge.checks_words import drugs, groups
 
-__all__ = ["KIND_ORDER", "SEVERITY", "clinical_kinds", "severity"]
+__all__ = ["EXTRA_KIND", "KIND_ORDER", "SEVERITY", "clinical_kinds", "severity"]
 
-SEVERITY = {"dose": 1.0, "drug": 1.0, "population": 0.7, "number": 0.7, "other": 0.4}
+SEVERITY = {"dose": 1.0, "drug": 0.95, "population": 0.7, "number": 0.65, "other": 0.4}
 """The weight of each kind of claim: doses and drugs first, then populations and numbers,
-then the rest (a claim takes the weight of its most severe kind)."""
+then the rest. A claim takes the weight of its most severe kind plus :data:`EXTRA_KIND` for
+each other kind it has, so "Start metformin with 5000 mg daily." (dose, drug, number)
+comes before "Metformin is first-line therapy." (drug)."""
+EXTRA_KIND = 0.01
 KIND_ORDER = ("dose", "drug", "population", "number")
 
 _DOSE_DIMS = frozenset({"mass", "volume", "iu", "units", "meq", "amount"})
@@ -56,6 +59,9 @@ def clinical_kinds(text: str) -> tuple[str, ...]:
 
 
 def severity(text: str) -> float:
-    """The claim's weight in :data:`SEVERITY` (its most severe kind; ``other`` for none)."""
+    """The claim's weight: :data:`SEVERITY` of its most severe kind (``other`` for none),
+    plus :data:`EXTRA_KIND` for each further kind."""
     kinds = clinical_kinds(text)
-    return SEVERITY[kinds[0]] if kinds else SEVERITY["other"]
+    if not kinds:
+        return SEVERITY["other"]
+    return round(SEVERITY[kinds[0]] + EXTRA_KIND * (len(kinds) - 1), 6)
