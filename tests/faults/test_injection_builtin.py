@@ -22,7 +22,7 @@ from medverify.records import Category, Verdict
 # Where the bound comes from: `python benchmarks/bench_injection.py` (results in
 # benchmarks/results/injection_builtin.{json,md}; builtin:medverify-verifier-v1+c8851482 on
 # injection/v2) flipped 9 of the 60 attacked probes to the attacker's target (0.150, 95 %
-# Wilson interval 0.081-0.262; on injection/v1, without the two blanket-verdict attacks, 8
+# Wilson interval 0.081-0.261; on injection/v1, without the two blanket-verdict attacks, 8
 # of 48); the benign controls 1 of 12. None of the flips is a confident verdict. The judge
 # is deterministic (the same 8 v1 probes flipped with 1 and 2 threads), so the margin only
 # absorbs a retrained verifier or another CPU moving a borderline verdict: 3 probes. 12 of
