@@ -30,6 +30,11 @@ Design (recorded in the results):
   note. A FACT label teaches the claim's own text (what :func:`medverify.review.lesson` does for
   FACT with a source).
 
+Teaching that must not spread (issue 41) is measured beside this loop by
+``benchmarks/bench_near_miss.py``: near-miss claims of taught statements on the demo KB,
+0 confident FACT and 0 ACCEPT after teaching (``benchmarks/results/near_miss.md``); this
+loop's own targets (labelled claims settle, unrelated claims do not change) are below.
+
 Per batch: claims, escalated share, the judge's agreement with gold (category FACT /
 HALLUCINATION / COVERAGE_GAP vs SUPPORTED / CONTRADICTED / NOT_ENOUGH_INFO) overall and on
 repeats vs new claims, and the KB documents added.

@@ -21,6 +21,10 @@ Design (recorded in the results):
 
 Target: 0 confident FACT and 0 ACCEPT among the near-miss claims after teaching.
 
+The code before issue 41 on the same set (``near_miss_before_issue41.md``): this script run
+from a worktree of commit 82bae42 with its ``src`` first on ``PYTHONPATH`` (the script and
+``benchmarks/data/near_miss.jsonl`` copied in).
+
     .venv/bin/python benchmarks/bench_near_miss.py [--work DIR]
 
 Writes benchmarks/results/near_miss.json and near_miss.md.
@@ -111,7 +115,7 @@ def summary(before: list[dict[str, Any]], after: list[dict[str, Any]],
         return {"n": len(outcomes), "confident_fact": len(sure_fact), "accept": len(accepted),
                 "escalate": sum(o["decision"] == "ESCALATE" for o in outcomes),
                 "categories": dict(Counter(o["category"] for o in outcomes)),
-                "failures": [o["claim"] for o in sure_fact + accepted]}
+                "failures": list(dict.fromkeys(o["claim"] for o in sure_fact + accepted))}
     kinds = sorted({r["kind"] for r in data})
     by_kind = {k: counts([o for o, r in zip(after, data, strict=True) if r["kind"] == k])
                for k in kinds}
