@@ -133,8 +133,10 @@ class JudgeSettings(_Section):
     # better. None: no confidence is given and no verdict is marked confident or not sure.
     calibration: Path | None = None
     calibration_family: str | None = "general"
-    # Exact checks (numbers, negation, direction, population, drug) on every passage that
-    # would support a claim: off lets a wrong dose or interval through as FACT.
+    # Exact checks (numbers and dose counts, negation, direction, frequency words,
+    # population, drug, entity) on every passage that would support a claim or is on its
+    # point: off lets a wrong dose or interval through as FACT, and nothing is escalated
+    # by rule vetoed.
     exact_checks: bool = True
     # The built-in judge quotes the sentence it relied on (off: no quote and no second pass
     # over long passages; `eval pairs` turns it off, labels never depend on the quote).
