@@ -354,6 +354,9 @@ def test_a_not_sure_verdict_shows_as_such_on_the_item_and_in_the_queue(
     row = row[: row.index("</tr>")]
     assert '<span class="unsure">not sure</span>' in row and "&lt;script&gt;" in row
     assert "<script" not in row
+    # why it is there, in words, on both pages
+    assert "the verdict is not sure and the claim states a drug" in row
+    assert '<span id="why">the verdict is not sure and the claim states a drug</span>' in html
     sure = client.get("/review/items/rv-high").text  # recorded without an assessment
     assert 'class="unsure"' not in sure and 'id="not-sure"' not in sure
 
@@ -494,3 +497,17 @@ def test_items_from_a_report_keep_each_passages_own_probabilities() -> None:
                         results=[result], metrics=compute_metrics([result]), run_id="run9")
         [item] = items_from_report(report, policy=ArbitrationPolicy(not_sure="ESCALATE"))
         assert item.passage_probabilities == expected, output
+
+
+def test_the_item_page_shows_the_answers_words_beside_a_rewritten_claim(
+        client: TestClient, setup: dict[str, Any]) -> None:
+    base = _unsure_item()
+    claim = base.claim.model_copy(update={"text": "Start metformin with 5000 mg daily.",
+                                          "original": "Start with <b>5000 mg</b> daily."})
+    item = base.model_copy(update={"claim": claim})
+    with RunStore(setup["tmp"] / "runs.db") as store:
+        ReviewStore(store).add_items([item])
+    _logged_in(client, setup)
+    html = client.get(f"/review/items/{item.id}").text
+    assert ('id="claim-original">The answer\'s words: “Start with &lt;b&gt;5000 mg&lt;/b&gt; '
+            'daily.”') in html
