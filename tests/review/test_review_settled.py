@@ -220,6 +220,24 @@ def test_newer_reviewed_evidence_that_disagrees_wins(kb: KnowledgeBase,
     assert any("a later review" in w for w in result.warnings)
 
 
+def test_a_later_taught_statement_of_another_claim_cannot_overrule_a_label_into_a_fact(
+        kb: KnowledgeBase, runs: RunStore) -> None:
+    """Issue 41: a taught document that does not state the claim settles nothing, so a FACT
+    the judge finds on it (not sure) leaves the clinician's HALLUCINATION in force."""
+    checker = _checker(kb)
+    _queue(checker, runs, GAP)
+    queue = ReviewStore(runs)
+    [it] = queue.list(status=ReviewStatus.OPEN)
+    label_and_teach(queue, it.id, "rev-a", ReviewLabel.HALLUCINATION, kb=None)
+    _queue(_checker(kb, settle=False), runs, "Vitamin C cures the common cold in some adults.")
+    [other] = [i for i in queue.list(status=ReviewStatus.OPEN)]
+    label_and_teach(queue, other.id, "rev-b", ReviewLabel.FACT, kb=kb,
+                    source_url="https://ods.od.nih.gov/factsheets/VitaminC")
+    [result] = _check(checker, runs, GAP)
+    assert result.category is Category.HALLUCINATION
+    assert result.arbitration is not None and result.arbitration.rule == "reviewed"
+
+
 def test_the_same_claim_waiting_for_review_is_not_queued_twice(kb: KnowledgeBase,
                                                                runs: RunStore) -> None:
     checker = _checker(kb)

@@ -16,9 +16,11 @@ Several matching items: the most recently closed one decides. **Newer reviewed e
 wins**: when the judge's deciding passage is a document taught from a review item closed
 after the matching one and the judge's category differs from the matching label, the
 claim is not settled (the judge's verdict stands, with a warning naming both items), so a
-later correction is never hidden by an older label. An item closed ``CANNOT_TELL``
-settles nothing, nor does an item whose KB change an admin reverted; items from before
-the run store recorded a KB lineage (version 11) settle nothing.
+later correction is never hidden by an older label; never for a FACT the judge is not
+sure of, since a taught passage that does not state the claim settles nothing. An item
+closed ``CANNOT_TELL`` settles nothing, nor does an item whose KB change an admin
+reverted; items from before the run store recorded a KB lineage (version 11) settle
+nothing.
 
 :class:`SettledIndex` holds the closed items of one lineage (normalised texts and labels,
 not the items), indexed by text and by the key content a near-duplicate must share, so a
@@ -215,7 +217,12 @@ class SettledClaims:
 
     def newer_disagreement(self, found: Match, result: ClaimResult) -> SettledRow | None:
         """The review item behind the judge's deciding passage when it was closed after the
-        matching one and the judge's category is not the matching label."""
+        matching one and the judge's category is not the matching label; never toward a FACT
+        the judge is not sure of (a taught passage that does not state the claim settles
+        nothing, so it cannot overrule a clinician's label of this claim into an ACCEPT:
+        docs/judges.md, "Taught documents")."""
+        if result.category is Category.FACT and result.confident is not True:
+            return None
         passage = next((p for p in result.passages if p.id == result.evidence_passage_id), None)
         if passage is None or not passage.doc_id.startswith(DOC_PREFIX):
             return None
