@@ -32,13 +32,13 @@ Writes benchmarks/results/near_miss.json and near_miss.md.
 
 from __future__ import annotations
 
-import argparse
 import asyncio
 import json
-import tempfile
 from collections import Counter
 from pathlib import Path
 from typing import Any
+
+from bench_queue import work_dir
 
 from medverify.checker import Checker
 from medverify.demo import build_demo_kb, demo_config
@@ -153,11 +153,7 @@ def markdown(payload: dict[str, Any]) -> str:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--work", type=Path, default=None, help="Folder for the KB and store.")
-    args = parser.parse_args()
-    work = args.work or Path(tempfile.mkdtemp(prefix="near-miss-"))
-    work.mkdir(parents=True, exist_ok=True)
+    work = work_dir(__doc__, "near-miss-")
     data = rows()
     statements = list(dict.fromkeys(r["taught"] for r in data))
     kb, _ = build_demo_kb(work / "kb")

@@ -117,12 +117,18 @@ def markdown(payload: dict[str, Any]) -> str:
     return "\n".join(lines) + "\n"
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--work", type=Path, default=None, help="Folder for the demo KB.")
-    args = parser.parse_args()
-    work = args.work or Path(tempfile.mkdtemp(prefix="queue-"))
+def work_dir(doc: str | None, prefix: str) -> Path:
+    """The ``--work`` folder of a demo-KB benchmark (a new temporary one by default)."""
+    parser = argparse.ArgumentParser(description=(doc or "").split("\n\n")[0])
+    parser.add_argument("--work", type=Path, default=None,
+                        help="Folder for the demo KB (and the run store).")
+    work = parser.parse_args().work or Path(tempfile.mkdtemp(prefix=prefix))
     work.mkdir(parents=True, exist_ok=True)
+    return work
+
+
+def main() -> None:
+    work = work_dir(__doc__, "queue-")
     kb, _ = build_demo_kb(work / "kb")
     with kb:
         checker = Checker.from_config(demo_config(work), kb=kb)

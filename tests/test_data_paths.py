@@ -113,14 +113,20 @@ def test_missing_files_under_ci_fail(tmp_path: Path) -> None:
     assert no_folder.returncode == 1 and "2 errors" in no_folder.stdout, no_folder.stdout
 
 
-@pytest.mark.parametrize("ci", [False, True], ids=["local", "ci"])
-def test_present_data_runs_every_test(tmp_path: Path, ci: bool) -> None:
+def filled_data(tmp_path: Path) -> Path:
+    """A data folder holding a/present.txt and raw/one.json, raw/two.json."""
     data = tmp_path / "data"
     (data / "a").mkdir(parents=True)
     (data / "raw").mkdir()
     (data / "a" / "present.txt").write_text("x")
     for name in ("one.json", "two.json"):
         (data / "raw" / name).write_text("{}")
+    return data
+
+
+@pytest.mark.parametrize("ci", [False, True], ids=["local", "ci"])
+def test_present_data_runs_every_test(tmp_path: Path, ci: bool) -> None:
+    data = filled_data(tmp_path)
     relative = os.path.relpath(data, ROOT)  # a relative MEDVERIFY_DATA is from the repo root
     result = run_tree(tmp_path, relative, ci=ci)
     assert result.returncode == 0, result.stdout + result.stderr
@@ -130,12 +136,7 @@ def test_present_data_runs_every_test(tmp_path: Path, ci: bool) -> None:
 def test_reading_data_without_declaring_it_fails(tmp_path: Path) -> None:
     """The audit hook: a test (or its fixture) that opens a data file its markers do not
     name fails with the path, even where the file is there."""
-    data = tmp_path / "data"
-    (data / "a").mkdir(parents=True)
-    (data / "raw").mkdir()
-    (data / "a" / "present.txt").write_text("x")
-    for name in ("one.json", "two.json"):
-        (data / "raw" / name).write_text("{}")
+    data = filled_data(tmp_path)
     result = run_tree(tmp_path, str(data), ci=False, tiny=UNDECLARED)
     assert result.returncode == 1, result.stdout + result.stderr
     assert "2 failed, 1 passed, 1 error" in result.stdout, result.stdout
