@@ -217,3 +217,19 @@ def test_a_fact_is_sure_only_when_its_passage_covers_the_claim() -> None:
     conf, doubts = assess("FACT", decide([taught]), [taught], family({"FACT": 0.5}),
                           claim=claim)
     assert conf == 0.95 and any("does not mention" in d and "chickenpox" in d for d in doubts)
+
+
+def test_a_veto_from_a_passage_that_does_not_support_the_claim_needs_its_subject() -> None:
+    """Off-support findings (a passage on the claim's point that the judge did not call
+    supporting) veto only where the differing sentence names the claim's subject."""
+    from medverify.judge.checks import find_conflicts
+    from medverify.judge.decide import off_support_findings
+
+    claim = "Statins lower LDL cholesterol."
+    other = "Eating saturated fat can also raise your LDL cholesterol."
+    assert find_conflicts(claim, other, "p")  # a direction veto on another subject ...
+    assert off_support_findings(claim, other, find_conflicts(claim, other, "p")) == []
+    rabies = "Squirrels, hamsters and rabbits are a common cause of rabies."
+    kb = "Squirrels, hamsters, guinea pigs and rabbits are almost never infected with rabies."
+    found = off_support_findings(rabies, kb, find_conflicts(rabies, kb, "p"))
+    assert any(f.veto for f in found), found

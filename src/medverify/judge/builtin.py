@@ -49,6 +49,7 @@ from medverify.judge.decide import (
     PassageScore,
     assess,
     decide,
+    off_support_findings,
     relevance,
     states_claim,
     veto_analysis,
@@ -286,9 +287,11 @@ class BuiltinJudge:
             # checked: every passage that would support the claim (a veto removes its
             # support), and every passage on the claim's point (its findings tell
             # arbitration the claim is likely wrong, even when that passage does not count)
-            if self.checks and (row.states_claim or label == SUPPORTED
-                                or row.relevance >= STRONG_RELEVANCE):
+            if self.checks and (row.states_claim or label == SUPPORTED):
                 row.findings = find_conflicts(claim, passage.text, passage.id)
+            elif self.checks and row.relevance >= STRONG_RELEVANCE:
+                row.findings = off_support_findings(
+                    claim, passage.text, find_conflicts(claim, passage.text, passage.id))
             if self.family is not None:
                 features = pair_features(claim, passage.text, raw, verbatim=verbatim)
                 row.calibrated = [float(x) for x in self.family.probabilities(

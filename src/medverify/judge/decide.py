@@ -51,6 +51,7 @@ from medverify.judge.terms import (
     key_terms,
     meaning_differences,
     number_value,
+    subject,
     synonyms,
     tokens,
 )
@@ -119,6 +120,27 @@ class PassageScore:
             return float(self.raw[side]) >= STRONG_P
         threshold = at[side]
         return threshold is not None and float(self.calibrated[side]) >= threshold
+
+
+def off_support_findings(claim: str, passage_text: str,
+                         findings: list[CheckFinding]) -> list[CheckFinding]:
+    """The findings of a passage that does not support the claim but is on its point (they
+    tell arbitration the claim is likely wrong): only vetoes, and only where the passage
+    sentence that says otherwise names the claim's subject (:func:`subject`: "Squirrels ...
+    are a common cause" against "squirrels ... are almost never infected"), not "Statins
+    lower LDL" against "saturated fat can raise your LDL". Findings without veto of such a
+    passage would change nothing and are left out."""
+    head = subject(claim)
+    if head is None:
+        return []
+    sentences = line_sentences(passage_text)[:200]
+    out = []
+    for finding in findings:
+        said = finding.passage_says or ""
+        where = next((s for s in sentences if said and said in s), "")
+        if finding.veto and head in {fold(t) for t in tokens(where)}:
+            out.append(finding)
+    return out
 
 
 def relevance(claim: KeyTerms, passage_text: str) -> float:
