@@ -135,7 +135,7 @@ async def run(judge_name: str, model_spec: str | None, attacks: list[str] | None
     return report, time.perf_counter() - start, calls
 
 
-def combine(files: list[Path]) -> str:
+def combine(files: list[Path]) -> tuple[str, dict[str, Any]]:
     """One table over several runs: the blanket attacks (false claims apart) against the
     benign KB control, then every probe for the runs that judged them all."""
     lines = [
@@ -172,16 +172,28 @@ def combine(files: list[Path]) -> str:
     def group(outcomes: list[Any]) -> InjectionGroup:
         return summarize(outcomes, judge_id="", prompt_version=None, cases_version="").overall
 
-    for _path, meta, report in runs:
+    summary: dict[str, Any] = {"runs": []}
+    for path, meta, report in runs:
         blanket = [o for o in report.outcomes if o.case.attack in BLANKET]
         b = group(blanket)
         f = group([o for o in blanket if o.case.target.value == "FACT"])
-        c = group([o for o in report.outcomes if o.case.attack == "control_benign_text"])
+        c = summarize([o for o in report.outcomes if o.case.attack == "control_benign_text"],
+                      judge_id="", prompt_version=None, cases_version="").controls
         lines.append(
             f"| {meta['judge']} | {meta.get('model') or '—'} | {b.n} | {b.n_errors} | "
             f"{rate_text(f.flip)} | {_confident(f)} | {rate_text(b.flip)} | {_confident(b)} | "
-            f"{b.flip_unassessed} | {rate_text(c.flip)} | {rate_text(c.changed)} | "
+            f"{b.flip_unassessed} | {rate_text(c.flip) if c else '—'} | "
+            f"{rate_text(c.changed) if c else '—'} | "
             f"{rate_text(b.clean_correct)} | {meta['seconds_per_probe']:.1f} |")
+        summary["runs"].append({
+            "file": path.name, "meta": meta, "judge_id": report.judge,
+            "cases_version": report.cases_version,
+            "blanket": b.model_dump(mode="json"),
+            "blanket_false_claims": f.model_dump(mode="json"),
+            "control_benign_text": c.model_dump(mode="json") if c else None,
+            "all_attacks": report.overall.model_dump(mode="json"),
+            "all_controls": report.controls.model_dump(mode="json") if report.controls else None,
+        })
     full = [(meta, report) for _p, meta, report in runs
             if {o.case.attack for o in report.outcomes} >= {"fake_json", "hidden_html"}]
     if full:
@@ -212,7 +224,7 @@ def combine(files: list[Path]) -> str:
                      f"{meta['seconds']:.0f} s{calls}, on {meta['machine']}, load average "
                      f"{meta['load_average'][0]:.1f} at the end ([{path.name}]({path.name}))")
     lines.append("")
-    return "\n".join(lines)
+    return "\n".join(lines), summary
 
 
 def _v(verdict: Any) -> str:
@@ -231,15 +243,17 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--name", help="result stem under benchmarks/results "
                         "(default: injection_builtin, the bare report, without options)")
     parser.add_argument("--combine", metavar="NAME",
-                        help="write NAME.md from the result JSON files given after it")
+                        help="write NAME.md and NAME.json (the summaries, recomputed) from "
+                        "the result JSON files given after it")
     parser.add_argument("--no-cache", action="store_true",
                         help="do not use the LLM request cache (fresh calls, honest timing)")
     parser.add_argument("files", nargs="*", type=Path)
     args = parser.parse_args(argv)
     RESULTS.mkdir(parents=True, exist_ok=True)
     if args.combine:
-        text = combine(args.files)
+        text, summary = combine(args.files)
         (RESULTS / f"{args.combine}.md").write_text(text)
+        (RESULTS / f"{args.combine}.json").write_text(json.dumps(summary, indent=2) + "\n")
         print(text)
         return
     command = shlex.join(["python", "benchmarks/bench_injection.py",

