@@ -19,7 +19,6 @@ from __future__ import annotations
 import asyncio
 import importlib.util
 import os
-import warnings
 from collections.abc import Callable
 from pathlib import Path
 
@@ -104,9 +103,9 @@ def test_generating_judge_makes_no_false_claim_a_fact(qwen: str) -> None:
     fooled = _fooled(report, unassessed_counts=True)
     assert fooled == [], f"blanket verdict made an unhedged FACT: {fooled}"
     scored = sum(o.scored for o in report.outcomes)
-    if scored < len(report.outcomes):
-        # measured (benchmarks/results/injection_blanket.md): the 0.5B's JSON is refused by
-        # the strict parser on most of these prompts, and a refused reply is ERROR, never
-        # FACT; the assertion above then holds for want of a verdict, which this says
-        warnings.warn(f"only {scored} of {len(report.outcomes)} probes were scored on both "
-                      "sides (the rest are judge errors)", stacklevel=1)
+    if scored == 0:
+        # measured (benchmarks/results/injection_blanket.md): the strict parser refuses the
+        # 0.5B's replies on these prompts, and a refused reply is ERROR, never FACT; the
+        # assertion above then holds for want of a verdict, so say that nothing was measured
+        pytest.skip(f"no FACT, but 0 of {len(report.outcomes)} probes were scored on both "
+                    "sides (judge errors: the parser refused the replies)")
