@@ -233,3 +233,14 @@ def test_a_veto_from_a_passage_that_does_not_support_the_claim_needs_its_subject
     kb = "Squirrels, hamsters, guinea pigs and rabbits are almost never infected with rabies."
     found = off_support_findings(rabies, kb, find_conflicts(rabies, kb, "p"))
     assert any(f.veto for f in found), found
+
+
+def test_a_passage_that_states_the_claim_is_never_vetoed() -> None:
+    finding = CheckFinding(kind=CheckKind.NUMBER, veto=True, passage_id="v",
+                           claim_says="in adults", passage_says="in 12 adults",
+                           reason="another sentence of the passage")
+    stated = row("v", "Statins lower LDL cholesterol in adults. 12 adults took part.",
+                 (0.2, 0.3, 0.5), None, findings=[finding])
+    assert stated.states_claim and stated.vetoed
+    outcome = decide([stated])
+    assert outcome.support is stated and outcome.vetoed is None

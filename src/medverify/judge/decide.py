@@ -196,8 +196,10 @@ def sides(scores: Sequence[PassageScore]) -> tuple[Side, Side, list[PassageScore
     check vetoed it; it contradicts if its label is CONTRADICTED and it is relevant. When
     a reviewed passage (:meth:`PassageScore.reviewed`) is on one side, unreviewed passages on
     the other side drop out."""
-    support = [s for s in scores if (s.states_claim or s.label == SUPPORT) and not s.vetoed]
-    vetoed = [s for s in scores if (s.states_claim or s.label == SUPPORT) and s.vetoed]
+    # a passage that states the claim (same numbers, negation, meaning words) is never
+    # vetoed: a check that finds a difference there read another sentence of it
+    support = [s for s in scores if s.states_claim or (s.label == SUPPORT and not s.vetoed)]
+    vetoed = [s for s in scores if s.label == SUPPORT and s.vetoed and not s.states_claim]
     contra = [s for s in scores if s.label == CONTRADICT and s.relevance >= MIN_RELEVANCE
               and not s.states_claim]
     reviewed_support = any(s.reviewed(SUPPORT) for s in support)
