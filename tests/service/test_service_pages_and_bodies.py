@@ -43,7 +43,8 @@ def setup(tmp_path: Path) -> Iterator[dict[str, Any]]:
         secrets = {r: keys.create(f"{r.value} key", r).secret for r in Role}
     config = Config(kb=tmp_path / "kb", store=tmp_path / "runs.db",
                     cache_path=tmp_path / "cache.db", model="fake:pages", decomposer="rules",
-                    arbitration={"coverage_gap": "ESCALATE", "escalation_budget": 1.0}, service={"job_poll_s": 0.02})
+                    arbitration={"coverage_gap": "ESCALATE", "escalation_budget": 1.0},
+                    service={"job_poll_s": 0.02})
     yield {"tmp": tmp_path, "secrets": secrets, "config": config}
     unregister_fake("pages")
 
