@@ -118,3 +118,12 @@ def test_a_near_verbatim_claim_differing_by_a_meaning_word_is_not_stated() -> No
         "attack."
     assert states_claim(restated, taught, verbatim=False)
     assert near_duplicate(claim_key(restated), claim_key(taught)) is not None
+
+
+def test_a_clause_before_a_semicolon_states_a_claim() -> None:
+    """A correction that states the claim and adds a remark after a semicolon still states
+    it (the review loop's browser test teaches one)."""
+    taught = "Statins lower LDL cholesterol in adults; the letter that says otherwise is wrong."
+    assert states_claim("Statins lower LDL cholesterol in adults.", taught, verbatim=False)
+    assert not states_claim("Statins lower LDL cholesterol in children.", taught,
+                            verbatim=False)

@@ -61,7 +61,9 @@ def server(tmp_path: Path) -> Iterator[dict[str, Any]]:
         made = {r: keys.create(f"{r.value} key", r) for r in Role}
     config = Config(kb=tmp_path / "kb", store=tmp_path / "runs.db",
                     cache_path=tmp_path / "cache.db", model="fake:review-browser",
-                    decomposer="rules", arbitration={"coverage_gap": "ESCALATE"},
+                    decomposer="rules",
+                    # every claim of the one answer is queued (no escalation budget)
+                    arbitration={"coverage_gap": "ESCALATE", "escalation_budget": 1.0},
                     service={"job_poll_s": 0.05})
     try:
         with ServiceThread(config) as service:

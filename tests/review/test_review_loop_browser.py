@@ -64,7 +64,9 @@ def server(tmp_path: Path) -> Iterator[dict[str, Any]]:
                     cache_path=tmp_path / "cache.db", decomposer="rules",
                     retrieval={"mode": "lexical", "top_k": 3},
                     judge_settings={"calibration_family": "scifact"},
-                    arbitration={"coverage_gap": "ESCALATE"}, service={"job_poll_s": 0.05})
+                    # every claim of the one answer is queued (no escalation budget)
+                    arbitration={"coverage_gap": "ESCALATE", "escalation_budget": 1.0},
+                    service={"job_poll_s": 0.05})
     with ServiceThread(config) as service:
         yield {"url": service.url, "secrets": {r: m.secret for r, m in made.items()}}
 

@@ -161,7 +161,7 @@ def states_claim(claim: str, passage_text: str, *, verbatim: bool) -> bool:
     if len(words) < 4:
         return False
     ck = key_terms(claim)
-    for sentence in line_sentences(passage_text)[:200]:
+    for sentence in _clauses(passage_text):
         other = [t.casefold() for t in tokens(sentence)]
         if abs(len(other) - len(words)) > max(3, len(words) // 4):
             continue
@@ -172,6 +172,17 @@ def states_claim(claim: str, passage_text: str, *, verbatim: bool) -> bool:
                 and ck.content <= sk.content and not meaning_differences(claim, sentence)):
             return True
     return False
+
+
+def _clauses(passage_text: str) -> list[str]:
+    """The passage's sentences and, where a sentence holds a semicolon, each of its parts
+    ("Statins lower LDL in adults; the letter that says otherwise is not evidence.")."""
+    out: list[str] = []
+    for sentence in line_sentences(passage_text)[:200]:
+        out.append(sentence)
+        if ";" in sentence:
+            out += [part.strip() for part in sentence.split(";") if part.strip()]
+    return out
 
 
 @dataclass
