@@ -38,7 +38,7 @@ from collections import Counter
 from pathlib import Path
 from typing import Any
 
-from bench_queue import work_dir
+from bench_queue import work_dir, write_results
 
 from medverify.checker import Checker
 from medverify.demo import build_demo_kb, demo_config
@@ -172,10 +172,7 @@ def main() -> None:
                "summary": summary(before, after, data), "taught_again": again,
                "rows": [{**r, "before": b, "after": a}
                         for r, b, a in zip(data, before, after, strict=True)]}
-    RESULTS.mkdir(parents=True, exist_ok=True)
-    (RESULTS / "near_miss.json").write_text(json.dumps(payload, indent=1) + "\n", "utf-8")
-    (RESULTS / "near_miss.md").write_text(markdown(payload), "utf-8")
-    print(markdown(payload))
+    write_results("near_miss", payload, markdown(payload))
 
 
 if __name__ == "__main__":

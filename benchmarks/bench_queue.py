@@ -127,6 +127,14 @@ def work_dir(doc: str | None, prefix: str) -> Path:
     return work
 
 
+def write_results(name: str, payload: dict[str, Any], text: str) -> None:
+    """``benchmarks/results/<name>.json`` and ``.md``; the markdown is printed too."""
+    RESULTS.mkdir(parents=True, exist_ok=True)
+    (RESULTS / f"{name}.json").write_text(json.dumps(payload, indent=1) + "\n", "utf-8")
+    (RESULTS / f"{name}.md").write_text(text, "utf-8")
+    print(text)
+
+
 def main() -> None:
     work = work_dir(__doc__, "queue-")
     kb, _ = build_demo_kb(work / "kb")
@@ -138,10 +146,7 @@ def main() -> None:
             asyncio.run(checker.aclose())
     policies = {name: measure(decided(reports, p)) for name, p in POLICIES.items()}
     payload = {"policies": policies, "rows": decided(reports, POLICIES["default (v2)"])}
-    RESULTS.mkdir(parents=True, exist_ok=True)
-    (RESULTS / "queue.json").write_text(json.dumps(payload, indent=1) + "\n", "utf-8")
-    (RESULTS / "queue.md").write_text(markdown(payload), "utf-8")
-    print(markdown(payload))
+    write_results("queue", payload, markdown(payload))
 
 
 if __name__ == "__main__":

@@ -345,10 +345,8 @@ def uncovered(claim: str, passage_text: str) -> list[str]:
     supporting passage must cover them all before a FACT can be confident: a passage about
     shingles that never says "chickenpox" cannot make "the shingles vaccine protects
     against chickenpox" sure."""
-    ck = key_terms(claim)
-    have = key_terms(passage_text).content
-    missing = key_items(ck) - covered_items(ck, key_terms(passage_text))
-    missing = {m for m in missing if not (synonyms(m) & have)}
+    ck, pk = key_terms(claim), key_terms(passage_text)
+    missing = {m for m in key_items(ck) - covered_items(ck, pk) if not synonyms(m) & pk.content}
     order = [fold(t) if not t[0].isdigit() else number_value(t) for t in tokens(claim)]
     return sorted(missing, key=lambda m: order.index(m) if m in order else len(order))
 

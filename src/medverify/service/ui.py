@@ -398,8 +398,7 @@ def item_verdict(item: ReviewItem) -> ItemVerdict:
         category=item.category, confident=confident,
         reason=str(reason) if reason else ("no reason recorded" if confident is False else None),
         findings=[(f, finding_effect(f)) for f in found],
-        why=why(str(item.arbitration.get("rule") or ""), inputs if isinstance(inputs, dict)
-                else {}) if item.arbitration.get("rule") else "")
+        why=why(str(rule), inputs) if (rule := item.arbitration.get("rule")) else "")
 
 
 def visible_labels(item: ReviewItem, key: KeyInfo) -> list[Any]:
