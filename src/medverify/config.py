@@ -127,12 +127,28 @@ class JudgeSettings(_Section):
     # "llm-scored" (two Yes/No passes read from log-probabilities; needs a server or local
     # model that returns them, and a fitted prior correction to be confident).
     cascade_second: Literal["llm", "llm-scored"] = "llm"
-    # The built-in judge's confidence (docs/judges.md, "How sure"): the calibration file
-    # (None: the one shipped for the shipped verifier) and its family. "general" holds on
-    # every training family; "checkcovid", "citint" or "scifact" fit claims like theirs
-    # better. None: no confidence is given and no verdict is marked confident or not sure.
-    calibration: Path | None = None
+    # How sure a verdict is (docs/judges.md, "Bring your own judge"). A confidence card
+    # fitted by `medverify calibrate` (a file, or the name of a shipped card or of one in
+    # $MEDVERIFY_HOME/calibrations): every verdict of the judge the card was fitted for gets
+    # the card's calibrated confidence; a verdict of another judge gets none (a warning).
+    # A built-in judge calibration file (families; scripts/calibrate_judge.py) replaces the
+    # shipped one. None: the built-in judge uses its shipped calibration, other judges give
+    # no confidence.
+    calibration: str | None = None
+    # The built-in judge's calibration family: "general" holds on every training family;
+    # "checkcovid", "citint" or "scifact" fit claims like theirs better. None: the built-in
+    # judge gives no confidence and marks no verdict confident or not sure.
     calibration_family: str | None = "general"
+    # The LLM judge asks for the log-probabilities of the tokens it writes (servers that
+    # return them, and the local provider) and records how probable its true/false answers
+    # were (Verdict.signals): what a confidence card learns from. Off: no signal, cheaper
+    # replies on servers that charge for them.
+    logprobs: bool = True
+    # Self-consistency for the LLM judge: ask this many times (the first at temperature 0,
+    # the rest sampled) and record the share that agree with the first reply's category
+    # (Verdict.signals["agreement"]). Each extra sample costs one more model call per batch;
+    # 1: off.
+    samples: int = Field(1, ge=1, le=10)
     # Exact checks (numbers and dose counts, negation, direction, frequency words,
     # population, drug, entity) on every passage that would support a claim or is on its
     # point: off lets a wrong dose or interval through as FACT, and nothing is escalated
@@ -275,6 +291,12 @@ class ArbitrationPolicy(_Section):
     # first (severity x uncertainty); the rest are FLAGged (rule over_budget). 1.0: no cap;
     # lower: fewer claims for the clinicians, the least severe doubts shown only as flags
     escalation_budget: float = Field(0.25, ge=0, le=1)
+    # spot checks of SURE verdicts: this share of the claims that would be ACCEPTed with a
+    # confident verdict is escalated anyway (rule audit, outside the budget; chosen by a hash
+    # of the claim text, so reruns pick the same claims). Their labels measure how often
+    # sure verdicts are overturned (ops report, review progress, a Prometheus gauge); 0: no
+    # spot checks and that precision is measured only on claims escalated for other reasons
+    audit_share: float = Field(0.02, ge=0, le=1)
     # per category (FACT, HALLUCINATION, COVERAGE_GAP): escalate when the judge's probability
     # for the category it gave is below this
     min_confidence: dict[str, float] = Field(default_factory=dict)

@@ -363,6 +363,13 @@ class Verdict(Record):
     not_sure: str | None = Field(
         default=None, description="Why the verdict is not confident (None when it is)."
     )
+    signals: dict[str, float] = Field(
+        default_factory=dict,
+        description="What the judge reported about how sure it was, for a confidence card "
+        "to learn from: e.g. ``p_supported`` / ``p_contradicted`` (the probability of the "
+        "true/false it wrote, from token log-probabilities) and ``agreement`` (the share of "
+        "self-consistency samples that agree). Empty: none reported.",
+    )
 
     @property
     def ok(self) -> bool:
