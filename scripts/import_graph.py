@@ -47,6 +47,7 @@ LAYERS: dict[str, int] = {
     # SQL connections by location (a SQLite file or PostgreSQL): the run store's, also
     # used by the llm cache, so this one module of store sits at the base
     "store.connections": 0,
+    "stats": 0,  # the Wilson interval of a proportion (pure math)
     "executor": 0,  # local or Ray: maps a picklable function over chunks (imports errors only)
     # 1 infrastructure: models, prompts, fetched sources, the knowledge base, the verifier.
     "llm": 1,

@@ -35,6 +35,7 @@ from medverify.harness import (
     stage_id,
 )
 from medverify.judge import JUDGES, Judge, JudgeItem
+from medverify.judge.build import create_judge
 from medverify.judge.decide import STRONG_RELEVANCE, relevance
 from medverify.judge.terms import key_terms
 from medverify.kb import KnowledgeBase
@@ -91,7 +92,7 @@ class Checker:
             ledger=ledger,
             model=model,
             decomposer=DECOMPOSERS.create(config.decomposer_name, config, model),
-            judge=JUDGES.create(config.judge_name, config, model),
+            judge=create_judge(config, model),
             recheck=(JUDGES.create(config.arbitration.recheck_judge, config, model)
                      if config.arbitration.recheck_judge else None),
             owned=tuple(owned),

@@ -70,6 +70,7 @@ from medverify.harness import (
     stage_id,
 )
 from medverify.judge import JUDGES, Judge
+from medverify.judge.build import create_judge
 from medverify.kb.embed import Embedder, get_embedder
 from medverify.llm.facade import Model, UsageLedger
 from medverify.records import Claim, Source, Usage
@@ -172,7 +173,7 @@ class Auditor:
         pickle); ``judge`` and ``embedder`` then only name them in the summary."""
         opened = Resources.open(config, model=model, need_kb=False)
         model, ledger = opened.model, opened.ledger
-        judge = judge or JUDGES.create(config.judge_name, config, model)
+        judge = judge or create_judge(config, model)
         settings = config.audit
         selector = PassageSelector(
             embedder or get_embedder(config.kb_settings.embedder),

@@ -16,7 +16,7 @@ from medverify.errors import MedverifyError
 _COMMAND_MODULES = (
     "check", "answer", "factcheck", "audit", "bench", "kb", "runs", "eval", "demo", "train",
     "risk", "keys", "serve", "review", "trials", "train_corpus", "train_finetune", "risk_models",
-    "eval_judges", "eval_outputs", "eval_judging", "models", "ops",
+    "eval_judges", "eval_outputs", "eval_judging", "models", "ops", "calibrate",
 )
 
 

@@ -12,7 +12,6 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
-from medverify import judge as judging
 from medverify.cli._common import (
     config_option,
     console,
@@ -44,6 +43,7 @@ from medverify.injection import (
     rate_text,
 )
 from medverify.judge import Judge
+from medverify.judge.build import create_judge
 from medverify.llm.facade import Model
 
 
@@ -92,7 +92,7 @@ async def _eval_injection(
 
 def _configured_judge(config: Config, model: Model | None) -> Judge:
     """The configured judge as ``check`` makes it (the pairs judge's settings not applied)."""
-    return judging.JUDGES.create(config.judge_name, config, model)
+    return create_judge(config, model)
 
 
 def injection_table(result: InjectionReport) -> Table:

@@ -14,7 +14,6 @@ stricter or looser threshold would buy (:func:`curve_svg`).
 
 from __future__ import annotations
 
-import math
 from collections.abc import Sequence
 
 from pydantic import BaseModel, ConfigDict, Field
@@ -22,6 +21,7 @@ from rich.table import Table
 
 from medverify.records import Category, Verdict
 from medverify.report.svg import BLUE, INK, MUTED, PALETTE, Box, document, esc
+from medverify.stats import wilson
 
 RIGHT = {
     Category.FACT: {"SUPPORTED"},
@@ -66,16 +66,6 @@ class ConfidenceScores(BaseModel):
     confident_share: float | None  # confident / assessed
     categories: dict[str, CategoryConfidence] = Field(default_factory=dict)
     curves: dict[str, list[CurvePoint]] = Field(default_factory=dict)
-
-
-def wilson(k: int, n: int, z: float = 1.96) -> tuple[float, float] | None:
-    """The Wilson score interval of k successes in n trials (None for n = 0)."""
-    if n == 0:
-        return None
-    p = k / n
-    centre = (p + z * z / (2 * n)) / (1 + z * z / n)
-    half = z * math.sqrt(p * (1 - p) / n + z * z / (4 * n * n)) / (1 + z * z / n)
-    return round(max(0.0, centre - half), 4), round(min(1.0, centre + half), 4)
 
 
 def score_confidence(gold: Sequence[str], verdicts: Sequence[Verdict | None]) -> ConfidenceScores:

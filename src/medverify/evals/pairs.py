@@ -29,6 +29,7 @@ from medverify.evals.confidence import ConfidenceScores, score_confidence
 from medverify.executor import Executor
 from medverify.harness import stage_id
 from medverify.judge import JUDGES, Judge, JudgeItem, runs_offline
+from medverify.judge.build import create_judge
 from medverify.kb.embed import Embedder, get_embedder
 from medverify.kb.loaders import LoadReport, iter_documents
 from medverify.kb.store import KnowledgeBase
@@ -437,7 +438,7 @@ def pairs_judge(config: Config, model: Model | None) -> Judge:
     """The configured judge for scoring labelled pairs: labels and categories never depend
     on the quoted sentence, so a judge that quotes one skips it (``[judge_settings] quotes``)."""
     settings = config.judge_settings.model_copy(update={"quotes": False})
-    return JUDGES.create(config.judge_name, config.model_copy(update={"judge_settings": settings}),
+    return create_judge(config.model_copy(update={"judge_settings": settings}),
                          model)
 
 

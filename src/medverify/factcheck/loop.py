@@ -65,7 +65,8 @@ from medverify.harness import (
     prompt_versions,
     stage_id,
 )
-from medverify.judge import JUDGES, Judge, JudgeItem
+from medverify.judge import Judge, JudgeItem
+from medverify.judge.build import create_judge
 from medverify.kb import KnowledgeBase
 from medverify.kb.embed import Embedder
 from medverify.llm.facade import Model, UsageLedger
@@ -270,7 +271,7 @@ class FactChecker:
                     if model is not None else ExtractiveRewriter())
         return cls(config=config, kb=kb, ledger=ledger, model=model, selector=selector,
                    decomposer=DECOMPOSERS.create(config.decomposer_name, config, model),
-                   judge=judge or JUDGES.create(config.judge_name, judge_config(config), model),
+                   judge=judge or create_judge(judge_config(config), model),
                    rewriter=rewriter,
                    owned=tuple(owned))
 

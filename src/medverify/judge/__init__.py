@@ -6,8 +6,9 @@ order). A judge never raises for one bad item: it returns a Verdict with ``error
 
 Judges are named in :data:`JUDGES` (``llm``, ``llm-scored``, ``builtin``, ``cascade`` and
 those of installed plugins, entry-point group ``medverify.judges``);
-``JUDGES.create(config.judge_name, config, model)`` makes the configured one. See
-docs/plugins.md.
+:func:`medverify.judge.build.create_judge` makes the configured one (``JUDGES.create``
+with the confidence card of ``[judge_settings] calibration``,
+:mod:`medverify.judge.confidence`). See docs/plugins.md.
 """
 
 from __future__ import annotations

@@ -186,7 +186,7 @@ class BuiltinJudge:
             "support_threshold": settings.support_threshold,
             "contradict_threshold": settings.contradict_threshold,
             "batch_size": settings.batch_size,
-            "calibration": settings.calibration,
+            "calibration": _family_file(settings.calibration),
             "family": settings.calibration_family,
             "checks": settings.exact_checks,
             "quotes": settings.quotes,
@@ -407,6 +407,17 @@ def _family(verifier_id: str, calibration: Calibration | str | Path | None,
                  loaded.version, loaded.verifier, verifier_id)
         return None
     return loaded.family(name)
+
+
+def _family_file(value: str | None) -> str | None:
+    """``[judge_settings] calibration`` when it is a built-in judge calibration file; None
+    (the shipped one) when unset or when it names a confidence card (a card is applied
+    around the judge by :func:`medverify.judge.build.create_judge`)."""
+    if value is None or not Path(value).expanduser().is_file():
+        return None
+    from medverify.judge.confidence.card import is_card_file
+
+    return None if is_card_file(Path(value).expanduser()) else value
 
 
 def _threshold(override: float | None, thresholds: dict[str, float], key: str) -> float:

@@ -63,23 +63,33 @@ _EPS = 1e-4
 def pair_features(claim: str, passage: str, probs: Sequence[float], *,
                   verbatim: bool) -> list[float]:
     """The :data:`FEATURES` of one (claim, passage) pair with the verifier's probabilities."""
+    in_passage, in_sentence, number_missing, negation = lexical_features(claim, passage)
+    return [
+        math.log(float(probs[0]) + _EPS),
+        math.log(float(probs[1]) + _EPS),
+        math.log(float(probs[2]) + _EPS),
+        in_passage,
+        in_sentence,
+        number_missing,
+        negation,
+        float(verbatim),
+        math.log1p(len(claim.split())),
+        float(key_terms(claim).hedged),
+    ]
+
+
+def lexical_features(claim: str, passage: str) -> tuple[float, float, float, float]:
+    """How much of the claim's key content ``passage`` holds (all of it, and its best
+    sentence), whether a number of the claim is missing from it, and whether the best
+    sentence is negated where the claim is not (or the other way round)."""
     ck = key_terms(claim)
     sentences = line_sentences(passage) or [passage]
     scored = [(coverage(ck, key_terms(s)), s) for s in sentences[:200]]
     best, sentence = max(scored, key=lambda t: t[0]) if scored else (0.0, "")
     passage_terms = key_terms(passage)
-    return [
-        math.log(float(probs[0]) + _EPS),
-        math.log(float(probs[1]) + _EPS),
-        math.log(float(probs[2]) + _EPS),
-        coverage(ck, passage_terms),
-        best,
-        float(bool(ck.numbers) and not ck.numbers <= passage_terms.numbers),
-        float(ck.negated != key_terms(sentence).negated),
-        float(verbatim),
-        math.log1p(len(claim.split())),
-        float(ck.hedged),
-    ]
+    return (coverage(ck, passage_terms), best,
+            float(bool(ck.numbers) and not ck.numbers <= passage_terms.numbers),
+            float(ck.negated != key_terms(sentence).negated))
 
 
 class Family(BaseModel):

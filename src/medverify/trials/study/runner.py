@@ -51,7 +51,8 @@ from medverify.harness import (
     run_each,
     stage_id,
 )
-from medverify.judge import JUDGES, Judge, JudgeItem, has_trait
+from medverify.judge import Judge, JudgeItem, has_trait
+from medverify.judge.build import create_judge
 from medverify.kb.embed import Embedder, get_embedder
 from medverify.llm.facade import Model, model_from_config
 from medverify.prompts import load_prompt
@@ -239,7 +240,7 @@ class TrialStudy:
             raise ConfigError("a study needs at least one context, granularity and question")
         opened = Resources.open(config, need_kb=False)
         if judge is None:
-            judge = JUDGES.create(config.judge_name, config, opened.model)
+            judge = create_judge(config, opened.model)
         if decomposer is None and Granularity.CLAIM in granularities:
             decomposer = DECOMPOSERS.create(config.decomposer_name, config, opened.model)
         if embedder is None and config.retrieval.mode != "lexical":
