@@ -214,3 +214,15 @@ def test_verdict_without_signals_has_neutral_features() -> None:
     verdict = Verdict(claim_id="c", factual=None, counterfactual=None)
     x = verdict_features("A claim.", [], verdict)
     assert len(x) == len(FEATURES) and x[0] == 0.0 and x[2] == 0.0 and x[3] == 1.0
+
+
+def test_a_card_replaces_the_calibration_of_a_judge_that_declares_so() -> None:
+    judge, card = _fitted(n=600)
+    item = _examples(1, 1)[0].item
+    own = judge.verdict(item).model_copy(update={
+        "confident": False, "not_sure": "no calibration for this model"})
+    kept = CardJudge(judge, card).assess(item, own)
+    assert kept.not_sure == "no calibration for this model" and kept.confident is False
+    judge.card_replaces_calibration = True  # type: ignore[attr-defined]
+    replaced = CardJudge(judge, card).assess(item, own)
+    assert replaced.not_sure != own.not_sure and replaced.confidence is not None

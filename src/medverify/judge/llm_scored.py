@@ -118,6 +118,9 @@ class ScoredLLMJudge(PromptedModelJudge):
     name = "llm-scored"
     needs_model = True  # medverify.judge.declares
     claims_per_call = 1  # one claim per call (the cascade's call count uses it)
+    # its "not sure" comes only from its prior correction's thresholds: a confidence card
+    # (medverify.judge.confidence) replaces them
+    card_replaces_calibration = True
 
     def __init__(self, model: Model, *, max_passages: int = 3, max_passage_chars: int = 2000,
                  calibration: LLMCalibration | str | None = "shipped",

@@ -3,7 +3,10 @@
 Every verdict of the wrapped judge gets ``confidence`` (the card's P(right) for its
 category) and ``confident`` (that probability reaches the category's threshold). The card
 never overrides a doubt the judge raised itself: a verdict the judge marked not sure (the
-built-in judge's uncovered claim, a hedge, a vetoed passage) stays not sure, with its reason.
+built-in judge's uncovered claim, a hedge, a vetoed passage, or its own calibration's
+threshold) stays not sure, with its reason. A judge whose only "not sure" is its own
+calibration declares ``card_replaces_calibration = True`` (the scored LLM judge): the card
+then decides alone.
 A card fitted for another judge or prompt warns once and gives no confidence: every verdict
 is marked not sure with the reason. ERROR verdicts pass through untouched.
 """
@@ -15,7 +18,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from medverify.judge import Judge, JudgeItem
+from medverify.judge import Judge, JudgeItem, has_trait
 from medverify.judge.confidence.card import ConfidenceCard
 from medverify.judge.confidence.signals import verdict_features
 from medverify.records import Category, Verdict
@@ -31,6 +34,7 @@ class CardJudge:
         self.card = card
         self.name = inner.name
         self.mismatch = card.fits(self.judge_id, inner.prompt_version)
+        self.keeps_doubts = not has_trait(inner, "card_replaces_calibration")
         if self.mismatch:
             log.warning("confidence card %s is %s: no verdict of this judge gets a confidence",
                         card.card_id, self.mismatch)
@@ -72,14 +76,15 @@ class CardJudge:
                 "not_sure": f"{category.value} verdicts are never sure for this judge"})
         x = np.asarray([verdict_features(item.claim.text, item.passages, verdict)])
         p = float(fit.probability(x)[0])
-        return verdict.model_copy(update=_sureness(verdict, category.value, p, fit.threshold))
+        doubt = verdict.not_sure if self.keeps_doubts and verdict.confident is False else None
+        return verdict.model_copy(update=_sureness(doubt, category.value, p, fit.threshold))
 
 
-def _sureness(verdict: Verdict, category: str, p: float, threshold: float | None
+def _sureness(doubt: str | None, category: str, p: float, threshold: float | None
               ) -> dict[str, object]:
     update: dict[str, object] = {"confidence": round(p, 4)}
-    if verdict.confident is False and verdict.not_sure:
-        return update | {"confident": False}  # the judge's own doubt stands
+    if doubt:
+        return update | {"confident": False, "not_sure": doubt}  # the judge's doubt stands
     if threshold is None:
         return update | {"confident": False, "not_sure": (
             f"{category} is never sure for this judge (the card's precision never held)")}
