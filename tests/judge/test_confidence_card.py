@@ -226,3 +226,44 @@ def test_a_card_replaces_the_calibration_of_a_judge_that_declares_so() -> None:
     judge.card_replaces_calibration = True  # type: ignore[attr-defined]
     replaced = CardJudge(judge, card).assess(item, own)
     assert replaced.not_sure != own.not_sure and replaced.confidence is not None
+
+
+def test_a_threshold_must_hold_on_every_source() -> None:
+    from medverify.judge.confidence.fit import _robust_threshold
+
+    p = np.array([0.9] * 40 + [0.9] * 40)
+    y = np.array([True] * 40 + [True] * 10 + [False] * 30)
+    threshold, why = _robust_threshold(p, y, ["a"] * 40 + ["b"] * 40, 0.7)
+    assert threshold is None and str(why).startswith("b: ")
+    assert _robust_threshold(p[:40], y[:40], ["a"] * 40, 0.7)[0] == pytest.approx(0.9)
+
+
+def test_a_card_shipped_for_the_judge_applies_without_a_setting(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from medverify.judge.confidence import card as cards
+
+    builtin = create_judge(Config(), None)
+    _, card = _fitted(n=300)
+    mine = card.model_copy(update={"judge": builtin.judge_id, "prompt": None})
+    (tmp_path / "builtin.json").write_text(mine.model_dump_json())
+    monkeypatch.setattr(cards, "SHIPPED_DIR", tmp_path)
+    wrapped = create_judge(Config(), None)
+    assert isinstance(wrapped, CardJudge) and wrapped.card == mine
+    assert cards.shipped_card_for("llm:other", None) is None
+
+
+def test_eval_pairs_names_the_card_it_reports_against(tmp_path: Path) -> None:
+    builtin = create_judge(Config(), None)
+    _, card = _fitted(n=300)
+    card = card.model_copy(update={"judge": builtin.judge_id, "prompt": None})
+    path = tmp_path / "card.json"
+    path.write_text(card.model_dump_json())
+    config = tmp_path / "medverify.toml"
+    config.write_text(f'[judge_settings]\ncalibration = "{path}"\n')
+    pairs = tmp_path / "pairs.jsonl"
+    pairs.write_text(json.dumps({"id": "p1", "claim": "Aspirin reduces fever.", "evidence":
+                                 "Aspirin reduces fever.", "label": "SUPPORTED"}) + "\n")
+    result = CliRunner().invoke(main, ["eval", "pairs", str(pairs), "--config", str(config)],
+                                catch_exceptions=False)
+    assert result.exit_code == 0, result.output
+    assert f"confidence card {card.card_id}" in " ".join(result.output.split())

@@ -114,20 +114,24 @@ async def _fit(config: Config, examples: list[flow.Labelled], sources: list[str]
 
 
 def card_table(card: ConfidenceCard) -> Table:
-    """Per category: verdicts, threshold, held-out precision (95 % CI) and coverage."""
+    """Per category: verdicts, threshold, held-out precision (95 % CI) and coverage; why a
+    category has no threshold is in the caption."""
     table = Table(title=f"confidence card {card.card_id}: {card.judge} "
-                  f"({card.data.rows} examples, sha256 {card.data.sha256[:12]})")
-    for column in ("category", "verdicts", "right", "target", "threshold",
+                  f"({card.data.rows} examples, sha256 {card.data.sha256[:12]})",
+                  caption="\n".join(f"{name}: never sure: {fit.why_none}" for name, fit
+                                    in card.categories.items() if fit.threshold is None),
+                  caption_justify="left")
+    for column in ("category", "verdicts", "right", "target", "threshold", "sure: n",
                    "sure: precision [95 % CI]", "not sure: precision", "coverage"):
-        table.add_column(column)
+        table.add_column(column, overflow="fold")
     for name, fit in card.categories.items():
         ci = (f" [{fit.cv_precision_ci[0]:.2f}, {fit.cv_precision_ci[1]:.2f}]"
               if fit.cv_precision_ci else "")
         table.add_row(
             name, str(fit.rows), str(fit.right), f"{fit.target:.2f}",
-            f"{fit.threshold:.3f}" if fit.threshold is not None else f"none: {fit.why_none}",
-            f"{fit.cv_precision:.3f}{ci} (n={fit.cv_confident})"
-            if fit.cv_precision is not None else "-",
+            "none" if fit.threshold is None else f"{fit.threshold:.3f}",
+            str(fit.cv_confident),
+            f"{fit.cv_precision:.3f}{ci}" if fit.cv_precision is not None else "-",
             _num(fit.cv_precision_not_sure), _num(fit.cv_coverage))
     return table
 

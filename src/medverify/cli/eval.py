@@ -23,6 +23,7 @@ from medverify.cli._common import (
 from medverify.cli._names import EMBEDDERS, JUDGES, NamesHelpOption, RegistryChoice
 from medverify.config import Config, KBSettings
 from medverify.errors import InputError
+from medverify.evals.calibrate import card_note
 from medverify.evals.confidence import confidence_table
 from medverify.evals.confidence import curve_svg as confidence_svg
 from medverify.evals.pairs import (
@@ -179,6 +180,9 @@ def pairs(
     for scores in result.files + ([result.overall] if result.overall else []):
         out.print(confusion_table(scores))
     _print_confidence(out, result, svg_out)
+    note = card_note(config)
+    if note:
+        out.print(note)
     if json_out is not None:
         console.print(f"JSON result: {json_out}")
 

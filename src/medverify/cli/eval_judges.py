@@ -47,6 +47,7 @@ def judges_command(pairs_files: tuple[Path, ...], judges: tuple[str, ...], sampl
     macro-F1 and FACT precision with bootstrap intervals, per-class F1, confident FACT
     precision and coverage, seconds and tokens per pair, and the cascade's
     cost-vs-quality curve (docs/judges.md). A killed run resumes from --out."""
+    from medverify.evals.calibrate import card_note
     from medverify.evals.judges import evaluate_judges, parse_judge
     from medverify.evals.judges_report import COLUMNS, markdown, row, svg
 
@@ -56,6 +57,9 @@ def judges_command(pairs_files: tuple[Path, ...], judges: tuple[str, ...], sampl
                 "calibration_family": calibration_family})
     config = config.model_copy(update={"judge_settings": settings})
     entries = [parse_judge(text) for text in judges]
+    note = card_note(config)
+    if note:
+        console.print(note)
     out.mkdir(parents=True, exist_ok=True)
     report = asyncio.run(evaluate_judges(entries, list(pairs_files), out, config,
                                          sample=sample or None, seed=seed,

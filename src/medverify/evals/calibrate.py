@@ -49,11 +49,12 @@ class Labelled:
     item: JudgeItem
     gold: str
     group: str  # evidence text or answer: never on both sides of a fold
+    source: str = ""  # the file or "reviews": the card's thresholds must hold on each
 
 
 def from_pairs(path: Path, limit: int | None = None) -> list[Labelled]:
     """The pairs of one JSONL file (grouped by their evidence text)."""
-    return [Labelled(pair_item(p), p.label, _digest(p.evidence))
+    return [Labelled(pair_item(p), p.label, _digest(p.evidence), path.stem)
             for p in load_pairs(path, limit)]
 
 
@@ -84,7 +85,7 @@ def reviewed_items(store_location: Path | str) -> tuple[list[Labelled], Counter[
             skipped["no passages shown"] += 1
         else:
             out.append(Labelled(JudgeItem(claim=item.claim, passages=item.passages),
-                                REVIEW_GOLD[label], item.answer_id))
+                                REVIEW_GOLD[label], item.answer_id, "reviews"))
     return out, skipped
 
 
@@ -101,8 +102,12 @@ async def judge_all(judge: Judge, examples: Sequence[Labelled],
 
 
 def plain_judge(config: Config, model: object) -> Judge:
-    """The configured judge without any confidence card: what a card is fitted on."""
-    return JUDGES.create(config.judge_name, config, model)
+    """The configured judge without any confidence card: what a card is fitted on. The
+    built-in judge skips its display quote (no feature reads it, and it costs a second pass
+    over long passages)."""
+    settings = config.judge_settings.model_copy(update={"quotes": False})
+    return JUDGES.create(config.judge_name,
+                         config.model_copy(update={"judge_settings": settings}), model)
 
 
 def fit_card(judge: Judge, examples: Sequence[Labelled], verdicts: Sequence[Verdict], *,
@@ -110,7 +115,7 @@ def fit_card(judge: Judge, examples: Sequence[Labelled], verdicts: Sequence[Verd
              by: str | None = None) -> ConfidenceCard:
     """The card of ``judge`` fitted on its ``verdicts`` of ``examples``."""
     rows = [Example(verdict_features(e.item.claim.text, e.item.passages, v), v.category,
-                    e.gold, e.group) for e, v in zip(examples, verdicts, strict=True)]
+                    e.gold, e.group, e.source) for e, v in zip(examples, verdicts, strict=True)]
     errors = sum(v.error is not None for v in verdicts)
     data = CardData(sha256=data_hash(examples), rows=len(examples), sources=sources,
                     labels=dict(Counter(e.gold for e in examples)),
@@ -147,6 +152,19 @@ def apply_card(card: ConfidenceCard, name: str, store_location: Path | str,
     with RunStore(store_location) as db:
         AuditLog(db).record(None, "calibration.apply", target=card.card_id, detail=detail)
     return path
+
+
+def card_note(config: Config) -> str | None:
+    """One line on the confidence card in use, for ``eval pairs`` and ``eval judges`` (None
+    without one): the sure/not-sure figures they print are the card's."""
+    from medverify.judge.confidence.card import resolve_card
+
+    card = resolve_card(config.judge_settings.calibration)
+    if card is None:
+        return None
+    return (f"confidence card {card.card_id}: fitted for {card.judge} on {card.data.rows} "
+            f"examples (sha256 {card.data.sha256[:12]}, {card.data.created_at}); verdicts of "
+            "other judges get no confidence from it")
 
 
 def _digest(text: str) -> str:

@@ -7,14 +7,17 @@ from typing import Any
 
 from medverify.config import Config
 from medverify.judge import JUDGES, Judge
-from medverify.judge.confidence.card import resolve_card
+from medverify.judge.confidence.card import resolve_card, shipped_card_for
 from medverify.judge.confidence.wrap import CardJudge
 
 
 def create_judge(config: Config, model: Any, name: str | None = None) -> Judge:
     """The judge ``name`` (default: the configured one) made from ``config`` and ``model``,
-    wrapped with the confidence card ``[judge_settings] calibration`` names, if it names
-    one: the one way every flow builds its judge."""
+    wrapped with the confidence card ``[judge_settings] calibration`` names; unset, with the
+    card shipped for exactly this judge and prompt (the packaged local models), if any: the
+    one way every flow builds its judge."""
     judge = JUDGES.create(name or config.judge_name, config, model)
-    card = resolve_card(config.judge_settings.calibration)
+    setting = config.judge_settings.calibration
+    card = (resolve_card(setting) if setting else
+            shipped_card_for(str(getattr(judge, "judge_id", judge.name)), judge.prompt_version))
     return judge if card is None else CardJudge(judge, card)

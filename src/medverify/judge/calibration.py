@@ -253,15 +253,25 @@ def robust_threshold(p: np.ndarray, correct: np.ndarray, in_category: np.ndarray
                      min_rows: int = MIN_CONFIDENT) -> float | None:
     """The largest of the strata's :func:`confident_threshold` (over the pairs of the
     category), so that the target holds on each source set; None if one never reaches
-    it. A stratum in which the label never occurs (SciFact has no NOT_ENOUGH_INFO) is
-    left out."""
+    it, or where the pairs at or above its threshold are less precise than those below
+    (:func:`sure_beats_unsure`). A stratum in which the label never occurs (SciFact has no
+    NOT_ENOUGH_INFO) is left out."""
     found: list[float] = []
     for stratum in np.unique(strata):
         rows = (strata == stratum) & in_category
         if not correct[strata == stratum].any():
             continue
         t = confident_threshold(p[rows], correct[rows], target, min_rows)
-        if t is None:
+        if t is None or not sure_beats_unsure(p[rows], correct[rows], t):
             return None
         found.append(t)
     return max(found) if found else None
+
+
+def sure_beats_unsure(p: np.ndarray, correct: np.ndarray, threshold: float) -> bool:
+    """Whether the pairs at or above ``threshold`` are at least as often ``correct`` as those
+    below it (a "sure" class no better than the unsure ones is not a sure class)."""
+    sure = p >= threshold
+    if sure.all() or not sure.any():
+        return True
+    return bool(correct[sure].mean() >= correct[~sure].mean())

@@ -123,6 +123,17 @@ def card_names() -> list[str]:
     return sorted(found)
 
 
+def shipped_card_for(judge_id: str, prompt: str | None) -> ConfidenceCard | None:
+    """The shipped card fitted for exactly this judge and prompt (None if there is none)."""
+    if not SHIPPED_DIR.is_dir():
+        return None
+    for path in sorted(SHIPPED_DIR.glob("*.json")):
+        card = load_card(path)
+        if card.fits(judge_id, prompt) is None:
+            return card
+    return None
+
+
 def is_card_file(path: Path) -> bool:
     """Whether ``path`` holds a confidence card (not a built-in judge calibration)."""
     try:

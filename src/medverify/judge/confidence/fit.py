@@ -10,8 +10,11 @@ sides of a fold). The threshold is the built-in judge's rule
 precision reaches the target with one-sided 95 % Wilson confidence, and whose share stays
 at the target above it, with at least 15 verdicts) on those held-out probabilities, and it
 is kept only if the held-out verdicts at or above it are at least as precise as those below
-(a "sure" class that is no better than the unsure ones is not a sure class). Too few
-verdicts, or none right, give no threshold and say why.
+(a "sure" class that is no better than the unsure ones is not a sure class). Examples from
+several sources (data sets, or the review loop) are *strata*: as in the built-in
+calibration, the threshold must hold on each stratum in which the category is ever right,
+and the largest of theirs is kept. Too few verdicts, or none right, give no threshold and
+say why.
 """
 
 from __future__ import annotations
@@ -21,7 +24,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from medverify.judge.calibration import MIN_CONFIDENT, confident_threshold
+from medverify.judge.calibration import MIN_CONFIDENT, confident_threshold, sure_beats_unsure
 from medverify.judge.confidence.card import RIGHT, TARGETS, CategoryFit
 from medverify.records import Category
 from medverify.stats import wilson
@@ -37,6 +40,7 @@ class Example:
     category: Category  # the judge's verdict
     gold: str  # SUPPORTED / CONTRADICTED / NOT_ENOUGH_INFO / NOT_SUPPORTED
     group: str  # examples of one group never straddle a fold
+    stratum: str = ""  # the source: the threshold must hold on each
 
 
 def fit_categories(examples: Sequence[Example], folds: int = 5,
@@ -66,10 +70,27 @@ def fit_category(rows: Sequence[Example], right: frozenset[str], target: float,
     groups = [e.group for e in rows]
     held_out = _held_out(x, y, groups, folds)
     model = _fit(x, y)
-    threshold, why = _threshold(held_out, y, target)
+    threshold, why = _robust_threshold(held_out, y, [e.stratum for e in rows], target)
     sure = held_out >= threshold if threshold is not None else np.zeros(len(y), dtype=bool)
     stats = _held_out_stats(y, sure, truly)
     return CategoryFit(**base, **model, threshold=threshold, why_none=why, **stats)
+
+
+def _robust_threshold(p: np.ndarray, y: np.ndarray, strata: Sequence[str], target: float
+                      ) -> tuple[float | None, str | None]:
+    """The largest of the strata's thresholds (:func:`_threshold`); None with the first
+    stratum's reason when one never reaches the target."""
+    labels = np.asarray(strata)
+    found = []
+    for stratum in sorted(set(strata)):
+        rows = labels == stratum
+        if not y[rows].any():
+            continue  # the category is never right here (no such label in this source)
+        t, why = _threshold(p[rows], y[rows], target)
+        if t is None:
+            return None, f"{stratum}: {why}" if len(set(strata)) > 1 else why
+        found.append(t)
+    return (max(found), None) if found else (None, "none of its verdicts was right")
 
 
 def _threshold(p: np.ndarray, y: np.ndarray, target: float) -> tuple[float | None, str | None]:
@@ -77,8 +98,8 @@ def _threshold(p: np.ndarray, y: np.ndarray, target: float) -> tuple[float | Non
     if t is None:
         return None, (f"held-out precision never reached {target:.2f} with one-sided 95 % "
                       f"confidence on {MIN_CONFIDENT}+ verdicts")
-    sure = p >= t
-    if (~sure).any() and y[sure].mean() < y[~sure].mean():
+    if not sure_beats_unsure(p, y, t):
+        sure = p >= t
         return None, (f"above the best threshold ({t:.3f}) the verdicts were less precise "
                       f"({y[sure].mean():.2f}) than below it ({y[~sure].mean():.2f})")
     return round(float(t), 6), None
