@@ -61,6 +61,8 @@ DIRECTIONS = ("supported", "contradicted")
 
 _NULL_LABELS = {"", "null", "none", "n/a", "na", "-"}
 _LABEL = re.compile(r"^[\[\(\s]*(?:passage\s*)?([A-Za-z]?)\s*(\d+)[\]\)\s.]*$", re.IGNORECASE)
+_FENCE_MARKS = re.compile(r"<<<|>>>")
+_FENCE_NAME = re.compile(r"^F[0-9a-f]{3,}\s+", re.IGNORECASE)
 _TRANSLATE = str.maketrans(
     {
         "\u2018": "'", "\u2019": "'", "\u201a": "'", "\u201b": "'",
@@ -104,10 +106,35 @@ def resolve_passage(label: object, passages: Mapping[str, Passage]) -> Passage |
         for key, passage in passages.items():
             if key.upper() == wanted:
                 return passage
+    header = _from_header(text, passages)
+    if header is not None:
+        return header
     shown = ", ".join(list(passages)[:12])
     raise UnknownPassage(
         f"cites passage {text[:40]!r}, which was not shown to the judge (shown: {shown})"
     )
+
+
+def _from_header(text: str, passages: Mapping[str, Passage]) -> Passage | None:
+    """The passage a label copied from its fence header names (``<<<F3a9 P1 | title: X |
+    doc: d1``, ``P1 | title: X``), or None. The part before the first ``|`` (fence marks and
+    fence name dropped) must name exactly one shown label and nothing else; a ``title:`` or
+    ``doc:`` field must agree with that passage (a prefix of it: the copy may be cut)."""
+    head, *fields = _FENCE_MARKS.sub(" ", text).split("|")
+    head = _FENCE_NAME.sub("", head.strip())
+    match = _LABEL.match(head)
+    if not match:
+        return None
+    wanted = f"{match.group(1) or 'P'}{match.group(2)}".upper()
+    found = [p for key, p in passages.items() if key.upper() == wanted]
+    if len(found) != 1:
+        return None
+    for name, value in (f.split(":", 1) for f in fields if ":" in f):
+        shown = {"title": found[0].title, "doc": found[0].doc_id}.get(name.strip().casefold())
+        value = normalise(value)
+        if value and shown is not None and not normalise(shown).startswith(value):
+            return None
+    return found[0]
 
 
 def normalise(text: str) -> str:

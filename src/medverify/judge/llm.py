@@ -4,7 +4,17 @@ Claims whose evidence overlaps are batched into one call; the shared evidence go
 in the prompt so that servers with prefix caching reuse it. Evidence and claims are fenced
 with a content-derived token that untrusted text cannot predict. The parser is strict:
 anything that does not match the expected JSON shape becomes a Verdict with ``error`` set,
-never a category. What a verdict keeps of the reply (``raw_output``, reasons, quotes) is cut
+never a category; a reply that is not JSON at all is asked for once more (the conversation
+plus a note that it was not valid JSON), and a second failure is ERROR with both reasons.
+
+With ``[judge_settings] logprobs`` on, the call asks for the tokens' log-probabilities and
+each verdict records P(true) at its ``supported`` / ``contradicted`` values
+(``Verdict.signals``, :mod:`medverify.judge.llm_signals`); with ``samples`` k > 1 each batch
+is asked k - 1 more times at a temperature above 0 (k calls per batch) and each verdict
+records the share of replies that gave its claim the first reply's category
+(``agreement``). The verdict itself is always the first reply's.
+
+What a verdict keeps of the reply (``raw_output``, reasons, quotes) is cut
 to ``[llm] max_stored_chars`` and marked (:func:`medverify.llm.limits.clip_stored`).
 """
 
@@ -20,11 +30,13 @@ from medverify.errors import MedverifyError, ParseError
 from medverify.judge import JudgeItem, model_required
 from medverify.judge.decide import check_verdict
 from medverify.judge.evidence import UnknownPassage, resolve_passage, verify_analysis
+from medverify.judge.llm_signals import Reading, agreement, read_values, value_signals
+from medverify.llm.base import Message, TokenLogprobs
 from medverify.llm.facade import Model
 from medverify.llm.limits import clip_stored
 from medverify.prompts import Prompt, load_prompt
 from medverify.prompts.untrusted import fence_id, fenced, load_json_reply
-from medverify.records import Analysis, Passage, Verdict
+from medverify.records import Analysis, Category, Passage, Verdict
 
 if TYPE_CHECKING:
     from medverify.config import Config
@@ -32,6 +44,31 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 STAGE = "judge"
+TOP_LOGPROBS = 5  # alternatives asked per generated token when logprobs are on
+SAMPLE_TEMPERATURE = 0.7  # of the self-consistency samples after the first reply
+REPLY_TOKENS_PER_CLAIM = 320  # reply budget: a claim's two analyses with quotes fit in it
+REPLY_TOKENS_BASE = 64
+RETRY_NOTE = ("Your reply was not a valid JSON object. Answer again with only the JSON "
+              "object in the form asked for, and nothing else.")
+RETRIED_CHARS = 2000  # of the invalid reply kept in the conversation of the retry
+
+
+class _Unparseable(MedverifyError):
+    """The reply was not JSON twice (the first reply and the retry)."""
+
+    def __init__(self, message: str, raw: str) -> None:
+        super().__init__(message)
+        self.raw = raw
+
+
+@dataclass
+class _Reply:
+    """A parsed reply: its text, per-claim parse, log-probabilities and retries."""
+
+    raw: str
+    parsed: dict[str, Any]
+    logprobs: list[TokenLogprobs] | None = None
+    retries: int = 0
 
 
 @dataclass
@@ -112,8 +149,12 @@ class LLMJudge(PromptedModelJudge):
         max_passages: int = 10,
         max_passage_chars: int = 4000,
         prompt_version: str | None = None,
+        logprobs: bool = False,
+        samples: int = 1,
     ) -> None:
         self.model = model
+        self.logprobs = logprobs
+        self.samples = max(1, samples)
         self.claims_per_call = claims_per_call
         self.max_passages = max_passages
         self.max_passage_chars = max_passage_chars
@@ -122,9 +163,11 @@ class LLMJudge(PromptedModelJudge):
     @classmethod
     def config_options(cls, config: Config, model: Model | None) -> dict[str, Any]:
         """Constructor options from the config: the model, ``claims_per_call`` and
-        ``[judge_settings] max_passages``."""
+        ``[judge_settings] max_passages``, ``logprobs`` and ``samples``."""
+        settings = config.judge_settings
         return {"model": model, "claims_per_call": config.claims_per_call,
-                "max_passages": config.judge_settings.max_passages}
+                "max_passages": settings.max_passages, "logprobs": settings.logprobs,
+                "samples": settings.samples}
 
     @property
     def judge_id(self) -> str:
@@ -157,21 +200,88 @@ class LLMJudge(PromptedModelJudge):
         p_labels = {f"P{i}": p for i, p in enumerate(passages, 1)}
         c_labels = {f"C{i}": item for i, (_, item) in enumerate(batch.items, 1)}
         messages = self.prompt.render(**self._prompt_values(p_labels, c_labels))
-        raw: str | None = None
+        claims = {label: item.claim.text for label, item in c_labels.items()}
         try:
-            completion = await self.model.complete(messages, stage=STAGE, json_mode=True)
-            raw = completion.text
-            claims = {label: item.claim.text for label, item in c_labels.items()}
-            parsed = parse_judge_output(raw, list(c_labels), p_labels, claims)
+            reply = await self._ask(messages, claims, p_labels)
+        except _Unparseable as exc:
+            error = f"unparseable judge output: {exc}"
+            return [(i, self._failed(item, passages, error, exc.raw)) for i, item in batch.items]
         except MedverifyError as exc:
-            error = (
-                f"judge call failed: {exc}" if raw is None else f"unparseable judge output: {exc}"
-            )
-            return [(i, self._failed(item, passages, error, raw)) for i, item in batch.items]
+            error = f"judge call failed: {exc}"
+            return [(i, self._failed(item, passages, error, None)) for i, item in batch.items]
+        readings = read_values(reply.raw, reply.logprobs) if self.logprobs else {}
         out = []
         for (index, item), label in zip(batch.items, c_labels, strict=True):
-            out.append((index, self._verdict(item, passages, parsed[label], raw)))
+            verdict = self._verdict(item, passages, reply.parsed[label], reply.raw)
+            out.append((index, self._with_signals(verdict, readings.get(label, {}), reply)))
+        if self.samples > 1:
+            out = await self._agreement(out, messages, claims, p_labels, batch, passages)
         return out
+
+    async def _ask(self, messages: Sequence[Message], claims: dict[str, str],
+                   p_labels: dict[str, Passage], *, temperature: float = 0.0,
+                   seed: int | None = None) -> _Reply:
+        """One call, parsed; a reply that is not JSON at all is asked for once more.
+
+        Raises :class:`_Unparseable` after the second failure and MedverifyError when a
+        call fails."""
+        options: dict[str, Any] = {
+            "stage": STAGE, "json_mode": True, "temperature": temperature, "seed": seed,
+            "max_tokens": REPLY_TOKENS_BASE + REPLY_TOKENS_PER_CLAIM * len(claims),
+            "top_logprobs": TOP_LOGPROBS if self.logprobs else None}
+        labels = list(claims)
+        first = await self.model.complete(messages, **options)
+        try:
+            parsed = parse_judge_output(first.text, labels, p_labels, claims)
+            return _Reply(first.text, parsed, first.logprobs)
+        except ParseError as exc:
+            reason = str(exc)
+        log.warning("judge reply is not valid JSON (%s); asking once more", reason)
+        again = [*messages, Message(role="assistant", content=first.text[:RETRIED_CHARS]),
+                 Message(role="user", content=RETRY_NOTE)]
+        second = await self.model.complete(again, **options)
+        try:
+            parsed = parse_judge_output(second.text, labels, p_labels, claims)
+        except ParseError as exc:
+            raise _Unparseable(f"{reason}; asked again: {exc}", second.text) from None
+        return _Reply(second.text, parsed, second.logprobs, retries=1)
+
+    def _with_signals(self, verdict: Verdict, readings: dict[str, Reading],
+                      reply: _Reply) -> Verdict:
+        """The verdict with its log-prob signals and retry count (never on an ERROR)."""
+        if not verdict.ok:
+            return verdict
+        assert verdict.factual is not None and verdict.counterfactual is not None
+        signals = value_signals(readings, verdict.factual.holds, verdict.counterfactual.holds)
+        if reply.retries:
+            signals["json_retries"] = float(reply.retries)
+        return verdict.model_copy(update={"signals": {**verdict.signals, **signals}})
+
+    async def _agreement(self, out: list[tuple[int, Verdict]], messages: Sequence[Message],
+                         claims: dict[str, str], p_labels: dict[str, Passage], batch: _Batch,
+                         passages: list[Passage]) -> list[tuple[int, Verdict]]:
+        """``out`` with ``agreement`` and ``samples`` recorded from k - 1 sampled replies;
+        a sample whose call or reply failed disagrees on every claim."""
+        others: list[list[Category | None]] = []
+        for seed in range(1, self.samples):
+            try:
+                reply = await self._ask(messages, claims, p_labels,
+                                        temperature=SAMPLE_TEMPERATURE, seed=seed)
+            except MedverifyError as exc:
+                log.info("self-consistency sample %d failed: %s", seed, exc)
+                others.append([None] * len(batch.items))
+                continue
+            others.append([self._verdict(item, passages, reply.parsed[label], reply.raw).category
+                           for (_, item), label in zip(batch.items, claims, strict=True)])
+        kept = []
+        for position, (index, verdict) in enumerate(out):
+            if verdict.ok:
+                share = agreement(verdict.category, [o[position] for o in others])
+                signals = {**verdict.signals, "agreement": share,
+                           "samples": float(self.samples)}
+                verdict = verdict.model_copy(update={"signals": signals})
+            kept.append((index, verdict))
+        return kept
 
     def _prompt_values(
         self, p_labels: dict[str, Passage], c_labels: dict[str, JudgeItem]
