@@ -12,6 +12,7 @@ from collections.abc import Sequence
 import pytest
 
 from medverify.config import Config
+from medverify.errors import ProviderError
 from medverify.judge import JUDGES, JudgeItem
 from medverify.judge.llm import RETRY_NOTE, SAMPLE_TEMPERATURE, TOP_LOGPROBS, LLMJudge
 from medverify.llm.base import Completion, TokenLogprobs, TopLogprob
@@ -211,3 +212,16 @@ def test_a_reply_of_the_wrong_shape_is_retried_too_but_a_bad_entry_is_not() -> N
     judge, provider = _judge([bad_entry])
     [verdict] = _run(judge, _items())
     assert verdict.category == Category.ERROR and len(provider.requests) == 1
+
+
+def test_a_server_that_refuses_logprobs_is_asked_without_them() -> None:
+    refused = ProviderError("logprobs are not supported", status=400)
+    judge, provider = _judge([refused, _reply(_entry("C1", True)), _reply(_entry("C1", True))],
+                             logprobs=True)
+    [first] = _run(judge, _items())
+    [again] = _run(judge, _items())  # later calls do not ask again
+    assert first.category == again.category == Category.FACT
+    assert [r.top_logprobs for r in provider.requests] == [TOP_LOGPROBS, None, None]
+    judge, _ = _judge([ProviderError("bad request", status=400)] * 2, logprobs=True)
+    [verdict] = _run(judge, _items())
+    assert verdict.category == Category.ERROR and "judge call failed" in (verdict.error or "")

@@ -26,7 +26,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from medverify.errors import MedverifyError, ParseError
+from medverify.errors import MedverifyError, ParseError, ProviderError
 from medverify.judge import JudgeItem, model_required
 from medverify.judge.decide import check_verdict
 from medverify.judge.evidence import UnknownPassage, resolve_passage, verify_analysis
@@ -230,7 +230,7 @@ class LLMJudge(PromptedModelJudge):
             "max_tokens": REPLY_TOKENS_BASE + REPLY_TOKENS_PER_CLAIM * len(claims),
             "top_logprobs": TOP_LOGPROBS if self.logprobs else None}
         labels = list(claims)
-        first = await self.model.complete(messages, **options)
+        first = await self._complete(messages, options)
         try:
             parsed = parse_judge_output(first.text, labels, p_labels, claims)
             return _Reply(first.text, parsed, first.logprobs)
@@ -239,12 +239,26 @@ class LLMJudge(PromptedModelJudge):
         log.warning("judge reply is not valid JSON (%s); asking once more", reason)
         again = [*messages, Message(role="assistant", content=first.text[:RETRIED_CHARS]),
                  Message(role="user", content=RETRY_NOTE)]
-        second = await self.model.complete(again, **options)
+        second = await self._complete(again, options)
         try:
             parsed = parse_judge_output(second.text, labels, p_labels, claims)
         except ParseError as exc:
             raise _Unparseable(f"{reason}; asked again: {exc}", second.text) from None
         return _Reply(second.text, parsed, second.logprobs, retries=1)
+
+    async def _complete(self, messages: Sequence[Message], options: dict[str, Any]) -> Any:
+        """One call; a server that refuses the log-probability request (HTTP 400/422) is
+        asked again without it, and from then on never asked for them: no signal is fine,
+        an ERROR because of log-probabilities is not."""
+        try:
+            return await self.model.complete(messages, **options)
+        except ProviderError as exc:
+            if options["top_logprobs"] is None or exc.status not in (400, 422):
+                raise
+            log.warning("the model refused log-probabilities (%s); asking without them", exc)
+            self.logprobs = False
+            options["top_logprobs"] = None
+            return await self.model.complete(messages, **options)
 
     def _with_signals(self, verdict: Verdict, readings: dict[str, Reading],
                       reply: _Reply) -> Verdict:
