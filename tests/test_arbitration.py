@@ -536,7 +536,7 @@ def test_evaluate_reports_the_policy_as_pastable_toml(tmp_path: Path) -> None:
     pasted = ArbitrationPolicy.model_validate(tomllib.loads(result.chosen_toml)["arbitration"])
     assert policy_id(pasted) == result.chosen.policy_id
     assert result.base.min_confidence == {} and result.base.n_escalated == 2
-    assert policy_toml(POLICY).startswith("[arbitration]\nversion = \"v2\"")
+    assert policy_toml(POLICY).startswith("[arbitration]\nversion = \"v3\"")
     ET.fromstring(curve_svg(result))  # well-formed
     assert "chosen" in curve_svg(result) and "configured" in curve_svg(result)
 

@@ -31,12 +31,22 @@ Rules, first match wins:
 5. ``low_confidence``: the judge's probability for its own category is under
    ``min_confidence[category]`` -> escalate;
 6. ``coverage_gap`` -> ``policy.coverage_gap``; ``hallucination`` -> ``policy.hallucination``;
-   ``fact`` -> accept.
+   ``fact`` -> accept;
+7. ``audit`` (spot checks of sure verdicts): a claim that would be ACCEPTed on a confident
+   verdict (``confident`` True) is escalated anyway when :func:`spot_checked` picks it: a
+   stable hash of its normalised claim text falls below ``policy.audit_share``. The text
+   alone is hashed (not the answer's id: the flow that arbitrates does not carry it), so
+   every run picks the same claims, and a sentence picked in one answer is picked in
+   every answer; once a clinician settles it the ``reviewed`` rule decides it and it is
+   not queued again. Spot checks are outside the escalation budget and are not re-checked
+   (the point is to test the first verdict). Their labels measure how often sure verdicts
+   are overturned (:mod:`medverify.ops.overturns`).
 
 The escalation budget (``[arbitration] escalation_budget``, :func:`within_budget`): of an
 answer's n claims at most ceil(budget x n) are escalated, the most urgent first
 (:func:`urgency`: clinical severity x uncertainty); the others are FLAGged by rule
-``over_budget``, which records the rule that would have escalated them.
+``over_budget``, which records the rule that would have escalated them. Spot checks (rule
+``audit``) neither count against the budget nor are demoted by it.
 
 Re-check before escalating (``[arbitration] recheck_judge``; CHECK's risk-guided compute,
 :mod:`medverify.risk.compute`): a claim a rule in ``recheck_rules`` would escalate is first
@@ -100,13 +110,28 @@ def arbitrate(result: ClaimResult, policy: ArbitrationPolicy,
     conf = confidence(result)
     kinds = clinical_kinds(result.claim.text)
     decision, rule = _rule(result.category, risk, conf, policy, result.confident,
-                           vetoed=vetoed(result), clinical=bool(kinds))
+                           vetoed=vetoed(result), clinical=bool(kinds),
+                           audited=spot_checked(result.claim.text, policy.audit_share))
     sure = None if result.confident is None else float(result.confident)
     inputs: dict[str, float | str | None] = {
         "category": result.category.value, "risk": risk, "confidence": conf,
         "confident": sure, "not_sure": result.not_sure if result.confident is False else None,
         "clinical": ", ".join(kinds) or None}
     return Arbitration(decision=decision, rule=rule, policy=policy_id(policy), inputs=inputs)
+
+
+AUDIT_RULE = "audit"
+"""The rule of a spot check of a sure verdict (outside the budget, never re-checked)."""
+
+
+def spot_checked(text: str, share: float) -> bool:
+    """Whether the claim ``text`` is among the ``share`` of claims spot-checked: the first 8
+    bytes of the SHA-256 of its normalised text (lower case, single spaces) as a number in
+    [0, 1) fall below ``share`` (0: never; the same text always gets the same answer)."""
+    if share <= 0:
+        return False
+    key = " ".join(text.lower().split()).encode()
+    return int.from_bytes(hashlib.sha256(key).digest()[:8], "big") / 2.0 ** 64 < share
 
 
 def vetoed(result: ClaimResult) -> bool:
@@ -117,13 +142,16 @@ def vetoed(result: ClaimResult) -> bool:
 
 def decide(category: Category, risk: float | None, conf: float | None,
            policy: ArbitrationPolicy, *, confident: bool | None = None, vetoed: bool = False,
-           clinical: bool = False) -> tuple[Decision, str]:
+           clinical: bool = False, audited: bool = False) -> tuple[Decision, str]:
     """The decision and the rule that fired for plain inputs: what :func:`arbitrate` records,
     without building records (``medverify eval arbitration`` sweeps many policies with it).
     ``confident``: the verdict's assessment (None: not assessed, the ``not_sure`` rule does
     not apply); ``vetoed``: an exact check vetoed support; ``clinical``: the claim states a
-    dose, drug, group or number. The escalation budget is not applied here."""
-    return _rule(category, risk, conf, policy, confident, vetoed=vetoed, clinical=clinical)
+    dose, drug, group or number; ``audited``: :func:`spot_checked` picked the claim (the
+    ``audit`` rule applies if it would be accepted on a sure verdict). The escalation
+    budget is not applied here."""
+    return _rule(category, risk, conf, policy, confident, vetoed=vetoed, clinical=clinical,
+                 audited=audited)
 
 
 STRICTNESS = {Decision.ACCEPT: 0, Decision.FLAG: 1, Decision.ESCALATE: 2}
@@ -132,7 +160,17 @@ STRICTNESS = {Decision.ACCEPT: 0, Decision.FLAG: 1, Decision.ESCALATE: 2}
 
 def _rule(category: Category, risk: float | None, conf: float | None,
           policy: ArbitrationPolicy, confident: bool | None = None, *, vetoed: bool = False,
-          clinical: bool = False) -> tuple[Decision, str]:
+          clinical: bool = False, audited: bool = False) -> tuple[Decision, str]:
+    decided = _first_rule(category, risk, conf, policy, confident, vetoed=vetoed,
+                          clinical=clinical)
+    if audited and confident is True and decided[0] is Decision.ACCEPT:
+        return Decision.ESCALATE, AUDIT_RULE
+    return decided
+
+
+def _first_rule(category: Category, risk: float | None, conf: float | None,
+                policy: ArbitrationPolicy, confident: bool | None, *, vetoed: bool,
+                clinical: bool) -> tuple[Decision, str]:
     if category is Category.ERROR:
         return Decision(policy.error), "error"
     if category is Category.JUDGMENT_ERROR:
@@ -228,6 +266,7 @@ _WHY = {
     "over_budget": "over the answer's escalation budget (would be: {before})",
     "reviewed": "a clinician already settled it",
     "fact": "the evidence supports it",
+    "audit": "spot check of a sure verdict",
 }
 
 
@@ -251,7 +290,8 @@ def within_budget(results: list[ClaimResult], policy: ArbitrationPolicy) -> list
     by rule ``over_budget``, which keeps the rule that wanted to escalate in
     ``inputs["escalation_rule"]``."""
     wanted = [i for i, r in enumerate(results) if r.arbitration is not None
-              and r.arbitration.decision is Decision.ESCALATE]
+              and r.arbitration.decision is Decision.ESCALATE
+              and r.arbitration.rule != AUDIT_RULE]  # spot checks: outside the budget
     allowed = budget_for(len(results), policy)
     if len(wanted) <= allowed:
         return results
@@ -274,7 +314,8 @@ def recheck_candidates(results: Sequence[ClaimResult], policy: ArbitrationPolicy
         return []
     pool = [i for i, r in enumerate(results)
             if r.arbitration is not None and r.arbitration.decision is Decision.ESCALATE
-            and r.arbitration.rule in policy.recheck_rules]
+            and r.arbitration.rule in policy.recheck_rules
+            and r.arbitration.rule != AUDIT_RULE]  # a spot check tests the first verdict
     chosen = escalate([results[i].hallucination_risk for i in pool], policy.recheck_budget)
     return [pool[j] for j in chosen]
 

@@ -259,7 +259,7 @@ class RiskSettings(_Section):
 ARBITRATION_RULES = frozenset({
     "error", "judgment_error", "fact_high_risk", "hallucination_low_risk",
     "coverage_gap_high_risk", "not_sure", "not_sure_clinical", "vetoed", "low_confidence",
-    "coverage_gap", "hallucination"})
+    "coverage_gap", "hallucination", "audit"})
 """The arbitration rules that can escalate a claim (``medverify.arbitration``)."""
 
 
@@ -268,7 +268,8 @@ class ArbitrationPolicy(_Section):
     ``version`` names the policy; its id (version + a hash of every setting) is recorded on
     every decision."""
 
-    version: str = "v2"  # v2: vetoed, not_sure_clinical and the escalation budget
+    # v2: vetoed, not_sure_clinical and the escalation budget; v3: spot checks (audit)
+    version: str = "v3"
     high_risk: float = Field(0.7, ge=0, le=1)  # a risk at or above this is high
     low_risk: float = Field(0.3, ge=0, le=1)  # a risk at or below this is low
     disagreement: Literal["ACCEPT", "FLAG", "ESCALATE"] = "ESCALATE"  # FACT+high, HALL.+low
