@@ -399,7 +399,8 @@ class OpsSettings(_Section):
 
     # a day (or the live window) is compared with the claims of this many days before it
     baseline_days: int = Field(7, ge=1, le=90)
-    # a day, window or baseline with fewer claims is shown but never called drifted
+    # a day, window or baseline with fewer claims is shown but never called drifted; a judge
+    # with fewer sure verdicts labelled (28 days) is never called below sure_precision_target
     min_claims: int = Field(20, ge=1)
     # rate -> margin (a share, 0.05 = 5 points): a day is drifted on a rate that rises above
     # its baseline by more than the margin while the day's 95 % Wilson interval lies wholly
@@ -411,6 +412,13 @@ class OpsSettings(_Section):
     window_hours: int = Field(24, ge=1, le=24 * 14)
     # seconds between recounts of the drift gauges and the KB's size (0: at every scrape)
     refresh_s: float = Field(60.0, ge=0)
+    # sure verdicts overturned (ops report, review progress, medverify_sure_verdict_* gauges):
+    # a judge whose sure verdicts clinicians kept less often than this over the last 28 days
+    # (with at least min_claims of them labelled) sets medverify_sure_verdict_below_target
+    # and fires MedverifySureVerdictsOverturned. 0.7 is the precision the built-in
+    # calibration requires before it calls a FACT sure: lower, "sure" no longer means what
+    # was calibrated; higher would alert on a judge working as calibrated
+    sure_precision_target: float = Field(0.7, ge=0, le=1)
 
     @field_validator("margins")
     @classmethod
