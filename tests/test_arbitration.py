@@ -133,7 +133,7 @@ def test_low_confidence_escalates_only_below_the_floor_of_its_category() -> None
     high = _result(Category.FACT, {"SUPPORTED": 0.6})
     assert arbitrate(low, policy).rule == "low_confidence"
     assert arbitrate(low, policy).decision is Decision.ESCALATE
-    assert arbitrate(low, policy).inputs["confidence"] == pytest.approx(0.55)
+    assert arbitrate(low, policy).inputs["judge_probability"] == pytest.approx(0.55)
     assert arbitrate(high, policy).rule == "fact"  # at the floor: not below it
     gap = _result(Category.COVERAGE_GAP, {"NOT_ENOUGH_INFO": 0.4})
     assert arbitrate(gap, policy).rule == "low_confidence"
@@ -165,7 +165,7 @@ def test_decide_is_what_arbitrate_records() -> None:
                    _result(Category.ERROR)):
         arbitration = arbitrate(result, policy)
         assert decide(result.category, result.hallucination_risk,
-                      arbitration.inputs["confidence"], policy) == (  # type: ignore[arg-type]
+                      arbitration.inputs["judge_probability"], policy) == (  # type: ignore[arg-type]
             arbitration.decision, arbitration.rule)
 
 
@@ -217,7 +217,7 @@ def test_confident_or_not_assessed_verdicts_are_decided_as_before() -> None:
             assert arbitration.rule == rule, (category, confident)
     sure = arbitrate(_assessed(_result(Category.FACT), True), POLICY)
     assert sure.decision is Decision.ACCEPT
-    assert sure.inputs["confident"] == 1.0 and sure.inputs["not_sure"] is None
+    assert sure.inputs["confident"] is True and sure.inputs["not_sure"] is None
     unassessed = arbitrate(_result(Category.FACT), POLICY).inputs
     assert unassessed["confident"] is None and unassessed["not_sure"] is None
 
@@ -225,8 +225,9 @@ def test_confident_or_not_assessed_verdicts_are_decided_as_before() -> None:
 def test_the_decision_records_that_the_verdict_was_not_sure_and_why() -> None:
     arbitration = arbitrate(_assessed(_result(Category.FACT, {"SUPPORTED": 0.62}), False),
                             POLICY)
-    assert arbitration.inputs == {"category": "FACT", "risk": None, "confidence": 0.62,
-                                  "confident": 0.0, "not_sure": UNSURE, "clinical": None}
+    assert arbitration.inputs == {"category": "FACT", "risk": None, "judge_probability": 0.62,
+                                  "confident": False, "not_sure": UNSURE, "clinical": None}
+    assert arbitration.inputs["confident"] is False  # a boolean, not 0.0
 
 
 def test_not_sure_never_makes_a_decision_milder() -> None:

@@ -104,18 +104,19 @@ def arbitrate(result: ClaimResult, policy: ArbitrationPolicy,
               risk: float | None = None) -> Arbitration:
     """The decision on one claim (``risk``: its hallucination probability, default the
     result's own ``hallucination_risk``). ``inputs`` records what the rules saw: the
-    category, the risk, the judge's confidence, and whether the verdict is confident (1.0
-    confident, 0.0 not sure, None not assessed) with the reason when it is not."""
+    category, the risk, ``judge_probability`` (the judge's raw probability for its category,
+    not the calibrated ``confidence``), and ``confident`` (True, False: not sure, None: not
+    assessed) with the reason when it is not."""
     risk = result.hallucination_risk if risk is None else risk
     conf = confidence(result)
     kinds = clinical_kinds(result.claim.text)
     decision, rule = _rule(result.category, risk, conf, policy, result.confident,
                            vetoed=vetoed(result), clinical=bool(kinds),
                            audited=spot_checked(result.claim.text, policy.audit_share))
-    sure = None if result.confident is None else float(result.confident)
-    inputs: dict[str, float | str | None] = {
-        "category": result.category.value, "risk": risk, "confidence": conf,
-        "confident": sure, "not_sure": result.not_sure if result.confident is False else None,
+    inputs: dict[str, bool | float | str | None] = {
+        "category": result.category.value, "risk": risk, "judge_probability": conf,
+        "confident": result.confident,
+        "not_sure": result.not_sure if result.confident is False else None,
         "clinical": ", ".join(kinds) or None}
     return Arbitration(decision=decision, rule=rule, policy=policy_id(policy), inputs=inputs)
 

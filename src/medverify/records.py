@@ -427,17 +427,40 @@ class Reviewed(Record):
     rule_before: str | None = None
 
 
+def upgrade_inputs(inputs: dict[str, Any]) -> dict[str, Any]:
+    """Arbitration inputs as read from a run or review item stored before issue 43: the
+    judge's raw probability was ``confidence`` (now ``judge_probability``, so it is not
+    mistaken for the verdict's calibrated ``confidence``) and ``confident`` was 1.0/0.0
+    (now True/False); current inputs come back unchanged."""
+    out = dict(inputs)
+    if "confidence" in out and "judge_probability" not in out:
+        out["judge_probability"] = out.pop("confidence")
+    flag = out.get("confident")
+    if isinstance(flag, int | float) and not isinstance(flag, bool):
+        out["confident"] = bool(flag)
+    return out
+
+
 class Arbitration(Record):
     """The decision on one claim: the rule that fired, the policy (its id names the exact
-    settings) and the inputs it saw (category, risk, the judge's confidence); ``recheck``
+    settings) and the inputs it saw (category, risk, ``judge_probability``: the judge's raw
+    probability for its category, ``confident``: the verdict's assessment); ``recheck``
     when the claim was re-checked before being escalated."""
 
     decision: Decision
     rule: str
     policy: str
-    inputs: dict[str, float | str | None] = Field(default_factory=dict)
+    inputs: dict[str, bool | float | str | None] = Field(default_factory=dict)
     recheck: Recheck | None = None
     reviewed: Reviewed | None = None  # rule "reviewed": a clinician's label settled it
+
+    @model_validator(mode="before")
+    @classmethod
+    def _stored_inputs(cls, data: Any) -> Any:
+        """Old stored runs keep loading (:func:`upgrade_inputs`)."""
+        if isinstance(data, dict) and isinstance(data.get("inputs"), dict):
+            return {**data, "inputs": upgrade_inputs(data["inputs"])}
+        return data
 
 
 class ClaimResult(Record):

@@ -284,7 +284,9 @@ def test_a_not_sure_card_shows_the_marker_the_reason_and_the_findings() -> None:
     assert "claim: “every 2 years &lt;script&gt;" in card
     assert "Warning: the claim says" not in card  # listed once, as a finding
     confident = _card(html, 2)
-    assert '<span class="conf">confident, 93%</span>' in confident and "Not sure" not in confident
+    assert '<span class="conf" title="The verdict\'s calibrated confidence: the probability ' \
+        'that its category is right">confident, 93%</span>' in confident
+    assert "Not sure" not in confident
     assert "Not sure" not in _card(html, 3) and "confident" not in _card(html, 3)
 
 

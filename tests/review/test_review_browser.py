@@ -310,7 +310,7 @@ def test_the_item_page_puts_the_decision_and_the_form_in_the_first_screen(
     page.click("details.passage[data-passage=p6] summary")
     assert page.inner_text("details.passage[data-passage=p6] .text").startswith(HOSTILE)
     assert page.evaluate("typeof window.__pwned") == "undefined"
-    assert "FACT needs a passage with support ≥ 0.81" in page.inner_text("#thresholds")
+    assert "support ≥ 0.81, contradiction ≥ 0.40" in page.inner_text("#how-decided")
     # the keyboard flow: 1 chooses FACT, c jumps to the correction, Esc leaves it, Enter saves
     page.keyboard.press("1")
     page.keyboard.press("c")

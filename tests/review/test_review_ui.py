@@ -347,7 +347,9 @@ def test_a_not_sure_verdict_shows_as_such_on_the_item_and_in_the_queue(
     assert '<span class="badge FACT unsure-cat">FACT</span> <span class="unsure"' in html
     assert ('<strong>FACT, not sure:</strong> P(supported)=0.62, below the 0.81 needed Take '
             "&lt;script&gt;window.__pwned") in html
-    assert "confident=no" in html and "not_sure=" not in html  # the reason shown once
+    inputs = html[html.index('id="inputs"'):]
+    inputs = inputs[:inputs.index("</p>")]
+    assert ">confident</span> no" in inputs and "P(supported)" not in inputs  # shown once
     assert html.count("<script") == 1 and "<img src=x" not in html
     queue = client.get("/review").text
     row = queue[queue.index(f'data-id="{item.id}"'):]
@@ -469,9 +471,11 @@ def test_thresholds_are_a_caption_and_maxima_are_labelled_as_such() -> None:
     table = html[html.index('id="probabilities"'):]
     table = table[:table.index("</table>")]
     caption = table[table.index("<caption"):table.index("</caption>")]
-    assert ("FACT needs a passage with support ≥ 0.81 and none with contradiction ≥ 0.40; "
-            "HALLUCINATION the reverse") in caption
-    assert "not one distribution" in caption
+    assert "not one distribution" in caption and "FACT needs" not in html
+    decided = html[html.index('id="how-decided"'):]
+    decided = decided[:decided.index("</div>")]
+    assert "Thresholds this judge used, per passage: support ≥ 0.81, contradiction ≥ 0.40" in (
+        decided)
     rows = re.findall(r"<tr><td>(.*?)</td><td>(.*?)</td></tr>", table)
     assert [r[1] for r in rows] == ["0.30", "0.70", "0.91"]  # no threshold rows
     assert all("threshold" not in r[0] for r in rows)

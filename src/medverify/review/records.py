@@ -13,10 +13,10 @@ from datetime import date, datetime
 from enum import StrEnum
 from typing import Any, Literal
 
-from pydantic import Field
+from pydantic import Field, field_validator
 
 from medverify.errors import MedverifyError
-from medverify.records import CheckFinding, Claim, Passage, Record
+from medverify.records import CheckFinding, Claim, Passage, Record, upgrade_inputs
 
 
 class ReviewStatus(StrEnum):
@@ -75,6 +75,10 @@ class ReviewItem(Record):
     evidence_passage_id: str | None = None
     evidence_quote: str | None = None
     judge_reason: str | None = None
+    # the judge's two analyses, "support" (factual) and "contradiction" (counterfactual) ->
+    # its reason for each, held or not: the item page says from them which rule decided
+    # ({} for an item queued before they were stored: the page then says less)
+    analyses: dict[str, str] = Field(default_factory=dict)
     findings: list[CheckFinding] = Field(default_factory=list)  # the exact checks' findings
     risk: float | None = None  # the classifier's hallucination probability
     arbitration: dict[str, Any] = Field(default_factory=dict)  # the decision that escalated it
@@ -88,6 +92,14 @@ class ReviewItem(Record):
     labels: list[ItemLabel] = Field(default_factory=list)
     created_at: datetime
     closed_at: datetime | None = None
+
+    @field_validator("arbitration")
+    @classmethod
+    def _stored_inputs(cls, value: dict[str, Any]) -> dict[str, Any]:
+        """An item queued before issue 43 keeps loading with its inputs renamed
+        (:func:`~medverify.records.upgrade_inputs`)."""
+        inputs = value.get("inputs")
+        return {**value, "inputs": upgrade_inputs(inputs)} if isinstance(inputs, dict) else value
 
 
 class KBChange(Record):

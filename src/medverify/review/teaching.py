@@ -97,6 +97,15 @@ def judge_reason(result: ClaimResult) -> str | None:
     return factual
 
 
+def analysis_reasons(verdict: Verdict | None) -> dict[str, str]:
+    """The reason of each of the verdict's analyses that has one: ``support`` (factual),
+    ``contradiction`` (counterfactual)."""
+    if verdict is None:
+        return {}
+    pairs = (("support", verdict.factual), ("contradiction", verdict.counterfactual))
+    return {name: a.reason for name, a in pairs if a is not None and a.reason}
+
+
 def items_from_report(report: Report, *, labels_needed: int = 1, topic: str | None = None,
                       policy: ArbitrationPolicy | None = None) -> list[ReviewItem]:
     """The review items of a report: one per claim whose arbitration decision is
@@ -126,6 +135,7 @@ def items_from_report(report: Report, *, labels_needed: int = 1, topic: str | No
             passage_probabilities=passage_probabilities(verdict),
             evidence_passage_id=result.evidence_passage_id,
             evidence_quote=result.evidence_quote, judge_reason=judge_reason(result),
+            analyses=analysis_reasons(verdict),
             findings=list(verdict.findings) if verdict else [],
             risk=result.hallucination_risk, arbitration=decision.model_dump(mode="json"),
             priority=priority(result), topic=topic, labels_needed=labels_needed,

@@ -54,6 +54,7 @@ from medverify.review import (
 )
 from medverify.service.auth import verify_within_limit
 from medverify.service.errors import ApiError
+from medverify.service.item_view import decision_caption, input_rows, queue_columns, shorten
 from medverify.store.access import KeyInfo, Role, Session, SessionStore
 from medverify.store.review import ReviewStore
 
@@ -126,6 +127,7 @@ def _environment() -> jinja2.Environment:
     env.filters["safe_url"] = safe_url
     env.filters["percent"] = lambda x: "–" if x is None else f"{100 * float(x):.0f}%"
     env.filters["number"] = lambda x, digits=2: "–" if x is None else f"{float(x):.{digits}f}"
+    env.filters["shorten"] = shorten
     return env
 
 
@@ -361,9 +363,13 @@ def item_context(item: ReviewItem, key: KeyInfo | None) -> dict[str, Any]:
     """What the item page's template is rendered with (``key``: the reviewer's)."""
     passages = passage_views(item)
     deciding = next((p for p in passages if p.deciding), None)
-    return {"item": item, "answer": answer_parts(item), "verdict": item_verdict(item),
+    verdict = item_verdict(item)
+    inputs = item.arbitration.get("inputs") or {}
+    return {"item": item, "answer": answer_parts(item), "verdict": verdict,
             "passages": passages, "deciding": deciding, "labels": LABELS,
             "numbers": judge_numbers(item), "names": OUTCOME_NAMES,
+            "caption": decision_caption(item, verdict.reason if verdict.not_sure else None),
+            "inputs": input_rows(inputs if isinstance(inputs, dict) else {}),
             "shown_labels": visible_labels(item, key) if key else list(item.labels),
             "mine": key is not None and any(x.reviewer == key.id for x in item.labels)}
 
@@ -499,7 +505,7 @@ async def queue(request: Request, status: str | None = None, min_priority: str |
     more = len(items) > per_page
     items = sorted(items[:per_page], key=lambda i: -i.priority)
     return render(request, "queue.html.j2", items=items, more=more, page=page,
-                  verdicts={i.id: item_verdict(i) for i in items},
+                  verdicts={i.id: item_verdict(i) for i in items}, columns=queue_columns(items),
                   status=status or "open", min_priority=min_priority or "",
                   topic=topic or "", statuses=[s.value for s in ReviewStatus],
                   counts=_counts(review), done=done)
