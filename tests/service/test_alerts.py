@@ -1,14 +1,18 @@
 """Issue 34, done when: the sample alert rules (examples/prometheus/alerts.yml) fire when
-the judge endpoint breaks. The service runs on a loopback port with the LLM judge at a local
-OpenAI-compatible server; a week of healthy checks is the baseline, then healthy checks,
-then the endpoint answers 500 and the ERROR share rises. /metrics is scraped between the
-phases and the rules' expressions are evaluated on the scrapes (no Prometheus server runs
-here: medverify.testing.promql evaluates them; the rules' `for:` durations are not
-applied)."""
+the judge endpoint breaks; issue 43: checked by Prometheus's own promtool. The service runs
+on a loopback port with the LLM judge at a local OpenAI-compatible server; a week of healthy
+checks is the baseline, then healthy checks, then the endpoint answers 500 and the ERROR
+share rises. /metrics is scraped between the phases; ``promtool check metrics`` lints every
+scrape, and ``promtool test rules`` runs the shipped rules over the scrapes (one a minute):
+none fires before, exactly MedverifyErrorShareHigh, MedverifyJudgeErrors and
+MedverifyVerdictDrift after. Here the rules' ``for:`` durations are struck (two scrapes
+cannot last 5 minutes): the unit tests in examples/prometheus/tests check them
+(tests/service/test_promtool.py)."""
 
 from __future__ import annotations
 
-import time
+import re
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -28,28 +32,20 @@ from medverify.store.runs import RunStore
 from medverify.testing import FakeChatServer
 from medverify.testing.fake_server import FakeResponse
 from medverify.testing.judge import keyword_rule, scripted_judge
-from medverify.testing.promql import Scrape, evaluate, fires
 from medverify.testing.service import ServiceThread
+from promtool_runner import EXAMPLES, input_series, run_promtool, series_of
 
-ROOT = Path(__file__).resolve().parents[2]
-RULES = ROOT / "examples" / "prometheus" / "alerts.yml"
+pytestmark = pytest.mark.promtool
+
+RULES = EXAMPLES / "alerts.yml"
 FIRING = ("MedverifyErrorShareHigh", "MedverifyJudgeErrors", "MedverifyVerdictDrift")
 PER_PHASE = 12
 
 
-def rules() -> dict[str, str]:
+def rules() -> dict[str, dict[str, Any]]:
     groups = yaml.safe_load(RULES.read_text("utf-8"))["groups"]
-    return {rule["alert"]: rule["expr"] for group in groups for rule in group["rules"]}
-
-
-def test_the_sample_config_and_every_rule_can_be_read() -> None:
-    config = yaml.safe_load((RULES.parent / "prometheus.yml").read_text("utf-8"))
-    assert config["rule_files"] == ["alerts.yml"]
-    [job] = config["scrape_configs"]
-    assert job["metrics_path"] == "/metrics" and job["authorization"]["type"] == "Bearer"
-    empty = [Scrape(0.0, {}), Scrape(15.0, {})]
-    for name, expr in rules().items():
-        assert not fires(expr, empty), name  # parses, and nothing fires on nothing
+    return {rule["alert"]: rule for group in groups for rule in group["rules"]
+            if "alert" in rule}
 
 
 class Judge:
@@ -89,7 +85,19 @@ def _days_before(day: str, days: int) -> str:
     return (date.fromisoformat(day) - timedelta(days=days)).isoformat()
 
 
-def test_breaking_the_judge_endpoint_fires_the_alerts(tmp_path: Path) -> None:
+@dataclass(frozen=True)
+class Scrapes:
+    """/metrics before (a day-old baseline), after healthy checks, after broken ones."""
+
+    quiet: str
+    healthy: str
+    broken: str
+    endpoint_calls: int
+
+
+@pytest.fixture(scope="module")
+def scrapes(tmp_path_factory: pytest.TempPathFactory) -> Scrapes:
+    tmp_path = tmp_path_factory.mktemp("alerts")
     with KnowledgeBase.create(tmp_path / "kb", embedder="hash") as kb:
         kb.ingest([Document(doc_id="metformin", title="Metformin", text="Metformin is a "
                             "first-line medicine for type 2 diabetes.")])
@@ -106,11 +114,11 @@ def test_breaking_the_judge_endpoint_fires_the_alerts(tmp_path: Path) -> None:
             keys = KeyStore(store)
             client = keys.create("chatbot", Role.CLIENT).secret
             admin = {"Authorization": f"Bearer {keys.create('prometheus', Role.ADMIN).secret}"}
-        expressions = rules()
         with ServiceThread(config) as server:
-            def scrape() -> Scrape:
-                text = httpx.get(f"{server.url}/metrics", headers=admin, timeout=30).text
-                return Scrape.parse(time.time(), text)
+            def scrape() -> str:
+                response = httpx.get(f"{server.url}/metrics", headers=admin, timeout=30)
+                assert response.status_code == 200, response.text
+                return response.text
 
             for n in range(PER_PHASE):  # the baseline: made to look a day old
                 _check(server.url, client, n)
@@ -123,22 +131,72 @@ def test_breaking_the_judge_endpoint_fires_the_alerts(tmp_path: Path) -> None:
             for n in range(PER_PHASE):  # the endpoint answers 500: every claim is ERROR
                 _check(server.url, client, 200 + n)
             broken = scrape()
+        return Scrapes(quiet, healthy, broken, len(endpoint.calls))
 
-    before = [quiet, healthy]
-    assert {name: fires(expr, before) for name, expr in expressions.items()} == dict.fromkeys(
-        expressions, False)
-    after = [healthy, broken]
-    fired = {name for name, expr in expressions.items() if fires(expr, after)}
-    assert fired == set(FIRING)
-    share = evaluate('sum(increase(medverify_claims_total{category="ERROR"}[15m])) / '
-                     "sum(increase(medverify_claims_total[15m]))", after)
-    assert share == {frozenset(): 1.0}  # every claim since the healthy scrape
-    drifted = evaluate(expressions["MedverifyVerdictDrift"], after)
-    assert {dict(k)["rate"] for k in drifted} == {"ERROR", "ESCALATE"}
-    window = evaluate('medverify_drift_share{rate="ERROR"}', after)
-    assert list(window.values()) == [0.5]  # 12 of the 24 claims of the window
-    calls = evaluate('medverify_model_calls_total{outcome="error"}', after)
-    assert sum(calls.values()) == PER_PHASE
-    retries = evaluate("medverify_model_retries_total", after)
-    assert sum(retries.values()) == PER_PHASE  # max_retries 1: one retry each
-    assert len(endpoint.calls) == 3 * PER_PHASE + PER_PHASE  # the broken ones tried twice
+
+def test_promtool_check_metrics_finds_nothing_on_a_live_scrape(scrapes: Scrapes) -> None:
+    for text in (scrapes.quiet, scrapes.healthy, scrapes.broken):
+        result = run_promtool("check", "metrics", stdin=text)
+        assert (result.returncode, result.stdout + result.stderr) == (0, "")
+    assert "medverify_knowledge_base_documents" in scrapes.broken  # the renamed KB gauges
+
+
+def test_the_scrapes_count_what_broke(scrapes: Scrapes) -> None:
+    samples = series_of(scrapes.broken)
+
+    def total(pattern: str) -> float:
+        return sum(v for name, v in samples.items() if re.fullmatch(pattern, name))
+
+    assert total(r'medverify_model_calls_total\{.*outcome="error".*') == PER_PHASE
+    assert total(r"medverify_model_retries_total\{.*") == PER_PHASE  # max_retries 1
+    assert total(r'medverify_drift_share\{rate="ERROR"\}') == 0.5  # 12 of 24 in the window
+    assert scrapes.endpoint_calls == 3 * PER_PHASE + PER_PHASE  # the broken ones tried twice
+
+
+def test_promtool_fires_exactly_the_judge_alerts_after_the_endpoint_breaks(
+        scrapes: Scrapes, tmp_path: Path) -> None:
+    text = RULES.read_text("utf-8")
+    (tmp_path / "alerts.yml").write_text(re.sub(r"(?m)^\s+for: \S+\n", "", text), "utf-8")
+    model = _failing_judge_model(scrapes.broken)
+    firing = {"MedverifyErrorShareHigh": [{}], "MedverifyJudgeErrors": [{"model": model}],
+              "MedverifyVerdictDrift": [{"rate": "ERROR"}, {"rate": "ESCALATE"}]}
+    share = ('sum(increase(medverify_claims_total{category="ERROR"}[15m])) / '
+             "sum(increase(medverify_claims_total[15m]))")
+    spec = {"rule_files": ["alerts.yml"], "evaluation_interval": "1m", "tests": [
+        {"name": "before: healthy checks", "interval": "1m",
+         "input_series": input_series(scrapes.quiet, scrapes.healthy),
+         "alert_rule_test": [_expect(name, []) for name in rules()]},
+        {"name": "after: the judge endpoint answers 500", "interval": "1m",
+         "input_series": input_series(scrapes.healthy, scrapes.broken),
+         "alert_rule_test": [_expect(name, firing.get(name, [])) for name in rules()],
+         "promql_expr_test": [{"expr": share, "eval_time": "1m",
+                               "exp_samples": [{"labels": "{}", "value": 1}]}]}]}
+    (tmp_path / "live.test.yml").write_text(yaml.safe_dump(spec, sort_keys=False), "utf-8")
+    result = run_promtool("test", "rules", "live.test.yml", cwd=tmp_path)
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert set(firing) == set(FIRING)
+
+
+def _failing_judge_model(exposition: str) -> str:
+    """The model label of the judge calls that failed."""
+    [model] = {m.group(1) for name, value in series_of(exposition).items() if value
+               and (m := re.search(r'model="([^"]*)"', name))
+               and 'stage="judge"' in name and 'outcome="error"' in name}
+    return model
+
+
+def _expect(name: str, instances: list[dict[str, str]]) -> dict[str, Any]:
+    """A promtool alert_rule_test at the second scrape: ``name`` fires once per labels of
+    ``instances`` (with the rule's labels and its annotations rendered), or not at all."""
+    rule = rules()[name]
+    return {"eval_time": "1m", "alertname": name, "exp_alerts": [
+        {"exp_labels": {**rule.get("labels", {}), **labels},
+         "exp_annotations": {key: _render(value, labels)
+                             for key, value in rule.get("annotations", {}).items()}}
+        for labels in instances]}
+
+
+def _render(template: str, labels: dict[str, str]) -> str:
+    rendered = re.sub(r"\{\{ \$labels\.(\w+) \}\}", lambda m: labels[m.group(1)], template)
+    assert "{{" not in rendered, f"a template this test cannot render: {template}"
+    return rendered

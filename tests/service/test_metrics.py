@@ -203,8 +203,8 @@ def test_the_counters_say_what_was_sent(setup: dict[str, Any]) -> None:
     assert value(samples, "medverify_review_items_opened_total") == opened
     assert value(samples, "medverify_review_items_closed_total") == 1
     assert value(samples, "medverify_review_items", status="closed") == 1
-    assert value(samples, "medverify_kb_documents") == 1
-    assert value(samples, "medverify_kb_generation") == setup["generation"]
+    assert value(samples, "medverify_knowledge_base_documents") == 1
+    assert value(samples, "medverify_knowledge_base_generation") == setup["generation"]
     assert value(samples, "medverify_store_up") == 1
     assert value(samples, "medverify_service_info", judge="llm", decomposer="rules",
                  model="fake:metrics") == 1

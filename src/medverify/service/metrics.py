@@ -361,13 +361,14 @@ def _kb_metrics(kb: Path | None) -> list[Metric]:
             conn.close()
     except (sqlite3.Error, TypeError):
         return []
-    return [GaugeMetricFamily("medverify_kb_documents", "Documents in the KB",
+    # knowledge_base, not kb: promtool check metrics reads "kb" as kilobytes
+    return [GaugeMetricFamily("medverify_knowledge_base_documents", "Documents in the KB",
                               value=documents),
-            GaugeMetricFamily("medverify_kb_chunks", "Chunks (passages) in the KB",
-                              value=chunks),
-            GaugeMetricFamily("medverify_kb_generation", "The KB's generation: bumped by every "
-                              "ingest batch and every change the review teaches",
-                              value=generation)]
+            GaugeMetricFamily("medverify_knowledge_base_chunks", "Chunks (passages) in the "
+                              "KB", value=chunks),
+            GaugeMetricFamily("medverify_knowledge_base_generation", "The KB's generation: "
+                              "bumped by every ingest batch and every change the review "
+                              "teaches", value=generation)]
 
 
 def _drift_metrics(runs: RunStore, config: Config) -> list[Metric]:
