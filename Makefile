@@ -9,7 +9,7 @@ $(BIN)/.installed: pyproject.toml
 	$(BIN)/pip install -q -e '.[dev]'
 	touch $@
 
-.PHONY: setup demo test lint test-faults test-browser test-db test-ray
+.PHONY: setup demo test lint test-faults test-browser test-db test-ray test-promtool
 setup: $(BIN)/.installed
 
 demo: setup
@@ -38,6 +38,11 @@ RAY_TESTS = tests/test_executor.py tests/kb/test_kb_executor.py tests/risk/test_
 test-ray: setup
 	$(BIN)/pip install -q 'ray>=2.9'
 	$(BIN)/pytest -q -m slow $(RAY_TESTS)
+
+# The Prometheus files checked by promtool (Debian's prometheus): check rules, check config,
+# the alert unit tests in examples/prometheus/tests, check metrics on a live scrape.
+test-promtool: setup
+	$(BIN)/pytest -q -m promtool
 
 # The review UI in a real browser (Playwright driving /usr/bin/chromium; see docs/review.md).
 test-browser: setup
