@@ -28,7 +28,8 @@ Rules, first match wins:
    (flag), unless a later rule would decide more strictly (an unsure verdict is never
    treated more leniently than a sure one); ``confident`` None (not assessed) changes
    nothing;
-5. ``low_confidence``: the judge's probability for its own category is under
+5. ``low_confidence``: the judge's raw probability for its own category
+   (``inputs["judge_probability"]``) is under
    ``min_confidence[category]`` -> escalate;
 6. ``coverage_gap`` -> ``policy.coverage_gap``; ``hallucination`` -> ``policy.hallucination``;
    ``fact`` -> accept;
