@@ -52,6 +52,7 @@ from medverify.errors import MedverifyError
 from medverify.kb.database import DB_NAME, count_rows, read_generation
 from medverify.llm.observe import CallEvent
 from medverify.ops.drift import live_window
+from medverify.ops.overturns import WINDOW_DAYS, below_target, recent_window
 from medverify.records import Category, Decision, Report, package_version
 from medverify.review import ReviewStatus
 from medverify.store.jobs import JobKind, JobStatus, JobStore
@@ -308,7 +309,8 @@ class StoreCollector:
         with self._lock:
             now = self._clock()
             if self._slow_at is None or now - self._slow_at >= self.config.ops.refresh_s:
-                self._slow = [*_kb_metrics(self.config.kb), *_drift_metrics(runs, self.config)]
+                self._slow = [*_kb_metrics(self.config.kb), *_drift_metrics(runs, self.config),
+                              *_sure_metrics(runs, self.config)]
                 self._slow_at = now
             return self._slow
 
@@ -398,3 +400,27 @@ def _drift_metrics(runs: RunStore, config: Config) -> list[Metric]:
     claims.add_metric(["window"], window.claims)
     claims.add_metric(["baseline"], window.rates[DRIFT_RATES[0]].baseline_n)
     return [*families.values(), claims]
+
+
+def _sure_metrics(runs: RunStore, config: Config) -> list[Metric]:
+    """Sure verdicts clinicians labelled over the last 28 days, per judge
+    (:mod:`medverify.ops.overturns`); a judge without labels has no sample."""
+    days = f"closed in the last {WINDOW_DAYS} days"
+    families = {name: GaugeMetricFamily(f"medverify_sure_verdict{name}", text, labels=["judge"])
+                for name, text in (
+                    ("s_labelled", f"Sure verdicts labelled by clinicians ({days}, CANNOT_TELL "
+                     "left out)"),
+                    ("s_overturned", f"Of those, labelled otherwise than the judge ({days})"),
+                    ("_precision", f"Share of the labelled sure verdicts kept ({days})"),
+                    ("_below_target", "1: the precision is under [ops] sure_precision_target "
+                     "on at least [ops] min_claims labels (docs/operations.md)"))}
+    for found in recent_window(runs, WINDOW_DAYS):
+        families["s_labelled"].add_metric([found.judge], found.labelled)
+        families["s_overturned"].add_metric([found.judge], found.overturned)
+        families["_precision"].add_metric([found.judge], found.precision or 0.0)
+        families["_below_target"].add_metric(
+            [found.judge], 1.0 if below_target(found, config.ops) else 0.0)
+    target = GaugeMetricFamily("medverify_sure_verdict_precision_target",
+                               "[ops] sure_precision_target")
+    target.add_metric([], config.ops.sure_precision_target)
+    return [*families.values(), target]
