@@ -41,6 +41,7 @@ from pydantic import ValidationError
 from medverify.arbitration import why
 from medverify.errors import MedverifyError
 from medverify.ops.drift import drift_report
+from medverify.ops.overturns import WINDOW_DAYS, below_target, recent_window
 from medverify.records import CheckFinding
 from medverify.report.view import finding_effect, safe_url
 from medverify.review import (
@@ -592,5 +593,8 @@ async def progress(request: Request) -> Response:
         return session
     review, state = _review(request), _state(request)
     drift = drift_report(state.runs, state.config.ops, datetime.now(UTC) - timedelta(days=6))
+    sure = [(c, below_target(c, state.config.ops))
+            for c in recent_window(state.runs, WINDOW_DAYS)]  # per judge, 28 days
     return render(request, "progress.html.j2", report=loop_report(review, by="week"),
-                  agreement=review.agreement(), drift=drift)
+                  agreement=review.agreement(), drift=drift, sure=sure,
+                  ops=state.config.ops)
