@@ -2,8 +2,8 @@
 (issue 43): the alert rules pass ``check rules``, the sample config passes ``check config``
 as shipped (with its key file created beside it, as docs/operations.md says), and every
 ``tests/*.test.yml`` passes ``promtool test rules``. Without promtool these skip (fail under
-``CI=true``); that every alert has a unit test, and that each test's rule files exist, is
-checked without it."""
+``CI=true``); that every alert has a unit test, that each test loads the shipped rules, and
+that the config reads its key file beside it are checked without promtool."""
 
 from __future__ import annotations
 
@@ -45,6 +45,15 @@ def test_every_alert_has_a_unit_test_and_every_test_loads_the_shipped_rules() ->
         covered |= alerts_tested_in(path)
     assert set(alerts()) - covered == set(), "alerts without a promtool unit test"
     assert covered - set(alerts()) == set(), "unit tests of alerts that are not shipped"
+
+
+def test_the_sample_config_loads_the_rules_and_reads_its_key_beside_it() -> None:
+    config = yaml.safe_load((EXAMPLES / "prometheus.yml").read_text("utf-8"))
+    assert config["rule_files"] == ["alerts.yml"]
+    [job] = config["scrape_configs"]
+    assert job["metrics_path"] == "/metrics"
+    assert job["authorization"] == {"type": "Bearer", "credentials_file": KEY_FILE}
+    assert not (EXAMPLES / KEY_FILE).exists()  # never a secret in the repository
 
 
 @pytest.mark.promtool
