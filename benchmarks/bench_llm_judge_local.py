@@ -117,6 +117,7 @@ def markdown(out: dict[str, Any]) -> str:
         f"log-probs on. CPU: {m['cpus']} cores, avx512_bf16 {m['avx512_bf16']}, amx_bf16 "
         f"{m['amx_bf16']}; torch dtype {m['torch_dtype']}. Target: a verdict (not ERROR) on "
         f"at least {TARGET:.0%} of the claims with qwen2.5-1.5b.", "",
+        "Config:", "", "```toml", out["config"].strip(), "```", "",
         "| model | answers | claims | verdicts | share | target met | with log-prob signals "
         "| JSON retries | judge calls | s per call |", "|---|---|---|---|---|---|---|---|---|---|"]
     for s in out["models"]:
@@ -143,23 +144,35 @@ def main() -> None:
     home = Path(os.environ.get("MEDVERIFY_HOME") or Path.home() / ".medverify")
     parser.add_argument("--work", type=Path, default=home / "bench-llm-judge-local")
     parser.add_argument("--stem", default=STEM, help="results file name (one per run)")
+    parser.add_argument("--claims-per-call", type=int, default=4,
+                        help="claims per judge call (the configured default is 4)")
+    parser.add_argument("--max-passages", type=int, default=10,
+                        help="[judge_settings] max_passages (the default is 10)")
+    parser.add_argument("--call-timeout-s", type=float, default=900.0,
+                        help="one judge call's time limit (the local default is 900 s)")
     args = parser.parse_args()
     args.work.mkdir(parents=True, exist_ok=True)
-    config = args.work / "bench.toml"
-    config.write_text("[llm]\ncache = false\n\n[judge_settings]\nlogprobs = true\n", "utf-8")
+    config = args.work / f"{args.stem}.toml"
+    config.write_text(
+        f"claims_per_call = {args.claims_per_call}\n\n[llm]\ncache = false\n"
+        f"timeout_s = {args.call_timeout_s}\ncall_budget_s = {args.call_timeout_s}\n"
+        "answer_budget_s = 0\n\n[judge_settings]\nlogprobs = true\n"
+        f"max_passages = {args.max_passages}\n", "utf-8")
     kb = args.work / "demo" / "kb"
     if not kb.is_dir():
         medverify(None, "demo", "--out", str(args.work / "demo"), "--no-record")
     answers = [json.loads(line) for line in ANSWERS.read_text("utf-8").splitlines()
                if line.strip()][: args.limit]
     out: dict[str, Any] = {"machine": machine(), "limit": args.limit,
-                           "budget_s": args.budget_s, "models": [], "runs": {}}
+                           "budget_s": args.budget_s, "config": config.read_text("utf-8"),
+                           "models": [], "runs": {}}
     for model in args.models:
         runs: list[dict[str, Any]] = out["runs"].setdefault(model, [])
         for answer in answers:
             if sum(r["seconds"] for r in runs) >= args.budget_s:
                 break
-            runs.append(check_answer(config, args.work, kb, model, answer))
+            spec = f"{model}?timeout={args.call_timeout_s:g}&budget={args.call_timeout_s:g}"
+            runs.append(check_answer(config, args.work, kb, spec, answer))
             out["models"] = [summary(m, r) for m, r in out["runs"].items()]
             write(out, args.stem)
             print(f"{model} {answer['id']}: {runs[-1]['seconds']} s", flush=True)
