@@ -6,9 +6,9 @@ Usage: python scripts/gen_api_docs.py [--check]
 
 The schema is ``create_app(Config()).openapi()``: FastAPI builds it from the routes and the
 records without running the app's lifespan, so nothing is opened, loaded or served. It is
-pinned as it comes, with one change: ``info.version``, which the live ``/openapi.json``
-fills with the installed package version, reads ``v1`` (the API version in the paths), so a
-release bump does not make the pinned copy stale; ``GET /healthz`` reports the package
+pinned as it comes: its ``info.version`` is the API version (``v1``, the version in the
+paths; :data:`medverify.service.app.API_VERSION`), the same in the live ``/openapi.json``,
+so a release bump does not make the pinned copy stale; ``GET /healthz`` reports the package
 version. The auth role of each endpoint is read from its dependencies
 (``medverify.service.auth.role``), and the error codes from the service's source (every
 ``ApiError(STATUS, "code", ...)`` and ``error_response(STATUS, "code", ...)``), so a new
@@ -29,21 +29,21 @@ from fastapi.routing import APIRoute
 
 import medverify.service
 from medverify.config import Config, ServiceSettings
-from medverify.service.app import create_app
+from medverify.service.app import API_VERSION, create_app
 from medverify.service.errors import _STATUS_CODES
 from medverify.store.access import Role
 
 ROOT = Path(__file__).resolve().parents[1]
 SCHEMA_FILE = ROOT / "docs" / "openapi.json"
 DOC = ROOT / "docs" / "api.md"
-API_VERSION = "v1"
 
 HEADER = f"""# HTTP API reference
 
 Generated from the code by `python scripts/gen_api_docs.py`, with the OpenAPI schema it
 pins, [openapi.json](openapi.json); a test fails when either is out of date. A running
-service serves the same schema at `/openapi.json` (with the package version as
-`info.version`; the pinned copy says `{API_VERSION}`) and an interactive page at `/docs`.
+service serves the same schema at `/openapi.json` (`info.version` is the API version,
+`{API_VERSION}`, in both; `GET /healthz` reports the package version) and an interactive page
+at `/docs`. Error responses are JSON on every endpoint, the HTML report's included.
 How to run the service, keys, jobs and limits in prose: [service.md](service.md).
 
 Every request and response body is JSON (`Content-Type: application/json`) except the HTML
@@ -74,11 +74,16 @@ CODE_TEXT = {
     "unsupported_media_type": "a POST body that is not `application/json`",
     "invalid_request": "the body or a parameter does not validate; `detail` lists every "
     "problem (`loc`, `msg`, `type`)",
-    "invalid_input": "an answer the checker refuses (empty, or over `max_answer_chars`), or "
-    "a review label's `source_url` that is not a public http(s) address",
+    "invalid_input": "an answer the checker refuses (empty, or over `max_answer_chars`; a "
+    "job's answers are checked when it is submitted), or a review label's `source_url` whose "
+    "host is not public",
     "item_closed": "the review item is closed: it takes no more labels",
     "already_labelled": "this key has labelled the review item already (an adjudicator must "
     "be a third reviewer)",
+    "own_key": "an admin key cannot revoke itself (another admin key, or `medverify keys "
+    "revoke` on the server, can)",
+    "last_admin": "the key is the last active admin key: revoking it would lock every admin "
+    "out of the API; create another admin key first",
     "rate_limited": "over the key's rate limit, or over the client address's limit on "
     "requests without a valid key (checked before the key); `Retry-After` says when to try "
     "again, in the same whole seconds as the message",
@@ -122,7 +127,6 @@ def build() -> tuple[FastAPI, dict[str, Any]]:
     """The app (never started) and its OpenAPI schema, as pinned."""
     app = create_app(Config())
     schema = json.loads(json.dumps(app.openapi()))  # a copy: FastAPI caches its own
-    schema["info"]["version"] = API_VERSION
     return app, schema
 
 

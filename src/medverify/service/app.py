@@ -17,6 +17,7 @@ import json
 import os
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from contextlib import asynccontextmanager, contextmanager
+from pathlib import Path
 from typing import Any
 
 from fastapi import APIRouter, FastAPI, Request, Response
@@ -24,7 +25,6 @@ from fastapi.routing import APIRoute
 
 from medverify.config import Config, ServiceSettings
 from medverify.llm.observe import add_observer, remove_observer
-from medverify.records import package_version
 from medverify.service.auth import client_address
 from medverify.service.docs_pages import docs_router
 from medverify.service.errors import BodyGuard, install_error_handlers
@@ -36,6 +36,11 @@ from medverify.service.records import ErrorResponse
 from medverify.service.routes import ROUTERS
 from medverify.service.state import ServiceState
 from medverify.service.ui import router as review_pages
+from medverify.store.connections import create_private_folders
+
+API_VERSION = "v1"
+"""The API's version (the ``/v1/`` of the paths): ``info.version`` of ``/openapi.json`` and
+of the pinned docs/openapi.json alike; ``GET /healthz`` reports the package version."""
 
 CONFIG_ENV = "MEDVERIFY_SERVE_CONFIG"
 """``medverify serve`` passes the worker processes their config as JSON in this variable."""
@@ -48,7 +53,8 @@ ERRORS: dict[int | str, dict[str, Any]] = {
         404: "not_found: no such job, run, key, review item or KB change for this key (or "
              "no such path)",
         409: "not_configured: the feature needs configuration the service lacks; "
-             "item_closed, already_labelled: the review item takes no label from this key",
+             "item_closed, already_labelled: the review item takes no label from this key; "
+             "own_key, last_admin: a key cannot revoke itself or the last active admin key",
         413: "too_large: body over max_body_bytes, or a job over max_answers_per_job",
         415: "unsupported_media_type: a POST body that is not application/json",
         422: "invalid_request (the body or a parameter does not validate) or "
@@ -75,6 +81,7 @@ def create_app(config: Config, *, run_jobs: bool = True) -> FastAPI:
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         state = ServiceState.open(config)
         state.metrics = metrics
+        _private_folder(state.jobs_dir)
         await asyncio.to_thread(state.load)
         state.finish_teaching()
         app.state.service = state
@@ -88,12 +95,13 @@ def create_app(config: Config, *, run_jobs: bool = True) -> FastAPI:
             await runner.stop()
             await state.aclose()
 
-    app = FastAPI(title="medverify", version=package_version(), lifespan=lifespan, responses=ERRORS,
+    app = FastAPI(title="medverify", version=API_VERSION, lifespan=lifespan, responses=ERRORS,
                   docs_url=None, redoc_url=None,  # docs_pages: the pages without a CDN
                   description="Checks what medical LLM answers claim. Every request but the "
                   "health checks needs an API key: `Authorization: Bearer <key>`.")
     install_error_handlers(app)
     app.middleware("http")(audit_writes)
+    app.middleware("http")(every_allowed_method)
     app.add_middleware(BodyGuard, max_bytes=config.service.max_body_bytes)
     app.add_middleware(RequestObserver, metrics=metrics,  # outermost: sees every request
                        access_log=config.service.access_log)
@@ -101,7 +109,34 @@ def create_app(config: Config, *, run_jobs: bool = True) -> FastAPI:
         _declare(app, router)
     app.include_router(review_pages)  # the review UI (docs/review.md)
     app.include_router(docs_router())  # /docs, /redoc and their assets (no CDN)
+    app.openapi = lambda: _openapi(app)  # type: ignore[method-assign]
     return app
+
+
+def _openapi(app: FastAPI) -> dict[str, Any]:
+    """The OpenAPI schema (built once per app): FastAPI's, with every error response (4xx,
+    5xx) documented as the JSON it is. FastAPI files an operation's error responses under
+    the route's own media type, so the HTML report and the metrics claimed HTML or text
+    errors."""
+    fresh = app.openapi_schema is None
+    schema = FastAPI.openapi(app)
+    if fresh:
+        for operation in (op for item in schema.get("paths", {}).values()
+                          for op in item.values() if isinstance(op, dict)):
+            for status, response in operation.get("responses", {}).items():
+                content = response.get("content")
+                if status[0] in "45" and content and "application/json" not in content:
+                    response["content"] = {"application/json": next(iter(content.values()))}
+    return schema
+
+
+def _private_folder(folder: Path) -> None:
+    """The jobs' output folder (answers and fetched pages of audit jobs), made 0700: missing
+    folders above it are created 0700 too, and the folder itself is set 0700 even when it
+    exists (an earlier version made it 0755)."""
+    create_private_folders(folder)
+    folder.mkdir(mode=0o700, exist_ok=True)
+    os.chmod(folder, 0o700)
 
 
 def _declare(app: FastAPI, router: APIRouter) -> None:
@@ -142,6 +177,32 @@ def app_from_env() -> FastAPI:
     config = Config.model_validate(json.loads(os.environ.get(CONFIG_ENV) or "{}"))
     configure_logging(config.service)
     return create_app(config)
+
+
+async def every_allowed_method(request: Request,
+                               call_next: Callable[[Request], Awaitable[Response]]) -> Response:
+    """A 405 names in ``Allow`` every method the path takes (Starlette names only those of
+    the first route whose path matched: ``DELETE /v1/keys`` said ``Allow: GET`` though
+    ``POST`` exists)."""
+    response = await call_next(request)
+    if response.status_code == 405:
+        methods = _methods_of(request.app, request.url.path)
+        if methods:
+            response.headers["Allow"] = ", ".join(methods)
+    return response
+
+
+def _methods_of(app: FastAPI, path: str) -> list[str]:
+    """Every method of the path template ``path`` resolves to, sorted: that of the first
+    route whose pattern matches it (as the router tries them: ``/v1/jobs/check`` is the
+    POST route's, not ``/v1/jobs/{job_id}``'s), its methods over every route with it."""
+    routes = [r for r in app.routes if getattr(r, "path_regex", None) is not None]
+    first = next((r for r in routes if r.path_regex.match(path)), None)  # type: ignore[attr-defined]
+    if first is None:
+        return []
+    template = getattr(first, "path", None)
+    return sorted({m for r in routes if getattr(r, "path", None) == template
+                   for m in (getattr(r, "methods", None) or ())})
 
 
 async def audit_writes(request: Request,

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import Annotated, Any, Literal
 
-from pydantic import Field
+from pydantic import BeforeValidator, Field
 
 from medverify.audit.records import AnswerAudit, AuditInput, AuditSummary
 from medverify.factcheck.records import FactCheckReport
@@ -40,6 +40,38 @@ class ErrorResponse(Record):
 
 # ----------------------------------------------------------------------- requests
 
+MAX_OFFSET = 2**31 - 1
+"""The largest ``offset`` a list endpoint takes (the stores clamp to 64 bits anyway)."""
+
+SOURCE_URL_PATTERN = r"^\s*([Hh][Tt][Tt][Pp][Ss]?://[^\s/?#]+\S*)?\s*$"
+"""A label's ``source_url``: blank, or an http(s) URL with a host (the schema says so; the
+review also refuses private, loopback and metadata hosts, 422 ``invalid_input``)."""
+
+ANSWER_TEXT_PATTERN = r"^[^\x00]*[^\s\x00\x1c-\x1f][^\x00]*$"
+"""An answer's text has a character that is not white space (Python's, which counts
+``\x1c``-``\x1f``) and no NUL byte: the checker refuses the others (422)."""
+
+
+class BatchAnswer(Answer):
+    """An answer of a job: as :class:`~medverify.records.Answer`, its text not blank and
+    without NUL bytes (refused when the job is submitted, as ``POST /v1/check`` refuses it,
+    not queued to end as "the answer is empty")."""
+
+    text: str = Field(min_length=1, pattern=ANSWER_TEXT_PATTERN)
+
+
+def _batch_answers(value: Any) -> Any:
+    """A list of plain :class:`Answer` records (the Python client builds those) taken as
+    :class:`BatchAnswer` ones, checked again."""
+    if not isinstance(value, list):
+        return value
+    return [a.model_dump() if isinstance(a, Answer) and not isinstance(a, BatchAnswer) else a
+            for a in value]
+
+
+BatchAnswers = Annotated[list[BatchAnswer], BeforeValidator(_batch_answers),
+                         Field(min_length=1)]
+
 
 class KeyRequest(Record):
     name: str = Field(min_length=1, max_length=200)
@@ -53,10 +85,10 @@ class LabelRequest(Record):
     correction: str | None = Field(None, max_length=4000,
                                    description="the claim as it should read (taught to the "
                                    "knowledge base when the item closes with this label)")
-    source_url: str | None = Field(None, max_length=2000,
+    source_url: str | None = Field(None, max_length=2000, pattern=SOURCE_URL_PATTERN,
                                    description="where the label or correction comes from: a "
                                    "public http(s) URL (never fetched; a private or loopback "
-                                   "address is refused with 422)")
+                                   "address is refused with 422); blank: none")
     source_passage_id: str | None = Field(None, max_length=200,
                                           description="or the KB passage that decides it")
     note: str | None = Field(None, max_length=4000)
@@ -65,7 +97,7 @@ class LabelRequest(Record):
 class CheckBatch(Record):
     """Many answers checked as one job."""
 
-    answers: list[Answer] = Field(min_length=1)
+    answers: BatchAnswers
 
 
 class AuditBatch(Record):
@@ -75,7 +107,7 @@ class AuditBatch(Record):
 
 
 class FactCheckBatch(Record):
-    answers: list[Answer] = Field(min_length=1)
+    answers: BatchAnswers
 
 
 class RiskRequest(Record):

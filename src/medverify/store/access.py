@@ -18,7 +18,7 @@ from enum import StrEnum
 
 from medverify.errors import MedverifyError
 from medverify.records import Record
-from medverify.store.runs import RunStore
+from medverify.store.runs import RunStore, sql_bound
 
 
 class Role(StrEnum):
@@ -65,6 +65,10 @@ class AuditEvent(Record):
 
 class KeyNotFound(MedverifyError):
     """No API key has this id."""
+
+
+class LastAdminKey(MedverifyError):
+    """Revoking this key would leave no active admin key."""
 
 
 _PREFIX = "mvk_"
@@ -146,16 +150,27 @@ class KeyStore:
             )
         return _key(row)
 
-    def revoke(self, key_id: str) -> KeyInfo:
-        """Revoke a key (at once, for every process); revoking it again changes nothing."""
+    def revoke(self, key_id: str, *, keep_an_admin: bool = False) -> KeyInfo:
+        """Revoke a key (at once, for every process); revoking it again changes nothing.
+
+        ``keep_an_admin`` (the HTTP API's revoke): :class:`LastAdminKey` instead of revoking
+        the last active admin key, which would lock every admin out of the API. The check
+        and the revoke are one statement, so two admins revoking each other at once cannot
+        both succeed."""
+        stamp, guard = _stamp(_now()), ""
+        if keep_an_admin:
+            guard = (" AND (role <> 'admin' OR revoked_at IS NOT NULL OR EXISTS (SELECT 1 FROM"
+                     " api_keys o WHERE o.role = 'admin' AND o.revoked_at IS NULL"
+                     " AND o.id <> ?))")
         cursor = self._db.execute(
-            "UPDATE api_keys SET revoked_at = COALESCE(revoked_at, ?) WHERE id = ?",
-            (_stamp(_now()), key_id),
+            f"UPDATE api_keys SET revoked_at = COALESCE(revoked_at, ?) WHERE id = ?{guard}",
+            (stamp, key_id, key_id) if keep_an_admin else (stamp, key_id),
         )
         if cursor.rowcount == 0:
-            raise KeyNotFound(
-                f"no API key with id {key_id!r}; `medverify keys list` shows the keys"
-            )
+            self.get(key_id)  # KeyNotFound for an unknown id
+            raise LastAdminKey(f"key {key_id} is the last active admin key: revoking it would "
+                               "leave no key that can manage keys; create another admin key "
+                               "first")
         return self.get(key_id)
 
     def verify(self, secret: str) -> KeyInfo | None:
@@ -229,7 +244,7 @@ class AuditLog:
         clause = f" WHERE {' AND '.join(where)}" if where else ""
         rows = self._db.execute(
             f"SELECT {_EVENT_COLUMNS} FROM audit_log{clause} ORDER BY id DESC LIMIT ?",
-            (*args, max(0, limit)),
+            (*args, sql_bound(limit)),
         ).fetchall()
         return [
             AuditEvent(id=i, at=datetime.fromisoformat(at), key_id=k, action=a, target=t,

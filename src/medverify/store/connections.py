@@ -28,6 +28,7 @@ back.
 
 from __future__ import annotations
 
+import os
 import re
 import sqlite3
 import time
@@ -156,6 +157,25 @@ def _wal(db: sqlite3.Connection, tries: int = 50) -> None:
             time.sleep(0.1)
 
 
+def create_private_folders(path: Path) -> None:
+    """Create each missing folder above ``path`` with mode 0700 (existing ones keep theirs)."""
+    for folder in reversed(path.parents):
+        if not folder.exists():
+            folder.mkdir(mode=0o700, exist_ok=True)
+            os.chmod(folder, 0o700)  # mkdir's mode passes through the umask
+
+
+def create_private(path: Path) -> None:
+    """Create ``path`` for a store that holds what others must not read (answers, key
+    hashes, the audit log): each missing folder above it with mode 0700, the file itself,
+    when missing, empty with mode 0600 (SQLite gives its ``-wal`` and ``-shm`` files the
+    mode of the database file). Existing folders and files keep their modes."""
+    create_private_folders(path)
+    if not path.exists():
+        os.close(os.open(path, os.O_WRONLY | os.O_CREAT, 0o600))
+        os.chmod(path, 0o600)
+
+
 class SqliteDatabase:
     """A SQLite file in autocommit mode (explicit BEGIN/COMMIT), WAL journal, foreign keys
     on. ``raw`` is the sqlite3 connection."""
@@ -165,9 +185,12 @@ class SqliteDatabase:
     IntegrityError: type[Exception] = sqlite3.IntegrityError
 
     def __init__(self, path: Path, *, timeout: float = 30.0,
-                 check_same_thread: bool = True, foreign_keys: bool = True) -> None:
+                 check_same_thread: bool = True, foreign_keys: bool = True,
+                 private: bool = False) -> None:
         self.path = Path(path)
         self.location = str(self.path)
+        if private:  # a new file 0600 in new folders 0700 (create_private)
+            create_private(self.path)
         self.path.parent.mkdir(parents=True, exist_ok=True)
         self.raw = sqlite3.connect(self.path, isolation_level=None, timeout=timeout,
                                    check_same_thread=check_same_thread)

@@ -20,7 +20,7 @@ from pydantic import Field
 from medverify.errors import MedverifyError
 from medverify.records import Record
 from medverify.store.context import current_request_id
-from medverify.store.runs import RunStore
+from medverify.store.runs import RunStore, sql_bound
 
 
 class JobKind(StrEnum):
@@ -168,7 +168,7 @@ class JobStore:
         clause = f" WHERE {' AND '.join(where)}" if where else ""
         rows = self._db.execute(
             f"SELECT {_COLUMNS} FROM jobs{clause} ORDER BY created_at DESC, rowid DESC LIMIT ?",
-            (*args, max(0, limit)),
+            (*args, sql_bound(limit)),
         ).fetchall()
         return [_row(row) for row in rows]
 

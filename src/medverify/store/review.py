@@ -36,7 +36,7 @@ from medverify.review.records import (
 from medverify.review.settled import SettledRow, claim_key
 from medverify.review.workflow import checked_label, pair_agreements
 from medverify.review.workflow import next_status as _next  # module-level: tests patch it
-from medverify.store.runs import RunStore
+from medverify.store.runs import RunStore, sql_bound
 
 
 def _stamp(when: datetime | None = None) -> str:
@@ -56,7 +56,6 @@ _CHANGE_COLUMNS = ("id, item_id, label_id, doc_id, kb_path, reviewer, text, sour
 _ITEM_INSERT = ("id", "run_id", "answer_id", "claim_id", "topic", "category", "priority",
                 "status", "assignee", "labels_needed", "created_at", "item", "claim_key",
                 "kb_lineage")
-_NO_LIMIT = 2**62  # LIMIT for "all of them" (SQLite's -1 is not PostgreSQL's)
 _STATE_FIELDS = {"labels", "status", "assignee", "final_label", "closed_at"}
 
 
@@ -128,7 +127,7 @@ class ReviewStore:
         rows = self._db.execute(
             f"SELECT {_ITEM_COLUMNS} FROM review_items{where}"
             " ORDER BY priority DESC, created_at, id LIMIT ? OFFSET ?",
-            (*args, _NO_LIMIT if limit is None else max(0, limit), max(0, offset))).fetchall()
+            (*args, sql_bound(limit), sql_bound(offset))).fetchall()
         labels = self._labels_of([row[0] for row in rows])
         return [self._item(row, labels.get(row[0], [])) for row in rows]
 

@@ -141,6 +141,17 @@ def _now() -> str:
     return datetime.now(UTC).isoformat(timespec="seconds")
 
 
+SQL_INT_MAX = 2**62
+"""The largest LIMIT or OFFSET the stores pass to the database: SQLite and PostgreSQL take
+64-bit integers (a larger Python int overflows there), and no table holds 2**62 rows."""
+
+
+def sql_bound(n: int | None) -> int:
+    """``n`` as a LIMIT or OFFSET the database accepts: at least 0, at most
+    :data:`SQL_INT_MAX` (None, "no limit": the maximum)."""
+    return SQL_INT_MAX if n is None else min(max(0, int(n)), SQL_INT_MAX)
+
+
 class RunStore:
     """The record of runs, in SQLite or PostgreSQL. Use as a context manager or call
     ``close()``.
@@ -156,7 +167,7 @@ class RunStore:
         self.path: Path | None = sqlite_path(location) if dialect == "sqlite" else None
         if self.path is not None:
             try:
-                self._db: Database = SqliteDatabase(self.path)
+                self._db: Database = SqliteDatabase(self.path, private=True)
                 self._migrate()
             except sqlite3.DatabaseError as exc:
                 raise MedverifyError(
@@ -409,7 +420,7 @@ class RunStore:
             " + (SELECT COALESCE(SUM(n_claims), 0) FROM audits u WHERE u.run_id = r.id)"
             " + (SELECT COALESCE(SUM(n_facts), 0) FROM factchecks f WHERE f.run_id = r.id)"
             f" FROM runs r {where} ORDER BY created_at DESC, id DESC LIMIT ?",
-            (*params, limit),
+            (*params, sql_bound(limit)),
         ).fetchall()
         return [self._info(row) for row in rows]
 

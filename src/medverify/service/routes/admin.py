@@ -4,14 +4,16 @@ from __future__ import annotations
 
 from typing import Annotated
 
-from fastapi import APIRouter, Query, Request
+from fastapi import APIRouter, Path, Query, Request
 
 from medverify.service.errors import ApiError
 from medverify.service.records import KeyRequest
 from medverify.service.routes.deps import Admin, State
-from medverify.store.access import AuditEvent, KeyInfo, KeyNotFound, NewKey
+from medverify.store.access import AuditEvent, KeyInfo, KeyNotFound, LastAdminKey, NewKey
 
 router = APIRouter(tags=["admin"])
+
+KeyId = Annotated[str, Path(max_length=64, description="the key's id (12 hex characters)")]
 
 
 @router.get("/v1/keys", response_model=list[KeyInfo])
@@ -29,13 +31,24 @@ async def create_key(body: KeyRequest, request: Request, key: Admin, state: Stat
 
 
 @router.post("/v1/keys/{key_id}/revoke", response_model=KeyInfo)
-async def revoke_key(key_id: str, request: Request, key: Admin, state: State) -> KeyInfo:
-    """Revoke a key: its next request is 401 (revoking it again changes nothing)."""
+async def revoke_key(key_id: KeyId, request: Request, key: Admin, state: State) -> KeyInfo:
+    """Revoke a key: its next request is 401 (revoking it again changes nothing).
+
+    409 ``own_key`` for the key making the request (an admin cannot revoke itself: another
+    admin key, or ``medverify keys revoke`` on the server, can); 409 ``last_admin`` for
+    the last active admin key (it would lock every admin out of the API: create another
+    admin key first)."""
     request.state.target = key_id
+    if key_id == key.id:
+        raise ApiError(409, "own_key", f"key {key_id} is the key making this request: a key "
+                       "cannot revoke itself (use another admin key, or `medverify keys "
+                       "revoke` on the server)")
     try:
-        return state.keys.revoke(key_id)
+        return state.keys.revoke(key_id, keep_an_admin=True)
     except KeyNotFound:
         raise ApiError(404, "not_found", f"no key {key_id!r}") from None
+    except LastAdminKey as exc:
+        raise ApiError(409, "last_admin", str(exc)) from None
 
 
 @router.get("/v1/audit-log", response_model=list[AuditEvent])

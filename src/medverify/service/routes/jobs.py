@@ -4,11 +4,15 @@
 from __future__ import annotations
 
 import json
+from collections.abc import Sequence
 from typing import Annotated
 
 from fastapi import APIRouter, Query, Request
 from pydantic import BaseModel
 
+from medverify.errors import InputError
+from medverify.harness import validate_answer
+from medverify.records import Answer
 from medverify.service.errors import ApiError
 from medverify.service.records import AuditBatch, CheckBatch, FactCheckBatch, Job
 from medverify.service.routes.deps import Client, State
@@ -24,7 +28,11 @@ async def check_batch(body: CheckBatch, request: Request, key: Client, state: St
     """Check many answers as a job.
 
     202 with the queued job; poll ``GET /v1/jobs/{job_id}`` until it is finished (413
-    ``too_large`` over ``[service] max_answers_per_job`` answers)."""
+    ``too_large`` over ``[service] max_answers_per_job`` answers). An answer ``POST
+    /v1/check`` would refuse is refused here too, nothing queued: 422 ``invalid_request``
+    for a blank text or one with NUL bytes (the schema), ``invalid_input`` for one over
+    ``max_answer_chars``."""
+    _valid_answers(state, body.answers)
     return _submit(state, request, key, JobKind.CHECK, body, len(body.answers))
 
 
@@ -42,7 +50,8 @@ async def factcheck(body: FactCheckBatch, request: Request, key: Client, state: 
     """Fact-check and correct answers as a job.
 
     202 with the queued job (413 ``too_large`` over ``[service] max_answers_per_job``
-    answers)."""
+    answers; 422 for an answer ``POST /v1/check`` would refuse, as for check jobs)."""
+    _valid_answers(state, body.answers)
     return _submit(state, request, key, JobKind.FACTCHECK, body, len(body.answers))
 
 
@@ -89,6 +98,16 @@ def _own_job(state: ServiceState, key: KeyInfo, job_id: str) -> JobRow:
     if row is None or (key.role is not Role.ADMIN and row.key_id != key.id):
         raise ApiError(404, "not_found", f"no job {job_id!r} for this key")
     return row
+
+
+def _valid_answers(state: ServiceState, answers: Sequence[Answer]) -> None:
+    """422 ``invalid_input`` (nothing queued) for the first answer the checker would
+    refuse, as ``POST /v1/check`` refuses it."""
+    for n, answer in enumerate(answers):
+        try:
+            validate_answer(answer, state.config.max_answer_chars)
+        except InputError as exc:
+            raise ApiError(422, "invalid_input", f"answers[{n}]: {exc}") from None
 
 
 def _submit(state: ServiceState, request: Request, key: KeyInfo, kind: JobKind,

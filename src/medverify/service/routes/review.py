@@ -23,7 +23,7 @@ from medverify.review import (
 )
 from medverify.review import revert as revert_change
 from medverify.service.errors import ApiError
-from medverify.service.records import LabelRequest
+from medverify.service.records import MAX_OFFSET, LabelRequest
 from medverify.service.routes.deps import Admin, Reviewer, State
 from medverify.service.state import ServiceState
 from medverify.store.access import KeyInfo, Role
@@ -36,7 +36,7 @@ async def review_items(
         key: Reviewer, state: State, status: ReviewStatus | Literal["all"] | None = None,
         topic: str | None = None, min_priority: float | None = None,
         assignee: str | None = None, limit: Annotated[int, Query(ge=1, le=500)] = 50,
-        offset: Annotated[int, Query(ge=0)] = 0) -> list[ReviewItem]:
+        offset: Annotated[int, Query(ge=0, le=MAX_OFFSET)] = 0) -> list[ReviewItem]:
     """The review queue: escalated claims, highest priority first, then oldest.
 
     Filters: ``status`` (open, needs_second, adjudication, closed, or all: the default),
