@@ -255,6 +255,42 @@ def unrelated_flips(learn: dict[str, Any], control: dict[str, Any]) -> dict[str,
             "examples": [a["claim"] for a, _ in changed[:5]]}
 
 
+def sure_overturns(arms: list[dict[str, Any]], queries: list[Query]) -> dict[str, Any]:
+    """Issue 42: per arm and batch, the share of the judge's **sure** verdicts (``confident``
+    true; a claim settled by a review left out: that is the reviewer's label, not a verdict)
+    the gold reviewer would overturn (gold category != the judge's), among all of them
+    (gold is known for every claim), among those accepted (what spot checks sample) and
+    among the ones the ``audit`` rule spot-checked. Returns the rows and their markdown."""
+    gold = {q.id: GOLD_CATEGORY[q.label] for q in queries}
+    rows = []
+    for arm in arms:
+        for number in range(1, len(arm["batches"]) + 1):
+            sure = [(c, c["category"] != gold[c["answer"].split("-", 2)[2]])
+                    for c in arm["log"] if c["batch"] == number and c["confident"] is True
+                    and c["rule"] != "reviewed"]
+            accepted = [(c, o) for c, o in sure if c["rule"] == "fact"]
+            audited = [(c, o) for c, o in sure if c["rule"] == "audit"]
+            row: dict[str, Any] = {"arm": arm["arm"], "batch": number}
+            for key, group in (("sure", sure), ("accepted", accepted),
+                               ("spot_checked", audited)):
+                wrong = sum(o for _, o in group)
+                row |= {key: len(group), f"{key}_overturned": wrong,
+                        f"{key}_overturned_share": share(wrong, len(group))}
+            rows.append(row)
+    lines = ["", "## Sure verdicts the gold reviewer would overturn (issue 42)", "",
+             "Sure: the verdict is shown as sure (`confident`), claims settled by a review "
+             "left out; accepted: the sure ones the policy accepts (rule `fact`, what spot "
+             "checks sample); spot-checked: escalated by the `audit` rule "
+             "(`[arbitration] audit_share`). Overturned: gold category differs.", "",
+             "| arm | batch | sure | overturned | accepted | overturned | spot-checked | "
+             "overturned |", "|---|---|---|---|---|---|---|---|"]
+    lines += [f"| {r['arm']} | {r['batch']} | {r['sure']} | {pct(r['sure_overturned_share'])} "
+              f"| {r['accepted']} | {pct(r['accepted_overturned_share'])} | "
+              f"{r['spot_checked']} | {r['spot_checked_overturned']} of {r['spot_checked']} |"
+              for r in rows]
+    return {"per_batch": rows, "markdown": lines}
+
+
 def pct(value: float | None) -> str:
     return "—" if value is None else f"{100 * value:.1f}%"
 
@@ -406,6 +442,7 @@ def main() -> None:
         arm["totals"] = totals(arm["batches"])
     targets = {"reviewed_then_rechecked": rechecked_after_review(arms[0]),
                "unrelated_flips": unrelated_flips(arms[0], arms[1])}
+    sure = sure_overturns(arms, queries)
     for arm in arms:
         arm.pop("log")
     payload = {
@@ -428,10 +465,11 @@ def main() -> None:
         "arms": arms,
         "targets": targets,
         "reading": reading(arms),
+        "sure_verdicts": sure["per_batch"],
     }
     RESULTS.mkdir(parents=True, exist_ok=True)
     (RESULTS / "learning.json").write_text(json.dumps(payload, indent=2) + "\n")
-    text = markdown(payload)
+    text = markdown(payload) + "\n".join(sure["markdown"]) + "\n"
     (RESULTS / "learning.md").write_text(text)
     print(text)
 
