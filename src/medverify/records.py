@@ -428,15 +428,12 @@ class Reviewed(Record):
 
 
 def upgrade_inputs(inputs: dict[str, Any]) -> dict[str, Any]:
-    """Arbitration inputs as read from a run or review item stored before issue 43: the
-    judge's raw probability was ``confidence`` (now ``judge_probability``, so it is not
-    mistaken for the verdict's calibrated ``confidence``) and ``confident`` was 1.0/0.0
-    (now True/False); current inputs come back unchanged."""
+    """Arbitration inputs stored before issue 43 (raw ``confidence`` -> ``judge_probability``,
+    ``confident`` 1.0/0.0 -> True/False); current inputs come back unchanged."""
     out = dict(inputs)
     if "confidence" in out and "judge_probability" not in out:
         out["judge_probability"] = out.pop("confidence")
-    flag = out.get("confident")
-    if isinstance(flag, int | float) and not isinstance(flag, bool):
+    if isinstance(flag := out.get("confident"), int | float) and not isinstance(flag, bool):
         out["confident"] = bool(flag)
     return out
 
@@ -444,8 +441,7 @@ def upgrade_inputs(inputs: dict[str, Any]) -> dict[str, Any]:
 class Arbitration(Record):
     """The decision on one claim: the rule that fired, the policy (its id names the exact
     settings) and the inputs it saw (category, risk, ``judge_probability``: the judge's raw
-    probability for its category, ``confident``: the verdict's assessment); ``recheck``
-    when the claim was re-checked before being escalated."""
+    probability for its category, ``confident``); ``recheck`` when it was re-checked."""
 
     decision: Decision
     rule: str
@@ -456,8 +452,7 @@ class Arbitration(Record):
 
     @model_validator(mode="before")
     @classmethod
-    def _stored_inputs(cls, data: Any) -> Any:
-        """Old stored runs keep loading (:func:`upgrade_inputs`)."""
+    def _stored_inputs(cls, data: Any) -> Any:  # old stored runs keep loading
         if isinstance(data, dict) and isinstance(data.get("inputs"), dict):
             return {**data, "inputs": upgrade_inputs(data["inputs"])}
         return data
