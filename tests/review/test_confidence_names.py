@@ -31,6 +31,7 @@ from medverify.records import (
 )
 from medverify.report.html import render_html
 from medverify.report.metrics import compute_metrics
+from medverify.report.terminal import summary_lines
 from medverify.review import ReviewItem, items_from_report
 from medverify.service import ui
 from medverify.service.item_view import decision_caption, input_rows
@@ -198,3 +199,15 @@ def test_an_old_item_past_both_thresholds_counts_for_the_larger() -> None:
     below = decision_caption(_old_item(passage_probabilities={
         "p1": {"SUPPORTED": 0.57, "CONTRADICTED": 0.2}}), None)
     assert not any("contradiction 0.2" in line for line in below)
+
+
+def test_the_terminal_says_once_what_the_confident_percentage_is() -> None:
+    result = _fact().model_copy(update={"confident": True, "confidence": 0.93,
+                                        "not_sure": None})
+    report = Report(answer=Answer(id="a1", text=result.claim.text), results=[result],
+                    metrics=compute_metrics([result]))
+    legend = [str(line) for line in summary_lines(report) if "calibrated" in str(line)]
+    assert legend == ["confident, N%: the verdict's calibrated confidence, the probability "
+                      "that its category is right"]
+    unsure = report.model_copy(update={"results": [_fact()]})
+    assert not any("calibrated" in str(line) for line in summary_lines(unsure))

@@ -134,6 +134,7 @@ def summary_lines(report: Report) -> list[Text]:
             "Mean score: ", ("n/a" if m.mean_score is None else f"{m.mean_score:.2f}", "bold")
         ),
         _counts_line(report),
+        *_confidence_legend(report),
         *_decisions_line(report),
         Text.assemble(
             "Errors: ",
@@ -167,6 +168,14 @@ def _counts_line(report: Report) -> Text:
         text.append(category_count_text(category, m.counts, m.confident, unsure),
                     style=style.rich)
     return text
+
+
+def _confidence_legend(report: Report) -> list[Text]:
+    """What the percentage beside ``confident`` is, once, when a claim shows one."""
+    if not any(r.confident is True and r.confidence is not None for r in report.results):
+        return []
+    return [Text("confident, N%: the verdict's calibrated confidence, the probability that "
+                 "its category is right", style="dim")]
 
 
 def _decisions_line(report: Report) -> list[Text]:
