@@ -211,3 +211,15 @@ def test_the_terminal_says_once_what_the_confident_percentage_is() -> None:
                       "that its category is right"]
     unsure = report.model_copy(update={"results": [_fact()]})
     assert not any("calibrated" in str(line) for line in summary_lines(unsure))
+
+
+def test_a_coverage_gap_caption_gives_both_analyses() -> None:
+    item = _item(_fact()).model_copy(update={
+        "category": "COVERAGE_GAP", "judge_reason": "P(supported)=0.12 in passage 'A' "
+        "(below the threshold 0.25)", "analyses": {
+            "support": "P(supported)=0.12 in passage 'A' (below the threshold 0.25)",
+            "contradiction": "P(contradicted)=0.20 in passage 'B' (below the threshold 0.35)"}})
+    lines = decision_caption(item, None)
+    assert lines[0].startswith("COVERAGE_GAP (deciding passage p1): P(supported)=0.12")
+    assert "Not contradiction: P(contradicted)=0.20 in passage 'B' (below the threshold " \
+        "0.35)." in lines

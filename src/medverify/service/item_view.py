@@ -28,8 +28,11 @@ CONTRADICTION_RULE = ("contradiction counts only from a passage about the claim 
                       "holding at least a quarter of its key content)")
 """The built-in judge's rule (:func:`medverify.judge.decide.sides`), said once."""
 
-OTHER_SIDE = {"FACT": "contradiction", "HALLUCINATION": "support"}
-"""For a category one analysis decided, the analysis that did not."""
+DECIDING = {"FACT": "support", "HALLUCINATION": "contradiction", "COVERAGE_GAP": "support"}
+OTHER_SIDE = {"FACT": "contradiction", "HALLUCINATION": "support",
+              "COVERAGE_GAP": "contradiction"}
+"""For each category one analysis decides (for COVERAGE_GAP: the support that failed), the
+analysis whose reason the judge records as deciding it, and the other one."""
 
 INPUT_NAMES: dict[str, tuple[str, str]] = {
     "category": ("category", "the judge's category"),
@@ -98,9 +101,8 @@ def decision_caption(item: ReviewItem, not_sure: str | None) -> list[str]:
 
 def _decided(item: ReviewItem) -> str:
     reason = item.judge_reason or ""
-    if not reason and item.category in OTHER_SIDE:
-        side = "support" if item.category == "FACT" else "contradiction"
-        reason = item.analyses.get(side, "")
+    if not reason and item.category in DECIDING:
+        reason = item.analyses.get(DECIDING[item.category], "")
     where = f" (deciding passage {item.evidence_passage_id})" if item.evidence_passage_id else ""
     if not reason:
         return f"{item.category}{where}: the judge gave no reason."
