@@ -40,7 +40,9 @@ def report(since: str, rates: tuple[str, ...], as_json: bool, fail_on_drift: boo
            config_path: Path | None, store: Path | None) -> None:
     """Daily rates of each category, decision and NOT_SURE with 95 % Wilson intervals,
     from the run store's check runs; a day is drifted on a rate that moved from its
-    baseline (the [ops] baseline_days before it) by more than [ops] margins."""
+    baseline (the [ops] baseline_days before it) by more than [ops] margins. Then the sure
+    verdicts clinicians labelled and overturned, per ISO week and judge, and per judge over
+    the last 28 days against [ops] sure_precision_target."""
     config = load_config(config_path, store=store)
     first = parse_since(since)
     with RunStore(config.store_location) as db:
