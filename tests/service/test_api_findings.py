@@ -143,19 +143,6 @@ def test_an_admin_key_cannot_revoke_itself_or_the_last_admin(service: dict[str, 
     assert client_key.status_code == 200 and client_key.json()["revoked_at"]
 
 
-def test_the_store_refuses_to_revoke_the_last_active_admin(tmp_path: Path) -> None:
-    with RunStore(tmp_path / "runs.db") as runs:
-        keys = KeyStore(runs)
-        first = keys.create("first", Role.ADMIN).key.id
-        second = keys.create("second", Role.ADMIN).key.id
-        assert keys.revoke(first, keep_an_admin=True).revoked_at is not None
-        assert keys.revoke(first, keep_an_admin=True).revoked_at is not None  # again: same
-        with pytest.raises(Exception, match="last active admin key"):
-            keys.revoke(second, keep_an_admin=True)
-        assert keys.get(second).revoked_at is None
-        assert keys.revoke(second).revoked_at is not None  # the command line still can
-
-
 def test_the_run_store_and_job_folder_are_private(service: dict[str, Any]) -> None:
     store: Path = service["store"]
     service["client"].post("/v1/keys", json={"name": "write"},

@@ -11,7 +11,9 @@ import re
 import stat
 from pathlib import Path
 
-from medverify.store.access import AuditLog
+import pytest
+
+from medverify.store.access import AuditLog, KeyNotFound, KeyStore, LastAdminKey, Role
 from medverify.store.jobs import JobStore
 from medverify.store.review import ReviewStore
 from medverify.store.runs import SQL_INT_MAX, RunStore, sql_bound
@@ -20,15 +22,35 @@ DATA = Path(__file__).resolve().parents[2] / "src" / "medverify" / "data"
 MACHINE_PATH = re.compile(r"(?<![\w.])/(?:home|work|tmp|Users|root|mnt|scratch|private/var)/")
 
 
-def test_huge_limits_and_offsets_answer_nothing_instead_of_overflowing(tmp_path: Path) -> None:
+def test_huge_limits_and_offsets_answer_nothing_instead_of_overflowing(
+        store_location: Path | str) -> None:
     assert (sql_bound(None), sql_bound(-5), sql_bound(2**80)) == (SQL_INT_MAX, 0, SQL_INT_MAX)
-    with RunStore(tmp_path / "runs.db") as runs:
+    with RunStore(store_location) as runs:
         review = ReviewStore(runs)
         assert review.list(offset=2**63) == []
         assert review.list(limit=2**70, offset=2**64) == []
         assert JobStore(runs).list(limit=2**64) == []
         assert AuditLog(runs).list(limit=2**64) == []
         assert runs.list_runs(limit=2**64) == []
+
+
+def test_the_last_active_admin_key_is_kept_when_asked(store_location: Path | str) -> None:
+    """The HTTP API's revoke (``keep_an_admin``) never leaves no active admin key; the
+    command line's (without it) still revokes any key."""
+    with RunStore(store_location) as runs:
+        keys = KeyStore(runs)
+        first = keys.create("first", Role.ADMIN).key.id
+        second = keys.create("second", Role.ADMIN).key.id
+        client = keys.create("client", Role.CLIENT).key.id
+        assert keys.revoke(first, keep_an_admin=True).revoked_at is not None
+        assert keys.revoke(first, keep_an_admin=True).revoked_at is not None  # again: same
+        with pytest.raises(LastAdminKey, match="last active admin key"):
+            keys.revoke(second, keep_an_admin=True)
+        assert keys.get(second).revoked_at is None
+        assert keys.revoke(client, keep_an_admin=True).revoked_at is not None
+        with pytest.raises(KeyNotFound):
+            keys.revoke("000000000000", keep_an_admin=True)
+        assert keys.revoke(second).revoked_at is not None
 
 
 def test_a_new_run_store_is_private_and_an_old_folder_keeps_its_mode(tmp_path: Path) -> None:
