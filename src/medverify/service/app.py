@@ -83,6 +83,10 @@ def create_app(config: Config, *, run_jobs: bool = True) -> FastAPI:
         state.metrics = metrics
         _private_folder(state.jobs_dir)
         await asyncio.to_thread(state.load)
+        if metrics is not None and state.checker is not None:
+            card = getattr(state.checker.judge, "card", None)
+            metrics.calibration.labels(card.card_id if card else "none",
+                                       card.judge if card else "none").set(1)
         state.finish_teaching()
         app.state.service = state
         runner = JobRunner(state)

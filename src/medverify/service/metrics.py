@@ -161,6 +161,10 @@ class ServiceMetrics:
               multiprocess_mode="max").labels(package_version(), config.judge_name,
                                               config.decomposer_name, config.model or "none"
                                               ).set(1)
+        self.calibration = Gauge(
+            "medverify_calibration_info", "1, labelled with the confidence card the judge "
+            "uses (card: its id, none: no card) and the judge it was fitted for",
+            ["card", "judge"], registry=r, multiprocess_mode="max")
         self._calls: dict[tuple[str, str], _CallChildren] = {}
         self._children: dict[tuple[Any, ...], Any] = {}
         self._zeros()

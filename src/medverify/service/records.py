@@ -18,7 +18,7 @@ from medverify.records import Answer, Record, Report
 from medverify.review import ReviewLabel
 from medverify.risk.records import RiskScore
 from medverify.risk.stage import RiskText
-from medverify.store.access import Role
+from medverify.store.access import AuditEvent, Role
 from medverify.store.jobs import JobState
 
 # ----------------------------------------------------------------------- errors
@@ -167,3 +167,19 @@ class Health(Record):
 class Readiness(Record):
     ready: bool
     checks: dict[str, str] = Field(description="component -> 'ok' or what is wrong")
+
+
+class LiveCalibration(Record):
+    """Which confidence card this service's judge uses (docs/judges.md, "Bring your own
+    judge"), and who applied it when (the run store's audit log, ``calibration.apply``)."""
+
+    judge: str = Field(description="the id of the judge the service runs")
+    card: dict[str, Any] | None = Field(
+        None, description="the live card: its id, the judge and prompt it was fitted for, the "
+        "data's SHA-256, size and date, who fitted it and each category's threshold; None: "
+        "no card (the judge's own confidence, if any, applies)")
+    fits: bool | None = Field(None, description="whether the card was fitted for this judge "
+                              "and prompt (False: no verdict gets a confidence from it)")
+    applied: AuditEvent | None = Field(
+        None, description="the latest audit event that applied this card (None: loaded from "
+        "a file or shipped, never applied with `calibrate --apply`)")

@@ -1,4 +1,5 @@
-"""The admin routes: API keys (listed, created, revoked) and the audit log."""
+"""The admin routes: API keys (listed, created, revoked), the audit log, and the live
+confidence card."""
 
 from __future__ import annotations
 
@@ -7,7 +8,7 @@ from typing import Annotated
 from fastapi import APIRouter, Path, Query, Request
 
 from medverify.service.errors import ApiError
-from medverify.service.records import KeyRequest
+from medverify.service.records import KeyRequest, LiveCalibration
 from medverify.service.routes.deps import Admin, State
 from medverify.store.access import AuditEvent, KeyInfo, KeyNotFound, LastAdminKey, NewKey
 
@@ -59,3 +60,18 @@ async def audit_log(key: Admin, state: State,
     Every write (key id, ``METHOD /path``, target, HTTP status), every refused key, and
     the ``medverify keys`` commands."""
     return state.audit.list(limit=limit)
+
+
+@router.get("/v1/calibration", response_model=LiveCalibration)
+async def calibration(key: Admin, state: State) -> LiveCalibration:
+    """The confidence card the judge uses (none: the judge's own confidence, if any) and the
+    audit event that applied it (``medverify calibrate --apply``)."""
+    judge = state.checker.judge if state.checker is not None else None
+    judge_id = str(getattr(judge, "judge_id", state.config.judge_name))
+    card = getattr(judge, "card", None)
+    if card is None:
+        return LiveCalibration(judge=judge_id)
+    applied = next((e for e in state.audit.list(limit=1000)
+                    if e.action == "calibration.apply" and e.target == card.card_id), None)
+    return LiveCalibration(judge=judge_id, card=card.summary(),
+                           fits=getattr(judge, "mismatch", None) is None, applied=applied)
