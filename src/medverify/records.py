@@ -14,7 +14,7 @@ from datetime import UTC, datetime
 from enum import StrEnum
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import BaseModel, ConfigDict, Field, StrictBool, model_validator
 
 
 def content_hash(text: str) -> str:
@@ -206,7 +206,7 @@ class Source(Record):
     content_type: str | None = None
     truncated: bool = False
     fetched_at: datetime | None = None
-    from_cache: bool = False
+    from_cache: StrictBool = False
 
     @property
     def valid(self) -> bool:

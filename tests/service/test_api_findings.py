@@ -174,3 +174,18 @@ def test_the_service_and_the_pinned_schema_say_one_version(service: dict[str, An
     live = service["client"].get("/openapi.json").json()["info"]["version"]
     pinned = json.loads((ROOT / "docs" / "openapi.json").read_text())["info"]["version"]
     assert live == pinned == API_VERSION
+
+
+def test_booleans_and_integers_are_strict_in_the_api_records() -> None:
+    """schemathesis (every check): `"from_cache": 0` and `"line": false` were accepted."""
+    from pydantic import ValidationError
+
+    from medverify.audit.records import AuditInput
+    from medverify.records import Source
+
+    with pytest.raises(ValidationError):
+        Source.model_validate({"from_cache": 0})
+    with pytest.raises(ValidationError):
+        AuditInput.model_validate({"answer": {"text": "x"}, "line": False})
+    assert Source.model_validate_json('{"from_cache": true}').from_cache is True
+    assert AuditInput.model_validate_json('{"answer": {"text": "x"}, "line": 3}').line == 3

@@ -16,7 +16,7 @@ from datetime import datetime
 from enum import StrEnum
 from typing import Any
 
-from pydantic import Field
+from pydantic import Field, StrictInt
 
 from medverify.records import Answer, Category, Claim, Passage, Record, Usage, Verdict, utcnow
 
@@ -34,7 +34,7 @@ class AuditInput(Record):
 
     answer: Answer
     claims: list[GoldClaim] | None = None
-    line: int | None = None
+    line: StrictInt | None = None
 
 
 class GoldClaim(Record):
