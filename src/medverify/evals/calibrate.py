@@ -25,7 +25,7 @@ from medverify.errors import InputError
 from medverify.evals.pairs import load_pairs, pair_item
 from medverify.files import atomic_write_text, data_dir
 from medverify.harness import stage_id
-from medverify.judge import JUDGES, Judge, JudgeItem
+from medverify.judge import JUDGES, Judge, JudgeItem, has_trait
 from medverify.judge.confidence.card import CardData, ConfidenceCard
 from medverify.judge.confidence.fit import Example, fit_categories
 from medverify.judge.confidence.signals import verdict_features
@@ -39,7 +39,9 @@ REVIEW_GOLD = {"FACT": "SUPPORTED", "HALLUCINATION": "CONTRADICTED",
 """A reviewer's final label as the gold label of the claim against the passages they saw
 (JUDGMENT_ERROR and CANNOT_TELL say nothing about the evidence's label: left out)."""
 
-CHUNK = 64
+CHUNK = 64  # examples per judge call of an offline judge
+MODEL_CHUNK = 4  # ... of a judge that calls a model: a serial local model queues the rest,
+# and a call's time budget ([llm] call_budget_s) counts the wait
 
 
 @dataclass(frozen=True)
@@ -93,8 +95,9 @@ async def judge_all(judge: Judge, examples: Sequence[Labelled],
                     progress: Callable[[int], None] | None = None) -> list[Verdict]:
     """The judge's verdicts on every example, in chunks (one per example, in order)."""
     verdicts: list[Verdict] = []
-    for start in range(0, len(examples), CHUNK):
-        chunk = [e.item for e in examples[start:start + CHUNK]]
+    size = CHUNK if has_trait(judge, "offline") else MODEL_CHUNK
+    for start in range(0, len(examples), size):
+        chunk = [e.item for e in examples[start:start + size]]
         verdicts += await judge.judge(chunk)
         if progress is not None:
             progress(len(chunk))
