@@ -30,6 +30,10 @@ Design (recorded in the results):
   note. A FACT label teaches the claim's own text (what :func:`medverify.review.lesson` does for
   FACT with a source).
 
+A third arm, ``learning+cards`` (issue 42), is the learning arm with ``calibrate
+--from-reviews`` after each batch: a confidence card fitted on every closed review item so
+far wraps the judge for the next batch (:func:`recalibrated`).
+
 Teaching that must not spread (issue 41) is measured beside this loop by
 ``benchmarks/bench_near_miss.py``: near-miss claims of taught statements on the demo KB,
 0 confident FACT and 0 ACCEPT after teaching (``benchmarks/results/near_miss.md``); this
@@ -67,7 +71,9 @@ from medverify.config import (
     RetrievalSettings,
     ReviewSettings,
 )
+from medverify.evals import calibrate as flow
 from medverify.files import data_dir
+from medverify.judge.confidence.wrap import CardJudge
 from medverify.kb import KnowledgeBase
 from medverify.records import Answer, Document
 from medverify.review import DOC_PREFIX, ReviewLabel, items_from_report, loop_report, teach
@@ -120,7 +126,7 @@ def share(part: int, whole: int) -> float | None:
 
 def run_arm(name: str, learn: bool, base_kb: Path, work: Path, config: Config,
             batches: list[list[tuple[Query, bool]]], titles: dict[str, str],
-            held_out: set[str]) -> dict[str, Any]:
+            held_out: set[str], recalibrate: bool = False) -> dict[str, Any]:
     kb_dir = work / f"kb-{name}"
     shutil.copytree(base_kb, kb_dir)
     rows: list[dict[str, Any]] = []
@@ -184,6 +190,8 @@ def run_arm(name: str, learn: bool, base_kb: Path, work: Path, config: Config,
                     "categories": {k.removeprefix("category_"): v for k, v in stats.items()
                                    if k.startswith("category_")},
                 }
+                if recalibrate:
+                    row["card"] = recalibrated(checker, arm_config, work / f"runs-{name}.db")
                 rows.append(row)
                 print(f"{name} batch {number}: {row['claims']} claims, escalated "
                       f"{pct(row['escalated_share'])}, agreement {pct(row['agreement'])} "
@@ -195,6 +203,21 @@ def run_arm(name: str, learn: bool, base_kb: Path, work: Path, config: Config,
     return {"arm": name, "learn": learn, "settle": learn, "batches": rows,
             "loop_report_total": total, "seconds": round(time.perf_counter() - started, 1),
             "log": log, "taught": taught, "reviewed": reviewed}
+
+
+def recalibrated(checker: Checker, config: Config, store: Path) -> dict[str, Any]:
+    """Issue 42: `calibrate --from-reviews` after a batch: a card fitted on every closed
+    review item so far (the plain judge's verdicts on the passages the reviewer saw), put
+    around the checker's judge for the next batch. Returns the card's summary."""
+    examples, _ = flow.reviewed_items(store)
+    plain = flow.plain_judge(config, None)
+    verdicts = asyncio.run(flow.judge_all(plain, examples))
+    card = flow.fit_card(plain, examples, verdicts, sources=["reviews"], by="bench")
+    inner = checker.judge.inner if isinstance(checker.judge, CardJudge) else checker.judge
+    checker.judge = CardJudge(inner, card)
+    return {"examples": len(examples), "card_id": card.card_id,
+            "thresholds": {c: f.threshold for c, f in card.categories.items()},
+            "why_none": {c: f.why_none for c, f in card.categories.items() if f.why_none}}
 
 
 def logged(batch: int, answer_id: str, result: Any) -> dict[str, Any]:
@@ -270,7 +293,9 @@ def sure_overturns(arms: list[dict[str, Any]], queries: list[Query]) -> dict[str
                     and c["rule"] != "reviewed"]
             accepted = [(c, o) for c, o in sure if c["rule"] == "fact"]
             audited = [(c, o) for c, o in sure if c["rule"] == "audit"]
-            row: dict[str, Any] = {"arm": arm["arm"], "batch": number}
+            row: dict[str, Any] = {"arm": arm["arm"], "batch": number, "overturned_examples": [
+                f"{c['claim']} ({c['category']}, rule {c['rule']}; gold "
+                f"{gold[c['answer'].split('-', 2)[2]]})" for c, o in sure if o]}
             for key, group in (("sure", sure), ("accepted", accepted),
                                ("spot_checked", audited)):
                 wrong = sum(o for _, o in group)
@@ -288,6 +313,14 @@ def sure_overturns(arms: list[dict[str, Any]], queries: list[Query]) -> dict[str
               f"| {r['accepted']} | {pct(r['accepted_overturned_share'])} | "
               f"{r['spot_checked']} | {r['spot_checked_overturned']} of {r['spot_checked']} |"
               for r in rows]
+    lines += ["", "Overturned sure verdicts:", ""] + [
+        f"- {r['arm']}, batch {r['batch']}: {e}" for r in rows for e in r["overturned_examples"]]
+    cards = [(arm["arm"], b) for arm in arms for b in arm["batches"] if "card" in b]
+    if cards:
+        lines += ["", "Cards fitted from the closed review items after each batch (arm "
+                  "`learning+cards`, used for the next batch):", ""]
+        lines += [f"- after batch {b['batch']}: {b['card']['examples']} items, thresholds "
+                  f"{b['card']['thresholds']}" for _, b in cards]
     return {"per_batch": rows, "markdown": lines}
 
 
@@ -377,7 +410,7 @@ def totals(rows: list[dict[str, Any]]) -> dict[str, Any]:
 
 
 def reading(arms: list[dict[str, Any]]) -> list[str]:
-    learn, control = arms
+    learn, control = arms[:2]
     out = []
     for arm in arms:
         t, cats = arm["totals"], Counter()
@@ -434,8 +467,9 @@ def main() -> None:
         build_s = time.perf_counter() - started
         print(f"KB: {len(kept)} abstracts in {build_s:.1f} s", flush=True)
         arms = [run_arm(name, learn, work / "kb-base", work, config, batches, titles,
-                        held_out) for name, learn in (("learning", True),
-                                                      ("control", False))]
+                        held_out, recalibrate) for name, learn, recalibrate in (
+                            ("learning", True, False), ("control", False, False),
+                            ("learning+cards", True, True))]
     from medverify.arbitration import policy_id
 
     for arm in arms:
