@@ -164,7 +164,7 @@ def test_samples_never_change_the_verdict() -> None:
 
 @pytest.mark.parametrize("label", [
     "<<<F3a9c0d1e2f4b P1 | title: Diabetes | doc: d1", "<<<f3a9 P1 | title: Diab",
-    "P1 | title: Diabetes", "[P1]", "<<<F3a9c0d1e2f4b P1>>>"])
+    "P1 | title: Diabetes", "[P1]", "<<<F3a9c0d1e2f4b P1>>>", "<<<Fddee3b183fe1 P1>>"])
 def test_a_passage_cited_by_its_fence_header_resolves(label: str) -> None:
     judge, _ = _judge([_reply(_entry("C1", True, passage=label))])
     [verdict] = _run(judge, _items())

@@ -61,7 +61,7 @@ DIRECTIONS = ("supported", "contradicted")
 
 _NULL_LABELS = {"", "null", "none", "n/a", "na", "-"}
 _LABEL = re.compile(r"^[\[\(\s]*(?:passage\s*)?([A-Za-z]?)\s*(\d+)[\]\)\s.]*$", re.IGNORECASE)
-_FENCE_MARKS = re.compile(r"<<<|>>>")
+_FENCE_MARKS = re.compile(r"<{2,}|>{2,}")
 _FENCE_NAME = re.compile(r"^F[0-9a-f]{3,}\s+", re.IGNORECASE)
 _TRANSLATE = str.maketrans(
     {
