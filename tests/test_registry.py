@@ -19,6 +19,7 @@ from click.testing import CliRunner
 
 import medverify.checker as checker_module
 import medverify.judge as judge_module
+import medverify.judge.build as build_module
 from medverify.cli import main
 from medverify.cli._names import RegistryChoice, registry_names
 from medverify.config import Config
@@ -272,7 +273,8 @@ def plugin_judges(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Registry[J
         if JUDGES.plugin(name) is None:
             registry.register(name, JUDGES.get(name))
     monkeypatch.setattr(judge_module, "JUDGES", registry)
-    monkeypatch.setattr(checker_module, "JUDGES", registry)  # where `check` makes its judge
+    monkeypatch.setattr(checker_module, "JUDGES", registry)
+    monkeypatch.setattr(build_module, "JUDGES", registry)  # where `check` makes its judge
     return registry
 
 
