@@ -14,7 +14,13 @@ import pytest
 from medverify.config import Config
 from medverify.errors import ProviderError
 from medverify.judge import JUDGES, JudgeItem
-from medverify.judge.llm import RETRY_NOTE, SAMPLE_TEMPERATURE, TOP_LOGPROBS, LLMJudge
+from medverify.judge.llm import (
+    RETRY_NOTE,
+    RETRY_TEMPERATURE,
+    SAMPLE_TEMPERATURE,
+    TOP_LOGPROBS,
+    LLMJudge,
+)
 from medverify.llm.base import Completion, TokenLogprobs, TopLogprob
 from medverify.llm.facade import Model
 from medverify.records import Category, Claim, Passage, Verdict
@@ -151,7 +157,7 @@ def test_self_consistency_records_the_share_that_agrees_with_the_first_reply() -
     temperatures = [r.temperature for r in provider.requests]
     seeds = [r.seed for r in provider.requests]
     assert temperatures == [0.0] + [SAMPLE_TEMPERATURE] * 4
-    assert seeds == [None, 1, 2, 2, 3]  # the retry of sample 2 keeps its seed
+    assert seeds == [None, 1, 2, 1002, 3]  # the retry of sample 2 samples anew
 
 
 def test_samples_never_change_the_verdict() -> None:
@@ -192,6 +198,18 @@ def test_a_reply_that_is_not_json_is_asked_for_once_more() -> None:
     assert retry[-1].role == "user" and retry[-1].content == RETRY_NOTE
     assert retry[-2].role == "assistant" and retry[-2].content.startswith("Sure!")
     assert retry[:-2] == provider.requests[0].messages
+    # at temperature 0 a model repeats its reply: the retry samples
+    assert provider.requests[1].temperature == RETRY_TEMPERATURE
+    assert provider.requests[1].seed == 1000
+
+
+def test_a_trailing_comma_is_repaired_without_a_retry() -> None:
+    reply = _reply(_entry("C1", True))
+    broken = reply[:-2] + ",]}" if reply.endswith("]}") else reply
+    assert broken != reply, reply
+    judge, provider = _judge([broken])
+    [verdict] = _run(judge, _items())
+    assert verdict.category == Category.FACT and len(provider.requests) == 1
 
 
 def test_a_second_reply_that_is_not_json_is_error_with_both_reasons() -> None:

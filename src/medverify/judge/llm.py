@@ -50,6 +50,7 @@ REPLY_TOKENS_PER_CLAIM = 320  # reply budget: a claim's two analyses with quotes
 REPLY_TOKENS_BASE = 64
 RETRY_NOTE = ("Your reply was not a valid JSON object. Answer again with only the JSON "
               "object in the form asked for, and nothing else.")
+RETRY_TEMPERATURE = 0.3  # the one retry after a reply that is not JSON
 RETRIED_CHARS = 2000  # of the invalid reply kept in the conversation of the retry
 
 
@@ -239,7 +240,9 @@ class LLMJudge(PromptedModelJudge):
         log.warning("judge reply is not valid JSON (%s); asking once more", reason)
         again = [*messages, Message(role="assistant", content=first.text[:RETRIED_CHARS]),
                  Message(role="user", content=RETRY_NOTE)]
-        second = await self._complete(again, options)
+        # at temperature 0 a model repeats its reply word for word: the retry samples
+        second = await self._complete(again, options | {
+            "temperature": max(temperature, RETRY_TEMPERATURE), "seed": (seed or 0) + 1000})
         try:
             parsed = parse_judge_output(second.text, labels, p_labels, claims)
         except ParseError as exc:

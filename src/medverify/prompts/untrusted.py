@@ -56,11 +56,19 @@ def load_json_reply(raw: str, what: str = "reply") -> Any:
     """The JSON value in a model reply (a surrounding ```json code fence is tolerated).
 
     Raises ParseError for anything but one strict JSON value, including an object that
-    names a key twice (which value the model meant is unknowable)."""
+    names a key twice (which value the model meant is unknowable). One repair is made: a
+    comma right before a closing ``}`` or ``]`` (outside strings) is dropped, a slip small
+    models make that changes no value."""
     match = _CODE_FENCE.match(raw)
     body = match.group("body") if match else raw
     try:
-        return json.loads(body, object_pairs_hook=_unique_keys)
+        try:
+            return json.loads(body, object_pairs_hook=_unique_keys)
+        except json.JSONDecodeError:
+            repaired = without_trailing_commas(body)
+            if repaired == body:
+                raise
+            return json.loads(repaired, object_pairs_hook=_unique_keys)
     except _DuplicateKey as exc:
         raise ParseError(f"{what} is not usable JSON: {exc}", raw=raw) from None
     except json.JSONDecodeError as exc:
@@ -69,6 +77,27 @@ def load_json_reply(raw: str, what: str = "reply") -> Any:
     except (ValueError, RecursionError) as exc:  # an integer too long, nesting too deep
         raise ParseError(f"{what} is not usable JSON ({type(exc).__name__}: "
                          f"{str(exc)[:80]})", raw=raw) from None
+
+
+def without_trailing_commas(text: str) -> str:
+    """``text`` without the commas that directly precede a closing ``}`` or ``]`` (spaces
+    between them allowed), outside JSON strings; everything else unchanged."""
+    out: list[str] = []
+    in_string = escaped = False
+    for i, char in enumerate(text):
+        if in_string:
+            if escaped:
+                escaped = False
+            elif char == "\\":
+                escaped = True
+            elif char == '"':
+                in_string = False
+        elif char == '"':
+            in_string = True
+        elif char == "," and text[i + 1:].lstrip()[:1] in ("}", "]"):
+            continue
+        out.append(char)
+    return "".join(out)
 
 
 def validation_detail(exc: ValidationError, limit: int = 3) -> str:
