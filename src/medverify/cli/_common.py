@@ -89,6 +89,20 @@ def progress_bar(description: str, total: int) -> Iterator[Callable[[int, int], 
         yield lambda done, n: bar.update(task, completed=done, total=n)
 
 
+@contextmanager
+def counting_bar(description: str, total: int) -> Iterator[Callable[[int], None]]:
+    """:func:`progress_bar` driven by increments: yields ``advance(n)`` (n more done)."""
+    with progress_bar(description, total) as bar:
+        done = 0
+
+        def advance(n: int) -> None:
+            nonlocal done
+            done += n
+            bar(done, total)
+
+        yield advance
+
+
 def write_outputs(reports: list[Report], json_out: Path | None, html_out: Path | None) -> None:
     if json_out:
         if len(reports) == 1:

@@ -12,7 +12,7 @@ from rich.console import Console
 from rich.table import Table
 
 from medverify.cli import main
-from medverify.cli._common import config_option, console, load_config, progress_bar
+from medverify.cli._common import config_option, console, counting_bar, load_config
 from medverify.cli._names import JUDGES, RegistryChoice
 from medverify.config import Config
 from medverify.errors import InputError
@@ -97,14 +97,7 @@ async def _fit(config: Config, examples: list[flow.Labelled], sources: list[str]
     model = pairs_model(config)
     try:
         judge = flow.plain_judge(config, model)
-        with progress_bar("judging examples", len(examples)) as bar:
-            done = 0
-
-            def advance(n: int) -> None:
-                nonlocal done
-                done += n
-                bar(done, len(examples))
-
+        with counting_bar("judging examples", len(examples)) as advance:
             verdicts = await flow.judge_all(judge, examples, advance)
         return flow.fit_card(judge, examples, verdicts, sources=sources, folds=folds,
                              targets=targets, by=by)

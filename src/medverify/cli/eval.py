@@ -16,9 +16,9 @@ from medverify.cli import main
 from medverify.cli._common import (
     config_option,
     console,
+    counting_bar,
     json_out_option,
     load_config,
-    progress_bar,
 )
 from medverify.cli._names import EMBEDDERS, JUDGES, NamesHelpOption, RegistryChoice
 from medverify.config import Config, KBSettings
@@ -161,14 +161,7 @@ def pairs(
     else:
         try:
             total = sum(len(load_pairs(f, limit)) for f in files)
-            with progress_bar(f"judging pairs ({executor.name})", total) as bar:
-                done = 0
-
-                def advance(n: int) -> None:
-                    nonlocal done
-                    done += n
-                    bar(done, total)
-
+            with counting_bar(f"judging pairs ({executor.name})", total) as advance:
                 result = evaluate_pairs_on(executor, list(files), config, limit=limit,
                                            progress=advance)
         finally:
@@ -210,14 +203,7 @@ async def judge_with_progress(
     model = pairs_model(config)
     try:
         judge = make(config, model)
-        with progress_bar(what, total) as bar:
-            done = 0
-
-            def advance(n: int) -> None:
-                nonlocal done
-                done += n
-                bar(done, total)
-
+        with counting_bar(what, total) as advance:
             yield judge, advance
     finally:
         if model is not None:

@@ -27,9 +27,9 @@ from medverify.cli import main
 from medverify.cli._common import (
     config_option,
     console,
+    counting_bar,
     executor_option,
     load_config,
-    progress_bar,
     store_option,
 )
 from medverify.config import Config
@@ -210,14 +210,7 @@ async def _features(config: Config, scorers: list[str], examples: list[Any],
     try:
         stage = RiskStage.from_config(config, scorers=scorers, rephraser=rephraser)
         key = _resume_key(stage, input_file, rephraser_spec)
-        with progress_bar("risk features", len(examples)) as bar:
-            done = 0
-
-            def advance(n: int) -> None:
-                nonlocal done
-                done += n
-                bar(done, len(examples))
-
+        with counting_bar("risk features", len(examples)) as advance:
             lines, resumed = await feature_blocks(stage, examples, out, key=key,
                                                   progress=advance)
         return lines, stage.schema, resumed
@@ -242,14 +235,7 @@ def _features_on(executor: Executor, config: Config, scorers: list[str], example
             asyncio.run(rephraser.aclose())
     key = _resume_key(stage, input_file, rephraser_spec)
     task = FeatureBlockTask.for_config(config, scorers, rephraser_spec)
-    with progress_bar(f"risk features ({executor.name})", len(examples)) as bar:
-        done = 0
-
-        def advance(n: int) -> None:
-            nonlocal done
-            done += n
-            bar(done, len(examples))
-
+    with counting_bar(f"risk features ({executor.name})", len(examples)) as advance:
         lines, resumed = feature_blocks_on(executor, task, examples, out, key=key,
                                            progress=advance)
     return lines, stage.schema, resumed
