@@ -191,10 +191,10 @@ def passage_label(passages: dict[str, str], case: QuoteCase) -> str:
 def corpus_reply(cases: dict[str, QuoteCase]) -> Any:
     """A ``ScriptedProvider`` reply function answering every judge prompt by its claim's
     case (claims are matched by text; ``cases`` maps claim text to case)."""
-    from medverify.testing.judge import prompt_blocks
+    from medverify.testing.judge import _user_text, prompt_blocks
 
     def reply(request: Any) -> str:
-        passages, claims = prompt_blocks(request.messages[-1].content)
+        passages, claims = prompt_blocks(_user_text(request))  # a retry's prompt included
         [(label, text)] = claims.items()
         case = cases[text.strip()]
         return case.reply(label, passage_label(passages, case))

@@ -84,9 +84,13 @@ def _evidence(passages: dict[str, str], claim: str) -> tuple[str | None, str | N
 
 
 def _user_text(request: ChatRequest | dict[str, Any]) -> str:
+    """The judge prompt of a request: the last message holding a fence (a retry ends with a
+    note after it), else the last message."""
     if isinstance(request, ChatRequest):
-        return request.messages[-1].content
-    return str(request["messages"][-1]["content"])
+        texts = [m.content for m in request.messages]
+    else:
+        texts = [str(m["content"]) for m in request["messages"]]
+    return next((t for t in reversed(texts) if _FENCE.search(t)), texts[-1])
 
 
 def scripted_judge(rule: Rule) -> Callable[[ChatRequest | dict[str, Any]], str]:
