@@ -72,6 +72,20 @@ def test_a_huge_offset_is_refused_by_the_schema_not_a_500(service: dict[str, Any
     assert offset["schema"]["maximum"] == 2**31 - 1
 
 
+def test_a_huge_kb_change_id_is_refused_not_a_500(service: dict[str, Any]) -> None:
+    """schemathesis in CI: POST /v1/review/kb-changes/2**63/revert was a 500 (OverflowError
+    in SQLite)."""
+    from medverify.review.records import KBChangeNotFound
+    from medverify.store.review import ReviewStore
+
+    client, auth = service["client"], service["auth"][Role.ADMIN]
+    huge = client.post(f"/v1/review/kb-changes/{2**63}/revert", headers=auth)
+    _code(huge, 422, "invalid_request")
+    _code(client.post("/v1/review/kb-changes/7/revert", headers=auth), 404, "not_found")
+    with RunStore(service["store"]) as runs, pytest.raises(KBChangeNotFound):
+        ReviewStore(runs).mark_reverted(2**70)
+
+
 def test_an_empty_answer_in_a_job_is_refused_as_on_check(service: dict[str, Any]) -> None:
     client, auth = service["client"], service["auth"][Role.CLIENT]
     for path in ("/v1/jobs/check", "/v1/factcheck"):

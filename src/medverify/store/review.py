@@ -36,7 +36,7 @@ from medverify.review.records import (
 from medverify.review.settled import SettledRow, claim_key
 from medverify.review.workflow import checked_label, pair_agreements
 from medverify.review.workflow import next_status as _next  # module-level: tests patch it
-from medverify.store.runs import RunStore, sql_bound
+from medverify.store.runs import SQL_INT_MAX, RunStore, sql_bound
 
 
 def _stamp(when: datetime | None = None) -> str:
@@ -331,6 +331,8 @@ class ReviewStore:
         return self.kb_change(change_id)
 
     def kb_change(self, change_id: int) -> KBChange:
+        if not 0 < change_id <= SQL_INT_MAX:  # no such row, and out of SQLite's range
+            raise KBChangeNotFound(f"no KB change {change_id}")
         row = self._db.execute(f"SELECT {_CHANGE_COLUMNS} FROM kb_changes WHERE id = ?",
                                (change_id,)).fetchone()
         if row is None:
@@ -354,6 +356,7 @@ class ReviewStore:
 
     def mark_reverted(self, change_id: int) -> KBChange:
         """Record a change as reverted (once: a reverted change keeps its first time)."""
+        self.kb_change(change_id)  # KBChangeNotFound, before any write
         self._db.execute("UPDATE kb_changes SET reverted_at = ? WHERE id = ? AND"
                          " reverted_at IS NULL", (_stamp(), change_id))
         return self.kb_change(change_id)

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from typing import Annotated, Literal
 
-from fastapi import APIRouter, Query, Request
+from fastapi import APIRouter, Path, Query, Request
 
 from medverify.kb import KnowledgeBase
 from medverify.review import (
@@ -138,7 +138,8 @@ async def kb_changes(key: Reviewer, state: State,
 
 
 @router.post("/v1/review/kb-changes/{change_id}/revert", response_model=KBChange)
-async def revert_kb_change(change_id: int, request: Request, key: Admin,
+async def revert_kb_change(change_id: Annotated[int, Path(ge=1, le=2**31 - 1)],
+                           request: Request, key: Admin,
                            state: State) -> KBChange:
     """Take a document the review added out of the knowledge base again.
 

@@ -46,7 +46,7 @@ async def run(run_id: str, key: Client, state: State) -> RunRecord:
 
 @router.get("/v1/runs/{run_id}/report", response_class=HTMLResponse)
 async def run_report(run_id: str, key: Client, state: State,
-                     answer: Annotated[int, Query(ge=0)] = 0) -> HTMLResponse:
+                     answer: Annotated[int, Query(ge=0, le=2**31 - 1)] = 0) -> HTMLResponse:
     """The HTML report of one answer of a check run.
 
     ``answer`` counts from 0. 404 for audit and fact-check runs (their data is at ``GET
