@@ -135,15 +135,20 @@ def write_results(name: str, payload: dict[str, Any], text: str) -> None:
     print(text)
 
 
-def main() -> None:
-    work = work_dir(__doc__, "queue-")
+def demo_reports(work: Path) -> list[Report]:
+    """The demo answers and the README example checked on the demo KB built in ``work``."""
     kb, _ = build_demo_kb(work / "kb")
     with kb:
         checker = Checker.from_config(demo_config(work), kb=kb)
         try:
-            reports = asyncio.run(checker.run([*demo_answers(), README_EXAMPLE]))
+            return asyncio.run(checker.run([*demo_answers(), README_EXAMPLE]))
         finally:
             asyncio.run(checker.aclose())
+
+
+def main() -> None:
+    work = work_dir(__doc__, "queue-")
+    reports = demo_reports(work)
     policies = {name: measure(decided(reports, p)) for name, p in POLICIES.items()}
     payload = {"policies": policies, "rows": decided(reports, POLICIES["default (v2)"])}
     write_results("queue", payload, markdown(payload))

@@ -18,18 +18,15 @@ Writes benchmarks/results/queue_page.json and queue_page.md. Needs Playwright an
 
 from __future__ import annotations
 
-import asyncio
 import subprocess
 from pathlib import Path
 from typing import Any
 
 import jinja2
-from bench_queue import POLICIES, README_EXAMPLE, ROOT, work_dir, write_results
+from bench_queue import POLICIES, ROOT, demo_reports, work_dir, write_results
 
 from medverify.arbitration import arbitrate_all
-from medverify.checker import Checker
 from medverify.config import Config
-from medverify.demo import build_demo_kb, demo_answers, demo_config
 from medverify.review import ReviewItem, items_from_report
 from medverify.service import ui
 from medverify.store.access import KeyStore, Role
@@ -61,13 +58,7 @@ MEASURE = """() => {
 
 def queue_items(work: Path) -> list[ReviewItem]:
     """The demo run's escalated claims under :data:`POLICY`, as review items."""
-    kb, _ = build_demo_kb(work / "kb")
-    with kb:
-        checker = Checker.from_config(demo_config(work), kb=kb)
-        try:
-            reports = asyncio.run(checker.run([*demo_answers(), README_EXAMPLE]))
-        finally:
-            asyncio.run(checker.aclose())
+    reports = demo_reports(work)
     policy = POLICIES[POLICY]
     items = []
     for report in reports:

@@ -267,3 +267,16 @@ def test_eval_pairs_names_the_card_it_reports_against(tmp_path: Path) -> None:
                                 catch_exceptions=False)
     assert result.exit_code == 0, result.output
     assert f"confidence card {card.card_id}" in " ".join(result.output.split())
+
+
+def test_a_card_never_changes_a_category_or_its_evidence() -> None:
+    """A card only says how sure: whatever a model wrote or a reviewer taught, the verdict's
+    category, analyses and exact-check findings are the judge's."""
+    judge, card = _fitted(n=600)
+    examples = _examples(300, 5, prefix="v")
+    judge.gold |= {e.item.claim.id: e.gold for e in examples}
+    plain = asyncio.run(flow.judge_all(judge, examples))
+    carded = asyncio.run(flow.judge_all(CardJudge(judge, card), examples))
+    for a, b in zip(plain, carded, strict=True):
+        assert (a.category, a.factual, a.counterfactual, a.findings) == (
+            b.category, b.factual, b.counterfactual, b.findings)

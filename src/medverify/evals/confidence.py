@@ -19,16 +19,10 @@ from collections.abc import Sequence
 from pydantic import BaseModel, ConfigDict, Field
 from rich.table import Table
 
-from medverify.records import Category, Verdict
+from medverify.judge.confidence.card import RIGHT
+from medverify.records import Verdict
 from medverify.report.svg import BLUE, INK, MUTED, PALETTE, Box, document, esc
 from medverify.stats import wilson
-
-RIGHT = {
-    Category.FACT: {"SUPPORTED"},
-    Category.HALLUCINATION: {"CONTRADICTED", "NOT_SUPPORTED"},
-    Category.COVERAGE_GAP: {"NOT_ENOUGH_INFO", "NOT_SUPPORTED"},
-}
-"""The gold labels on which a category is right."""
 
 CURVE_POINTS = 40
 
