@@ -34,14 +34,13 @@ from medverify.evals.arbitration import (
     ArbitrationEval,
     LabelledClaim,
     PolicyPoint,
-    curve_svg,
     describe,
     evaluate,
     evaluate_policy,
-    judge_sources,
-    read_source,
     sweep,
 )
+from medverify.evals.arbitration_chart import curve_svg
+from medverify.evals.arbitration_input import judge_sources, read_source
 from medverify.files import data_dir
 from medverify.judge.builtin import BuiltinJudge
 

@@ -33,17 +33,16 @@ from medverify.evals.arbitration import (
     LabelledClaim,
     auto_grid,
     choose,
-    curve_svg,
     evaluate,
     evaluate_policy,
     is_wrong,
-    judge_sources,
     labelled_claim,
     pareto_front,
     policy_toml,
-    read_source,
     sweep,
 )
+from medverify.evals.arbitration_chart import curve_svg
+from medverify.evals.arbitration_input import judge_sources, read_source
 from medverify.evals.pairs import Pair
 from medverify.judge import JudgeItem
 from medverify.kb import KnowledgeBase

@@ -27,12 +27,10 @@ from medverify.evals.arbitration import (
     ArbitrationEval,
     LabelledClaim,
     PolicyPoint,
-    Source,
-    curve_svg,
-    judge_sources,
-    read_source,
 )
 from medverify.evals.arbitration import evaluate as evaluate_arbitration
+from medverify.evals.arbitration_chart import curve_svg
+from medverify.evals.arbitration_input import Source, judge_sources, read_source
 from medverify.files import atomic_write_text
 from medverify.harness import stage_id
 from medverify.injection import (

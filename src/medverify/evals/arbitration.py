@@ -3,9 +3,10 @@ escalates to a clinician, and at what review load (``medverify eval arbitration`
 
 Input: claim/evidence pairs with gold labels (the shared pairs format of
 :mod:`medverify.evals.pairs`, judged here through the normal judge), or the claims of an
-earlier ``eval arbitration --json`` output (already judged: only the sweep runs again). A
-pairs line may carry the risk classifier's hallucination probability as ``risk``; then the
-risk rules are measured too.
+earlier ``eval arbitration --json`` output (already judged: only the sweep runs again); read
+by :mod:`medverify.evals.arbitration_input`. A pairs line may carry the risk classifier's
+hallucination probability as ``risk``; then the risk rules are measured too. The chart of
+the result is :mod:`medverify.evals.arbitration_chart`.
 
 Definitions (docs/arbitration.md):
 
@@ -38,21 +39,18 @@ from __future__ import annotations
 import itertools
 import json
 from collections import Counter
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field
 
 from medverify.arbitration import CONFIDENCE_OF, decide, policy_id
 from medverify.config import ArbitrationPolicy
 from medverify.errors import InputError
-from medverify.evals.pairs import Pair, judge_pairs, load_pairs
-from medverify.judge import Judge
+from medverify.evals.pairs import Pair
 from medverify.judge.severity import clinical_kinds
 from medverify.records import Category, Decision, Verdict
-from medverify.report.svg import BLUE, GRID, INK, MUTED, ORANGE, PALETTE, Box, document, esc
 
 GOLD_CATEGORY: dict[str, Category] = {
     "SUPPORTED": Category.FACT,
@@ -137,79 +135,6 @@ def labelled_claim(pair: Pair, verdict: Verdict | None, risk: float | None = Non
                          confident=verdict.confident if verdict.ok else None,
                          vetoed=any(f.veto for f in verdict.findings),
                          clinical=bool(clinical_kinds(pair.claim)))
-
-
-# ---- input ---------------------------------------------------------------------------
-
-
-@dataclass
-class Source:
-    """One input file: pairs to judge (with their risks), or claims judged before."""
-
-    path: Path
-    pairs: list[Pair]
-    risks: list[float | None]
-    judged: list[LabelledClaim]
-
-
-def read_source(path: str | Path, limit: int | None = None) -> Source:
-    """Pairs JSONL (``risk`` read from each line when present) or the JSON of an earlier
-    ``eval arbitration --json`` (its ``claims``)."""
-    path = Path(path)
-    if path.suffix.lower() == ".json":
-        return Source(path, [], [], _judged_claims(path, limit))
-    pairs = load_pairs(path, limit)
-    return Source(path, pairs, _risks(path, len(pairs)), [])
-
-
-def _judged_claims(path: Path, limit: int | None) -> list[LabelledClaim]:
-    try:
-        data = json.loads(path.read_text("utf-8"))
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
-        raise InputError(f"cannot read {path}: {exc}") from exc
-    if not isinstance(data, dict) or not isinstance(data.get("claims"), list):
-        raise InputError(
-            f"{path} holds no judged claims: pass claim/evidence pairs (JSONL) or the JSON of "
-            "`medverify eval arbitration --json` (`eval pairs --json` keeps no per-pair verdicts)")
-    try:
-        claims = [LabelledClaim.model_validate(c) for c in data["claims"][:limit]]
-    except ValidationError as exc:
-        raise InputError(f"{path}: bad judged claim ({exc.errors()[0]['msg']})") from exc
-    if not claims:
-        raise InputError(f"{path} has no judged claims")
-    return claims
-
-
-def _risks(path: Path, n: int) -> list[float | None]:
-    """Each pair's ``risk`` (the same non-blank lines :func:`load_pairs` read)."""
-    risks: list[float | None] = []
-    with path.open(encoding="utf-8") as handle:
-        for line in handle:
-            if len(risks) >= n:
-                break
-            if line.strip():
-                value = json.loads(line).get("risk")
-                if value is not None and not (isinstance(value, int | float)
-                                              and 0 <= value <= 1):
-                    raise InputError(f"{path}: risk {value!r} is not a probability")
-                risks.append(None if value is None else float(value))
-    return risks
-
-
-async def judge_sources(sources: Sequence[Source], judge: Judge | None,
-                        progress: Callable[[int], None] | None = None) -> list[LabelledClaim]:
-    """Every source's labelled claims, judging the pairs (claims judged before as they are;
-    ``judge`` may be None when no source has pairs)."""
-    out: list[LabelledClaim] = []
-    for source in sources:
-        if source.pairs:
-            if judge is None:
-                raise InputError(f"{source.path} holds pairs to judge, and no judge was given")
-            verdicts = await judge_pairs(judge, source.pairs, progress)
-            out += [labelled_claim(p, v, r)
-                    for p, v, r in zip(source.pairs, verdicts, source.risks, strict=True)]
-        out += source.judged
-    return out
 
 
 # ---- the sweep -------------------------------------------------------------------------
@@ -471,8 +396,8 @@ def policy_toml(policy: ArbitrationPolicy, point: PolicyPoint | None = None) -> 
     ``point`` measured as a comment."""
     lines = []
     if point is not None:
-        lines.append(f"# {policy_id(policy)}: escalates {_pct(point.escalated)} of claims, "
-                     f"catches {_pct(point.caught)} of judge errors (n={point.n})")
+        lines.append(f"# {policy_id(policy)}: escalates {pct(point.escalated)} of claims, "
+                     f"catches {pct(point.caught)} of judge errors (n={point.n})")
     lines.append("[arbitration]")
     for name, value in policy.model_dump(mode="json").items():
         if value is not None:  # TOML has no null: an unset optional setting is left out
@@ -480,7 +405,8 @@ def policy_toml(policy: ArbitrationPolicy, point: PolicyPoint | None = None) -> 
     return "\n".join(lines) + "\n"
 
 
-def _pct(value: float | None) -> str:
+def pct(value: float | None) -> str:
+    """A share as a percentage with one decimal (``n/a`` for None)."""
     return "n/a" if value is None else f"{100 * value:.1f}%"
 
 
@@ -488,89 +414,3 @@ def describe(point: PolicyPoint) -> str:
     """A point's thresholds in a few words (``FACT<0.9, COVERAGE_GAP<0.6``; ``none``)."""
     parts = [f"{k}<{v:g}" for k, v in point.min_confidence.items()]
     return ", ".join(parts) or "no confidence floor"
-
-
-# ---- the chart -----------------------------------------------------------------------
-
-
-def curve_svg(result: ArbitrationEval, title: str | None = None, *,
-              name: str = "front", fronts: Sequence[tuple[str, Sequence[PolicyPoint]]] = (),
-              marks: Sequence[tuple[str, PolicyPoint]] = ()) -> str:
-    """The Pareto front (share escalated vs share of errors caught) as a step line, with the
-    configured policy, the chosen one, the escalation budget and random escalation (the
-    diagonal) marked; ``fronts`` (name, points) and ``marks`` (name, point) add other data
-    sets' curves and points (e.g. the chosen policy on held-out data)."""
-    box = Box(60, 44, 420, 300)
-    body = [_ticks(box), box.frame(),
-            f'<path d="M{box.x(0)} {box.y(0)}L{box.x(1)} {box.y(1)}" stroke="{MUTED}" '
-            f'stroke-dasharray="2 4" fill="none"><title>escalating claims at random '
-            f'(catches as many errors as it escalates claims)</title></path>']
-    budget = box.x(min(result.max_escalation, 1.0))
-    body.append(f'<path d="M{budget:.1f} {box.top}V{box.bottom}" stroke="{ORANGE}" '
-                f'stroke-dasharray="5 4"><title>escalation budget '
-                f'{_pct(result.max_escalation)}</title></path>')
-    curves = [(name, result.front, BLUE),
-              *((label, points, PALETTE[3 + i % 4]) for i, (label, points) in enumerate(fronts))]
-    legend: list[tuple[str, str]] = []
-    for label, points, colour in curves:
-        body += _front(box, label, points, colour)
-        if fronts:
-            legend.append((f"— {label}", colour))
-    rings = [("configured", result.base, INK), ("chosen", result.chosen, PALETTE[2]),
-             *((label, point, PALETTE[3 + i % 4]) for i, (label, point) in enumerate(marks))]
-    for label, point, colour in rings:
-        if point is None or point.caught is None:
-            continue
-        body.append(_dot(box, point, colour, 6, f"{label}: {describe(point)}", ring=True))
-        legend.append((f"◯ {label}: escalates {_pct(point.escalated)}, catches "
-                       f"{_pct(point.caught)}", colour))
-    for row, (text, colour) in enumerate(legend):  # under the plot, clear of the curves
-        body.append(_label(box.left, box.bottom + 58 + 15 * row, text, colour))
-    body += [_label(box.left + box.width / 2, box.bottom + 34, "share of claims escalated",
-                    INK, anchor="middle"),
-             f'<text x="16" y="{box.top + box.height / 2:.1f}" font-size="12" fill="{INK}" '
-             f'text-anchor="middle" transform="rotate(-90 16 {box.top + box.height / 2:.1f})">'
-             "share of judge errors caught</text>"]
-    heading = title or f"Arbitration: errors caught vs escalated (n={result.n})"
-    return document(box.left + box.width + 24, box.bottom + 62 + 15 * len(legend), heading,
-                    body)
-
-
-def _front(box: Box, name: str, points: Sequence[PolicyPoint], colour: str) -> list[str]:
-    """A front as a step line (more review load buys the next caught errors) with its
-    points, each with its policy as the tooltip."""
-    front = [p for p in points if p.caught is not None]
-    if not front:
-        return []
-    path = f"M{box.x(front[0].escalated):.1f} {box.y(front[0].caught or 0):.1f}"
-    for p in front[1:]:
-        path += f"H{box.x(p.escalated):.1f}V{box.y(p.caught or 0):.1f}"
-    parts = [f'<path d="{path}" fill="none" stroke="{colour}" stroke-width="2">'
-             f"<title>{esc(name)}</title></path>"]
-    parts += [_dot(box, p, colour, 3, f"{name}, {describe(p)}: escalates {_pct(p.escalated)}, "
-                                      f"catches {_pct(p.caught)}, precision {_pct(p.precision)}")
-              for p in front]
-    return parts
-
-
-def _ticks(box: Box) -> str:
-    parts = []
-    for tick in (0.0, 0.25, 0.5, 0.75, 1.0):
-        x, y = box.x(tick), box.y(tick)
-        parts.append(f'<path d="M{x:.1f} {box.top}V{box.bottom}M{box.left} {y:.1f}'
-                     f'H{box.left + box.width}" stroke="{GRID}"/>')
-        parts.append(_label(x, box.bottom + 14, f"{tick:.0%}", MUTED, anchor="middle"))
-        parts.append(_label(box.left - 6, y + 4, f"{tick:.0%}", MUTED, anchor="end"))
-    return "".join(parts)
-
-
-def _dot(box: Box, point: PolicyPoint, colour: str, radius: float, tip: str, *,
-         ring: bool = False) -> str:
-    fill = 'fill="none" stroke-width="2"' if ring else f'fill="{colour}"'
-    return (f'<circle cx="{box.x(point.escalated):.1f}" cy="{box.y(point.caught or 0):.1f}" '
-            f'r="{radius}" {fill} stroke="{colour}"><title>{esc(tip)}</title></circle>')
-
-
-def _label(x: float, y: float, text: str, colour: str, *, anchor: str = "start") -> str:
-    return (f'<text x="{x:.1f}" y="{y:.1f}" font-size="11" fill="{colour}" '
-            f'text-anchor="{anchor}">{esc(text)}</text>')
