@@ -27,7 +27,8 @@ import numpy as np
 from medverify.files import data_dir
 from medverify.judge import JudgeItem
 from medverify.judge.builtin import BuiltinJudge, is_verbatim
-from medverify.records import Claim, Passage, passage_label
+from medverify.records import Claim, Passage
+from medverify.verdict_rules import passage_label
 
 ROOT = Path(__file__).resolve().parents[1]
 DATA = data_dir() / "pairs"

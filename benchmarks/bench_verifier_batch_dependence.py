@@ -25,7 +25,7 @@ from pathlib import Path
 import numpy as np
 from bench_judge_speed import pairs as load  # the same pairs as the speed benchmark
 
-from medverify.records import passage_label
+from medverify.verdict_rules import passage_label
 from medverify.verifier import get_verifier
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -34,7 +34,8 @@ from medverify.judge.calibration import (
     pair_features,
 )
 from medverify.judge.decide import decide
-from medverify.records import Claim, Passage, categorize
+from medverify.records import Claim, Passage
+from medverify.verdict_rules import categorize
 
 ROOT = Path(__file__).resolve().parents[1]
 DATA = data_dir() / "pairs"

@@ -42,7 +42,9 @@ LAYERS: dict[str, int] = {
     "citations": 0,  # citation markers in text: pure text functions, no medverify import
     "registry": 0,  # name -> "module:attr" plugin lookup (strings, no imports)
     "config": 0,  # settings read from TOML and the environment
-    "records": 0,  # the records passed between stages (and passage_label, their rule)
+    "records": 0,  # the records passed between stages
+    # a claim's outcome vocabulary and the rules over it (passage_label, categorize, ...)
+    "verdict_rules": 0,
     "inputs": 0,  # reading answers from bytes: needs only errors and records
     # SQL connections by location (a SQLite file or PostgreSQL): the run store's, also
     # used by the llm cache, so this one module of store sits at the base

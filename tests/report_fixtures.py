@@ -11,7 +11,6 @@ import json
 from datetime import UTC, datetime
 
 from medverify.records import (
-    CATEGORY_SCORE,
     Analysis,
     Answer,
     Category,
@@ -25,6 +24,7 @@ from medverify.records import (
     Verdict,
 )
 from medverify.report.metrics import compute_metrics
+from medverify.verdict_rules import CATEGORY_SCORE
 
 QUESTION = "What is the first-line drug treatment for type 2 diabetes, and what are its main risks?"
 

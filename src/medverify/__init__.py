@@ -12,14 +12,12 @@ from typing import Any
 from medverify.config import Config
 from medverify.errors import MedverifyError
 from medverify.records import (
-    CATEGORY_SCORE,
     Analysis,
     Answer,
     Category,
     Claim,
     ClaimResult,
     Document,
-    EvidenceLabel,
     Metrics,
     Passage,
     Report,
@@ -28,6 +26,7 @@ from medverify.records import (
     Usage,
     Verdict,
 )
+from medverify.verdict_rules import CATEGORY_SCORE, EvidenceLabel
 
 __all__ = [
     "CATEGORY_SCORE",

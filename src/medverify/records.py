@@ -9,12 +9,24 @@ from __future__ import annotations
 
 import functools
 import hashlib
-from collections.abc import Sequence
 from datetime import UTC, datetime
 from enum import StrEnum
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, StrictBool, model_validator
+
+from medverify.verdict_rules import (
+    CATEGORY_SCORE,
+    Category,
+    CheckKind,
+    Decision,
+    EvidenceLabel,
+    categorize,
+    deciding_side,
+    evidence_label,
+    upgrade_inputs,
+    verdict_warnings,
+)
 
 
 def content_hash(text: str) -> str:
@@ -38,45 +50,6 @@ def package_version() -> str:
         return "unknown"
 
 
-class EvidenceLabel(StrEnum):
-    """Verdict of one claim against evidence."""
-
-    SUPPORTED = "SUPPORTED"
-    CONTRADICTED = "CONTRADICTED"
-    NOT_ENOUGH_INFO = "NOT_ENOUGH_INFO"
-
-
-class Category(StrEnum):
-    """Per-claim outcome of factual + counterfactual analysis (CHECK)."""
-
-    FACT = "FACT"
-    HALLUCINATION = "HALLUCINATION"
-    JUDGMENT_ERROR = "JUDGMENT_ERROR"
-    COVERAGE_GAP = "COVERAGE_GAP"
-    ERROR = "ERROR"
-
-
-class Decision(StrEnum):
-    """What arbitration does with a claim (:mod:`medverify.arbitration`)."""
-
-    ACCEPT = "ACCEPT"  # shown as checked
-    FLAG = "FLAG"  # shown with a warning
-    ESCALATE = "ESCALATE"  # held for a clinician (the review queue)
-
-
-class CheckKind(StrEnum):
-    """What an exact check (:mod:`medverify.judge.checks`) found to differ between a claim
-    and the passage that is said to support it."""
-
-    NUMBER = "number"  # a number, dose, interval or unit the passage states otherwise
-    NEGATION = "negation"  # one side negates what the other affirms
-    DIRECTION = "direction"  # increase vs decrease, speeds up vs slows down, ...
-    POPULATION = "population"  # children vs adults, pregnant women vs ..., type 1 vs type 2
-    DRUG = "drug"  # another drug or substance in the same place
-    FREQUENCY = "frequency"  # rarely vs often, never vs usually, ...
-    ENTITY = "entity"  # another disease, organism or vaccine in the same place
-
-
 class RunStatus(StrEnum):
     """How a recorded run stands: one vocabulary for every flow (check, audit, factcheck,
     bench) and the service.
@@ -93,57 +66,6 @@ class RunStatus(StrEnum):
     FAILED = "failed"
     INTERRUPTED = "interrupted"
     CANCELLED = "cancelled"
-
-
-CATEGORY_SCORE: dict[Category, float] = {
-    Category.FACT: 1.0,
-    Category.HALLUCINATION: 0.0,
-    Category.JUDGMENT_ERROR: 0.5,
-    Category.COVERAGE_GAP: 0.5,
-}
-
-
-def categorize(supported: bool, contradicted: bool) -> Category:
-    """Map the two analyses to a category.
-
-    supported and not contradicted -> FACT; contradicted and not supported ->
-    HALLUCINATION; both -> JUDGMENT_ERROR (the evidence disagrees with itself);
-    neither -> COVERAGE_GAP.
-    """
-    if supported and not contradicted:
-        return Category.FACT
-    if contradicted and not supported:
-        return Category.HALLUCINATION
-    if supported and contradicted:
-        return Category.JUDGMENT_ERROR
-    return Category.COVERAGE_GAP
-
-
-def evidence_label(supported: bool, contradicted: bool) -> EvidenceLabel | None:
-    """The single evidence label implied by the two analyses (None when both hold)."""
-    if supported and contradicted:
-        return None
-    if supported:
-        return EvidenceLabel.SUPPORTED
-    if contradicted:
-        return EvidenceLabel.CONTRADICTED
-    return EvidenceLabel.NOT_ENOUGH_INFO
-
-
-def passage_label(probs: Sequence[float], thresholds: tuple[float, float]) -> int | None:
-    """One passage's decision from its 3-way probabilities (SUPPORTED, CONTRADICTED,
-    NOT_ENOUGH_INFO order) and the (support, contradict) thresholds: 0 (SUPPORTED) if only
-    P(S) passes its threshold, 1 (CONTRADICTED) if only P(C) does, the larger if both (ties
-    go to SUPPORTED), None (not enough information) if neither. The rule the built-in
-    judge applies per passage and :func:`medverify.verifier.decide` labels with."""
-    supported, contradicted = 0, 1
-    p_s, p_c = float(probs[supported]), float(probs[contradicted])
-    support, contradict = p_s >= thresholds[supported], p_c >= thresholds[contradicted]
-    if support and contradict:
-        return supported if p_s >= p_c else contradicted
-    if support or contradict:
-        return supported if support else contradicted
-    return None
 
 
 class Record(BaseModel):
@@ -427,17 +349,6 @@ class Reviewed(Record):
     rule_before: str | None = None
 
 
-def upgrade_inputs(inputs: dict[str, Any]) -> dict[str, Any]:
-    """Arbitration inputs stored before issue 43 (raw ``confidence`` -> ``judge_probability``,
-    ``confident`` 1.0/0.0 -> True/False); current inputs come back unchanged."""
-    out = dict(inputs)
-    if "confidence" in out and "judge_probability" not in out:
-        out["judge_probability"] = out.pop("confidence")
-    if isinstance(flag := out.get("confident"), int | float) and not isinstance(flag, bool):
-        out["confident"] = bool(flag)
-    return out
-
-
 class Arbitration(Record):
     """The decision on one claim: the rule that fired, the policy (its id names the exact
     settings) and the inputs it saw (category, risk, ``judge_probability``: the judge's raw
@@ -483,7 +394,8 @@ class ClaimResult(Record):
     @classmethod
     def from_verdict(cls, claim: Claim, passages: list[Passage], verdict: Verdict) -> ClaimResult:
         category = verdict.category
-        deciding = _deciding_analysis(verdict, category)
+        side = deciding_side(category)
+        deciding: Analysis | None = getattr(verdict, side) if side else None
         return cls(
             claim=claim,
             passages=passages,
@@ -493,7 +405,7 @@ class ClaimResult(Record):
             evidence_passage_id=deciding.passage_id if deciding else None,
             evidence_quote=deciding.shown_quote if deciding else None,
             error=verdict.error,
-            warnings=verdict_warnings(verdict),
+            warnings=verdict_warnings(verdict.factual, verdict.counterfactual, verdict.findings),
             confidence=verdict.confidence,
             confident=verdict.confident if verdict.ok else None,
             not_sure=verdict.not_sure if verdict.ok else None,
@@ -513,29 +425,6 @@ class ClaimResult(Record):
     @classmethod
     def failed(cls, claim: Claim, error: str, passages: list[Passage] | None = None) -> ClaimResult:
         return cls(claim=claim, passages=passages or [], category=Category.ERROR, error=error)
-
-
-def verdict_warnings(verdict: Verdict) -> list[str]:
-    """One line per holding analysis that was not counted because its evidence is unverified."""
-    warnings = []
-    for analysis, key in ((verdict.factual, "supported"), (verdict.counterfactual, "contradicted")):
-        if analysis is None or not analysis.holds or analysis.verified is not False:
-            continue
-        where = f"passage {analysis.passage_id}" if analysis.passage_id else "no passage"
-        why = "quoted nothing from it" if not analysis.quote else "its quote is not in it"
-        warnings.append(f"judge said {key} citing {where}, but {analysis.quote_problem or why}"
-                        ": not counted")
-    warnings += [f"{f.reason} ({'support not counted' if f.veto else 'not sure'})"
-                 for f in verdict.findings]
-    return warnings
-
-
-def _deciding_analysis(verdict: Verdict, category: Category) -> Analysis | None:
-    if category in (Category.FACT, Category.JUDGMENT_ERROR):
-        return verdict.factual
-    if category == Category.HALLUCINATION:
-        return verdict.counterfactual
-    return None
 
 
 class Metrics(Record):

@@ -7,7 +7,8 @@ import pytest
 from medverify.errors import ParseError
 from medverify.judge import JudgeItem
 from medverify.judge.llm import parse_judge_output, plan_batches
-from medverify.records import Category, Claim, Passage, Verdict, categorize
+from medverify.records import Category, Claim, Passage, Verdict
+from medverify.verdict_rules import categorize
 from test_quote_cases import HONEST, HOSTILE, QuoteCase
 
 PASSAGES = {

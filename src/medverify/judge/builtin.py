@@ -10,7 +10,7 @@ P(CONTRADICTED) >= the contradict threshold, and when both pass, the larger of t
 - ``factual.holds``        = some passage supports the claim
 - ``counterfactual.holds`` = some passage contradicts the claim
 
-so the four CHECK categories follow from ``records.categorize`` exactly as for the LLM
+so the four CHECK categories follow from ``verdict_rules.categorize`` exactly as for the LLM
 judge: JUDGMENT_ERROR means two passages disagree. The thresholds are the ones calibrated
 with the verifier (recorded in its metadata) unless overridden. A failure of the verifier
 makes Verdicts with ``error`` set, never a category.
@@ -56,8 +56,9 @@ from medverify.judge.decide import (
 )
 from medverify.judge.evidence import quote_in_passage
 from medverify.judge.terms import key_terms
-from medverify.records import Analysis, Passage, Verdict, passage_label
+from medverify.records import Analysis, Passage, Verdict
 from medverify.text import line_sentences
+from medverify.verdict_rules import passage_label
 
 if TYPE_CHECKING:
     from medverify.config import Config

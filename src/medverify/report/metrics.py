@@ -26,7 +26,8 @@ from collections.abc import Callable, Sequence
 import numpy as np
 from pydantic import BaseModel, ConfigDict
 
-from medverify.records import CATEGORY_SCORE, Category, ClaimResult, Decision, Metrics, Report
+from medverify.records import Category, ClaimResult, Decision, Metrics, Report
+from medverify.verdict_rules import CATEGORY_SCORE
 
 Stat = Callable[[np.ndarray], float]
 

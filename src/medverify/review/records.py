@@ -16,7 +16,8 @@ from typing import Any, Literal
 from pydantic import Field, field_validator
 
 from medverify.errors import MedverifyError
-from medverify.records import CheckFinding, Claim, Passage, Record, upgrade_inputs
+from medverify.records import CheckFinding, Claim, Passage, Record
+from medverify.verdict_rules import upgrade_inputs
 
 
 class ReviewStatus(StrEnum):
@@ -97,7 +98,7 @@ class ReviewItem(Record):
     @classmethod
     def _stored_inputs(cls, value: dict[str, Any]) -> dict[str, Any]:
         """An item queued before issue 43 keeps loading with its inputs renamed
-        (:func:`~medverify.records.upgrade_inputs`)."""
+        (:func:`~medverify.verdict_rules.upgrade_inputs`)."""
         inputs = value.get("inputs")
         return {**value, "inputs": upgrade_inputs(inputs)} if isinstance(inputs, dict) else value
 

@@ -19,8 +19,8 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
-from medverify.records import passage_label
 from medverify.review import ReviewItem
+from medverify.verdict_rules import passage_label
 
 SUPPORT_RULE = ("support counts only from a passage that states the claim, or one the "
                 "verifier labels supported that no exact check vetoed")

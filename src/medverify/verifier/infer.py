@@ -17,7 +17,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from medverify.records import passage_label
+from medverify.verdict_rules import passage_label
 from medverify.verifier.model import LABELS, CrossEncoder, load_model, load_tokenizer
 from medverify.verifier.windows import MAX_CLAIM_TOKENS, make_windows
 
@@ -168,7 +168,7 @@ def decide(probs: np.ndarray, thresholds: dict[str, float]) -> list[str]:
 
     s = P(S) >= t_s, c = P(C) >= t_c: SUPPORTED if only s, CONTRADICTED if only c, the larger
     of P(S) and P(C) if both (ties to SUPPORTED), NOT_ENOUGH_INFO if neither
-    (:func:`medverify.records.passage_label`, which the judge applies per passage).
+    (:func:`medverify.verdict_rules.passage_label`, which the judge applies per passage).
     """
     pair = (thresholds["support"], thresholds["contradict"])
     labels = []
