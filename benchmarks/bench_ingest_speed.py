@@ -44,7 +44,7 @@ from typing import Any
 import numpy as np
 
 from medverify.config import KBSettings
-from medverify.evals.pairs import evaluate_retrieval
+from medverify.evals.retrieval import evaluate_retrieval
 from medverify.files import data_dir
 from medverify.kb import KnowledgeBase, LoadReport, iter_documents
 from medverify.kb.chunking import chunk_text

