@@ -184,7 +184,7 @@ def main() -> None:
         feats[name] = np.array(
             [pair_features(r["claim"], r["evidence"], p) for r, p in zip(rows, probs, strict=True)]
         )
-        base[name] = verifier.decide(np.array([aggregate(p) for p in probs]))
+        base[name] = verifier.label_pairs(np.array([aggregate(p) for p in probs]))
     rows = [r for n in CALIBRATION for r in sets[n]]
     x = np.vstack([feats[n] for n in CALIBRATION])
     y = np.array([LABELS.index(r["label"]) for r in rows])

@@ -33,7 +33,7 @@ from medverify.judge.calibration import (
     fit_family,
     pair_features,
 )
-from medverify.judge.decide import decide
+from medverify.judge.decide import outcome_from_passages
 from medverify.records import Claim, Passage
 from medverify.verdict_rules import categorize
 
@@ -59,7 +59,7 @@ def judged(judge: BuiltinJudge, rows: list[dict]) -> tuple[np.ndarray, list[str]
     for start in range(0, len(items), 256):
         for scores in judge.score(items[start:start + 256]):
             [row] = judge.passage_scores(scores)
-            outcome = decide([row])
+            outcome = outcome_from_passages([row])
             vetoed = outcome.vetoed is not None
             cats.append(categorize(outcome.support is not None and not vetoed,
                                    outcome.contradict is not None).value)

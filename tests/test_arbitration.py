@@ -21,7 +21,7 @@ import medverify.judge.builtin as builtin
 from medverify.arbitration import (
     arbitrate,
     arbitrate_all,
-    decide,
+    arbitration_decision,
     policy_id,
     recheck_candidates,
 )
@@ -157,13 +157,13 @@ def test_policy_settings_change_the_decisions() -> None:
     assert arbitrate(fact, POLICY).rule == "fact"  # 0.6 is not high by default
 
 
-def test_decide_is_what_arbitrate_records() -> None:
+def test_arbitration_decision_is_what_arbitrate_records() -> None:
     policy = ArbitrationPolicy(min_confidence={"FACT": 0.5})
     for result in (_result(Category.FACT, {"SUPPORTED": 0.4}, 0.5),
                    _result(Category.HALLUCINATION, {"CONTRADICTED": 0.9}, 0.1),
                    _result(Category.ERROR)):
         arbitration = arbitrate(result, policy)
-        assert decide(result.category, result.hallucination_risk,
+        assert arbitration_decision(result.category, result.hallucination_risk,
                       arbitration.inputs["judge_probability"], policy) == (  # type: ignore[arg-type]
             arbitration.decision, arbitration.rule)
 
@@ -247,15 +247,17 @@ def test_not_sure_never_makes_a_decision_milder() -> None:
         Decision.ACCEPT)
 
 
-def test_decide_takes_the_verdicts_assessment_as_an_optional_keyword() -> None:
-    assert decide(Category.FACT, None, 0.9, POLICY) == (Decision.ACCEPT, "fact")
-    assert decide(Category.FACT, None, 0.9, POLICY, confident=None) == (Decision.ACCEPT, "fact")
-    assert decide(Category.FACT, None, 0.9, POLICY, confident=True) == (Decision.ACCEPT, "fact")
-    assert decide(Category.FACT, None, 0.9, POLICY, confident=False) == (
+def test_arbitration_decision_takes_the_verdicts_assessment_as_an_optional_keyword() -> None:
+    assert arbitration_decision(Category.FACT, None, 0.9, POLICY) == (Decision.ACCEPT, "fact")
+    assert arbitration_decision(Category.FACT, None, 0.9, POLICY, confident=None) == (
+        Decision.ACCEPT, "fact")
+    assert arbitration_decision(Category.FACT, None, 0.9, POLICY, confident=True) == (
+        Decision.ACCEPT, "fact")
+    assert arbitration_decision(Category.FACT, None, 0.9, POLICY, confident=False) == (
         Decision.FLAG, "not_sure")
     result = _assessed(_result(Category.COVERAGE_GAP, {"NOT_ENOUGH_INFO": 0.7}), False)
     arbitration = arbitrate(result, POLICY)
-    assert decide(result.category, None, 0.7, POLICY, confident=False) == (
+    assert arbitration_decision(result.category, None, 0.7, POLICY, confident=False) == (
         arbitration.decision, arbitration.rule)
 
 

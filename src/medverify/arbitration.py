@@ -142,9 +142,10 @@ def vetoed(result: ClaimResult) -> bool:
     return verdict is not None and any(f.veto for f in verdict.findings)
 
 
-def decide(category: Category, risk: float | None, conf: float | None,
-           policy: ArbitrationPolicy, *, confident: bool | None = None, vetoed: bool = False,
-           clinical: bool = False, audited: bool = False) -> tuple[Decision, str]:
+def arbitration_decision(category: Category, risk: float | None, conf: float | None,
+                         policy: ArbitrationPolicy, *, confident: bool | None = None,
+                         vetoed: bool = False, clinical: bool = False,
+                         audited: bool = False) -> tuple[Decision, str]:
     """The decision and the rule that fired for plain inputs: what :func:`arbitrate` records,
     without building records (``medverify eval arbitration`` sweeps many policies with it).
     ``confident``: the verdict's assessment (None: not assessed, the ``not_sure`` rule does

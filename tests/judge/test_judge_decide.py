@@ -17,7 +17,7 @@ from medverify.judge.decide import (
     SUPPORT,
     PassageScore,
     assess,
-    decide,
+    outcome_from_passages,
     relevance,
     states_claim,
     uncovered,
@@ -49,7 +49,7 @@ def test_an_unrelated_passage_cannot_contradict() -> None:
                   (0.9, 0.05, 0.05), SUPPORT)
     fibre = row("f", "Dietary fibre may help with constipation.", (0.2, 0.48, 0.32), CONTRADICT)
     assert fibre.relevance < 0.25
-    outcome = decide([support, fibre])
+    outcome = outcome_from_passages([support, fibre])
     assert outcome.support is support and outcome.contradict is None and not outcome.doubts
 
 
@@ -59,12 +59,12 @@ def test_judgment_error_only_when_both_sides_are_strong_and_relevant() -> None:
     assert not strong_s.states_claim
     weak_c = row("c", "In adults statins did not change LDL cholesterol much.",
                  (0.1, 0.4, 0.5), CONTRADICT)
-    outcome = decide([strong_s, weak_c])
+    outcome = outcome_from_passages([strong_s, weak_c])
     assert outcome.support is strong_s and outcome.contradict is None
     assert outcome.outweighed is weak_c and outcome.doubts  # not sure: shown why
     strong_c = row("c2", "Statins do not lower LDL cholesterol in adults.",
                    (0.05, 0.9, 0.05), CONTRADICT)
-    both = decide([strong_s, strong_c])
+    both = outcome_from_passages([strong_s, strong_c])
     assert both.support is strong_s and both.contradict is strong_c
 
 
@@ -73,11 +73,11 @@ def test_a_passage_that_states_the_claim_settles_support() -> None:
     assert stated.states_claim
     other = row("o", "Statins raise LDL cholesterol in adults, one small study found.",
                 (0.1, 0.45, 0.45), CONTRADICT)
-    outcome = decide([stated, other])
+    outcome = outcome_from_passages([stated, other])
     assert outcome.support is stated and outcome.contradict is None and not outcome.doubts
     strong_other = row("o2", "Statins do not lower LDL cholesterol in adults.",
                        (0.05, 0.9, 0.05), CONTRADICT)
-    outcome = decide([stated, strong_other])  # settled, but shown as not sure
+    outcome = outcome_from_passages([stated, strong_other])  # settled, but shown as not sure
     assert outcome.support is stated and outcome.contradict is None and outcome.doubts
 
 
@@ -96,13 +96,13 @@ def test_reviewed_passages_outrank_unreviewed_ones_only_on_the_claim_they_state(
                  CONTRADICT)
     stated = row("r", "Statins lower LDL cholesterol in adults.", (0.6, 0.1, 0.3), SUPPORT,
                  source="clinician-review")
-    outcome = decide([stated, contra])
+    outcome = outcome_from_passages([stated, contra])
     assert outcome.support is stated and outcome.contradict is None
     # taught for a narrower claim ("in adults" missing): ordinary evidence, no outranking
     other = row("r2", "Statins lower LDL cholesterol.", (0.6, 0.1, 0.3), SUPPORT,
                 source="clinician-review")
     assert other.taught and not other.reviewed(SUPPORT)
-    outcome = decide([other, contra])
+    outcome = outcome_from_passages([other, contra])
     assert outcome.contradict is contra  # strong evidence both ways: JUDGMENT_ERROR
     assert outcome.support is other
 
@@ -113,7 +113,7 @@ def test_a_veto_removes_support_and_explains_it() -> None:
                            reason="the claim says every 2 years; the passage says every 10 years")
     vetoed = row("n", "Statins lower LDL cholesterol in adults every 10 years.",
                  (0.9, 0.05, 0.05), SUPPORT, findings=[finding])
-    outcome = decide([vetoed])
+    outcome = outcome_from_passages([vetoed])
     assert outcome.support is None and outcome.vetoed is vetoed
     _, doubts = assess("COVERAGE_GAP", outcome, [vetoed], family({"COVERAGE_GAP": 0.1}))
     assert any("every 10 years" in d for d in doubts)
@@ -122,7 +122,7 @@ def test_a_veto_removes_support_and_explains_it() -> None:
 def test_confidence_needs_the_family_threshold() -> None:
     good = row("s", "Statins lower LDL cholesterol in adults with diabetes.", (0.9, 0.05, 0.05),
                SUPPORT, calibrated=(0.8, 0.1, 0.1))
-    outcome = decide([good])
+    outcome = outcome_from_passages([good])
     conf, doubts = assess("FACT", outcome, [good], family({"FACT": 0.75}))
     assert conf == 0.8 and doubts == []
     conf, doubts = assess("FACT", outcome, [good], family({"FACT": 0.85}))
@@ -137,7 +137,7 @@ def test_a_finding_without_veto_makes_fact_not_sure() -> None:
                            "says children")
     r = row("s", "Statins lower LDL cholesterol in adults.", (0.9, 0.05, 0.05), SUPPORT,
             findings=[finding], calibrated=(0.9, 0.05, 0.05))
-    _, doubts = assess("FACT", decide([r]), [r], family({"FACT": 0.5}))
+    _, doubts = assess("FACT", outcome_from_passages([r]), [r], family({"FACT": 0.5}))
     assert doubts == [finding.reason]
 
 
@@ -214,7 +214,7 @@ def test_a_fact_is_sure_only_when_its_passage_covers_the_claim() -> None:
                           relevance=relevance(key_terms(claim), text),
                           states_claim=states_claim(claim, text, verbatim=False))
     assert taught.taught and not taught.reviewed(SUPPORT)
-    conf, doubts = assess("FACT", decide([taught]), [taught], family({"FACT": 0.5}),
+    conf, doubts = assess("FACT", outcome_from_passages([taught]), [taught], family({"FACT": 0.5}),
                           claim=claim)
     assert conf == 0.95 and any("does not mention" in d and "chickenpox" in d for d in doubts)
 
@@ -242,5 +242,5 @@ def test_a_passage_that_states_the_claim_is_never_vetoed() -> None:
     stated = row("v", "Statins lower LDL cholesterol in adults. 12 adults took part.",
                  (0.2, 0.3, 0.5), None, findings=[finding])
     assert stated.states_claim and stated.vetoed
-    outcome = decide([stated])
+    outcome = outcome_from_passages([stated])
     assert outcome.support is stated and outcome.vetoed is None

@@ -13,7 +13,14 @@ from hypothesis import strategies as st
 
 from medverify.judge.calibration import Family
 from medverify.judge.checks import find_conflicts
-from medverify.judge.decide import SUPPORT, PassageScore, assess, decide, relevance, states_claim
+from medverify.judge.decide import (
+    SUPPORT,
+    PassageScore,
+    assess,
+    outcome_from_passages,
+    relevance,
+    states_claim,
+)
 from medverify.judge.terms import key_terms
 from medverify.records import Passage
 
@@ -80,7 +87,7 @@ def judged(claim: str, taught: str) -> tuple[str, list[str]]:
         relevance=relevance(key_terms(claim), taught),
         states_claim=states_claim(claim, taught, verbatim=False),
         findings=find_conflicts(claim, taught, "t"))
-    outcome = decide([row], (0.5, 0.5))
+    outcome = outcome_from_passages([row], (0.5, 0.5))
     category = "FACT" if outcome.support is not None else "COVERAGE_GAP"
     _, doubts = assess(category, outcome, [row], SURE, claim=claim)
     return category, doubts

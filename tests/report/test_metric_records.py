@@ -127,7 +127,7 @@ class _StubVerifier:
     def predict(self, pairs: list[tuple[str, str]]) -> list[str]:
         return [claim for claim, _ in pairs]
 
-    def decide(self, probs: list[str]) -> list[str]:
+    def label_pairs(self, probs: list[str]) -> list[str]:
         return [C if p == N else p for p in probs]
 
 
@@ -138,7 +138,7 @@ def test_evaluate_rows_gives_the_json_of_score_rows(labels: str) -> None:
 
     gold = [S, C, N, S] if labels == "3-way" else [S, "NOT_SUPPORTED", S]
     rows = [{"claim": g, "evidence": "e", "label": g, "labels": labels} for g in gold]
-    pred = _StubVerifier().decide(gold)
+    pred = _StubVerifier().label_pairs(gold)
     out = evaluate_rows(_StubVerifier(), rows)  # type: ignore[arg-type]
     assert list(out) == ["n", "seconds", "pairs_per_s",
                          *(["three_way"] if labels == "3-way" else []), "supported_vs_rest"]

@@ -11,7 +11,7 @@ import pytest
 from click.testing import CliRunner
 
 from medverify.errors import ConfigError, InputError
-from medverify.verifier import LABELS, Verifier, decide, save_verifier
+from medverify.verifier import LABELS, Verifier, label_pairs, save_verifier
 from medverify.verifier import data as vdata
 from medverify.verifier.infer import DEFAULT_WEIGHTS, aggregate
 from medverify.verifier.metrics import classification_metrics, fold_binary, supported_vs_rest
@@ -55,10 +55,10 @@ def test_fold_binary_and_supported_vs_rest() -> None:
 
 def test_decide_uses_thresholds() -> None:
     probs = np.array([[0.6, 0.3, 0.1], [0.3, 0.45, 0.25], [0.34, 0.33, 0.33]])
-    assert decide(probs, {"support": 0.5, "contradict": 0.4}) == [S, C, N]
-    assert decide(probs, {"support": 0.3, "contradict": 0.5}) == [S, S, S]  # only P(S) holds
-    assert decide(probs, {"support": 0.3, "contradict": 0.4}) == [S, C, S]  # both: the larger
-    assert decide(probs, {"support": 0.7, "contradict": 0.7}) == [N, N, N]
+    assert label_pairs(probs, {"support": 0.5, "contradict": 0.4}) == [S, C, N]
+    assert label_pairs(probs, {"support": 0.3, "contradict": 0.5}) == [S, S, S]  # only P(S) holds
+    assert label_pairs(probs, {"support": 0.3, "contradict": 0.4}) == [S, C, S]  # both: the larger
+    assert label_pairs(probs, {"support": 0.7, "contradict": 0.7}) == [N, N, N]
 
 
 def test_aggregate_takes_the_deciding_window() -> None:

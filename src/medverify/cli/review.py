@@ -324,7 +324,7 @@ def calibrate_cmd(min_items: int, config_path: Path | None, store: Path | None) 
     shipped thresholds, not a replacement. Exits 1 when too few items can be used."""
     import numpy as np
 
-    from medverify.verifier.infer import decide
+    from medverify.verifier.infer import label_pairs
     from medverify.verifier.metrics import classification_metrics
     from medverify.verifier.model import LABELS
     from medverify.verifier.train import calibrate
@@ -347,7 +347,7 @@ def calibrate_cmd(min_items: int, config_path: Path | None, store: Path | None) 
         ("contradict", _recorded(items, "threshold_contradict"))) if value is not None}
     suggested, f1 = calibrate(probs, gold)
     if len(current) == 2:
-        now = classification_metrics(gold, decide(probs, current), LABELS)["macro_f1"]
+        now = classification_metrics(gold, label_pairs(probs, current), LABELS)["macro_f1"]
         click.echo(f"current:   support {current['support']:.3f}, contradict "
                    f"{current['contradict']:.3f} (macro-F1 {now:.3f} on these items)")
     click.echo(f"suggested: support {suggested['support']:.3f}, contradict "

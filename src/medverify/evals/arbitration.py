@@ -28,10 +28,10 @@ The sweep varies ``min_confidence`` for FACT, HALLUCINATION and COVERAGE_GAP ove
 confidences the judge gave that category) and, when some claim has a risk, ``high_risk`` and
 ``low_risk``; every other setting is the base policy's. A claim's decision depends on its
 own category's threshold only, so the counts are tallied once per (category, threshold,
-risk setting) with :func:`medverify.arbitration.decide` (the rule :func:`arbitrate` records)
-and summed for every combination. The Pareto front (least review load for as many caught
-errors) is the curve; the policy that catches the most errors within ``max_escalation`` is
-the one to use, printed as an ``[arbitration]`` TOML block.
+risk setting) with :func:`medverify.arbitration.arbitration_decision` (the rule
+:func:`arbitrate` records) and summed for every combination. The Pareto front (least review
+load for as many caught errors) is the curve; the policy that catches the most errors within
+``max_escalation`` is the one to use, printed as an ``[arbitration]`` TOML block.
 """
 
 from __future__ import annotations
@@ -45,7 +45,7 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from medverify.arbitration import CONFIDENCE_OF, decide, policy_id
+from medverify.arbitration import CONFIDENCE_OF, arbitration_decision, policy_id
 from medverify.config import ArbitrationPolicy
 from medverify.errors import InputError
 from medverify.evals.pairs import Pair
@@ -187,9 +187,9 @@ class _Tally:
 def _tally(claims: Iterable[LabelledClaim], policy: ArbitrationPolicy) -> _Tally:
     tally = _Tally()
     for claim in claims:
-        decision, _ = decide(claim.category, claim.risk, claim.confidence, policy,
-                             confident=claim.confident, vetoed=claim.vetoed,
-                             clinical=claim.clinical)
+        decision, _ = arbitration_decision(claim.category, claim.risk, claim.confidence,
+                                           policy, confident=claim.confident,
+                                           vetoed=claim.vetoed, clinical=claim.clinical)
         wrong = claim.wrong
         tally.n += 1
         tally.errors += bool(wrong)

@@ -2,7 +2,7 @@
 
 Every (claim, passage) pair of a call is scored in one batched ``predict``; long passages
 are split into windows by the verifier and aggregated there. Each passage is first decided on
-its own with the rule the thresholds were calibrated for (``medverify.verifier.decide``): it
+its own with the rule the thresholds were calibrated for (``medverify.verifier.label_pairs``): it
 supports the claim if P(SUPPORTED) >= the support threshold, contradicts it if
 P(CONTRADICTED) >= the contradict threshold, and when both pass, the larger of the two wins
 (one passage cannot do both). Then, per claim:
@@ -48,8 +48,8 @@ from medverify.judge.decide import (
     Outcome,
     PassageScore,
     assess,
-    decide,
     off_support_findings,
+    outcome_from_passages,
     relevance,
     states_claim,
     veto_analysis,
@@ -255,7 +255,7 @@ class BuiltinJudge:
             return Verdict(**base, factual=no, counterfactual=no.model_copy(),
                            confident=True if self.calibration else None)
         rows = self.passage_scores(scores)
-        outcome = decide(rows, self._strong_at())
+        outcome = outcome_from_passages(rows, self._strong_at())
         factual = (veto_analysis(outcome.vetoed) if outcome.vetoed is not None
                    else self._analysis(scores, rows, outcome.support, SUPPORTED))
         verdict = Verdict(

@@ -236,8 +236,8 @@ class Outcome:
     outweighed: PassageScore | None = None
 
 
-def decide(scores: Sequence[PassageScore],
-           strong_at: Sequence[float | None] | None = None) -> Outcome:
+def outcome_from_passages(scores: Sequence[PassageScore],
+                          strong_at: Sequence[float | None] | None = None) -> Outcome:
     """Which passage decides each analysis (None: the analysis does not hold).
     ``strong_at``: the calibrated (support, contradiction) probabilities at which a passage
     is strong evidence (the family's confident thresholds; see :meth:`PassageScore.strong`)."""

@@ -6,7 +6,7 @@
 
 from __future__ import annotations
 
-from medverify.verifier.infer import Verifier, decide, get_verifier
+from medverify.verifier.infer import Verifier, get_verifier, label_pairs
 from medverify.verifier.model import LABELS, save_verifier
 
-__all__ = ["LABELS", "Verifier", "decide", "get_verifier", "save_verifier"]
+__all__ = ["LABELS", "Verifier", "get_verifier", "label_pairs", "save_verifier"]

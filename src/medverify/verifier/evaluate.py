@@ -29,7 +29,7 @@ def score_rows(verifier: Verifier, rows: list[dict[str, Any]]) -> PairsFileScore
     start = time.perf_counter()
     probs = verifier.predict([(r["claim"], r["evidence"]) for r in rows])
     seconds = time.perf_counter() - start
-    pred = verifier.decide(probs)
+    pred = verifier.label_pairs(probs)
     gold = [r["label"] for r in rows]
     three_way = None
     if rows and rows[0].get("labels") == "3-way":

@@ -38,7 +38,7 @@ from pydantic import BaseModel, Field
 
 from medverify.errors import ConfigError, InputError
 from medverify.verifier import data as vdata
-from medverify.verifier.infer import aggregate, decide, encode_pairs
+from medverify.verifier.infer import aggregate, encode_pairs, label_pairs
 from medverify.verifier.metrics import classification_metrics, supported_vs_rest
 from medverify.verifier.model import (
     FROZEN_PREFIX,
@@ -296,7 +296,7 @@ def measure_file(model: CrossEncoder, tokenizer: Any, path: Path, thresholds: di
     rows = [json.loads(line) for line in path.read_text("utf-8").splitlines() if line.strip()]
     probs = pair_probs(model, tokenizer, [(r["claim"], r["evidence"]) for r in rows],
                        max_tokens, device)
-    pred = decide(probs, thresholds)
+    pred = label_pairs(probs, thresholds)
     gold = [r["label"] for r in rows]
     out: dict[str, Any] = {"n": len(rows),
                            "supported_vs_rest_balanced_accuracy": round(
@@ -408,7 +408,7 @@ def _metadata(run: _Run, recipe: dict[str, Any],
     counts, history, and the dev/evaluation files measured."""
     config, device = run.config, run.device
     thresholds, f1, probs = run.score_held()
-    held_pred = decide(probs, thresholds)
+    held_pred = label_pairs(probs, thresholds)
     meta: dict[str, Any] = {
         "name": "medverify-verifier-v3",
         "max_tokens": config.max_tokens,

@@ -158,12 +158,12 @@ class Verifier:
         )
         return list(zip(windows, probs, strict=True))
 
-    def decide(self, probs: np.ndarray) -> list[str]:
+    def label_pairs(self, probs: np.ndarray) -> list[str]:
         """3-way labels from probabilities with the calibrated thresholds."""
-        return decide(probs, self.thresholds)
+        return label_pairs(probs, self.thresholds)
 
 
-def decide(probs: np.ndarray, thresholds: dict[str, float]) -> list[str]:
+def label_pairs(probs: np.ndarray, thresholds: dict[str, float]) -> list[str]:
     """3-way labels with the built-in judge's rule for one passage.
 
     s = P(S) >= t_s, c = P(C) >= t_c: SUPPORTED if only s, CONTRADICTED if only c, the larger

@@ -24,7 +24,7 @@ import torch
 from pydantic import BaseModel, Field
 
 from medverify.verifier import data as vdata
-from medverify.verifier.infer import aggregate, decide
+from medverify.verifier.infer import aggregate, label_pairs
 from medverify.verifier.metrics import classification_metrics
 from medverify.verifier.model import (
     LABELS,
@@ -208,7 +208,7 @@ def calibrate(probs: np.ndarray, gold: list[str]) -> tuple[dict[str, float], flo
     for t_s in grid:
         for t_c in grid:
             th = {"support": float(t_s), "contradict": float(t_c)}
-            score = classification_metrics(gold, decide(probs, th), LABELS)["macro_f1"]
+            score = classification_metrics(gold, label_pairs(probs, th), LABELS)["macro_f1"]
             if score > best[1] + 1e-9:
                 best = (th, score)
     return best
@@ -370,7 +370,7 @@ def calibrate_shipped(weights: Path, val: list[vdata.Pair]) -> dict[str, Any]:
         thresholds=thresholds,
         thresholds_calibrated_on="held-out pairs, int8 Verifier.predict (windows aggregated)",
         val_macro_f1_int8_calibrated=round(f1, 4),
-        val_macro_f1_by_dataset_int8=per_dataset(val, decide(probs, thresholds)),
+        val_macro_f1_by_dataset_int8=per_dataset(val, label_pairs(probs, thresholds)),
     )
     (Path(weights) / METADATA_FILE).write_text(json.dumps(meta, indent=2, sort_keys=True) + "\n")
     return meta
@@ -395,7 +395,7 @@ def run_report(
         "history": history,
         "val_macro_f1_argmax": max(h["val_macro_f1"] for h in history),
         "val_macro_f1_calibrated": round(cal_f1, 4),
-        "val_macro_f1_by_dataset": per_dataset(val, decide(probs, thresholds)),
+        "val_macro_f1_by_dataset": per_dataset(val, label_pairs(probs, thresholds)),
         "torch": torch.__version__,
     }
 
