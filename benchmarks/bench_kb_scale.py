@@ -123,7 +123,7 @@ def stage_ingest(args: argparse.Namespace) -> dict[str, Any]:
 
 def _raw_hash(texts: Sequence[str], dim: int) -> np.ndarray:
     """hash-N feature vectors before normalisation (signed feature counts)."""
-    from medverify.kb.embed import HashEmbedder, _features
+    from medverify.kb.embed_base import HashEmbedder, _features
 
     emb = HashEmbedder(dim)
     out = np.zeros((len(texts), dim), dtype=np.float32)
@@ -190,7 +190,7 @@ def stage_build(args: argparse.Namespace) -> dict[str, Any]:
     from medverify.config import KBSettings
     from medverify.kb import KnowledgeBase
     from medverify.kb.database import connect
-    from medverify.kb.embed import normalize
+    from medverify.kb.embed_base import normalize
 
     started = time.perf_counter()
     pool = load_pool()
@@ -436,7 +436,8 @@ def stage_minilm(args: argparse.Namespace) -> dict[str, Any]:
     import faiss
     from make_large_corpus import load_pool, passage_plans
 
-    from medverify.kb.embed import get_embedder, normalize
+    from medverify.kb.embed import get_embedder
+    from medverify.kb.embed_base import normalize
     from medverify.kb.index import choose_spec
 
     pool = load_pool().restricted(args.pool, seed=0)

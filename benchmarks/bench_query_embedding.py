@@ -8,7 +8,7 @@ query by query so they share the machine's load (one-thread and all-thread runs 
 separate passes of each round: torch's idle OpenMP threads spin after a multi-thread
 run); 20 warm-up queries each first. Rows
 "2 threads" run the same with both threads (search keeps one for a single query:
-``medverify.kb.embed.SMALL_INPUT``, because two threads collapse under load). Also the
+``medverify.kb.sentence_embed.SMALL_INPUT``, because two threads collapse under load). Also the
 cosine of each query's int8 (and ONNX Runtime, when installed: ``embed_runtime = "onnx"``)
 vector to its fp32 torch vector.
 
@@ -32,7 +32,7 @@ import numpy as np
 import torch
 
 from medverify.files import data_dir
-from medverify.kb import embed as embed_module
+from medverify.kb import sentence_embed as embed_module
 from medverify.kb.embed import minilm
 
 ROOT = Path(__file__).resolve().parents[1]

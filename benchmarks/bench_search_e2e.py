@@ -138,7 +138,7 @@ class VectorModel:
         self.sentences, self.titles = weighted[:count], weighted[count:]
 
     def vectors(self, plans: Sequence[tuple[int, list[int]]]) -> np.ndarray:
-        from medverify.kb.embed import normalize
+        from medverify.kb.embed_base import normalize
 
         flat = np.fromiter((s for _, chosen in plans for s in chosen), dtype=np.int64)
         offsets = np.cumsum([0] + [len(c) for _, c in plans[:-1]])

@@ -29,7 +29,8 @@ import numpy as np
 from medverify.config import DEFAULT_EMBEDDER, KBSettings
 from medverify.files import data_dir
 from medverify.kb import KnowledgeBase, iter_documents, sample_kb_path
-from medverify.kb.embed import Tokenizer, minilm, normalize
+from medverify.kb.embed import minilm
+from medverify.kb.embed_base import Tokenizer, normalize
 from medverify.records import Document
 from medverify.retrieve import Retriever
 

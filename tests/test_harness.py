@@ -31,7 +31,7 @@ from medverify.harness import (
     status_for,
 )
 from medverify.kb import KnowledgeBase
-from medverify.kb.embed import HashEmbedder
+from medverify.kb.embed_base import HashEmbedder
 from medverify.llm.facade import Model
 from medverify.records import Answer, Claim, Document, RunStatus, Span
 from medverify.store.runs import RunStore

@@ -22,7 +22,7 @@ from medverify.kb import (
     open_store,
     sample_kb_path,
 )
-from medverify.kb.embed import HashEmbedder
+from medverify.kb.embed_base import HashEmbedder
 from medverify.records import Document
 from medverify.retrieve import (
     BM25,

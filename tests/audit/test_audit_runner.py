@@ -17,7 +17,7 @@ from medverify.audit.runner import Auditor, Fetcher, FetcherFactory, load_done
 from medverify.audit.store import audits as stored_audits
 from medverify.config import Config
 from medverify.errors import ConfigError
-from medverify.kb.embed import HashEmbedder
+from medverify.kb.embed_base import HashEmbedder
 from medverify.records import Answer, Claim, FetchFailure, Source, content_hash
 from medverify.store.runs import RunStore
 from medverify.testing.judge import WordJudge

@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 
 from medverify.audit.select import BM25, PassageSelector
-from medverify.kb.embed import HashEmbedder
+from medverify.kb.embed_base import HashEmbedder
 from medverify.records import Claim, Source
 
 FILLER = (

@@ -11,7 +11,7 @@ from medverify.audit.records import SupportLabel
 from medverify.audit.select import PassageSelector
 from medverify.audit.verify import PairVerifier, pair_sources, resolve_markers
 from medverify.judge import JudgeItem
-from medverify.kb.embed import HashEmbedder
+from medverify.kb.embed_base import HashEmbedder
 from medverify.records import Claim, Source, Verdict
 from medverify.testing.judge import WordJudge
 

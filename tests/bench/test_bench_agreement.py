@@ -36,7 +36,7 @@ from medverify.bench.records import Question
 from medverify.config import Config
 from medverify.errors import InputError
 from medverify.files import read_records
-from medverify.kb.embed import HashEmbedder
+from medverify.kb.embed_base import HashEmbedder
 from medverify.llm.base import ChatRequest, Message
 from medverify.records import Analysis, Answer, Claim, Passage, Source, Verdict
 from medverify.testing import CitingModel, PageServer, study_documents, study_questions

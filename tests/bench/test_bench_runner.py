@@ -29,7 +29,7 @@ from medverify.bench.store import bench_replies
 from medverify.config import Config
 from medverify.errors import ConfigError, InputError, ProviderError
 from medverify.files import read_records
-from medverify.kb.embed import HashEmbedder
+from medverify.kb.embed_base import HashEmbedder
 from medverify.llm.base import ChatRequest
 from medverify.records import Source
 from medverify.store.runs import RunStore, migrations

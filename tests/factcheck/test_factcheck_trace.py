@@ -17,7 +17,7 @@ from medverify.factcheck.trace import (
     overlap,
     trace_facts,
 )
-from medverify.kb.embed import HashEmbedder, WordTokenizer
+from medverify.kb.embed_base import HashEmbedder, WordTokenizer
 from medverify.llm.base import ChatRequest
 from medverify.llm.facade import Model
 from medverify.records import Category, Claim, Passage

@@ -26,12 +26,12 @@ from medverify.judge.evidence import (
     verify_analysis,
 )
 from medverify.judge.llm import LLMJudge, parse_judge_output
-from medverify.judge.terms import MODALS, STOPWORDS, cue
 from medverify.kb import KnowledgeBase
-from medverify.kb.embed import HashEmbedder
+from medverify.kb.embed_base import HashEmbedder
 from medverify.llm.facade import Model
 from medverify.records import Analysis, Answer, Category, Claim, Document, Passage, Source, Verdict
 from medverify.report.html import render_html
+from medverify.terms import MODALS, STOPWORDS, cue
 from medverify.testing import ScriptedProvider
 from medverify.testing.judge import prompt_blocks
 

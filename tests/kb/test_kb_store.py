@@ -11,7 +11,8 @@ import pytest
 from medverify.config import KBSettings
 from medverify.errors import KBError
 from medverify.kb import HashEmbedder, KnowledgeBase, chunk_text, fts_query
-from medverify.kb.embed import WordTokenizer, get_embedder, split_windows
+from medverify.kb.embed import get_embedder
+from medverify.kb.embed_base import WordTokenizer, split_windows
 from medverify.kb.fts import select_terms
 from medverify.records import Document
 from medverify.retrieve import Retriever

@@ -11,7 +11,7 @@ from typing import Any
 
 from medverify.config import KBSettings
 from medverify.kb import KnowledgeBase
-from medverify.kb.embed import HashEmbedder
+from medverify.kb.embed_base import HashEmbedder
 from medverify.retrieve import Retriever
 from medverify.trials.curate import curate, summary_documents
 

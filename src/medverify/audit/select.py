@@ -23,7 +23,8 @@ from typing import Literal
 import numpy as np
 
 from medverify.kb.chunking import chunk_text
-from medverify.kb.embed import Embedder, Tokenizer
+from medverify.kb.embed import Embedder
+from medverify.kb.embed_base import Tokenizer
 from medverify.records import Claim, Passage, Source, Span, content_hash
 from medverify.retrieve import BM25, Ranked, TextIndex, terms
 

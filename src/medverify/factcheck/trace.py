@@ -28,7 +28,8 @@ from pydantic import BaseModel, ConfigDict, ValidationError
 from medverify.decompose import segment
 from medverify.errors import ConfigError, MedverifyError, ParseError
 from medverify.factcheck.records import Fact, FactTrace, SentenceLink, TraceCandidate
-from medverify.kb.embed import Embedder, normalize
+from medverify.kb.embed import Embedder
+from medverify.kb.embed_base import normalize
 from medverify.llm.facade import Model
 from medverify.prompts import load_prompt
 from medverify.prompts.untrusted import defuse, fence_id, fenced, load_json_reply, validation_detail

@@ -20,7 +20,8 @@ from typing import TYPE_CHECKING
 
 from medverify.errors import ConfigError
 from medverify.kb.chunking import Chunk, chunk_text
-from medverify.kb.embed import EMBEDDERS, Embedder, HashEmbedder, Tokenizer, get_embedder
+from medverify.kb.embed import EMBEDDERS, Embedder, get_embedder
+from medverify.kb.embed_base import HashEmbedder, Tokenizer
 from medverify.kb.fts import fts_query
 from medverify.kb.ingest import IngestStats
 from medverify.kb.loaders import LoadReport, iter_documents

@@ -19,7 +19,7 @@ from collections.abc import Generator, Iterable, Iterator
 from dataclasses import dataclass
 
 from medverify.errors import ConfigError
-from medverify.kb.embed import Tokenizer
+from medverify.kb.embed_base import Tokenizer
 from medverify.records import Span
 from medverify.text import sentence_breaks
 
