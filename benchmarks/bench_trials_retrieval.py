@@ -54,8 +54,8 @@ from medverify.kb import KnowledgeBase  # noqa: E402
 from medverify.kb.embed import Embedder, get_embedder  # noqa: E402
 from medverify.records import Passage  # noqa: E402
 from medverify.retrieve import Retriever  # noqa: E402
+from medverify.study.questions import QUESTIONS  # noqa: E402
 from medverify.trials.curate import curate, slug, summary_documents  # noqa: E402
-from medverify.trials.study.questions import QUESTIONS  # noqa: E402
 from medverify.trials.summary import text_of  # noqa: E402
 from medverify.trials.synthetic import (  # noqa: E402
     default_samples_dir,

@@ -42,11 +42,11 @@ from typing import Any
 
 from medverify.config import Config
 from medverify.files import data_dir
+from medverify.study.records import read_run
+from medverify.study.report import LABELS, SCORED, finish, pct
+from medverify.study.runner import TrialStudy, study_trials
 from medverify.testing.trial_models import HABITS, NumberJudge, register_trial_models
 from medverify.trials.reader import iter_studies
-from medverify.trials.study.records import read_run
-from medverify.trials.study.report import LABELS, SCORED, finish, pct
-from medverify.trials.study.runner import TrialStudy, study_trials
 
 ROOT = Path(__file__).resolve().parents[1]
 SAMPLES = data_dir() / "raw" / "clinicaltrials"

@@ -45,10 +45,13 @@ LAYERS: dict[str, int] = {
     "records": 0,  # the records passed between stages
     # a claim's outcome vocabulary and the rules over it (passage_label, categorize, ...)
     "verdict_rules": 0,
+    # a claim's key content (numbers, names, words) and relevance: shared by the judge,
+    # retrieval and settling, so it sits below all of them
+    "terms": 0,
     "inputs": 0,  # reading answers from bytes: needs only errors and records
     # SQL connections by location (a SQLite file or PostgreSQL): the run store's, also
-    # used by the llm cache, so this one module of store sits at the base
-    "store.connections": 0,
+    # used by config and the llm cache
+    "connections": 0,
     "stats": 0,  # the Wilson interval of a proportion (pure math)
     "executor": 0,  # local or Ray: maps a picklable function over chunks (imports errors only)
     # 1 infrastructure: models, prompts, fetched sources, the knowledge base, the verifier.
@@ -81,7 +84,7 @@ LAYERS: dict[str, int] = {
     "evals": 4,  # measurements on labelled data: pairs, retrieval, judges, arbitration
     "injection": 4,
     "demo": 4,
-    "trials.study": 4,  # CHECK's 15-question clinical-trial study (asks, judges, reports)
+    "study": 4,  # CHECK's 15-question clinical-trial study (asks, judges, reports)
     "ops": 4,  # drift of the recorded verdicts: daily rates against a baseline (store, evals)
     # 5 entry points.
     "cli": 5,
@@ -115,19 +118,11 @@ def module_name(path: Path, source: Path = SOURCE) -> str:
     return ".".join(parts)
 
 
-def unit_of(module: str, layers: Mapping[str, int] | None = None) -> str:
-    """``medverify.audit.runner`` -> ``audit``; the package itself -> ``medverify``. A
-    dotted key of the layer table names a sub-unit placed on its own layer
-    (``medverify.trials.study.runner`` -> ``trials.study``)."""
+def unit_of(module: str) -> str:
+    """``medverify.audit.runner`` -> ``audit``; the package itself -> ``medverify``. A unit
+    is a whole top-level folder (or module): each folder sits on one layer."""
     parts = module.split(".")
-    if len(parts) == 1:
-        return parts[0]
-    table = LAYERS if layers is None else layers
-    for end in range(len(parts), 2, -1):
-        name = ".".join(parts[1:end])
-        if name in table:
-            return name
-    return parts[1]
+    return parts[0] if len(parts) == 1 else parts[1]
 
 
 def _modules(source: Path) -> dict[str, Path]:

@@ -23,9 +23,9 @@ import json
 from pathlib import Path
 
 from medverify.files import data_dir
+from medverify.study.runner import study_trials
 from medverify.testing.trial_models import _first_sentences, change_numbers
 from medverify.trials.reader import iter_studies
-from medverify.trials.study.runner import study_trials
 
 ROOT = Path(__file__).resolve().parents[1]
 RECORDS = data_dir() / "raw" / "clinicaltrials"

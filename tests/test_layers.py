@@ -11,7 +11,6 @@ from script_modules import load_script
 ig = load_script("import_graph")
 
 
-
 def _edges() -> list:
     return list(ig.imports())
 
@@ -40,6 +39,30 @@ def test_no_import_cycle_between_units() -> None:
         lines.append("{" + ", ".join(members) + "}:")
         lines += [f"  {e.where()}" for e in edges if e.source in inside and e.target in inside]
     assert not found, "units that import each other:\n" + "\n".join(lines)
+
+
+def _folder(module: str) -> str:
+    """``medverify.trials.reader`` -> ``trials``: the top-level folder (or module) of
+    ``src/medverify`` a module lies in, whatever the layer table says."""
+    parts = module.split(".")
+    return parts[1] if len(parts) > 1 else parts[0]
+
+
+def test_each_top_level_folder_is_one_layer() -> None:
+    """Collapsed to top-level folders, the units import no loop: no module sits in a
+    folder of another layer (the layer table has no sub-units to hide one)."""
+    g: dict[str, set[str]] = {}
+    for edge in _edges():
+        a, b = _folder(edge.module), _folder(edge.imported)
+        g.setdefault(a, set())
+        g.setdefault(b, set())
+        if a != b:
+            g[a].add(b)
+    loops = ig.components(g)
+    assert not loops, "top-level folders that import each other: " + "; ".join(
+        "{" + ", ".join(members) + "}" for members in loops)
+    nested = sorted(name for name in ig.LAYERS if "." in name)
+    assert not nested, f"sub-units in the layer table: {', '.join(nested)}"
 
 
 def test_the_graph_sees_every_kind_of_import(tmp_path: Path) -> None:

@@ -38,6 +38,7 @@ from rich.console import Console
 from medverify.cli.trials import print_study
 from medverify.config import Config
 from medverify.files import data_dir
+from medverify.study.runner import TrialStudy, study_trials
 from medverify.testing.trial_models import (
     HABITS,
     NumberJudge,
@@ -45,7 +46,6 @@ from medverify.testing.trial_models import (
     register_trial_models,
 )
 from medverify.trials.reader import iter_studies
-from medverify.trials.study.runner import TrialStudy, study_trials
 
 SAMPLES = data_dir() / "raw" / \
     "clinicaltrials"

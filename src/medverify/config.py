@@ -15,8 +15,8 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
+from medverify.connections import dialect_of, display, sqlite_path
 from medverify.errors import ConfigError
-from medverify.store.connections import dialect_of, display, sqlite_path
 
 DEFAULT_EMBEDDER = "all-MiniLM-L6-v2"
 

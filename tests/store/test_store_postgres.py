@@ -1,4 +1,4 @@
-"""The stores on PostgreSQL (medverify.store.connections): the dialect translation, the store URL in
+"""The stores on PostgreSQL (medverify.connections): the dialect translation, the store URL in
 the config and the CLI, a server that is down at the start or goes down during a run
 (clear error, nothing half-written, resume once it is back), the request cache, and the
 service with two worker processes on one database.
@@ -17,10 +17,7 @@ from pathlib import Path
 import pytest
 
 from medverify.config import Config
-from medverify.errors import ConfigError, MedverifyError
-from medverify.llm import Completion, RequestCache, TokenCount
-from medverify.records import Answer, Claim, ClaimResult
-from medverify.store.connections import (
+from medverify.connections import (
     POSTGRES_EXTRA,
     StoreUnavailable,
     dialect_of,
@@ -29,6 +26,9 @@ from medverify.store.connections import (
     translate_ddl,
     translate_query,
 )
+from medverify.errors import ConfigError, MedverifyError
+from medverify.llm import Completion, RequestCache, TokenCount
+from medverify.records import Answer, Claim, ClaimResult
 from medverify.store.runs import RunStore, migrations
 from medverify.testing.postgres import PgCluster
 

@@ -14,9 +14,9 @@ from pathlib import Path
 import pytest
 
 import medverify.store.access as access
+from medverify.connections import SqliteDatabase
 from medverify.errors import MedverifyError
 from medverify.store.access import AuditLog, KeyNotFound, KeyStore, Role
-from medverify.store.connections import SqliteDatabase
 from medverify.store.jobs import JobKind, JobNotFound, JobStatus, JobStore
 from medverify.store.runs import RunStore, migrations
 from postgres_server import as_location

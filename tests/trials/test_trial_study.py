@@ -1,4 +1,4 @@
-"""CHECK's clinical-trial study (medverify.trials.study): questions, contexts, asking and
+"""CHECK's clinical-trial study (medverify.study): questions, contexts, asking and
 judging with scripted models, resuming, the report and the CLI. Runs on made-up registry
 records (medverify.testing.trial_models.make_record), never on ../shared."""
 
@@ -16,6 +16,28 @@ from medverify.cli import main
 from medverify.config import Config
 from medverify.errors import ConfigError, InputError
 from medverify.records import Category, Verdict
+from medverify.study.questions import (
+    QUESTIONS,
+    TrialEvidence,
+    context_block,
+    questions_by_number,
+)
+from medverify.study.records import (
+    ANSWERS,
+    JUDGMENTS,
+    AnswerStatus,
+    Context,
+    Granularity,
+    TrialAnswer,
+    read_run,
+)
+from medverify.study.report import FAILS_STUDY, JUDGE_WARNING, finish, summarize
+from medverify.study.runner import (
+    TrialStudy,
+    select_trials,
+    sentence_units,
+    study_trials,
+)
 from medverify.testing import ScriptedProvider, register_fake
 from medverify.testing.judge import keyword_rule, scripted_judge
 from medverify.testing.trial_models import (
@@ -26,28 +48,6 @@ from medverify.testing.trial_models import (
     register_trial_models,
 )
 from medverify.trials.curate import SECTIONS
-from medverify.trials.study.questions import (
-    QUESTIONS,
-    TrialEvidence,
-    context_block,
-    questions_by_number,
-)
-from medverify.trials.study.records import (
-    ANSWERS,
-    JUDGMENTS,
-    AnswerStatus,
-    Context,
-    Granularity,
-    TrialAnswer,
-    read_run,
-)
-from medverify.trials.study.report import FAILS_STUDY, JUDGE_WARNING, finish, summarize
-from medverify.trials.study.runner import (
-    TrialStudy,
-    select_trials,
-    sentence_units,
-    study_trials,
-)
 
 RECORDS = [
     make_record("NCT90000001", "Examplimab Versus Placebo in Lung Cancer"),

@@ -12,8 +12,8 @@ from medverify.cli import main
 from medverify.cli._common import config_option, load_config, store_option
 from medverify.cli._names import JUDGES, RegistryChoice
 from medverify.config import ServiceSettings
+from medverify.connections import display
 from medverify.errors import ConfigError, MissingDependencyError
-from medverify.store.connections import display
 from medverify.store.runs import RunStore
 
 

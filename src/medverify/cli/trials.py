@@ -133,8 +133,8 @@ def study_command(paths: tuple[Path, ...], models: tuple[str, ...], run_dir: Pat
     Resumable: rerun the same command after a crash or Ctrl-C; finished answers and
     judgments are kept, failed model calls are asked again. Exit status 1 when no unit
     could be scored, 2 when the study cannot start."""
-    from medverify.trials.study.questions import questions_by_number
-    from medverify.trials.study.runner import TrialStudy, select_trials
+    from medverify.study.questions import questions_by_number
+    from medverify.study.runner import TrialStudy, select_trials
 
     config = load_config(config_path, model=judge_model, judge=judge, store=store)
     try:
@@ -191,7 +191,7 @@ def _progress() -> Iterator[Callable[[str, int, int], None]]:
 def report_command(run_dir: Path, config_path: Path | None) -> None:
     """Recompute RUN's tables, CIs and charts from its stored answers and judgments (no
     model is called) and print the headline table."""
-    from medverify.trials.study.report import finish
+    from medverify.study.report import finish
 
     if not (run_dir / "run.json").is_file():
         raise InputError(f"{run_dir} is not a trial study run directory (no run.json)")
@@ -203,7 +203,7 @@ def report_command(run_dir: Path, config_path: Path | None) -> None:
 
 def print_study(summary: dict[str, Any], out: Console) -> None:
     """The label distribution per model, context and level (the paper's Table 1)."""
-    from medverify.trials.study.report import LABELS, SCORED, pct
+    from medverify.study.report import LABELS, SCORED, pct
 
     table = Table(title=f"{summary['n_trials']} trials x {summary['n_questions']} questions, "
                   f"judge {summary['judge']}", title_justify="left")

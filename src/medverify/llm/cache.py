@@ -22,8 +22,8 @@ from pathlib import Path
 
 from pydantic import ValidationError
 
+from medverify.connections import PostgresDatabase, StoreUnavailable, dialect_of, display
 from medverify.llm.base import Completion
-from medverify.store.connections import PostgresDatabase, StoreUnavailable, dialect_of, display
 
 log = logging.getLogger("medverify.llm.cache")
 

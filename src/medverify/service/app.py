@@ -24,6 +24,7 @@ from fastapi import APIRouter, FastAPI, Request, Response
 from fastapi.routing import APIRoute
 
 from medverify.config import Config, ServiceSettings
+from medverify.connections import create_private_folders
 from medverify.llm.observe import add_observer, remove_observer
 from medverify.service.auth import client_address
 from medverify.service.docs_pages import docs_router
@@ -36,7 +37,6 @@ from medverify.service.records import ErrorResponse
 from medverify.service.routes import ROUTERS
 from medverify.service.state import ServiceState
 from medverify.service.ui import router as review_pages
-from medverify.store.connections import create_private_folders
 
 API_VERSION = "v1"
 """The API's version (the ``/v1/`` of the paths): ``info.version`` of ``/openapi.json`` and

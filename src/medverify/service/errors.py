@@ -19,9 +19,9 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
+from medverify.connections import StoreUnavailable
 from medverify.errors import ConfigError, InputError, MedverifyError
 from medverify.service.records import ErrorBody, ErrorResponse
-from medverify.store.connections import StoreUnavailable
 
 log = logging.getLogger(__name__)
 

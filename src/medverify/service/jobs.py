@@ -27,6 +27,7 @@ from typing import Any
 
 from pydantic import BaseModel
 
+from medverify.connections import StoreUnavailable
 from medverify.harness import CancelToken, RunCancelled, cause
 from medverify.service.metrics import Checked
 from medverify.service.records import (
@@ -38,7 +39,6 @@ from medverify.service.records import (
     FactCheckResult,
 )
 from medverify.service.state import ServiceState
-from medverify.store.connections import StoreUnavailable
 from medverify.store.context import request_id
 from medverify.store.jobs import JobKind, JobRow, JobStatus
 

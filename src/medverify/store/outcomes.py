@@ -13,8 +13,8 @@ from __future__ import annotations
 from datetime import UTC, datetime
 from typing import NamedTuple
 
+from medverify.connections import Database
 from medverify.records import Arbitration, Claim, ClaimResult, Verdict
-from medverify.store.connections import Database
 
 
 class OutcomeCount(NamedTuple):

@@ -4,7 +4,7 @@ recomputed without calling a model.
 
 The store is a SQLite file (the default) or a PostgreSQL database shared by several
 processes or machines, named by a URL (``postgresql://...``;
-``medverify.store.connections`` adapts the few SQL differences, so both run the same
+``medverify.connections`` adapts the few SQL differences, so both run the same
 queries and migrations). Schema changes are forward migrations in
 ``store/migrations/NNNN_name.sql``, applied in order and tracked with
 ``PRAGMA user_version`` (PostgreSQL: the table ``medverify_schema``). One connection per
@@ -28,6 +28,16 @@ from typing import Any, Literal, TypeVar
 
 from pydantic import BaseModel, ConfigDict, TypeAdapter
 
+from medverify.connections import (
+    Database,
+    Dialect,
+    PostgresDatabase,
+    SqliteDatabase,
+    StoreUnavailable,
+    dialect_of,
+    display,
+    sqlite_path,
+)
 from medverify.errors import MedverifyError
 from medverify.records import (
     Answer,
@@ -41,16 +51,6 @@ from medverify.records import (
     package_version,
 )
 from medverify.report.metrics import compute_metrics
-from medverify.store.connections import (
-    Database,
-    Dialect,
-    PostgresDatabase,
-    SqliteDatabase,
-    StoreUnavailable,
-    dialect_of,
-    display,
-    sqlite_path,
-)
 from medverify.store.context import current_request_id
 from medverify.store.outcomes import OutcomeCount, count_outcomes, outcome_columns
 from medverify.store.saved import AuditRecord, BenchReplyRecord, FactCheckRecord

@@ -32,10 +32,10 @@ from typing import Any
 from medverify.errors import ProviderError
 from medverify.llm.base import ChatRequest
 from medverify.records import Analysis, Verdict
+from medverify.study.questions import QUESTIONS, summary_text
 from medverify.testing.fake_provider import ScriptedProvider, register_fake
 from medverify.text import sentence_spans
 from medverify.trials.curate import curate
-from medverify.trials.study.questions import QUESTIONS, summary_text
 
 HABITS = ("grounded", "confabulating", "unreliable")
 _FENCE = re.compile(r"<<<(F[0-9a-f]{12}) (trial-title|trial-json|trial-summary)>>>\n(.*?)\n"

@@ -15,7 +15,7 @@ A run directory holds the whole study:
 4. ``judgments.jsonl``: each (answer, granularity) judgment is appended as soon as it is in.
    A rerun judges what is missing, what failed (no units), and what judged an answer text
    that has since changed.
-5. :func:`medverify.trials.study.report.finish` writes ``summary.json`` and ``report.md``
+5. :func:`medverify.study.report.finish` writes ``summary.json`` and ``report.md``
    from those files alone (``medverify trials report RUN`` does the same without a model).
 
 Each run of :meth:`TrialStudy.run` is recorded in the run store (kind ``trials``).
@@ -57,17 +57,14 @@ from medverify.kb.embed import Embedder, get_embedder
 from medverify.llm.facade import Model, model_from_config
 from medverify.prompts import load_prompt
 from medverify.records import Answer, Category, Claim, ClaimResult, Usage, package_version
-from medverify.text import sentence_spans
-from medverify.trials.curate import curate
-from medverify.trials.reader import ReadReport
-from medverify.trials.study.questions import (
+from medverify.study.questions import (
     CONTEXT_NAMES,
     QUESTIONS,
     TrialEvidence,
     context_block,
     record_sha256,
 )
-from medverify.trials.study.records import (
+from medverify.study.records import (
     ANSWERS,
     JUDGMENTS,
     MANIFEST,
@@ -86,7 +83,10 @@ from medverify.trials.study.records import (
     text_sha256,
     trials_sha256,
 )
-from medverify.trials.study.report import FAILS_STUDY, finish, judge_warnings
+from medverify.study.report import FAILS_STUDY, finish, judge_warnings
+from medverify.text import sentence_spans
+from medverify.trials.curate import curate
+from medverify.trials.reader import ReadReport
 
 STAGE = "trial_answer"
 MAX_UNSAMPLED = 5_000  # a study of more trials than this needs an explicit --sample

@@ -18,8 +18,8 @@ from medverify.kb.embed import Embedder
 from medverify.prompts.untrusted import fence_id, fenced
 from medverify.records import Passage
 from medverify.retrieve import TextIndex
+from medverify.study.records import Context, StudyTrial, TrialQuestion
 from medverify.trials.curate import SECTIONS, TrialSummary, summary_documents
-from medverify.trials.study.records import Context, StudyTrial, TrialQuestion
 
 _QUESTIONS: tuple[tuple[str, str], ...] = (
     ("Definition", "Identify the title and purpose of the clinical trial."),

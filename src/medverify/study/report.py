@@ -31,7 +31,7 @@ from medverify.bench.stats import bootstrap_weights, percentile_ci
 from medverify.config import Config
 from medverify.files import atomic_write_text
 from medverify.records import Category
-from medverify.trials.study.records import (
+from medverify.study.records import (
     AnswerJudgment,
     AnswerStatus,
     Context,
