@@ -36,8 +36,6 @@ from medverify.harness import (
 )
 from medverify.judge import JUDGES, Judge, JudgeItem
 from medverify.judge.build import create_judge
-from medverify.judge.decide import STRONG_RELEVANCE, relevance
-from medverify.judge.terms import key_terms
 from medverify.kb import KnowledgeBase
 from medverify.llm.facade import Model, UsageLedger, answer_budget
 from medverify.records import Answer, Claim, ClaimResult, Passage, Report
@@ -47,6 +45,7 @@ from medverify.review.settled import SettledClaims, SettledIndex
 from medverify.review.teaching import DOC_PREFIX
 from medverify.store.review import ReviewStore
 from medverify.store.runs import RunStore
+from medverify.terms import STRONG_RELEVANCE, key_terms, relevance
 
 if TYPE_CHECKING:
     from medverify.risk.stage import RiskStage

@@ -18,12 +18,11 @@ from medverify.judge.decide import (
     PassageScore,
     assess,
     outcome_from_passages,
-    relevance,
     states_claim,
     uncovered,
 )
-from medverify.judge.terms import key_terms
 from medverify.records import CheckFinding, CheckKind, Passage
+from medverify.terms import key_terms, relevance
 
 CLAIM = "Statins lower LDL cholesterol in adults."
 

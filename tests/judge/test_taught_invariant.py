@@ -18,11 +18,10 @@ from medverify.judge.decide import (
     PassageScore,
     assess,
     outcome_from_passages,
-    relevance,
     states_claim,
 )
-from medverify.judge.terms import key_terms
 from medverify.records import Passage
+from medverify.terms import key_terms, relevance
 
 STATEMENTS = [
     "A vaccine called Zostavax was approved to prevent shingles in people age 60 and older.",

@@ -43,20 +43,17 @@ from medverify.judge.calibration import (
 )
 from medverify.judge.checks import find_conflicts
 from medverify.judge.decide import (
-    MIN_RELEVANCE,
-    STRONG_RELEVANCE,
     Outcome,
     PassageScore,
     assess,
     off_support_findings,
     outcome_from_passages,
-    relevance,
     states_claim,
     veto_analysis,
 )
 from medverify.judge.evidence import quote_in_passage
-from medverify.judge.terms import key_terms
 from medverify.records import Analysis, Passage, Verdict
+from medverify.terms import MIN_RELEVANCE, STRONG_RELEVANCE, key_terms, relevance
 from medverify.text import line_sentences
 from medverify.verdict_rules import passage_label
 

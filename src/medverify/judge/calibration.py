@@ -34,7 +34,7 @@ import numpy as np
 from pydantic import BaseModel, ConfigDict, Field
 
 from medverify.errors import ConfigError
-from medverify.judge.terms import coverage, key_terms
+from medverify.terms import coverage, key_terms
 from medverify.text import line_sentences
 
 FEATURES: tuple[str, ...] = (

@@ -59,8 +59,8 @@ from medverify.judge.checks_units import (
     TIMES_WORDS,
     UNITS,
 )
-from medverify.judge.terms import number_value
 from medverify.records import CheckFinding, CheckKind
+from medverify.terms import number_value
 
 _TRIGGERS = (frozenset(NUMBER_WORDS) | frozenset(TIMES_WORDS) | {d.lower() for d in DOSING}
              | frozenset(COUNT_WORDS) | frozenset(BARE_PERIODS) | frozenset(EVERY) | {HALF}

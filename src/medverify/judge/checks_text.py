@@ -14,7 +14,7 @@ from bisect import bisect_left
 from dataclasses import dataclass
 from functools import lru_cache
 
-from medverify.judge.terms import MODALS, NEGATIONS, STOPWORDS, fold
+from medverify.terms import MODALS, NEGATIONS, STOPWORDS, fold
 from medverify.text import sentence_spans
 
 
@@ -80,7 +80,7 @@ passage that merely names CKD)."""
 
 @lru_cache(maxsize=1 << 16)
 def stem(word: str) -> str:
-    """:func:`medverify.judge.terms.fold` with a final "e" dropped ("cause" and "causes"
+    """:func:`medverify.terms.fold` with a final "e" dropped ("cause" and "causes"
     -> "caus"), so the inflections of one word compare equal more often."""
     folded = fold(word)
     return folded[:-1] if len(folded) > 4 and folded.endswith("e") else folded
@@ -252,7 +252,7 @@ class Alignment:
 def claim_items(doc: Doc) -> dict[str, int]:
     """The claim's key content as {stem: weight}: content words (numbers left out), names
     (a capital after the first token, or inside the word) weighing 2, others 1, as
-    :func:`medverify.judge.terms.coverage` weighs them."""
+    :func:`medverify.terms.coverage` weighs them."""
     items: dict[str, int] = {}
     for i, low in enumerate(doc.low):
         if not is_content(low):

@@ -4,7 +4,7 @@ The built-in judge scores every (claim, passage) pair; this module turns those p
 scores into the claim's two analyses, its category and its confidence. The rule, in order:
 
 1. **Relevance.** Each passage is weighted by how much of the claim's key content it holds
-   (numbers and names count double; :func:`medverify.judge.terms.coverage`). A passage under
+   (numbers and names count double; :func:`medverify.terms.coverage`). A passage under
    :data:`MIN_RELEVANCE` is about another subject: it can never contradict the claim, and
    support from it is never confident.
 2. **Exact checks** (:mod:`medverify.judge.checks`) run on every passage that would support
@@ -31,7 +31,7 @@ the family's threshold for the category (or a statement / reviewed passage settl
 nothing above made it doubtful; otherwise it keeps its category with ``confident=False``
 and ``not_sure`` saying why. A FACT is confident only when its deciding passage covers the
 claim's key content: every number, name and content word of the claim (or a synonym of
-:data:`medverify.judge.terms.SYNONYMS`) is in it (:func:`uncovered`).
+:data:`medverify.terms.SYNONYMS`) is in it (:func:`uncovered`).
 """
 
 from __future__ import annotations
@@ -42,8 +42,10 @@ from dataclasses import dataclass, field
 
 from medverify.judge.calibration import TARGETS, Family
 from medverify.judge.checks import find_conflicts
-from medverify.judge.terms import (
-    KeyTerms,
+from medverify.records import Analysis, CheckFinding, Passage, Verdict
+from medverify.terms import (
+    MIN_RELEVANCE,
+    STRONG_RELEVANCE,
     coverage,
     covered_items,
     fold,
@@ -55,11 +57,8 @@ from medverify.judge.terms import (
     synonyms,
     tokens,
 )
-from medverify.records import Analysis, CheckFinding, Passage, Verdict
 from medverify.text import line_sentences
 
-MIN_RELEVANCE = 0.25  # below: the passage is about something else (cannot contradict)
-STRONG_RELEVANCE = 0.5  # each side of a JUDGMENT_ERROR must hold this much of the claim
 STRONG_P = 0.5  # ... and be at least this probable on its own
 NEAR_VERBATIM = 0.9  # word-sequence similarity at which a sentence states the claim
 REVIEWED_SOURCES = frozenset({"clinician-review"})  # Passage.source of taught documents
@@ -143,18 +142,13 @@ def off_support_findings(claim: str, passage_text: str,
     return out
 
 
-def relevance(claim: KeyTerms, passage_text: str) -> float:
-    """The weighted share of the claim's key content the passage holds."""
-    return coverage(claim, key_terms(passage_text))
-
-
 def states_claim(claim: str, passage_text: str, *, verbatim: bool) -> bool:
     """True when the passage states the claim: word for word (``verbatim``), or one of its
     sentences is nearly the claim's word sequence (similarity >= :data:`NEAR_VERBATIM`)
     with the same numbers, negation and hedging, every key word of the claim in it (a
     claim that swaps "adults" for "children" is not stated, however similar), and no other
     word that changes the meaning ("most" for "least", "before" for "after":
-    :func:`~medverify.judge.terms.meaning_differences`)."""
+    :func:`~medverify.terms.meaning_differences`)."""
     if verbatim:
         return True
     words = [t.casefold() for t in tokens(claim)]

@@ -30,7 +30,8 @@ from collections.abc import Iterator, Mapping
 from dataclasses import replace
 from itertools import pairwise
 
-from medverify.judge.terms import (
+from medverify.records import Analysis, Passage
+from medverify.terms import (
     STOPWORDS,
     KeyTerms,
     coverage,
@@ -43,7 +44,6 @@ from medverify.judge.terms import (
     subject,
     tokens,
 )
-from medverify.records import Analysis, Passage
 
 MIN_QUOTE_WORDS = 3
 """Words the longest piece of a quote must have (pieces are never summed)."""
@@ -52,7 +52,7 @@ MIN_SINGLE_WORD_LETTERS = 4
 MAX_QUOTE_PIECES = 4
 """Pieces an ellipsis may join in one quote."""
 SUPPORT_SHARE = 0.5
-"""Weighted share of the claim's key content (:func:`medverify.judge.terms.coverage`) a
+"""Weighted share of the claim's key content (:func:`medverify.terms.coverage`) a
 supporting quote must have, besides every number of the claim."""
 CONTRADICT_SHARE = 0.3
 """Weighted share of the claim's key content, numbers left out, a contradicting quote must
@@ -170,7 +170,7 @@ def shape_problem(pieces: list[str]) -> str | None:
     is a content word (not a stopword, a negation or modal, a number or a single letter),
     or one content word of at least :data:`MIN_SINGLE_WORD_LETTERS` letters.
     A lone number, a single letter and a run of stopwords are never pieces. Words are
-    :func:`medverify.judge.terms.tokens` ("first-line", "1.5" are one word each)."""
+    :func:`medverify.terms.tokens` ("first-line", "1.5" are one word each)."""
     if not pieces:
         return "the quote is empty"
     if len(pieces) > MAX_QUOTE_PIECES:
@@ -354,10 +354,10 @@ def content_problem(quote: str, claim: str, direction: str = "supported") -> str
     """Why ``quote`` does not cover the key content of ``claim`` (None when it does).
 
     Both directions: the quote is not about another subject (a capitalised first word or a
-    name the claim does not have, :func:`medverify.judge.terms.subject`) while leaving out
+    name the claim does not have, :func:`medverify.terms.subject`) while leaving out
     the claim's subject or a name of it. Supporting: the quote mentions every name of the
     claim, has at least :data:`SUPPORT_SHARE` of its weighted key content
-    (:func:`medverify.judge.terms.coverage`) and every number of it. Contradicting: at least
+    (:func:`medverify.terms.coverage`) and every number of it. Contradicting: at least
     :data:`CONTRADICT_SHARE` of the key content with the numbers left out (a different
     number can be the contradiction). A claim without key content sets no share."""
     if direction not in DIRECTIONS:

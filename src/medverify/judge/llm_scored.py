@@ -40,11 +40,11 @@ from medverify.judge import JudgeItem
 from medverify.judge.calibration import Family
 from medverify.judge.decide import check_verdict
 from medverify.judge.llm import PromptedModelJudge
-from medverify.judge.terms import coverage, key_terms
 from medverify.llm.facade import Model
 from medverify.prompts import Prompt, load_prompt
 from medverify.prompts.untrusted import fence_id, fenced
 from medverify.records import Analysis, Passage, Verdict
+from medverify.terms import coverage, key_terms
 
 if TYPE_CHECKING:
     pass

@@ -41,11 +41,11 @@ from typing import Protocol
 
 from medverify.arbitration import settled_by_review
 from medverify.config import ArbitrationPolicy
-from medverify.judge.terms import key_terms, meaning_differences
 from medverify.records import Category, ClaimResult, Reviewed
 from medverify.review.records import ReviewItem, ReviewLabel
 from medverify.review.teaching import DOC_PREFIX
 from medverify.review.workflow import deciding_label
+from medverify.terms import key_terms, meaning_differences
 
 NEAR_DUPLICATE = 0.9
 """Default word-sequence similarity (difflib ratio over the normalised words) from which a

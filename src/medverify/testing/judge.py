@@ -10,9 +10,9 @@ import re
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from medverify.judge.terms import coverage, key_terms
 from medverify.llm.base import ChatRequest
 from medverify.records import Analysis, Verdict
+from medverify.terms import coverage, key_terms
 
 Decision = tuple[bool, bool]
 """(supported, contradicted) for one claim."""

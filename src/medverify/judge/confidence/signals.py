@@ -13,8 +13,8 @@ import math
 from collections.abc import Sequence
 
 from medverify.judge.calibration import lexical_features
-from medverify.judge.terms import key_terms
 from medverify.records import Category, Passage, Verdict
+from medverify.terms import key_terms
 
 FEATURES: tuple[str, ...] = (
     "logit_p_supported",  # the judge's probability that the evidence supports the claim

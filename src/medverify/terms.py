@@ -1,9 +1,13 @@
 """The key content of a claim: the numbers, names and content words a passage must share to
 be about the claim, and the cues (negation, modality) that change what a sentence says.
 
-Pure text functions, shared by the judge stage's three users of them: relevance weighting of
-passages (:mod:`medverify.judge.decide`), the exact checks (:mod:`medverify.judge.checks`)
-and the quote rule (:mod:`medverify.judge.evidence`). Words are compared after a light,
+Pure text functions (a base-layer module: it imports nothing from medverify), shared below
+the judge by everyone who asks what a claim is about: the judge's relevance weighting of
+passages (:func:`relevance`, :data:`MIN_RELEVANCE`, :data:`STRONG_RELEVANCE`, used by
+:mod:`medverify.judge.decide`), the exact checks (:mod:`medverify.judge.checks`), the quote
+rule (:mod:`medverify.judge.evidence`), retrieval's count of strong passages
+(:mod:`medverify.checker`) and settling a claim by a reviewed one
+(:mod:`medverify.review.settled`). Words are compared after a light,
 deterministic suffix fold (:func:`fold`: "lowers" / "lowered" / "lowering" -> "lower"), so
 no stemmer package is needed.
 """
@@ -135,6 +139,17 @@ def coverage(claim: KeyTerms, other: KeyTerms) -> float:
     found = (2 * len(claim.numbers & other.numbers) + 2 * len(folded_names & other_content)
              + len(plain & other_content))
     return found / total
+
+
+MIN_RELEVANCE = 0.25  # below: the passage is about something else (cannot contradict)
+STRONG_RELEVANCE = 0.5  # each side of a JUDGMENT_ERROR must hold this much of the claim
+
+
+def relevance(claim: KeyTerms, passage_text: str) -> float:
+    """The weighted share of the claim's key content the passage holds (:func:`coverage`
+    of the passage's key terms): how much a passage is about the claim, for the judge's
+    rule, retrieval's strong-passage count and settling."""
+    return coverage(claim, key_terms(passage_text))
 
 
 def cue(word: str) -> str | None:
