@@ -32,7 +32,7 @@ from pathlib import Path
 from rich.console import Console
 
 from medverify.bench.runner import BenchRunner
-from medverify.cli.bench import print_bench_summary
+from medverify.cli.bench_tables import print_bench_summary
 from medverify.config import Config
 from medverify.records import Document
 from medverify.testing import (

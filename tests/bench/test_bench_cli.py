@@ -428,7 +428,7 @@ def test_any_annotation_file_is_matched_to_the_run_pairs(study: Study, tmp_path:
 
 
 def test_error_causes_are_grouped_once_each() -> None:
-    from medverify.cli.bench import error_cause_lines
+    from medverify.cli.bench_tables import error_cause_lines
 
     errors = [f"m1 / q{i}: provider call failed: 429 after 5 attempts" for i in range(7)]
     errors += ["a-1: fetch cache unreadable", "plain cause without a place"]
