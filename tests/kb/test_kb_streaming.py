@@ -17,7 +17,7 @@ from medverify.kb import KnowledgeBase, LoadReport, chunk_text
 from medverify.kb import loaders as kb_loaders
 from medverify.kb.chunking import iter_chunks
 from medverify.kb.embed_base import HashEmbedder, WordTokenizer, normalize
-from medverify.kb.ingest import PARTIAL, document_hash
+from medverify.kb.ingest_batches import PARTIAL, document_hash
 from medverify.kb.loaders import TextFile, iter_documents, iter_sources, read_text
 from medverify.records import Document
 

@@ -20,9 +20,9 @@ from medverify.cli._common import config_option, console, executor_option, load_
 from medverify.cli._names import EMBEDDERS, NamesHelpOption
 from medverify.config import KBSettings
 from medverify.executor import Executor, LocalExecutor, executor_from_spec
-from medverify.kb import KnowledgeBase, LoadReport, sample_kb_path
+from medverify.kb import KBStats, KnowledgeBase, LoadReport, sample_kb_path
 from medverify.kb.index import INDEX_NAME, INDEX_POLICIES
-from medverify.kb.ingest import IngestStats
+from medverify.kb.ingest_batches import IngestStats
 from medverify.kb.loaders import iter_ctgov, iter_sources
 from medverify.kb.lock import WRITER_WAIT_S
 from medverify.records import Passage
@@ -127,12 +127,7 @@ def ingest(
     paths, kb_dir, ct_sample = _sources(paths, kb_dir, fmt, sample)
     if fmt != "ctgov" and (condition or results_only):
         raise click.UsageError("--condition and --results-only need --format ctgov")
-    given = {
-        k: v
-        for k, v in {"chunk_tokens": chunk_tokens, "chunk_overlap": chunk_overlap}.items()
-        if v is not None
-    }
-    settings = KBSettings(**given) if given else None  # an existing KB keeps its own
+    settings = _chunk_settings(chunk_tokens, chunk_overlap)
     watch = None if sample == SHIPPED else _warn_if_large(paths, limit, fmt)
     report = LoadReport()
     executor = executor_from_spec(executor_spec)
@@ -151,16 +146,32 @@ def ingest(
             executor.close()
         summary = kb.stats()
     _print_load_report(report)
+    _print_ingested(stats, len(report.skipped), summary)
+    if sample == SHIPPED:
+        _print_sample_built(kb_dir, time.perf_counter() - started, summary.embedder_id)
+
+
+def _chunk_settings(chunk_tokens: int | None, chunk_overlap: int | None) -> KBSettings | None:
+    """The chunk settings given on the command line (None when neither is: an existing KB
+    keeps its own, a new one takes the defaults)."""
+    given = {
+        k: v
+        for k, v in {"chunk_tokens": chunk_tokens, "chunk_overlap": chunk_overlap}.items()
+        if v is not None
+    }
+    return KBSettings(**given) if given else None
+
+
+def _print_ingested(stats: IngestStats, skipped: int, summary: KBStats) -> None:
+    """One line: what the ingest did, and what the KB now holds."""
     resumed = f"resumed {stats.documents_resumed}, " if stats.documents_resumed else ""
     click.echo(
         f"added {stats.documents_added} documents ({stats.chunks_added} chunks), "
         f"updated {stats.documents_updated}, unchanged {stats.documents_unchanged}, {resumed}"
-        f"skipped {len(report.skipped)} in {stats.seconds:.1f}s; KB now has "
+        f"skipped {skipped} in {stats.seconds:.1f}s; KB now has "
         f"{summary.documents} documents, {summary.chunks} chunks "
         f"[{summary.snapshot_id}]"
     )
-    if sample == SHIPPED:
-        _print_sample_built(kb_dir, time.perf_counter() - started, summary.embedder_id)
 
 
 def _print_sample_built(kb_dir: Path, seconds: float, embedder_id: str) -> None:

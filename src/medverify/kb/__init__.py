@@ -23,7 +23,7 @@ from medverify.kb.chunking import Chunk, chunk_text
 from medverify.kb.embed import EMBEDDERS, Embedder, get_embedder
 from medverify.kb.embed_base import HashEmbedder, Tokenizer
 from medverify.kb.fts import fts_query
-from medverify.kb.ingest import IngestStats
+from medverify.kb.ingest_batches import IngestStats
 from medverify.kb.loaders import LoadReport, iter_documents
 from medverify.kb.protocol import KBStore, StoredChunk
 from medverify.kb.store import KBStats, KnowledgeBase

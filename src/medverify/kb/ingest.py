@@ -24,6 +24,9 @@ bits on the other texts of the call (the padded width and shape of its forward b
 int8's activation scales), while one torch or ONNX Runtime thread or several give the
 same bits (measured), so the same units make the vectors of a Ray ingest byte-equal to
 a local one.
+
+The records an ingest carries (its stats, pending documents, batches) and the content hash
+are in :mod:`medverify.kb.ingest_batches`.
 """
 
 from __future__ import annotations
@@ -31,7 +34,6 @@ from __future__ import annotations
 import contextlib
 import ctypes
 import functools
-import hashlib
 import json
 import logging
 import sqlite3
@@ -39,16 +41,23 @@ import time
 from collections import deque
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
-from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Protocol
 
 import numpy as np
-from pydantic import BaseModel
 
 from medverify.kb.chunking import Chunk, iter_chunks
 from medverify.kb.embed import EmbedTask
 from medverify.kb.fts import chunk_terms
-from medverify.kb.loaders import KBInput, TextFile
+from medverify.kb.ingest_batches import (
+    PARTIAL,
+    Batch,
+    InFlight,
+    IngestStats,
+    Pending,
+    document_hash,
+    document_pieces,
+)
+from medverify.kb.loaders import KBInput
 
 if TYPE_CHECKING:
     from medverify.executor import Executor
@@ -57,82 +66,8 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
-PARTIAL = "partial:"  # content_hash prefix of a document whose chunks are not all stored
 EMBED_UNIT = 64  # chunks per embedder call on every path, and per task on an executor
 # (~8 s of MiniLM on one core, so a few workers get several tasks even from a small ingest)
-
-
-class IngestStats(BaseModel):
-    """What one ingest did."""
-
-    documents_seen: int = 0
-    documents_added: int = 0
-    documents_updated: int = 0
-    documents_unchanged: int = 0
-    documents_empty: int = 0
-    documents_resumed: int = 0
-    chunks_added: int = 0
-    seconds: float = 0.0
-
-
-@dataclass
-class _Pending:
-    """A document being stored: its row once inserted, chunks stored so far."""
-
-    doc: KBInput
-    digest: str
-    replace: bool  # an older version (or an unmatched partial one) is deleted first
-    row: int | None = None
-    stored: int = 0
-    done: bool = False
-    resumed: bool = False
-
-
-@dataclass
-class _Batch:
-    """Chunks waiting to be embedded and committed together, and their documents."""
-
-    docs: list[_Pending] = field(default_factory=list)
-    chunks: list[tuple[_Pending, int, Chunk]] = field(default_factory=list)
-    finished: set[int] = field(default_factory=set)  # id() of the docs this batch completes,
-    # taken when it is handed over (the reader marks later documents done meanwhile)
-
-    def completes(self, pending: _Pending) -> bool:
-        return id(pending) in self.finished
-
-    def touch(self, pending: _Pending) -> None:
-        if not self.docs or self.docs[-1] is not pending:
-            self.docs.append(pending)
-
-    def add(self, pending: _Pending, order: int, chunk: Chunk) -> None:
-        self.touch(pending)
-        self.chunks.append((pending, order, chunk))
-
-
-def document_hash(doc: KBInput) -> str:
-    """Content hash of what the KB stores for a document: ``content_hash`` of title, url,
-    source and text joined by NULs, computed piece by piece (a :class:`TextFile` hashes to
-    the hash of the Document it stands for)."""
-    digest = hashlib.sha256("\x00".join([doc.title or "", doc.url or "", doc.source or "",
-                                         ""]).encode("utf-8", "surrogatepass"))
-    for piece in _pieces(doc):
-        digest.update(piece.encode("utf-8", "surrogatepass"))
-    return digest.hexdigest()[:16]
-
-
-def _pieces(doc: KBInput, size: int = 1 << 20) -> Iterator[str]:
-    """The document's text in consecutive pieces (slices of a Document's text)."""
-    if isinstance(doc, TextFile):
-        return doc.pieces()
-    return (doc.text[i:i + size] for i in range(0, len(doc.text), size))
-
-
-@dataclass
-class _InFlight:
-    """A batch handed to the embedding thread, not stored yet."""
-
-    batch: _Batch
-    vectors: list[Future[np.ndarray]] | list[Future[Sequence[np.ndarray]]]  # one per unit
 
 
 class IngestTarget(Protocol):
@@ -169,7 +104,7 @@ class Ingester:
         self.chunk_overlap = chunk_overlap
         self.executor = executor
         self._pool: ThreadPoolExecutor | None = None
-        self._in_flight: deque[_InFlight] = deque()
+        self._in_flight: deque[InFlight] = deque()
         self._depth = 1  # batches embedding at once
         self._task: EmbedTask | None = None
 
@@ -177,7 +112,7 @@ class Ingester:
             progress: Callable[[IngestStats], None] | None) -> IngestStats:
         stats, started = IngestStats(), time.perf_counter()
         self.kb.vector_index.ensure()
-        batch = _Batch()
+        batch = Batch()
         if self.executor is not None:
             self._task = self.kb.embed_task()
             units = -(-max(1, self.kb.flush_chunks) // EMBED_UNIT)  # tasks per batch
@@ -211,7 +146,7 @@ class Ingester:
         it while an ingest runs)."""
         return self.kb.flush_chunks
 
-    def _ingest_one(self, doc: KBInput, batch: _Batch, stats: IngestStats,
+    def _ingest_one(self, doc: KBInput, batch: Batch, stats: IngestStats,
                     progress: Callable[[IngestStats], None] | None) -> None:
         stats.documents_seen += 1
         held = batch.docs + [p for f in self._in_flight for p in f.batch.docs]
@@ -237,7 +172,7 @@ class Ingester:
         if len(batch.chunks) >= self._batch_chunks():
             self._flush(batch, stats)
 
-    def _admit(self, doc: KBInput, stats: IngestStats) -> _Pending | None:
+    def _admit(self, doc: KBInput, stats: IngestStats) -> Pending | None:
         """The document to store, or None when the KB already holds this version."""
         digest = document_hash(doc)
         row = self.conn.execute("SELECT id, content_hash, n_chunks FROM documents "
@@ -245,12 +180,12 @@ class Ingester:
         if row is not None and row[1] == digest:
             stats.documents_unchanged += 1
             return None
-        pending = _Pending(doc, digest, replace=row is not None)
+        pending = Pending(doc, digest, replace=row is not None)
         if row is not None and row[1] == PARTIAL + digest:
             pending.row, pending.stored, pending.resumed = int(row[0]), int(row[2]), True
         return pending
 
-    def _new_chunks(self, pending: _Pending) -> Iterator[tuple[int, Chunk]]:
+    def _new_chunks(self, pending: Pending) -> Iterator[tuple[int, Chunk]]:
         """(order, chunk) of the chunks not stored yet. A resumed document is re-chunked
         and its stored chunks skipped; if the last stored one does not match, the partial
         copy is replaced instead."""
@@ -265,15 +200,15 @@ class Ingester:
         yield from chunks
 
     def _chunk(self, doc: KBInput) -> Iterator[Chunk]:
-        return iter_chunks(_pieces(doc), self.kb.embedder.tokenizer, self.chunk_tokens,
-                           self.chunk_overlap, self.kb.window_chars)
+        return iter_chunks(document_pieces(doc), self.kb.embedder.tokenizer,
+                           self.chunk_tokens, self.chunk_overlap, self.kb.window_chars)
 
-    def _stored_span(self, pending: _Pending) -> tuple[int, int] | None:
+    def _stored_span(self, pending: Pending) -> tuple[int, int] | None:
         row = self.conn.execute('SELECT start, "end" FROM chunks WHERE doc=? AND ord=?',
                                 (pending.row, pending.stored - 1)).fetchone()
         return (int(row[0]), int(row[1])) if row else None
 
-    def _flush(self, batch: _Batch, stats: IngestStats) -> None:
+    def _flush(self, batch: Batch, stats: IngestStats) -> None:
         """Embed the batch and store it: at once without overlap; else hand it to the
         embedding thread (or the executor) and store the oldest batch handed over once
         more than ``_depth`` are out (batches are stored in order, so a document's chunks
@@ -281,7 +216,7 @@ class Ingester:
         if not batch.docs:
             return
         texts = [_embed_text(p.doc.title, c) for p, _, c in batch.chunks]
-        taken = _Batch(batch.docs, batch.chunks, {id(p) for p in batch.docs if p.done})
+        taken = Batch(batch.docs, batch.chunks, {id(p) for p in batch.docs if p.done})
         batch.docs, batch.chunks = [], []
         if self.executor is not None and self._task is not None:
             executor, task = self.executor, self._task
@@ -292,7 +227,7 @@ class Ingester:
         else:
             self._store(taken, self._embed(texts), stats)
             return
-        self._in_flight.append(_InFlight(taken, vectors))
+        self._in_flight.append(InFlight(taken, vectors))
         while len(self._in_flight) > self._depth:
             self._store_oldest(stats)
 
@@ -328,7 +263,7 @@ class Ingester:
         return np.concatenate([np.asarray(embedder.embed(unit), dtype=np.float32)
                                .reshape(-1, self.kb.dim) for unit in _units(texts)])
 
-    def _store(self, batch: _Batch, vectors: np.ndarray, stats: IngestStats) -> None:
+    def _store(self, batch: Batch, vectors: np.ndarray, stats: IngestStats) -> None:
         replaced = any(p.replace and p.row is None for p in batch.docs)
         with self.conn:
             ids = self._store_batch(batch, vectors)
@@ -342,7 +277,7 @@ class Ingester:
         self.kb.vector_index.add(ids, vectors, rebuild=replaced)
         _release_free_memory()
 
-    def _store_batch(self, batch: _Batch, vectors: np.ndarray) -> list[int]:
+    def _store_batch(self, batch: Batch, vectors: np.ndarray) -> list[int]:
         for pending in batch.docs:
             if pending.row is None:
                 if pending.replace:
@@ -365,7 +300,7 @@ class Ingester:
                               (state, pending.stored, pending.row))
         return ids
 
-    def _insert_document(self, pending: _Pending) -> int:
+    def _insert_document(self, pending: Pending) -> int:
         doc = pending.doc
         cursor = self.conn.execute(
             "INSERT INTO documents (doc_id, content_hash, title, url, source, meta, n_chunks,"
@@ -374,7 +309,7 @@ class Ingester:
              json.dumps(doc.meta, default=str), 0, time.time()))
         return int(cursor.lastrowid or 0)
 
-    def _insert_chunks(self, batch: _Batch, vectors: np.ndarray) -> list[int]:
+    def _insert_chunks(self, batch: Batch, vectors: np.ndarray) -> list[int]:
         """Insert the batch's chunks and their full-text rows with two ``executemany``
         calls. The ids are assigned here, in the transaction, as SQLite would (one past
         the largest), so they equal those of inserting row by row."""
@@ -397,7 +332,7 @@ class Ingester:
                                                                      strict=True)])
         return ids
 
-    def _insert_chunk(self, pending: _Pending, order: int, chunk: Chunk,
+    def _insert_chunk(self, pending: Pending, order: int, chunk: Chunk,
                       vector: np.ndarray) -> int:
         cursor = self.conn.execute(
             'INSERT INTO chunks (doc, ord, text, start, "end", n_tokens, vector) '

@@ -59,7 +59,8 @@ from medverify.kb.fts import (
     last_chunk_id,
 )
 from medverify.kb.index import SearchKnobs
-from medverify.kb.ingest import Ingester, IngestStats
+from medverify.kb.ingest import Ingester
+from medverify.kb.ingest_batches import IngestStats
 from medverify.kb.loaders import KBInput
 from medverify.kb.lock import WRITER_WAIT_S, GuardedVectorIndex, WriterLock
 from medverify.kb.store_indexes import INDEX_POLICY_KEY, LEXICAL_EXACT, KBIndexes
