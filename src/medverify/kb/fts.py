@@ -6,13 +6,13 @@ words). The ranking of a lexical query is here too (:func:`rank_lexical`): the b
 scores come from SQLite's FTS5, or on a large KB with fresh stored postings
 (:class:`StoredPostings`) from the same formula computed here in numpy
 (:class:`Bm25Ranker`), or, opted in, from the bounded rank query (:func:`idf_ranked`);
-``KnowledgeBase.lexical_candidates`` serves what they rank.
+``KnowledgeBase.lexical_candidates`` serves what they rank. The stored postings are built
+by :mod:`medverify.kb.postings_build`.
 """
 
 from __future__ import annotations
 
 import heapq
-import itertools
 import math
 import re
 import sqlite3
@@ -147,106 +147,6 @@ class FtsTokenizer:
             return [self._cache[w] for w in words]
 
 
-def build_postings(conn: sqlite3.Connection, generation: int) -> dict[str, int]:
-    """Write the posting lists of every FTS5 token of ``chunks_fts`` and every row's length
-    into the side tables, recorded at ``generation``; the caller holds the write lock
-    (``BEGIN IMMEDIATE``) so that the FTS5 index cannot change meanwhile. Reads FTS5's own
-    vocabulary (fts5vocab ``row`` and ``instance``) and ``%_docsize`` table."""
-    # (one statement at a time: executescript() would commit the caller's transaction)
-    conn.execute("DROP TABLE IF EXISTS temp.lexical_inst")
-    conn.execute("DROP TABLE IF EXISTS temp.lexical_row")
-    conn.execute("CREATE VIRTUAL TABLE temp.lexical_inst USING fts5vocab(main, chunks_fts, "
-                 "instance)")
-    conn.execute("CREATE VIRTUAL TABLE temp.lexical_row USING fts5vocab(main, chunks_fts, row)")
-    for statement in POSTINGS_SCHEMA.strip().split(";"):
-        if statement.strip():
-            conn.execute(statement)
-    conn.execute("DELETE FROM lexical_postings")
-    conn.execute("DELETE FROM lexical_lengths")
-    lengths, rows = _row_lengths(conn)
-    total = int(lengths.sum())
-    conn.execute("INSERT INTO lexical_lengths (id, lens) VALUES (0, ?)",
-                 (lengths.astype(LEN_DTYPE).tobytes(),))
-    vocab = conn.execute("SELECT term, doc, cnt FROM temp.lexical_row").fetchall()
-    instances = conn.execute("SELECT doc FROM temp.lexical_inst")  # term by term, same order
-    postings = _write_postings(conn, vocab, instances)
-    if next(iter(instances), None) is not None:
-        raise RuntimeError("the FTS5 instances outnumber its vocabulary")
-    if int(lengths.max(initial=0)) >= 2**32:
-        raise RuntimeError("a row of 2**32 tokens or more")
-    conn.execute("DROP TABLE temp.lexical_inst")
-    conn.execute("DROP TABLE temp.lexical_row")
-    conn.executemany("INSERT OR REPLACE INTO meta (key, value) VALUES (?, ?)",
-                     [(POSTINGS_GENERATION, str(generation)), (POSTINGS_ROWS, str(rows)),
-                      (POSTINGS_TOKENS, str(total))])
-    return {"terms": len(vocab), "postings": postings, "rows": rows, "tokens": total}
-
-
-def _row_lengths(conn: sqlite3.Connection) -> tuple[np.ndarray, int]:
-    """Every FTS5 row's length in tokens (indexed by row id) and the number of rows."""
-    last = int(conn.execute("SELECT max(id) FROM chunks_fts_docsize").fetchone()[0] or 0)
-    if last >= 2**32:
-        raise RuntimeError("row ids past 2**32: no stored postings (bm25() ranks)")
-    lengths = np.zeros(last + 1, dtype=np.int64)
-    rows = 0
-    for rowid, sizes in conn.execute("SELECT id, sz FROM chunks_fts_docsize"):
-        lengths[rowid] = sum(_varints(sizes))
-        rows += 1
-    return lengths, rows
-
-
-def _write_postings(conn: sqlite3.Connection, vocab: list[tuple[str, int, int]],
-                    instances: sqlite3.Cursor) -> int:
-    """Insert each vocabulary term's posting list (row ids, hits), reading its instances
-    (row ids, term by term in the vocabulary's order) in batches; returns the postings."""
-    postings = 0
-    at = 0
-    while at < len(vocab):
-        batch, count = [], 0
-        while at < len(vocab) and (not batch or count + vocab[at][2] <= 2_000_000):
-            batch.append(vocab[at])
-            count += vocab[at][2]
-            at += 1
-        docs = np.fromiter((r[0] for r in itertools.islice(instances, count)),
-                           dtype=np.int64, count=count)
-        out, start = [], 0
-        for term, n_docs, n_inst in batch:
-            ids = docs[start:start + n_inst]
-            start += n_inst
-            first = np.flatnonzero(np.r_[True, ids[1:] != ids[:-1]])
-            if len(first) != n_docs or (len(ids) > 1 and bool(np.any(np.diff(ids) < 0))):
-                raise RuntimeError(f"the FTS5 vocabulary of {term!r} is not in step with "
-                                   "its instances")
-            tfs = np.diff(np.r_[first, len(ids)])
-            if len(tfs) and int(tfs.max()) >= 2**16:
-                raise RuntimeError(f"{term!r} occurs 65,536 times or more in one row")
-            out.append((term, ids[first].astype(DOC_DTYPE).tobytes(),
-                        tfs.astype(TF_DTYPE).tobytes()))
-            postings += n_docs
-        conn.executemany("INSERT INTO lexical_postings (term, docs, tfs) VALUES (?, ?, ?)",
-                         out)
-    return postings
-
-
-def drop_postings(conn: sqlite3.Connection) -> None:
-    """Remove the side tables and their meta keys (the caller commits)."""
-    conn.execute("DROP TABLE IF EXISTS lexical_postings")
-    conn.execute("DROP TABLE IF EXISTS lexical_lengths")
-    conn.execute("DELETE FROM meta WHERE key IN (?, ?, ?)",
-                 (POSTINGS_GENERATION, POSTINGS_ROWS, POSTINGS_TOKENS))
-
-
-def _varints(blob: bytes) -> list[int]:
-    """SQLite varints (big-endian 7-bit groups), as FTS5's ``%_docsize`` stores sizes."""
-    out, value = [], 0
-    for byte in blob:
-        value = (value << 7) | (byte & 0x7F)
-        if not byte & 0x80:
-            out.append(value)
-            value = 0
-    return out
-
-
 def length_norms(lengths: np.ndarray, avgdl: float) -> np.ndarray:
     """Per row, bm25's length term ``k1 * (1 - b + b * D / avgdl)``, as fts5_aux.c computes
     it (the same double operations, in the same order)."""
@@ -273,51 +173,57 @@ class Bm25Ranker:
         (f + k1 * (1 - b + b * D / avgdl)), phrase by phrase in query order, in doubles."""
         if not phrases or depth <= 0:
             return []
-        k1 = BM25_K1
-        rows, parts = [], []
-        for docs, hits in phrases:
-            ids = docs.astype(np.intp)
-            rows.append(ids)
-            if hits.dtype.kind == "f":  # a phrase's parts, from FTS5's bm25() of it alone
-                parts.append(hits)
-                continue
-            n_hit = len(docs)
-            idf = math.log((self.rows - n_hit + 0.5) / (n_hit + 0.5))
-            if idf <= 0.0:
-                idf = 1e-6
-            # idf * ((f * (k1 + 1)) / (f + norm)), in place (a + b == b + a, exactly)
-            freq = hits.astype(np.float64)
-            denominator = self.norms[ids]
-            denominator += freq
-            np.multiply(freq, k1 + 1.0, out=freq)
-            np.divide(freq, denominator, out=freq)
-            np.multiply(freq, idf, out=freq)
-            parts.append(freq)
+        rows = [docs.astype(np.intp) for docs, _ in phrases]
+        parts = [self._part(ids, hits) for ids, (_, hits) in zip(rows, phrases, strict=True)]
         if len(phrases) == 1:
             ids, scores = rows[0], parts[0]
         else:
-            ids = np.concatenate(rows)
-            try:
-                for phrase_ids, part in zip(rows, parts, strict=True):
-                    self._scores[phrase_ids] += part  # each row once a phrase, in query order
-                scores = self._scores[ids]
-            finally:
-                self._scores[ids] = 0.0
-            # a row is in ids once per phrase holding it: the (depth * phrases)-th best entry
-            # is at most the depth-th best row's score, so every row of the top depth (ties
-            # included) is kept, then each once
-            if len(ids) > depth * len(rows):
-                cut = len(ids) - depth * len(rows)
-                keep = np.flatnonzero(scores >= np.partition(scores, cut)[cut])
-                ids, scores = ids[keep], scores[keep]
-            ids, first = np.unique(ids, return_index=True)
-            scores = scores[first]
+            ids, scores = self._summed(rows, parts, depth)
         if len(ids) > depth:
             cut = len(ids) - depth
             keep = np.flatnonzero(scores >= np.partition(scores, cut)[cut])
             ids, scores = ids[keep], scores[keep]
         order = np.lexsort((ids, -scores))[:depth]
         return [(int(i), float(s)) for i, s in zip(ids[order], scores[order], strict=True)]
+
+    def _part(self, ids: np.ndarray, hits: np.ndarray) -> np.ndarray:
+        """One phrase's share of each matching row's score (floats: given, from FTS5's
+        bm25() of the phrase alone)."""
+        if hits.dtype.kind == "f":
+            return hits
+        n_hit = len(ids)
+        idf = math.log((self.rows - n_hit + 0.5) / (n_hit + 0.5))
+        if idf <= 0.0:
+            idf = 1e-6
+        # idf * ((f * (k1 + 1)) / (f + norm)), in place (a + b == b + a, exactly)
+        freq = hits.astype(np.float64)
+        denominator = self.norms[ids]
+        denominator += freq
+        np.multiply(freq, BM25_K1 + 1.0, out=freq)
+        np.divide(freq, denominator, out=freq)
+        np.multiply(freq, idf, out=freq)
+        return freq
+
+    def _summed(self, rows: list[np.ndarray], parts: list[np.ndarray],
+                depth: int) -> tuple[np.ndarray, np.ndarray]:
+        """Each row's score summed over the phrases (in query order), cut to the rows that
+        can be in the top ``depth``; each row once."""
+        ids = np.concatenate(rows)
+        try:
+            for phrase_ids, part in zip(rows, parts, strict=True):
+                self._scores[phrase_ids] += part  # each row once a phrase, in query order
+            scores = self._scores[ids]
+        finally:
+            self._scores[ids] = 0.0
+        # a row is in ids once per phrase holding it: the (depth * phrases)-th best entry
+        # is at most the depth-th best row's score, so every row of the top depth (ties
+        # included) is kept, then each once
+        if len(ids) > depth * len(rows):
+            cut = len(ids) - depth * len(rows)
+            keep = np.flatnonzero(scores >= np.partition(scores, cut)[cut])
+            ids, scores = ids[keep], scores[keep]
+        ids, first = np.unique(ids, return_index=True)
+        return ids, scores[first]
 
 
 def bm25_top(phrases: Sequence[tuple[np.ndarray, np.ndarray]], rows: int, avgdl: float,

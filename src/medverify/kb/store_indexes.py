@@ -20,13 +20,12 @@ from medverify.kb.database import CHUNK_COLUMNS, subset_rows
 from medverify.kb.fts import (
     LexicalKnobs,
     StoredPostings,
-    build_postings,
     document_frequencies,
-    drop_postings,
     rank_lexical,
 )
 from medverify.kb.index import IndexSpec, VectorIndex, choose_spec
 from medverify.kb.lock import GuardedVectorIndex
+from medverify.kb.postings_build import build_postings, drop_postings
 from medverify.kb.protocol import Candidate, StoredChunk, Subset
 
 if TYPE_CHECKING:
