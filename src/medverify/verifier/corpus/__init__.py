@@ -7,8 +7,8 @@ adjacent sentences) yields candidate (claim, evidence, label) pairs of three fam
 - ``supported`` (:mod:`.supported`): the sentence restated (verbatim, a leading/trailing clause
   dropped, two adjacent sentences fused, an abbreviation or synonym swapped using a definition
   from the same document, which the evidence then contains); hedges are kept as they are.
-- ``contradicted`` (:mod:`.contradicted`, drug/condition swaps in :mod:`.entities`): exactly one
-  typed edit (:data:`CONTRADICTED_TYPES`).
+- ``contradicted`` (:mod:`.contradicted`, quantity edits in :mod:`.quantities`, drug/condition
+  swaps in :mod:`.entities`): exactly one typed edit (:data:`CONTRADICTED_TYPES`).
 - ``nei`` (:mod:`.nei`): a BM25 hard negative from another document group, a window of the same
   document about something else, or the document around the sentence without the sentence
   itself; each evidence must lack the claim's key content (:func:`lacks_key_content`).
@@ -28,13 +28,10 @@ from medverify.verifier.corpus.build import BuildResult, build_corpus
 from medverify.verifier.corpus.contradicted import (
     EDITS,
     edit_direction,
-    edit_dose_frequency,
     edit_negation,
-    edit_number,
     edit_population,
     edit_quantifier,
     edit_temporal_causal,
-    edit_unit,
 )
 from medverify.verifier.corpus.entities import condition_name, drug_name
 from medverify.verifier.corpus.leakage import EVAL_PAIR_FILES, LeakageIndex, load_eval_sets
@@ -45,6 +42,7 @@ from medverify.verifier.corpus.output import (
     read_jsonl_gz,
     write_jsonl_gz,
 )
+from medverify.verifier.corpus.quantities import edit_dose_frequency, edit_number, edit_unit
 from medverify.verifier.corpus.records import (
     CONTRADICTED_TYPES,
     FAMILIES,
