@@ -1,7 +1,7 @@
 """The v3 fine-tuning recipe (medverify.verifier.finetune) on a tiny made-up data set: it
 trains every layer but the word embeddings, saves loadable weights, checkpoints and resumes,
 and refuses to resume another recipe. Real MiniLM base (the packaged model), CPU, a few
-steps."""
+steps. The two fine-tuning runs are ``slow`` (``make test-slow``, in .ci/run)."""
 
 from __future__ import annotations
 
@@ -89,6 +89,7 @@ def test_corpus_reading_limits_and_leaves_out_edit_types(tmp_path: Path) -> None
     assert ft.read_corpus(corpus, seed=1) != ft.read_corpus(corpus, seed=2)
 
 
+@pytest.mark.slow  # a real MiniLM fine-tune (~10 s): `make test-slow`, run by .ci/run
 def test_finetune_trains_saves_and_a_rerun_returns_the_result(tmp_path: Path) -> None:
     quick = dict(real_limit=60, checkpoint_every=100)  # a few steps, two checkpoint writes
     config = _config(tmp_path, **quick)
@@ -103,6 +104,7 @@ def test_finetune_trains_saves_and_a_rerun_returns_the_result(tmp_path: Path) ->
         ft.finetune(_config(tmp_path, **quick, lr=1e-4))
 
 
+@pytest.mark.slow  # a real MiniLM fine-tune (~10 s): `make test-slow`, run by .ci/run
 def test_an_interrupted_run_resumes_from_its_checkpoint(tmp_path: Path,
                                                        monkeypatch: pytest.MonkeyPatch) -> None:
     config = _config(tmp_path, stage2=False)

@@ -1,0 +1,149 @@
+"""How long the default test suite takes (issue 44, item 6): wall time and the sum of every
+test's durations, measured on a fresh clone of a revision, as ``.ci/run`` step 3 runs it.
+
+The revision (``--rev``, default HEAD) is cloned into an empty temporary folder and the
+default suite runs there with this checkout's venv, the clone's ``src`` first on the path,
+``CI`` and ``MEDVERIFY_DATA`` unset (no data beside the clone: the data tests skip, as for a
+new user) unless ``--with-data`` names the data folder::
+
+    .venv/bin/pytest -q -n 2 --dist loadfile -p no:cacheprovider --durations=0
+
+The machine may be shared: the wall time moves with other people's work, so the sum of the
+per-test durations (setup + call + teardown, from ``--durations=0``) and the 1-minute load
+average before and after are recorded beside it. Each run is stored under ``--label``
+(default: the revision's short hash) in benchmarks/results/test_suite.json, so a "before"
+and an "after" run can be compared; test_suite.md is rendered from the JSON::
+
+    .venv/bin/python benchmarks/bench_test_suite.py --rev 9d3b798 --label before
+    .venv/bin/python benchmarks/bench_test_suite.py --label after
+    .venv/bin/python benchmarks/bench_test_suite.py --render
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import re
+import subprocess
+import tempfile
+import time
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parents[1]
+RESULTS = ROOT / "benchmarks" / "results"
+PYTEST = ["-q", "-n", "2", "--dist", "loadfile", "-p", "no:cacheprovider", "--durations=0"]
+SLOWEST = 15  # tests listed in the results
+DURATION = re.compile(r"^([\d.]+)s (call|setup|teardown)\s+(\S+)")
+SUMMARY = re.compile(r"(\d+) (passed|failed|skipped|errors?|deselected|xfailed|xpassed)")
+
+
+def parse(output: str) -> dict[str, Any]:
+    """Per-test durations (setup + call + teardown summed) and the outcome counts of a
+    ``pytest --durations=0`` output."""
+    per_test: Counter[str] = Counter()
+    per_phase: Counter[str] = Counter()
+    for line in output.splitlines():
+        found = DURATION.match(line.strip())
+        if found:
+            seconds, phase, test = float(found[1]), found[2], found[3]
+            per_test[test] += seconds
+            per_phase[phase] += seconds
+    last = next((line for line in reversed(output.splitlines()) if " in " in line
+                 and SUMMARY.search(line)), "")
+    counts = {word.rstrip("s") if word.startswith("error") else word: int(n)
+              for n, word in SUMMARY.findall(last)}
+    per_file: Counter[str] = Counter()
+    for test, seconds in per_test.items():
+        per_file[test.split("::")[0]] += seconds
+    return {
+        "counts": counts,
+        "durations_sum_s": round(sum(per_phase.values()), 1),
+        "durations_by_phase_s": {k: round(v, 1) for k, v in sorted(per_phase.items())},
+        "slowest_tests": [{"test": t, "s": round(s, 2)}
+                          for t, s in per_test.most_common(SLOWEST)],
+        "slowest_files": [{"file": f, "s": round(s, 2)}
+                          for f, s in per_file.most_common(SLOWEST)],
+    }
+
+
+def run_suite(rev: str, data: Path | None, timeout_s: float) -> dict[str, Any]:
+    """The default suite on a fresh clone of ``rev``: its parsed output and wall time."""
+    with tempfile.TemporaryDirectory(prefix="bench-test-suite-") as tmp:
+        clone = Path(tmp) / "medverify"
+        subprocess.run(["git", "clone", "-q", str(ROOT), str(clone)], check=True)
+        subprocess.run(["git", "-C", str(clone), "checkout", "-q", rev], check=True)
+        commit = subprocess.run(["git", "-C", str(clone), "rev-parse", "--short", "HEAD"],
+                                capture_output=True, text=True, check=True).stdout.strip()
+        env = {k: v for k, v in os.environ.items() if k not in ("CI", "MEDVERIFY_DATA")}
+        env["PYTHONPATH"] = str(clone / "src")
+        if data is not None:
+            env["MEDVERIFY_DATA"] = str(data.resolve())
+        load_before = os.getloadavg()[0]
+        started = time.perf_counter()
+        done = subprocess.run([str(ROOT / ".venv" / "bin" / "pytest"), *PYTEST], cwd=clone,
+                              env=env, capture_output=True, text=True, timeout=timeout_s,
+                              check=False)
+        wall = time.perf_counter() - started
+    result = parse(done.stdout + done.stderr)
+    result.update({"rev": rev, "commit": commit, "exit_code": done.returncode,
+                   "wall_s": round(wall, 1), "data": str(data) if data else None,
+                   "load_average_before": round(load_before, 2),
+                   "load_average_after": round(os.getloadavg()[0], 2),
+                   "cpus": os.cpu_count(), "date": time.strftime("%Y-%m-%d %H:%M UTC",
+                                                                 time.gmtime())})
+    return result
+
+
+def render(runs: dict[str, dict[str, Any]]) -> str:
+    lines = ["# The default test suite: wall time and summed durations (issue 44)", "",
+             "Each run: a fresh `git clone` of the revision, this checkout's venv, "
+             f"`pytest {' '.join(PYTEST)}`, `CI` and `MEDVERIFY_DATA` unset unless a data "
+             "folder is named (then the data tests run too). The machine is shared with "
+             "other jobs: the 1-minute load average is given before and after; the sum of "
+             "the per-test durations (setup + call + teardown) moves less with load than "
+             "the wall time but still moves.", "",
+             "| run | commit | wall s | durations sum s | passed | skipped | failed | "
+             "exit | load before -> after | date |", "|---|---|---|---|---|---|---|---|---|---|"]
+    for label, r in runs.items():
+        c = r["counts"]
+        lines.append(f"| {label} | {r['commit']} | {r['wall_s']} | {r['durations_sum_s']} | "
+                     f"{c.get('passed', 0)} | {c.get('skipped', 0)} | "
+                     f"{c.get('failed', 0) + c.get('error', 0)} | {r['exit_code']} | "
+                     f"{r['load_average_before']} -> {r['load_average_after']} | {r['date']} |")
+    for label, r in runs.items():
+        lines += ["", f"## Slowest {SLOWEST} tests, {label} ({r['commit']})", "",
+                  "| s | test |", "|---|---|"]
+        lines += [f"| {t['s']} | `{t['test']}` |" for t in r["slowest_tests"]]
+    lines += ["", "Command: `.venv/bin/python benchmarks/bench_test_suite.py [--rev REV] "
+              "[--label NAME] [--with-data DIR]`.", ""]
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--rev", default="HEAD", help="the revision to clone and test")
+    parser.add_argument("--label", help="the run's name in the results (default: its commit)")
+    parser.add_argument("--with-data", type=Path, metavar="DIR",
+                        help="MEDVERIFY_DATA for the run (default: unset, data tests skip)")
+    parser.add_argument("--timeout", type=float, default=1800.0, help="seconds for the suite")
+    parser.add_argument("--render", action="store_true", help="test_suite.md from the JSON")
+    parser.add_argument("--out", default="test_suite", help="results name (.json and .md)")
+    args = parser.parse_args(argv)
+    out = RESULTS / f"{args.out}.json"
+    runs: dict[str, dict[str, Any]] = json.loads(out.read_text()) if out.exists() else {}
+    if not args.render:
+        result = run_suite(args.rev, args.with_data, args.timeout)
+        runs[args.label or result["commit"]] = result
+        RESULTS.mkdir(parents=True, exist_ok=True)
+        out.write_text(json.dumps(runs, indent=1) + "\n")
+        print(json.dumps({k: result[k] for k in ("commit", "wall_s", "durations_sum_s",
+                                                 "counts", "exit_code")}))
+    (RESULTS / f"{args.out}.md").write_text(render(runs))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
