@@ -141,7 +141,7 @@ def test_a_run_whose_process_was_killed_is_told_apart_and_recorded_as_interrupte
         store_location: Path | str) -> None:
     import socket
 
-    from medverify.store.runs import current_process
+    from medverify.store.run_table import current_process
 
     with RunStore(store_location) as store:
         alive = store.start_run(kind="check", config={}, models={}, prompt_versions={},

@@ -16,7 +16,8 @@ import pytest
 from medverify.store.access import AuditLog, KeyNotFound, KeyStore, LastAdminKey, Role
 from medverify.store.jobs import JobStore
 from medverify.store.review import ReviewStore
-from medverify.store.runs import SQL_INT_MAX, RunStore, sql_bound
+from medverify.store.runs import RunStore
+from medverify.store.sql_bounds import SQL_INT_MAX, sql_bound
 
 DATA = Path(__file__).resolve().parents[2] / "src" / "medverify" / "data"
 MACHINE_PATH = re.compile(r"(?<![\w.])/(?:home|work|tmp|Users|root|mnt|scratch|private/var)/")

@@ -18,7 +18,8 @@ from enum import StrEnum
 
 from medverify.errors import MedverifyError
 from medverify.records import Record
-from medverify.store.runs import RunStore, sql_bound
+from medverify.store.runs import RunStore
+from medverify.store.sql_bounds import sql_bound
 
 
 class Role(StrEnum):

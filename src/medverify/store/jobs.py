@@ -20,7 +20,8 @@ from pydantic import Field
 from medverify.errors import MedverifyError
 from medverify.records import Record
 from medverify.store.context import current_request_id
-from medverify.store.runs import RunStore, sql_bound
+from medverify.store.runs import RunStore
+from medverify.store.sql_bounds import sql_bound
 
 
 class JobKind(StrEnum):

@@ -36,7 +36,8 @@ from medverify.review.records import (
 from medverify.review.settled import SettledRow, claim_key
 from medverify.review.workflow import checked_label, pair_agreements
 from medverify.review.workflow import next_status as _next  # module-level: tests patch it
-from medverify.store.runs import SQL_INT_MAX, RunStore, sql_bound
+from medverify.store.runs import RunStore
+from medverify.store.sql_bounds import SQL_INT_MAX, sql_bound
 
 
 def _stamp(when: datetime | None = None) -> str:
