@@ -56,6 +56,12 @@ first up to ``recheck_budget`` of them (:func:`recheck_candidates`); the rules a
 decide again on that verdict, and the decision records what the first check had decided
 (:class:`~medverify.records.Recheck`). The flow that has the judges runs it
 (``medverify.checker.Checker``).
+
+The order, in one call (:func:`arbitrate_claims`, what the checker runs on an answer's
+judged claims): arbitrate every claim (:func:`arbitrate_all`, with the budget), re-check the
+chosen escalations (:func:`recheck_candidates`, :func:`after_recheck`), then settle the claims
+a clinician already decided (:func:`settled_by_review`, through
+:mod:`medverify.review.settled`).
 """
 
 from __future__ import annotations
@@ -63,13 +69,15 @@ from __future__ import annotations
 import hashlib
 import json
 import math
-from collections.abc import Sequence
+from collections.abc import Awaitable, Callable, Sequence
+from typing import Protocol
 
 from medverify.config import ArbitrationPolicy
 from medverify.judge.severity import clinical_kinds, severity
 from medverify.records import (
     Arbitration,
     Category,
+    Claim,
     ClaimResult,
     Decision,
     Recheck,
@@ -341,6 +349,41 @@ def after_recheck(before: ClaimResult, rechecked: ClaimResult, policy: Arbitrati
     decided = arbitrate(result, policy)
     return result.model_copy(update={"arbitration": decided.model_copy(
         update={"recheck": note})})
+
+
+
+Rechecker = Callable[[list[Claim]], Awaitable[list[ClaimResult]]]
+"""Judges claims again (more passages, the second judge): one result per claim, in order; a
+claim whose re-check failed comes back as ``ERROR`` with its cause."""
+
+
+class Settler(Protocol):
+    """The closed review items a run's claims are matched against
+    (:class:`medverify.review.settled.SettledClaims`)."""
+
+    def __len__(self) -> int: ...
+
+    def settle_all(self, results: Sequence[ClaimResult],
+                   policy: ArbitrationPolicy) -> list[ClaimResult]: ...
+
+
+async def arbitrate_claims(results: Sequence[ClaimResult], policy: ArbitrationPolicy, *,
+                           recheck: Rechecker | None = None, recheck_judge: str = "",
+                           settled: Settler | None = None) -> list[ClaimResult]:
+    """An answer's judged claims, decided: arbitrated (:func:`arbitrate_all`), the chosen
+    escalations re-checked by ``recheck`` and decided again (:func:`after_recheck`, naming
+    ``recheck_judge``), then settled by a clinician's label where one matches
+    (``settled``). ``recheck`` None: no re-check; ``settled`` None or empty: none settled."""
+    out = arbitrate_all(results, policy)
+    chosen = recheck_candidates(out, policy)
+    if recheck is not None and chosen:
+        rechecked = await recheck([out[i].claim for i in chosen])
+        first = list(out)
+        for i, again in zip(chosen, rechecked, strict=True):
+            out[i] = after_recheck(first[i], again, policy, recheck_judge)
+    if settled is not None and len(settled):
+        out = settled.settle_all(out, policy)
+    return out
 
 
 REVIEWED_DECISION = {Category.FACT: Decision.ACCEPT, Category.HALLUCINATION: Decision.FLAG,

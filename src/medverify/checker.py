@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from medverify.arbitration import after_recheck, arbitrate_all, recheck_candidates
+from medverify.arbitration import arbitrate_claims
 from medverify.config import Config
 from medverify.decompose import DECOMPOSERS, Decomposer
 from medverify.errors import MedverifyError
@@ -157,18 +157,19 @@ class Checker:
         results = await self._retrieve_and_judge(claims)
         if self.risk is not None and results:
             results = await self._add_risk(answer, results, errors)
-        results = await self._recheck(arbitrate_all(results, self.config.arbitration))
-        if settled is not None and len(settled):  # on this thread: the store is its own
-            results = settled.settle_all(results, self.config.arbitration)
+        # arbitrate -> re-check -> settle (settling on this thread: the store is its own)
+        results = await arbitrate_claims(
+            results, self.config.arbitration,
+            recheck=self._recheck if self.recheck is not None else None,
+            recheck_judge=stage_id(self.recheck) if self.recheck is not None else "",
+            settled=settled)
         return results, errors
 
-    async def _recheck(self, results: list[ClaimResult]) -> list[ClaimResult]:
-        """Re-check the claims arbitration would escalate (``[arbitration] recheck_*``):
-        more passages, the second judge, decided again (:func:`after_recheck`)."""
-        chosen = recheck_candidates(results, self.config.arbitration)
-        if self.recheck is None or not chosen:
-            return results
-        claims = [results[i].claim for i in chosen]
+    async def _recheck(self, claims: list[Claim]) -> list[ClaimResult]:
+        """Judge again the claims arbitration would escalate (``[arbitration] recheck_*``):
+        more passages, the second judge; a failed re-check gives ERROR results (the claims
+        stay escalated; :func:`medverify.arbitration.after_recheck`)."""
+        assert self.recheck is not None
         top_k = self.config.arbitration.recheck_top_k or 2 * self.config.retrieval.top_k
         passages = await asyncio.to_thread(self.search, [c.text for c in claims], top_k)
         try:
@@ -176,11 +177,7 @@ class Checker:
         except MedverifyError as exc:  # the re-check failed: the claims stay escalated
             rechecked = [ClaimResult.failed(c, f"re-check failed: {exc}", p)
                          for c, p in zip(claims, passages, strict=True)]
-        out = list(results)
-        for i, again in zip(chosen, rechecked, strict=True):
-            out[i] = after_recheck(results[i], again, self.config.arbitration,
-                                   stage_id(self.recheck))
-        return out
+        return rechecked
 
     async def _add_risk(self, answer: Answer, results: list[ClaimResult],
                         errors: list[str]) -> list[ClaimResult]:
