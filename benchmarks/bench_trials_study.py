@@ -44,7 +44,8 @@ from medverify.config import Config
 from medverify.files import data_dir
 from medverify.study.records import read_run
 from medverify.study.report import LABELS, SCORED, finish, pct
-from medverify.study.runner import TrialStudy, study_trials
+from medverify.study.runner import TrialStudy
+from medverify.study.selection import study_trials
 from medverify.testing.trial_models import HABITS, NumberJudge, register_trial_models
 from medverify.trials.reader import iter_studies
 

@@ -23,7 +23,7 @@ import json
 from pathlib import Path
 
 from medverify.files import data_dir
-from medverify.study.runner import study_trials
+from medverify.study.selection import study_trials
 from medverify.testing.trial_models import _first_sentences, change_numbers
 from medverify.trials.reader import iter_studies
 

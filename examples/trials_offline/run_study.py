@@ -38,7 +38,8 @@ from rich.console import Console
 from medverify.cli.trials import print_study
 from medverify.config import Config
 from medverify.files import data_dir
-from medverify.study.runner import TrialStudy, study_trials
+from medverify.study.runner import TrialStudy
+from medverify.study.selection import study_trials
 from medverify.testing.trial_models import (
     HABITS,
     NumberJudge,

@@ -16,6 +16,7 @@ from medverify.cli import main
 from medverify.config import Config
 from medverify.errors import ConfigError, InputError
 from medverify.records import Category, Verdict
+from medverify.study.judging import sentence_units
 from medverify.study.questions import (
     QUESTIONS,
     TrialEvidence,
@@ -32,12 +33,8 @@ from medverify.study.records import (
     read_run,
 )
 from medverify.study.report import FAILS_STUDY, JUDGE_WARNING, finish, summarize
-from medverify.study.runner import (
-    TrialStudy,
-    select_trials,
-    sentence_units,
-    study_trials,
-)
+from medverify.study.runner import TrialStudy
+from medverify.study.selection import select_trials, study_trials
 from medverify.testing import ScriptedProvider, register_fake
 from medverify.testing.judge import keyword_rule, scripted_judge
 from medverify.testing.trial_models import (

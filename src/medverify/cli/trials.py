@@ -134,7 +134,8 @@ def study_command(paths: tuple[Path, ...], models: tuple[str, ...], run_dir: Pat
     judgments are kept, failed model calls are asked again. Exit status 1 when no unit
     could be scored, 2 when the study cannot start."""
     from medverify.study.questions import questions_by_number
-    from medverify.study.runner import TrialStudy, select_trials
+    from medverify.study.runner import TrialStudy
+    from medverify.study.selection import select_trials
 
     config = load_config(config_path, model=judge_model, judge=judge, store=store)
     try:

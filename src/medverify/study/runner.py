@@ -18,7 +18,9 @@ A run directory holds the whole study:
 5. :func:`medverify.study.report.finish` writes ``summary.json`` and ``report.md``
    from those files alone (``medverify trials report RUN`` does the same without a model).
 
-Each run of :meth:`TrialStudy.run` is recorded in the run store (kind ``trials``).
+Each run of :meth:`TrialStudy.run` is recorded in the run store (kind ``trials``). The
+trials come from :mod:`medverify.study.selection`; an answer is cut into units and judged by
+:mod:`medverify.study.judging`.
 """
 
 from __future__ import annotations
@@ -33,7 +35,7 @@ from typing import Any
 
 from medverify.config import Config
 from medverify.decompose import DECOMPOSERS, Decomposer
-from medverify.errors import ConfigError, InputError, MedverifyError, ProviderError
+from medverify.errors import ConfigError, InputError, ProviderError
 from medverify.files import (
     append_record,
     atomic_write_text,
@@ -46,23 +48,22 @@ from medverify.harness import (
     Resources,
     RunHarness,
     close_owned,
-    decompose_answer,
     new_run_id,
     run_each,
     stage_id,
 )
-from medverify.judge import Judge, JudgeItem, has_trait
+from medverify.judge import Judge, has_trait
 from medverify.judge.build import create_judge
 from medverify.kb.embed import Embedder, get_embedder
 from medverify.llm.facade import Model, model_from_config
 from medverify.prompts import load_prompt
-from medverify.records import Answer, Category, Claim, ClaimResult, Usage, package_version
+from medverify.records import Usage, package_version
+from medverify.study.judging import AnswerJudge
 from medverify.study.questions import (
     CONTEXT_NAMES,
     QUESTIONS,
     TrialEvidence,
     context_block,
-    record_sha256,
 )
 from medverify.study.records import (
     ANSWERS,
@@ -78,98 +79,17 @@ from medverify.study.records import (
     StudyTrial,
     TrialAnswer,
     TrialQuestion,
-    UnitResult,
     read_manifest,
     text_sha256,
     trials_sha256,
 )
 from medverify.study.report import FAILS_STUDY, finish, judge_warnings
-from medverify.text import sentence_spans
-from medverify.trials.curate import curate
-from medverify.trials.reader import ReadReport
 
 STAGE = "trial_answer"
-MAX_UNSAMPLED = 5_000  # a study of more trials than this needs an explicit --sample
 Progress = Callable[[str, int, int], None]
 """Called with (phase, done, total)."""
 
 _FRESH = (MANIFEST, TRIALS, ANSWERS, JUDGMENTS, "summary.json", "report.md", "timing.json")
-
-
-def study_trials(studies: Sequence[Any]) -> list[StudyTrial]:
-    """Study trials from registry records (dicts or ``trials.reader.Study`` objects):
-    curated here. Records without an NCT id are refused (InputError); a repeated NCT id
-    keeps its first record."""
-    trials: list[StudyTrial] = []
-    seen: set[str] = set()
-    for item in studies:
-        data = getattr(item, "data", item)
-        if not isinstance(data, dict):
-            raise InputError(f"not a registry record: {type(data).__name__}")
-        summary = curate(data)
-        if not summary.nct_id:
-            raise InputError("a registry record without protocolSection.identificationModule"
-                             ".nctId cannot be part of a study")
-        if summary.nct_id in seen:
-            continue
-        seen.add(summary.nct_id)
-        trials.append(StudyTrial(nct_id=summary.nct_id, title=summary.title,
-                                 source=str(getattr(item, "source", "") or ""),
-                                 record_sha256=record_sha256(data), record=data,
-                                 summary=summary))
-    return trials
-
-
-def select_trials(paths: Sequence[Path], *, condition: str | None = None,
-                  results_only: bool = True, sample: int | None = None, seed: int = 0,
-                  run_dir: Path | None = None) -> tuple[list[StudyTrial], dict[str, Any],
-                                                        ReadReport | None]:
-    """The trials of a study from registry files (JSON, JSONL, directories, bulk zips),
-    selected as ``kb ingest --format ctgov`` selects them, with the selection as recorded
-    in the manifest and the reader's report. When ``run_dir`` is a study made with the
-    same selection, its stored trials are used and nothing is read (report None): a
-    resumed study over the 520k-record bulk zip does not read the zip again."""
-    from medverify.trials.curate import matches, select_studies
-    from medverify.trials.reader import iter_studies
-
-    selection: dict[str, Any] = {
-        "paths": [str(p) for p in paths], "condition": condition,
-        "results_only": results_only, "sample": sample, "seed": seed}
-    if run_dir is not None:
-        manifest = read_manifest(run_dir)
-        stored = run_dir / TRIALS
-        if manifest is not None and manifest.selection == selection and stored.is_file():
-            trials = read_records(stored, StudyTrial, key=lambda t: t.nct_id, repair=False)
-            if [t.nct_id for t in trials] == manifest.trials:
-                return trials, selection, None
-    report = ReadReport()
-    studies = iter_studies([Path(p) for p in paths], report=report)
-    results = True if results_only else None
-    if sample is not None:
-        chosen = select_studies(studies, condition=condition, results_posted=results,
-                                n=sample, seed=seed)
-    else:
-        chosen = []
-        for study in studies:
-            if matches(study.data, condition, results):
-                chosen.append(study)
-                if len(chosen) > MAX_UNSAMPLED:
-                    raise InputError(
-                        f"more than {MAX_UNSAMPLED:,} registry records match the selection: "
-                        "draw a sample (--sample N) for a study")
-    return study_trials(chosen), selection, report
-
-
-def sentence_units(text: str) -> list[str]:
-    """The sentences of an answer, each bullet or numbered line on its own."""
-    units = []
-    for line in text.splitlines():
-        line = line.strip()
-        if not line:
-            continue
-        spans = sentence_spans(line)
-        units += [line[a:b].strip() for a, b in spans] if spans else [line]
-    return [u for u in units if any(c.isalnum() for c in u)]
 
 
 def parse_models(models: Sequence[str]) -> list[StudyModel]:
@@ -475,10 +395,12 @@ class TrialStudy:
         made = sum(len(grans) for _, grans in todo)
         self.counts["judgments_resumed"] = len(wanted) - made
         self.counts["judgments_made"] = made
+        judging = AnswerJudge(self.config, self.judge, self.decomposer, self.embedder,
+                              self._evidence)
         with (self.root / JUDGMENTS).open("a", encoding="utf-8") as handle:
             async def one(_: int, item: tuple[TrialAnswer, list[Granularity]]) -> None:
                 answer, grans = item
-                for judgment in await self.judge_answer(
+                for judgment in await judging.judge_answer(
                         by_trial[answer.nct_id], by_number[answer.question], answer, grans):
                     append_record(handle, judgment)
                     judged[judgment.key] = judgment
@@ -488,84 +410,6 @@ class TrialStudy:
                            cancel=self.cancel, progress=self._progress("judge"))
         self.timing["judge_s"] = round(time.perf_counter() - started, 3)
         return [judged[(a.id, g.value)] for a, g in wanted]
-
-    def evidence(self, trial: StudyTrial) -> TrialEvidence:
-        if trial.nct_id not in self._evidence:
-            self._evidence[trial.nct_id] = TrialEvidence(trial, self.embedder)
-        return self._evidence[trial.nct_id]
-
-    async def units(self, answer: TrialAnswer, question: TrialQuestion,
-                    granularity: Granularity) -> tuple[list[str], list[str]]:
-        """The units of an answer at a granularity, and the notes on cutting it."""
-        if granularity is Granularity.PARAGRAPH:
-            return [answer.answer], []
-        if granularity is Granularity.SENTENCE:
-            return sentence_units(answer.answer), []
-        assert self.decomposer is not None
-        claims, errors = await decompose_answer(
-            Answer(id=answer.id, text=answer.answer, question=question.text),
-            self.decomposer, self.config)
-        return [c.text for c in claims], errors
-
-    async def judge_answer(self, trial: StudyTrial, question: TrialQuestion,
-                           answer: TrialAnswer, granularities: Sequence[Granularity]) \
-            -> list[AnswerJudgment]:
-        """One answer judged at each of ``granularities`` (one judge call for all); never
-        raises for a problem of this answer: an ERROR unit, or a judgment with ``error``
-        set when it has no units."""
-        common = {"answer_sha256": text_sha256(answer.answer), "judge": self.judge_id,
-                  "answer_id": answer.id}
-        evidence = self.evidence(trial)
-        cut: list[tuple[Granularity, list[str], list[str]]] = []
-        for granularity in granularities:
-            texts, notes = await self.units(answer, question, granularity)
-            cut.append((granularity, texts, notes))
-        items: list[JudgeItem] = []
-        for granularity, texts, _ in cut:
-            shown = evidence.for_units(texts, question, self.config.trials.evidence_k)
-            items += [JudgeItem(claim=Claim(id=f"{granularity.value}-{n}", text=text),
-                                passages=passages)
-                      for n, (text, passages) in enumerate(zip(texts, shown, strict=True))]
-        units = await self._judge_units(items, evidence)
-        out = []
-        for granularity, texts, notes in cut:
-            if not texts:
-                error = "; ".join(notes) or "no unit to judge in the answer"
-                out.append(AnswerJudgment(granularity=granularity, error=error, notes=notes,
-                                          **common))
-                continue
-            mine = [units[i.claim.id] for i in items
-                    if i.claim.id.startswith(f"{granularity.value}-")]
-            out.append(AnswerJudgment(granularity=granularity, units=mine, notes=notes,
-                                      **common))
-        return out
-
-    async def _judge_units(self, items: list[JudgeItem],
-                           evidence: TrialEvidence) -> dict[str, UnitResult]:
-        if not items:
-            return {}
-        try:
-            verdicts = await self.judge.judge(items)
-        except MedverifyError as exc:
-            return {i.claim.id: UnitResult(text=i.claim.text, category=Category.ERROR,
-                                           sections=_sections(evidence, i),
-                                           error=f"judge: {exc}") for i in items}
-        by_id = {v.claim_id: v for v in verdicts}
-        units = {}
-        for item in items:
-            verdict = by_id.get(item.claim.id)
-            if verdict is None:
-                result = ClaimResult.failed(item.claim, "judge returned no verdict",
-                                            item.passages)
-            else:
-                result = ClaimResult.from_verdict(item.claim, item.passages, verdict)
-            units[item.claim.id] = UnitResult(
-                text=item.claim.text, category=result.category,
-                sections=_sections(evidence, item),
-                evidence_section=evidence.section_of(result.evidence_passage_id),
-                evidence_quote=result.evidence_quote, error=result.error,
-                warnings=result.warnings, verdict=result.verdict)
-        return units
 
     # -- progress and timing -------------------------------------------------------------
 
@@ -580,7 +424,3 @@ class TrialStudy:
 
         atomic_write_text(self.root / "timing.json",
                           json.dumps({**self.timing, **self.counts}, indent=2) + "\n")
-
-
-def _sections(evidence: TrialEvidence, item: JudgeItem) -> list[str]:
-    return [s for p in item.passages if (s := evidence.section_of(p.id)) is not None]
