@@ -27,7 +27,8 @@ import pytest
 from medverify.config import FetchSettings
 from medverify.records import FetchFailure, Source
 from medverify.sources import FetchCache, Resolver, SourceFetcher
-from medverify.sources.fetcher import PinnedBackend, read_capped
+from medverify.sources.body import read_capped
+from medverify.sources.transport import PinnedBackend
 from test_sources_extract import PDF_TEXT, encrypted_pdf, pdf_bytes
 
 PAGE = (b"<html><head><title>Fever</title></head><body><article><p>Aspirin lowers fever "

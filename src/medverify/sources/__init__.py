@@ -7,7 +7,7 @@ See docs/fetch.md for what is blocked and why.
 
 from medverify.sources.cache import FetchCache, FetchResult
 from medverify.sources.extract import Extraction, extract_text
-from medverify.sources.fetcher import PinnedBackend, SourceFetcher, apply_result
+from medverify.sources.fetcher import SourceFetcher, apply_result
 from medverify.sources.safety import (
     AllowList,
     Resolver,
@@ -18,6 +18,7 @@ from medverify.sources.safety import (
     resolve_and_check,
     system_resolver,
 )
+from medverify.sources.transport import PinnedBackend
 
 __all__ = [
     "AllowList",

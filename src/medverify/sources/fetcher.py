@@ -9,20 +9,18 @@ cap applied to decompressed bytes, then extraction. Redirects are followed by ha
 every target is checked again. Outcomes go to the :class:`FetchCache`.
 
 Nothing raises for a bad URL or page: each problem is a ``failure`` and a ``reason``.
+The network transport (pinned backend, per-origin pools) is :mod:`medverify.sources.transport`;
+reading a body under its byte cap, :mod:`medverify.sources.body`.
 """
 
 from __future__ import annotations
 
 import asyncio
-import importlib.util
 import logging
 import sqlite3
 import ssl
-import sys
 import time
-import zlib
-from collections import Counter, OrderedDict
-from collections.abc import AsyncIterator, Iterable, Sequence
+from collections.abc import AsyncIterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
@@ -37,6 +35,7 @@ import httpcore
 
 from medverify.config import FetchSettings
 from medverify.records import FetchFailure, Source, content_hash, utcnow
+from medverify.sources.body import read_capped
 from medverify.sources.cache import FetchCache, FetchResult
 from medverify.sources.extract import extract_text
 from medverify.sources.safety import (
@@ -48,21 +47,10 @@ from medverify.sources.safety import (
     resolve_and_check,
     system_resolver,
 )
+from medverify.sources.transport import OriginPools, PinnedBackend
 
 log = logging.getLogger(__name__)
 
-
-def _fail_fast_without_sniffio() -> None:
-    """httpcore tries ``import sniffio`` for every lock and event it creates (several per
-    request). Without sniffio installed, each failed import walks ``sys.path`` again
-    (about 0.4 ms: 2.5 s of CPU per 1,000 fetches). A ``None`` entry in ``sys.modules``
-    makes that import fail at once; it is set only when sniffio cannot be found at all.
-    """
-    if "sniffio" not in sys.modules and importlib.util.find_spec("sniffio") is None:
-        sys.modules["sniffio"] = None  # type: ignore[assignment]
-
-
-_fail_fast_without_sniffio()
 
 REDIRECT_CODES = frozenset({301, 302, 303, 307, 308})
 RETRY_CODES = frozenset({429, 503})
@@ -70,87 +58,6 @@ KEPT_HEADERS = ("content-type", "content-length", "content-encoding", "last-modi
                 "etag", "date", "retry-after", "location")
 ACCEPT = b"text/html,application/xhtml+xml,application/pdf;q=0.9,text/plain;q=0.8,*/*;q=0.1"
 OFFLINE_REASON = "offline: not in the fetch cache"
-
-
-class PinnedBackend(httpcore.AsyncNetworkBackend):
-    """Network backend that connects only to addresses the fetcher checked.
-
-    The HTTP layer asks for ``host:port``; this backend looks up the address pinned for
-    it after the DNS check and connects there, so no second DNS lookup happens (no DNS
-    rebinding) and TLS still verifies the certificate against the host name. A host:port
-    that was never pinned is refused.
-    """
-
-    def __init__(self, inner: httpcore.AsyncNetworkBackend | None = None) -> None:
-        self._inner = inner or httpcore.AnyIOBackend()
-        self._pins: dict[tuple[str, int], str] = {}
-
-    def pin(self, host: str, port: int, ip: str) -> None:
-        self._pins[(host.lower(), port)] = ip
-
-    async def connect_tcp(
-        self, host: str, port: int, timeout: float | None = None,
-        local_address: str | None = None, socket_options: Iterable[Any] | None = None,
-    ) -> httpcore.AsyncNetworkStream:
-        ip = self._pins.get((host.lower(), port))
-        if ip is None:
-            raise FetchProblem(FetchFailure.BLOCKED, f"{host}:{port} was not checked")
-        return await self._inner.connect_tcp(ip, port, timeout=timeout,
-                                              local_address=local_address,
-                                              socket_options=socket_options)
-
-    async def connect_unix_socket(self, path: str, timeout: float | None = None,
-                                  socket_options: Iterable[Any] | None = None,
-                                  ) -> httpcore.AsyncNetworkStream:
-        raise FetchProblem(FetchFailure.BLOCKED, "unix sockets are not fetched")
-
-    async def sleep(self, seconds: float) -> None:
-        await self._inner.sleep(seconds)
-
-
-class OriginPools:
-    """One small connection pool per origin (scheme, host, port), idle ones closed LRU.
-
-    A single shared httpcore pool scans every connection for every queued request
-    (quadratic: 40 s for 1,000 URLs at 200 in flight); pools of ``per_host`` connections
-    keep each scan tiny. At most ``max_idle`` pools without a request in flight stay
-    open, which bounds idle sockets by ``max_idle * per_host``.
-    """
-
-    def __init__(self, backend: httpcore.AsyncNetworkBackend, ssl_context: ssl.SSLContext,
-                 per_host: int, max_idle: int) -> None:
-        self._backend = backend
-        self._ssl_context = ssl_context
-        self._per_host = per_host
-        self._max_idle = max_idle
-        self._pools: OrderedDict[tuple[str, str, int], httpcore.AsyncConnectionPool] = (
-            OrderedDict())
-        self._busy: Counter[tuple[str, str, int]] = Counter()
-
-    @asynccontextmanager
-    async def use(self, check: UrlCheck) -> AsyncIterator[httpcore.AsyncConnectionPool]:
-        key = (check.scheme, check.host, check.port)
-        pool = self._pools.pop(key, None) or httpcore.AsyncConnectionPool(
-            ssl_context=self._ssl_context, network_backend=self._backend,
-            max_connections=self._per_host, keepalive_expiry=30.0)
-        self._pools[key] = pool
-        self._busy[key] += 1
-        try:
-            yield pool
-        finally:
-            self._busy[key] -= 1
-            await self._evict()
-
-    async def _evict(self) -> None:
-        idle = [key for key in self._pools if not self._busy[key]]
-        for key in idle[:max(0, len(idle) - self._max_idle)]:
-            del self._busy[key]
-            await self._pools.pop(key).aclose()
-
-    async def aclose(self) -> None:
-        pools, self._pools = list(self._pools.values()), OrderedDict()
-        for pool in pools:
-            await pool.aclose()
 
 
 @dataclass
@@ -186,60 +93,6 @@ class _Budget:
     def _expired(self) -> FetchProblem:
         return FetchProblem(FetchFailure.TIMEOUT, f"total time limit of {self.total_s:g} s "
                             "exceeded", transient=True)
-
-
-class _Inflater:
-    """Content-Encoding decoder that never produces more than it is asked for."""
-
-    def __init__(self, encoding: str) -> None:
-        name = encoding.strip().lower()
-        self._raw_fallback = name == "deflate"
-        if name in ("", "identity"):
-            self._z: Any = None
-        elif name in ("gzip", "x-gzip"):
-            self._z = zlib.decompressobj(16 + zlib.MAX_WBITS)
-        elif name == "deflate":
-            self._z = zlib.decompressobj(zlib.MAX_WBITS)
-        else:
-            raise FetchProblem(FetchFailure.NOT_TEXT, f"unsupported content-encoding "
-                               f"{encoding!r}")
-
-    def feed(self, data: bytes, room: int) -> bytes:
-        """Decoded bytes of ``data``; at most ``room + 1`` (one more means: over the cap)."""
-        if self._z is None:
-            return data
-        try:
-            return bytes(self._z.decompress(data, room + 1))
-        except zlib.error as exc:
-            if not self._raw_fallback:
-                raise FetchProblem(FetchFailure.EXTRACTION, f"corrupt compressed body "
-                                   f"({exc})") from None
-            self._z, self._raw_fallback = zlib.decompressobj(-zlib.MAX_WBITS), False
-            return self.feed(data, room)
-
-    def flush(self) -> bytes:
-        return bytes(self._z.flush()) if self._z is not None else b""
-
-
-def _too_large(max_bytes: int) -> FetchProblem:
-    return FetchProblem(FetchFailure.TOO_LARGE, f"body larger than {max_bytes:,} bytes "
-                        "(after decompression)")
-
-
-async def read_capped(chunks: AsyncIterator[bytes], encoding: str, max_bytes: int) -> bytes:
-    """The decoded body, refused (TOO_LARGE) as soon as it passes ``max_bytes``."""
-    inflater = _Inflater(encoding)
-    body = bytearray()
-    raw = 0
-    async for chunk in chunks:
-        raw += len(chunk)
-        body += inflater.feed(chunk, max_bytes - len(body))
-        if raw > max_bytes or len(body) > max_bytes:
-            raise _too_large(max_bytes)
-    body += inflater.flush()
-    if len(body) > max_bytes:
-        raise _too_large(max_bytes)
-    return bytes(body)
 
 
 def _kept_headers(raw: Sequence[tuple[bytes, bytes]]) -> dict[str, str]:
@@ -536,4 +389,4 @@ def apply_result(source: Source, result: FetchResult) -> Source:
     })
 
 
-__all__ = ["PinnedBackend", "SourceFetcher", "apply_result", "read_capped", "retry_after_s"]
+__all__ = ["SourceFetcher", "apply_result", "retry_after_s"]
