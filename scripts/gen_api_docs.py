@@ -89,6 +89,10 @@ CODE_TEXT = {
     "again, in the same whole seconds as the message",
     "overloaded": "no check slot came free within `queue_wait_s`; nothing was checked or "
     "recorded, `Retry-After` says when the queue should have room",
+    "too_long": "the answer should take longer to check than `sync_work_share` of "
+    "`request_timeout_s`, even alone (its sentences times the time of one, learnt from the "
+    "checks so far); refused at once, nothing checked or recorded, no `Retry-After`: submit "
+    "it as a job (`POST /v1/jobs/check`)",
     "internal": "an unexpected error; the message names its type, the server log has "
     "the details",
     "not_ready": "the knowledge base or a model did not load; `GET /readyz` says what",
@@ -107,6 +111,9 @@ LIMITS = [
      "clock starts when its slot is granted); then 504 `timeout`"),
     ("queue_wait_s", "seconds a check waits for a slot; then 503 `overloaded` with "
      "`Retry-After`, nothing checked or recorded"),
+    ("sync_work_share", "share of `request_timeout_s` a check's predicted time may take: a "
+     "longer answer gets 503 `too_long` at once; a long one that fits takes several slots "
+     "so that fewer checks share the cores with it"),
     ("rate_per_minute", "requests a minute per key (per worker process); over it: 429"),
     ("rate_burst", "requests a key may make at once before the rate applies"),
     ("auth_failures_per_minute", "requests without a valid key a minute per client address "
@@ -368,7 +375,9 @@ def _error_section(schema: dict[str, Any]) -> str:
         lines.append(f"| {status} | `{code}` | {_cell(CODE_TEXT[code])} |")
     lines += ["", "Headers: a 429 carries `Retry-After` (whole seconds, at least 1; the "
               "Python client waits it and retries, 3 times by default), and so does a 503 "
-              "`overloaded` (not retried by the client); a 401 carries "
+              "`overloaded` (not retried by the client; it raises `Overloaded`); a 503 "
+              "`too_long` carries none (the client raises `TooLong`: send the answer as a "
+              "job); a 401 carries "
               "`WWW-Authenticate: Bearer`. There are no `X-RateLimit-*` headers.", ""]
     return "\n".join(lines)
 

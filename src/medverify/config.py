@@ -123,10 +123,12 @@ class JudgeSettings(_Section):
     # give confidently: with the default calibration, most of them, so most claims cost a
     # model call).
     cascade_route: Literal["margins", "not_sure"] = "margins"
-    # The second stage: "llm" (generated JSON with quotes; slower, quotes to show) or
+    # The second stage: a registered judge that declares second_stage (medverify.judge.
+    # second_stages), e.g. "llm" (generated JSON with quotes; slower, quotes to show) or
     # "llm-scored" (two Yes/No passes read from log-probabilities; needs a server or local
-    # model that returns them, and a fitted prior correction to be confident).
-    cascade_second: Literal["llm", "llm-scored"] = "llm"
+    # model that returns them, and a fitted prior correction to be confident). Another
+    # name is a ConfigError when the cascade is built.
+    cascade_second: str = "llm"
     # How sure a verdict is (docs/judges.md, "Bring your own judge"). A confidence card
     # fitted by `medverify calibrate` (a file, or the name of a shipped card or of one in
     # $MEDVERIFY_HOME/calibrations): every verdict of the judge the card was fitted for gets
@@ -338,6 +340,11 @@ class ServiceSettings(_Section):
     # longest a check waits for a slot; then 503 overloaded + Retry-After, nothing checked
     # or recorded. Larger: fewer refusals, longer waits; 0: refuse whenever all are busy
     queue_wait_s: float = Field(5.0, ge=0)
+    # share of request_timeout_s a check's predicted time (its sentences times the learnt
+    # time of one, alone) may take: a longer answer is refused at once (503 too_long, to
+    # jobs), and a long one that fits takes several slots so fewer checks slow it. Lower:
+    # long answers go to jobs sooner; higher: less room for a wrong prediction (504)
+    sync_work_share: float = Field(0.8, gt=0, le=1)
     rate_per_minute: int = Field(600, ge=1)  # per API key; beyond it: 429 + Retry-After
     rate_burst: int = Field(60, ge=1)
     # requests without a valid key (none, wrong, revoked) per client address, checked

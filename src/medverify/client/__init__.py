@@ -30,7 +30,13 @@ import httpx
 
 from medverify.audit.records import AuditInput
 from medverify.client.api import Api, Detail
-from medverify.client.errors import Overloaded, RateLimited, ServiceError, WaitTimeout
+from medverify.client.errors import (
+    Overloaded,
+    RateLimited,
+    ServiceError,
+    TooLong,
+    WaitTimeout,
+)
 from medverify.client.plans import Plan, Sleep, request_args, unreachable
 from medverify.records import Answer, Report
 from medverify.review import LoopReport, ReviewItem, ReviewLabel, ReviewStatus
@@ -40,7 +46,7 @@ from medverify.service.records import Health, Job, Readiness, RunRecord
 from medverify.store.access import AuditEvent, KeyInfo, NewKey, Role
 from medverify.store.jobs import JobStatus
 
-__all__ = ["AsyncClient", "Client", "Overloaded", "RateLimited", "ServiceError",
+__all__ = ["AsyncClient", "Client", "Overloaded", "RateLimited", "ServiceError", "TooLong",
            "WaitTimeout"]
 
 T = TypeVar("T")

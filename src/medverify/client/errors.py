@@ -1,6 +1,7 @@
 """What a failed request to the service raises: :class:`ServiceError` (with the HTTP
 status, the service's machine-readable code, a message and the per-field detail), and its
-kinds :class:`RateLimited`, :class:`Overloaded` and :class:`WaitTimeout`."""
+kinds :class:`RateLimited`, :class:`Overloaded`, :class:`TooLong` and
+:class:`WaitTimeout`."""
 
 from __future__ import annotations
 
@@ -58,6 +59,17 @@ class Overloaded(ServiceError):
                  detail: list[dict[str, Any]] | None = None) -> None:
         super().__init__(message, status=status, code=code, detail=detail)
         self.retry_after = retry_after
+
+
+class TooLong(ServiceError):
+    """503 ``too_long``: the answer is predicted to take longer to check than a request may
+    work (``[service] sync_work_share`` of ``request_timeout_s``), even on an idle service;
+    nothing was run or stored. Retrying will not help: submit it as a job
+    (``submit_check``), which has no time limit."""
+
+    def __init__(self, message: str, *, status: int | None = 503, code: str = "too_long",
+                 detail: list[dict[str, Any]] | None = None) -> None:
+        super().__init__(message, status=status, code=code, detail=detail)
 
 
 class WaitTimeout(ServiceError, TimeoutError):

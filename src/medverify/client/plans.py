@@ -17,7 +17,7 @@ from typing import Any, TypeVar
 import httpx
 from pydantic import BaseModel, TypeAdapter, ValidationError
 
-from medverify.client.errors import Overloaded, RateLimited, ServiceError
+from medverify.client.errors import Overloaded, RateLimited, ServiceError, TooLong
 from medverify.service.records import ErrorResponse
 
 T = TypeVar("T")
@@ -117,12 +117,15 @@ def _error(call: Call, response: httpx.Response) -> ServiceError:
 def _kind(response: httpx.Response,
           code: str | None) -> tuple[type[ServiceError], dict[str, Any]]:
     """The error class for a refusal (a 429: :class:`RateLimited`; a 503 whose code is
-    ``overloaded``: :class:`Overloaded`; else :class:`ServiceError`) and its extra
-    arguments (``retry_after``, from the ``Retry-After`` header)."""
+    ``overloaded``: :class:`Overloaded`, ``too_long``: :class:`TooLong`; else
+    :class:`ServiceError`) and its extra arguments (``retry_after``, from the
+    ``Retry-After`` header)."""
     if response.status_code == 429:
         return RateLimited, {"retry_after": retry_after(response)}
     if response.status_code == 503 and code == "overloaded":
         return Overloaded, {"retry_after": retry_after(response)}
+    if response.status_code == 503 and code == "too_long":
+        return TooLong, {}
     return ServiceError, {}
 
 

@@ -63,7 +63,9 @@ ERRORS: dict[int | str, dict[str, Any]] = {
              "without a valid key; see the Retry-After header",
         500: "internal: an unexpected error (the server log has the details)",
         503: "not_ready: the KB or models did not load (see /readyz); overloaded: no "
-             "check slot came free within queue_wait_s (see the Retry-After header)",
+             "check slot came free within queue_wait_s (see the Retry-After header); "
+             "too_long: the answer should take too long to check within the request "
+             "(submit it as a job)",
         504: "timeout: no result within request_timeout_s"}.items()}
 
 _ROUTE_OPTIONS = tuple(name for name in inspect.signature(APIRouter.add_api_route).parameters
@@ -88,6 +90,7 @@ def create_app(config: Config, *, run_jobs: bool = True) -> FastAPI:
             metrics.calibration.labels(card.card_id if card else "none",
                                        card.judge if card else "none").set(1)
         state.finish_teaching()
+        await state.time_a_check()  # admission sizes long answers from the first request
         app.state.service = state
         runner = JobRunner(state)
         if run_jobs:

@@ -63,8 +63,8 @@ MULTIPROC_ENV = "PROMETHEUS_MULTIPROC_DIR"
 REQUEST_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0)
 MODEL_BUCKETS = (0.05, 0.1, 0.25, 0.5, 1.0, 2.0, 5.0, 10.0, 20.0, 30.0, 60.0, 120.0)
 METHODS = frozenset({"GET", "POST", "PUT", "PATCH", "DELETE", "HEAD", "OPTIONS"})
-REFUSALS = ((503, "overloaded"), (503, "not_ready"), (503, "store_unavailable"),
-            (429, "rate_limited"))
+REFUSALS = ((503, "overloaded"), (503, "too_long"), (503, "not_ready"),
+            (503, "store_unavailable"), (429, "rate_limited"))
 """The admission refusals counted (their series exist from the start)."""
 UNMATCHED = "unmatched"
 """The route label of a request no route matched (its path is not a label: unbounded)."""
@@ -134,8 +134,9 @@ class ServiceMetrics:
                                  "request", ["route", "method", "status"],
                                  buckets=REQUEST_BUCKETS, registry=r)
         self.refusals = Counter("medverify_admission_refusals", "Requests refused to protect "
-                                "the service: 503 overloaded/not_ready/store_unavailable, 429 "
-                                "rate_limited", ["status", "code"], registry=r)
+                                "the service: 503 overloaded/too_long/not_ready/"
+                                "store_unavailable, 429 rate_limited", ["status", "code"],
+                                registry=r)
         self.answers = Counter("medverify_answers_checked", "Answers checked (source: request "
                                "= POST /v1/check, job = check jobs)", ["source"], registry=r)
         self.claims = Counter("medverify_claims", "Claims checked, by final category, "

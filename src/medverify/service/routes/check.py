@@ -15,6 +15,7 @@ from medverify.service.compact import Detail, compact_report
 from medverify.service.errors import ApiError
 from medverify.service.records import RiskRequest, RiskResponse
 from medverify.service.routes.deps import Client, State
+from medverify.text import flat_sentences
 
 router = APIRouter(tags=["check"])
 
@@ -40,13 +41,16 @@ async def check(answer: Answer, request: Request, key: Client, state: State,
     422 ``invalid_input`` for an empty answer or one over ``max_answer_chars``; 503
     ``not_ready`` when the KB or judge did not load; 503 ``overloaded`` (with
     ``Retry-After``, nothing checked or recorded) when no check slot came free within
-    ``[service] queue_wait_s``; 504 ``timeout`` when the check itself ran past
-    ``[service] request_timeout_s`` (counted from its slot's grant; its run is recorded
-    ``interrupted``)."""
+    ``[service] queue_wait_s``; 503 ``too_long`` (no ``Retry-After``, nothing checked or
+    recorded) when the answer is predicted to take past ``[service] sync_work_share`` of
+    ``request_timeout_s`` even alone: submit it as a job; 504 ``timeout`` when the check
+    itself ran past ``[service] request_timeout_s`` (counted from its slot's grant; its run
+    is recorded ``interrupted``)."""
     checker = state.need_checker()
     validate_answer(answer, state.config.max_answer_chars)
     with state.metered() as used:
-        [report] = await state.checking(lambda: checker.run([answer], store=state.runs))
+        [report] = await state.checking(lambda: checker.run([answer], store=state.runs),
+                                        units=len(flat_sentences(answer.text)))
     request.state.target = report.run_id
     request.state.checked = state.checked([report])  # review queue; metrics and log line
     report = report.model_copy(update={"usage": used.as_dict()})
