@@ -29,8 +29,10 @@ test-faults: setup
 
 # Slow tests kept out of the default suite (issue 44: it must stay under 120 s on 2 workers)
 # but run by .ci/run: the real MiniLM fine-tune on CPU (its corpus reading stays in the
-# default suite). The other `slow` tests need Ray, a model download or many minutes.
-SLOW_CI_TESTS = tests/verifier/test_verifier_finetune.py
+# default suite) and `serve --workers 2` summing its workers' metrics (two processes loading
+# the built-in verifier; the metrics themselves are tested in process by the default suite).
+# The other `slow` tests need Ray, a model download or many minutes.
+SLOW_CI_TESTS = tests/verifier/test_verifier_finetune.py tests/service/test_metrics.py
 test-slow: setup
 	$(BIN)/pytest -q -m slow $(SLOW_CI_TESTS)
 

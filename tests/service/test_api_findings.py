@@ -10,6 +10,7 @@ import json
 import re
 import stat
 from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -33,8 +34,8 @@ DOCS = [Document(doc_id="metformin", title="Metformin",
                  text="Metformin is a first-line medicine for type 2 diabetes.")]
 
 
-@pytest.fixture
-def service(tmp_path: Path) -> Iterator[dict[str, Any]]:
+@contextmanager
+def _service(tmp_path: Path) -> Iterator[dict[str, Any]]:
     """A service over a tiny KB, with one key per role (``secrets``) and their ids."""
     with KnowledgeBase.create(tmp_path / "kb", embedder="hash") as kb:
         kb.ingest(DOCS)
@@ -53,6 +54,24 @@ def service(tmp_path: Path) -> Iterator[dict[str, Any]]:
     unregister_fake("findings")
 
 
+@pytest.fixture
+def service(tmp_path: Path) -> Iterator[dict[str, Any]]:
+    """A service of its own, for the tests that change keys or write to the store."""
+    with _service(tmp_path) as up:
+        yield up
+
+
+@pytest.fixture(scope="module")
+def served(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]]:
+    """One service for the module's tests that only read or are refused (nothing they send
+    is kept: each checks that), built once instead of once per test."""
+    tmp = tmp_path_factory.mktemp("findings")
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv("MEDVERIFY_HOME", str(tmp / "mv-home"))
+        with _service(tmp) as up:
+            yield up
+
+
 def _code(response: Any, status: int, code: str) -> str:
     assert response.status_code == status, response.text
     assert response.headers["content-type"].startswith("application/json")
@@ -60,8 +79,8 @@ def _code(response: Any, status: int, code: str) -> str:
     return str(response.json()["error"]["message"])
 
 
-def test_a_huge_offset_is_refused_by_the_schema_not_a_500(service: dict[str, Any]) -> None:
-    client, auth = service["client"], service["auth"][Role.REVIEWER]
+def test_a_huge_offset_is_refused_by_the_schema_not_a_500(served: dict[str, Any]) -> None:
+    client, auth = served["client"], served["auth"][Role.REVIEWER]
     huge = client.get("/v1/review/items", params={"offset": 2**63}, headers=auth)
     _code(huge, 422, "invalid_request")
     assert client.get("/v1/review/items", params={"offset": 2**31 - 1},
@@ -72,28 +91,28 @@ def test_a_huge_offset_is_refused_by_the_schema_not_a_500(service: dict[str, Any
     assert offset["schema"]["maximum"] == 2**31 - 1
 
 
-def test_a_huge_kb_change_id_is_refused_not_a_500(service: dict[str, Any]) -> None:
+def test_a_huge_kb_change_id_is_refused_not_a_500(served: dict[str, Any]) -> None:
     """schemathesis in CI: POST /v1/review/kb-changes/2**63/revert was a 500 (OverflowError
     in SQLite)."""
     from medverify.review.records import KBChangeNotFound
     from medverify.store.review import ReviewStore
 
-    client, auth = service["client"], service["auth"][Role.ADMIN]
+    client, auth = served["client"], served["auth"][Role.ADMIN]
     huge = client.post(f"/v1/review/kb-changes/{2**63}/revert", headers=auth)
     _code(huge, 422, "invalid_request")
     _code(client.post("/v1/review/kb-changes/7/revert", headers=auth), 404, "not_found")
-    with RunStore(service["store"]) as runs, pytest.raises(KBChangeNotFound):
+    with RunStore(served["store"]) as runs, pytest.raises(KBChangeNotFound):
         ReviewStore(runs).mark_reverted(2**70)
 
 
-def test_an_empty_answer_in_a_job_is_refused_as_on_check(service: dict[str, Any]) -> None:
-    client, auth = service["client"], service["auth"][Role.CLIENT]
+def test_an_empty_answer_in_a_job_is_refused_as_on_check(served: dict[str, Any]) -> None:
+    client, auth = served["client"], served["auth"][Role.CLIENT]
     for path in ("/v1/jobs/check", "/v1/factcheck"):
         for text in ("", "   \n", "\x1c", "a\x00b"):
             refused = client.post(path, json={"answers": [{"text": "fine"}, {"text": text}]},
                                   headers=auth)
             _code(refused, 422, "invalid_request")
-    long = service["config"].max_answer_chars + 1
+    long = served["config"].max_answer_chars + 1
     over = client.post("/v1/jobs/check", json={"answers": [{"text": "ok"}, {"text": "a" * long}]},
                        headers=auth)
     assert "answers[1]" in _code(over, 422, "invalid_input")
@@ -103,24 +122,24 @@ def test_an_empty_answer_in_a_job_is_refused_as_on_check(service: dict[str, Any]
 
 
 def test_a_source_url_that_is_not_http_is_refused_by_the_schema(
-        service: dict[str, Any]) -> None:
-    schema = service["client"].get("/openapi.json").json()["components"]["schemas"]
+        served: dict[str, Any]) -> None:
+    schema = served["client"].get("/openapi.json").json()["components"]["schemas"]
     pattern = schema["LabelRequest"]["properties"]["source_url"]["anyOf"][0]["pattern"]
     for url, fits in (("https://www.nih.gov/a?b=1", True), ("HTTP://example.org", True),
                       ("", True), ("ftp://example.org/x", False), ("nih.gov", False),
                       ("https://", False), ("http:// spaced.org", False)):
         assert bool(re.search(pattern, url)) is fits, url
-    refused = service["client"].post("/v1/review/items/nope/labels", json={
+    refused = served["client"].post("/v1/review/items/nope/labels", json={
         "label": "FACT", "source_url": "ftp://example.org/x"},
-        headers=service["auth"][Role.REVIEWER])
+        headers=served["auth"][Role.REVIEWER])
     _code(refused, 422, "invalid_request")
 
 
 def test_errors_of_the_html_report_are_json_and_documented_so(
-        service: dict[str, Any]) -> None:
-    client = service["client"]
+        served: dict[str, Any]) -> None:
+    client = served["client"]
     _code(client.get("/v1/runs/x/report", params={"answer": -1},
-                     headers=service["auth"][Role.CLIENT]), 422, "invalid_request")
+                     headers=served["auth"][Role.CLIENT]), 422, "invalid_request")
     paths = client.get("/openapi.json").json()["paths"]
     for path, method in (("/v1/runs/{run_id}/report", "get"), ("/metrics", "get")):
         responses = paths[path][method]["responses"]
@@ -131,10 +150,10 @@ def test_errors_of_the_html_report_are_json_and_documented_so(
         "text/html"]
 
 
-def test_a_405_names_every_method_of_the_path(service: dict[str, Any]) -> None:
+def test_a_405_names_every_method_of_the_path(served: dict[str, Any]) -> None:
     for method in ("DELETE", "OPTIONS", "PUT"):
-        refused = service["client"].request(method, "/v1/keys",
-                                            headers=service["auth"][Role.ADMIN])
+        refused = served["client"].request(method, "/v1/keys",
+                                            headers=served["auth"][Role.ADMIN])
         assert refused.status_code == 405
         assert refused.headers["allow"] == "GET, POST"
 
@@ -172,8 +191,8 @@ def test_the_run_store_and_job_folder_are_private(service: dict[str, Any]) -> No
     assert stat.S_IMODE(jobs.stat().st_mode) == 0o700
 
 
-def test_the_documentation_pages_carry_the_page_headers(service: dict[str, Any]) -> None:
-    client = service["client"]
+def test_the_documentation_pages_carry_the_page_headers(served: dict[str, Any]) -> None:
+    client = served["client"]
     for path in ("/docs", "/redoc", "/docs/oauth2-redirect"):
         page = client.get(path)
         assert page.status_code == 200
@@ -184,8 +203,8 @@ def test_the_documentation_pages_carry_the_page_headers(service: dict[str, Any])
         assert page.headers["x-content-type-options"] == "nosniff"
 
 
-def test_the_service_and_the_pinned_schema_say_one_version(service: dict[str, Any]) -> None:
-    live = service["client"].get("/openapi.json").json()["info"]["version"]
+def test_the_service_and_the_pinned_schema_say_one_version(served: dict[str, Any]) -> None:
+    live = served["client"].get("/openapi.json").json()["info"]["version"]
     pinned = json.loads((ROOT / "docs" / "openapi.json").read_text())["info"]["version"]
     assert live == pinned == API_VERSION
 

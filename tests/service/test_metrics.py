@@ -253,6 +253,9 @@ def check_pids(log: Path) -> set[int]:
     return {line["pid"] for line in map(json.loads, lines) if line.get("route") == "/v1/check"}
 
 
+# Two server processes, each loading the built-in verifier: 20-40 s on 2 busy cores, so
+# `slow` (make test-slow, run by .ci/run).
+@pytest.mark.slow
 def test_several_workers_are_summed(tmp_path: Path) -> None:
     """`medverify serve --workers 2`: the library's multiprocess mode (a folder beside the
     store); a scrape of either worker, or of metrics_port served by the parent process,

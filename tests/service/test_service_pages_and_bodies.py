@@ -10,6 +10,7 @@ import hashlib
 import logging
 import re
 from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -33,8 +34,8 @@ ANSWER = {"question": "What about metformin?",
           "text": "Metformin is a first-line medicine. Metformin is taken with meals."}
 
 
-@pytest.fixture
-def setup(tmp_path: Path) -> Iterator[dict[str, Any]]:
+@contextmanager
+def _setup(tmp_path: Path) -> Iterator[dict[str, Any]]:
     with KnowledgeBase.create(tmp_path / "kb", embedder="hash") as kb:
         kb.ingest([Document(doc_id="d1", text="Metformin is a first-line medicine.")])
     register_fake("pages", ScriptedProvider(scripted_judge(keyword_rule())))
@@ -50,9 +51,26 @@ def setup(tmp_path: Path) -> Iterator[dict[str, Any]]:
 
 
 @pytest.fixture
+def setup(tmp_path: Path) -> Iterator[dict[str, Any]]:
+    with _setup(tmp_path) as made:
+        yield made
+
+
+@pytest.fixture
 def client(setup: dict[str, Any]) -> Iterator[TestClient]:
     with TestClient(create_app(setup["config"], run_jobs=False)) as c:
         yield c
+
+
+@pytest.fixture(scope="module")
+def shared(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]]:
+    """One app (``client``) and its setup for the tests that only read or are refused (each
+    checks that nothing was written), built once for the module instead of once per test."""
+    tmp = tmp_path_factory.mktemp("pages")
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv("MEDVERIFY_HOME", str(tmp / "mv-home"))
+        with _setup(tmp) as made, TestClient(create_app(made["config"], run_jobs=False)) as c:
+            yield {**made, "client": c}
 
 
 def _auth(setup: dict[str, Any], role: Role = Role.CLIENT) -> dict[str, str]:
@@ -66,7 +84,8 @@ def _urls(html: str) -> list[str]:
 # -- /docs and /redoc ----------------------------------------------------------------------
 
 
-def test_docs_pages_load_only_local_assets_and_need_no_key(client: TestClient) -> None:
+def test_docs_pages_load_only_local_assets_and_need_no_key(shared: dict[str, Any]) -> None:
+    client = shared["client"]
     assert docs_pages.asset_dir() is not None, "fastapi-offline is in the dev extra"
     for page, wanted in (("/docs", {"swagger-ui-bundle.js", "swagger-ui.css", "favicon.png"}),
                          ("/redoc", {"redoc.standalone.js", "favicon.png"})):
@@ -89,7 +108,8 @@ def test_docs_pages_load_only_local_assets_and_need_no_key(client: TestClient) -
 
 
 def test_only_the_listed_assets_are_served_and_none_is_in_the_schema(
-        client: TestClient) -> None:
+        shared: dict[str, Any]) -> None:
+    client = shared["client"]
     for name in ("core.py", "..%2F__init__.py", "%2e%2e%2fcore.py", "LICENSE"):
         response = client.get(f"{docs_pages.STATIC_PREFIX}/{name}")
         assert response.status_code == 404, (name, response.text)
@@ -126,7 +146,8 @@ def test_without_fastapi_offline_the_pages_fall_back_to_the_cdn_and_say_so(
      "Infinity is not a JSON number"),
 ])
 def test_bodies_that_are_not_utf8_json_are_refused_and_nothing_is_written(
-        client: TestClient, setup: dict[str, Any], body: bytes, says: str) -> None:
+        shared: dict[str, Any], body: bytes, says: str) -> None:
+    client, setup = shared["client"], shared
     response = client.post("/v1/check", content=body, headers={
         "Content-Type": "application/json", **_auth(setup)})
     assert response.status_code == 400, response.text
