@@ -178,6 +178,30 @@ def _combine(
 ) -> dict[str, Any]:
     """One record; the parts taken from samples are shared, not copied (the caller
     serialises it at once), except the few dicts changed here, which are copied."""
+    base, protocol, derived = _mix_modules(pool, rng)
+    protocol["identificationModule"] = _identification(
+        protocol.get("identificationModule") or {}, nct_id, seed, index)
+    _vary_enrollment(protocol, rng)
+    misc = dict((base.get("derivedSection") or {}).get("miscInfoModule") or {})
+    misc["versionHolder"] = f"synthetic:{seed}:{index}"
+    derived = {"miscInfoModule": misc, **derived}
+
+    record: dict[str, Any] = {
+        "protocolSection": {k: protocol[k] for k in _PROTOCOL_ORDER if k in protocol}
+    }
+    for name in _DESIGN_TOP[:2]:
+        if name in base:
+            record[name] = base[name]
+    record["derivedSection"] = derived
+    record["hasResults"] = bool(base.get("hasResults", "resultsSection" in base))
+    return record
+
+
+def _mix_modules(
+    pool: list[dict[str, Any]], rng: random.Random
+) -> tuple[dict[str, Any], dict[str, Any], dict[str, Any]]:
+    """A base sample (its design modules) and one donor sample per group of
+    :data:`_MIXED`: (base, protocol modules, derived modules)."""
     base = rng.choice(pool)
     base_protocol = base["protocolSection"]
     base_derived = base.get("derivedSection") or {}
@@ -198,8 +222,14 @@ def _combine(
             browse = (donor.get("derivedSection") or {}).get("conditionBrowseModule")
             if browse is not None:
                 derived["conditionBrowseModule"] = browse
+    return base, protocol, derived
 
-    ident = dict(protocol.get("identificationModule") or {})
+
+def _identification(module: dict[str, Any], nct_id: str, seed: int, index: int
+                    ) -> dict[str, Any]:
+    """A copy of an identification module with the synthetic id, marked titles and org
+    study id, and no secondary ids."""
+    ident = dict(module)
     ident["nctId"] = nct_id
     suffix = f" (synthetic {index})"
     for title in ("briefTitle", "officialTitle"):
@@ -209,8 +239,11 @@ def _combine(
     if isinstance(org_id, dict):
         ident["orgStudyIdInfo"] = {**org_id, "id": f"SYN-{seed}-{index}"}
     ident.pop("secondaryIdInfos", None)
-    protocol["identificationModule"] = ident
+    return ident
 
+
+def _vary_enrollment(protocol: dict[str, Any], rng: random.Random) -> None:
+    """Scale a positive enrollment count by 0.5-2 (a copied design module)."""
     design = protocol.get("designModule")
     if isinstance(design, dict) and isinstance(design.get("enrollmentInfo"), dict):
         enrollment = copy.copy(design["enrollmentInfo"])
@@ -218,17 +251,3 @@ def _combine(
         if isinstance(count, int) and count > 0:
             enrollment["count"] = max(1, round(count * rng.uniform(0.5, 2.0)))
         protocol["designModule"] = {**design, "enrollmentInfo": enrollment}
-
-    misc = dict(base_derived.get("miscInfoModule") or {})
-    misc["versionHolder"] = f"synthetic:{seed}:{index}"
-    derived = {"miscInfoModule": misc, **derived}
-
-    record: dict[str, Any] = {
-        "protocolSection": {k: protocol[k] for k in _PROTOCOL_ORDER if k in protocol}
-    }
-    for name in _DESIGN_TOP[:2]:
-        if name in base:
-            record[name] = base[name]
-    record["derivedSection"] = derived
-    record["hasResults"] = bool(base.get("hasResults", "resultsSection" in base))
-    return record
