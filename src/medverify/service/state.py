@@ -116,8 +116,9 @@ class ServiceState:
                 or checker.decomposer.prompt_version is not None or checker.risk is not None):
             return
         probe = Answer(question="How is type 2 diabetes treated?", text=_PROBE)
-        started = time.perf_counter()
         try:
+            await checker.check_answer(probe)  # the first check also loads what is lazy
+            started = time.perf_counter()
             results, _ = await checker.check_answer(probe)
         except MedverifyError as exc:
             log.warning("could not time a check at start (%s): long answers are sized "
@@ -183,9 +184,9 @@ class ServiceState:
         first served: under load, requests wait here in order instead of all sharing the
         CPU at once. The wait is bounded (``queue_wait_s``, then 503 ``overloaded`` before
         any work starts) and ``request_timeout_s`` counts from the slot's grant (504
-        ``timeout``); ``units`` (the answer's sentences) sizes it: a long check takes more
-        slots, or is refused at once (503 ``too_long``) when it could not finish in time:
-        see :mod:`medverify.service.admission`."""
+        ``timeout``); ``units`` (the answer's sentences) sizes it: a long check waits for
+        room in the worker's work, or is refused at once (503 ``too_long``) when it could
+        not finish in time: see :mod:`medverify.service.admission`."""
         return await self.check_slots.run(work, units)
 
     def checked(self, reports: Sequence[Report]) -> Checked:
