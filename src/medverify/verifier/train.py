@@ -265,6 +265,18 @@ def _trainable_state(model: CrossEncoder) -> dict[str, torch.Tensor]:
     return {n: t.detach().clone() for n, t in model.state_dict().items() if n in names}
 
 
+def _score_epoch(model: CrossEncoder, val_c: list[Cached], owners: np.ndarray,
+                 gold: list[str], frozen_layers: int
+                 ) -> tuple[np.ndarray, float, dict[str, float]]:
+    """The held-out pairs after an epoch: their probabilities, the macro-F1 and the recall
+    of each class (rounded to 3 decimals)."""
+    probs = pair_probs(window_probs(model, val_c, frozen_layers), owners, len(gold))
+    pred = [LABELS[i] for i in probs.argmax(1)]
+    metrics = classification_metrics(gold, pred, LABELS)
+    recall = {k: round(v["recall"], 3) for k, v in metrics["per_class"].items()}
+    return probs, metrics["macro_f1"], recall
+
+
 def fit(
     model: CrossEncoder,
     train_c: list[Cached],
@@ -295,27 +307,13 @@ def fit(
             schedule,
             config.frozen_layers,
         )
-        probs = pair_probs(window_probs(model, val_c, config.frozen_layers), owners, len(val))
-        pred = [LABELS[i] for i in probs.argmax(1)]
-        metrics = classification_metrics(gold, pred, LABELS)
-        recall = {k: round(v["recall"], 3) for k, v in metrics["per_class"].items()}
-        history.append(
-            {
-                "epoch": epoch + 1,
-                "loss": round(loss, 4),
-                "val_macro_f1": round(metrics["macro_f1"], 4),
-                "val_recall": recall,
-            }
-        )
-        log.warning(
-            "epoch %d loss %.4f val macro-F1 %.4f recall %s",
-            epoch + 1,
-            loss,
-            metrics["macro_f1"],
-            recall,
-        )
-        if best is None or metrics["macro_f1"] > best[0]:
-            best = (metrics["macro_f1"], _trainable_state(model), probs)
+        probs, f1, recall = _score_epoch(model, val_c, owners, gold, config.frozen_layers)
+        history.append({"epoch": epoch + 1, "loss": round(loss, 4),
+                        "val_macro_f1": round(f1, 4), "val_recall": recall})
+        log.warning("epoch %d loss %.4f val macro-F1 %.4f recall %s", epoch + 1, loss, f1,
+                    recall)
+        if best is None or f1 > best[0]:
+            best = (f1, _trainable_state(model), probs)
             if on_best is not None:
                 on_best(probs, history)
     assert best is not None
