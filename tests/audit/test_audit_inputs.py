@@ -7,13 +7,8 @@ import json
 import pytest
 
 from data_paths import data_path
-from medverify.audit.inputs import (
-    extract_sources,
-    given_claims,
-    normalize_label,
-    normalize_url,
-    read_audit,
-)
+from medverify.audit.cited_urls import extract_sources, normalize_url
+from medverify.audit.inputs import given_claims, normalize_label, read_audit
 from medverify.audit.records import SupportLabel
 from medverify.records import Answer
 

@@ -11,8 +11,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from medverify.audit.cited_urls import extract_sources
 from medverify.audit.evaluate import cohen_kappa
-from medverify.audit.inputs import extract_sources
 from medverify.audit.metrics import audit_metrics, group_audits
 from medverify.audit.records import AnswerAudit, AuditInput, ClaimAudit, PairJudgement
 from medverify.audit.runner import Auditor

@@ -11,7 +11,7 @@ from urllib.parse import urlsplit
 
 import pytest
 
-from medverify.audit.inputs import extract_sources
+from medverify.audit.cited_urls import extract_sources
 from medverify.config import FetchSettings
 from medverify.errors import ConfigError
 from medverify.llm.base import ChatRequest, Message

@@ -14,7 +14,7 @@ import logging
 from collections.abc import Sequence
 from typing import Literal
 
-from medverify.audit.inputs import normalize_url
+from medverify.audit.cited_urls import normalize_url
 from medverify.audit.metrics import claim_supported
 from medverify.audit.records import ClaimAudit, PairJudgement, SupportLabel
 from medverify.audit.select import PassageSelector, Selected

@@ -30,8 +30,8 @@ from pathlib import Path
 import numpy as np
 from pydantic import Field
 
+from medverify.audit.cited_urls import normalize_url
 from medverify.audit.evaluate import AgreementScores, score_codes
-from medverify.audit.inputs import normalize_url
 from medverify.audit.metrics import group_value
 from medverify.audit.records import AnswerAudit, PairJudgement
 from medverify.bench.layout import RunLayout

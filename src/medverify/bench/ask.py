@@ -4,7 +4,7 @@ The model is asked (prompt ``bench_answer``) for a short answer and a structured
 of URL sources. Its reply is parsed tolerantly: a JSON object (also inside a code fence or
 after some prose; source lists under ``sources``, ``references``, ``citations``, ``urls``
 or ``links``, as objects or plain strings), else the paper's fallback: URLs taken from the
-free text with :func:`medverify.audit.inputs.extract_sources`. URLs are normalised,
+free text with :func:`medverify.audit.cited_urls.extract_sources`. URLs are normalised,
 non-http(s) or unusable entries counted in ``dropped_urls`` and repeats in
 ``duplicate_urls``.
 
@@ -31,7 +31,7 @@ from dataclasses import dataclass, field
 from itertools import islice
 from typing import Any
 
-from medverify.audit.inputs import extract_sources, normalize_url
+from medverify.audit.cited_urls import extract_sources, normalize_url
 from medverify.bench.records import Attempt, ModelReply, Question, ReplyStatus
 from medverify.config import BenchSettings
 from medverify.errors import ParseError, ProviderError

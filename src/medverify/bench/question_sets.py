@@ -13,7 +13,7 @@ import xml.etree.ElementTree as ET
 from pathlib import Path
 from typing import Any
 
-from medverify.audit.inputs import normalize_url
+from medverify.audit.cited_urls import normalize_url
 from medverify.bench.question_input import (
     Collector,
     Decoded,
