@@ -32,7 +32,7 @@ from typing import Any
 
 from medverify.files import data_dir
 from medverify.judge.checks import find_conflicts
-from medverify.judge.checks_words import WORDNET_DIR, wordnet_antonyms
+from medverify.judge.checks.words import WORDNET_DIR, wordnet_antonyms
 from medverify.records import CheckKind
 
 ROOT = Path(__file__).resolve().parents[1]

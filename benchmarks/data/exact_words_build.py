@@ -22,7 +22,7 @@ import json
 import re
 from pathlib import Path
 
-from medverify.judge.checks_text import sentence_char_spans
+from medverify.judge.checks.text import sentence_char_spans
 
 ROOT = Path(__file__).resolve().parents[2]
 SAMPLE = ROOT / "src" / "medverify" / "data" / "medquad_sample.jsonl"

@@ -12,9 +12,9 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from medverify.judge.checks import MAX_PASSAGE_CHARS, conflicts, find_conflicts
-from medverify.judge.checks_numbers import quantities
-from medverify.judge.checks_text import parse, stem
-from medverify.judge.checks_words import WORDNET_DIR, wordnet_antonyms
+from medverify.judge.checks.quantities import quantities
+from medverify.judge.checks.text import parse, stem
+from medverify.judge.checks.words import WORDNET_DIR, wordnet_antonyms
 from medverify.records import CheckFinding, CheckKind
 
 NUMBER, NEGATION, DIRECTION = CheckKind.NUMBER, CheckKind.NEGATION, CheckKind.DIRECTION

@@ -16,11 +16,11 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from medverify.judge.checks import conflicts, find_conflicts
-from medverify.judge.checks_counts import rate
-from medverify.judge.checks_entities import LEXICON, entities
-from medverify.judge.checks_frequency import frequencies
-from medverify.judge.checks_numbers import quantities
-from medverify.judge.checks_text import parse
+from medverify.judge.checks.counts import rate
+from medverify.judge.checks.entities import LEXICON, entities
+from medverify.judge.checks.frequency import frequencies
+from medverify.judge.checks.quantities import quantities
+from medverify.judge.checks.text import parse
 from medverify.records import CheckFinding, CheckKind
 
 NUMBER, DIRECTION = CheckKind.NUMBER, CheckKind.DIRECTION

@@ -4,7 +4,7 @@ group of people or a number.
 Arbitration (:mod:`medverify.arbitration`) escalates a not-sure verdict only on such claims
 and fills its escalation budget with the most severe first; the review queue ranks by the
 same severity (docs/arbitration.md, "Who reaches a clinician"). The readers are the exact
-checks' own (:mod:`medverify.judge.checks_numbers`, :mod:`medverify.judge.checks_words`), so
+checks' own (:mod:`medverify.judge.checks.numbers`, :mod:`medverify.judge.checks.words`), so
 "a dose" means the same thing here as in a NUMBER finding.
 """
 
@@ -12,9 +12,9 @@ from __future__ import annotations
 
 from functools import lru_cache
 
-from medverify.judge.checks_numbers import quantities
-from medverify.judge.checks_text import parse, word_list
-from medverify.judge.checks_words import drugs, groups
+from medverify.judge.checks.quantities import quantities
+from medverify.judge.checks.text import parse, word_list
+from medverify.judge.checks.words import drugs, groups
 
 __all__ = ["EXTRA_KIND", "KIND_ORDER", "SEVERITY", "clinical_kinds", "severity"]
 

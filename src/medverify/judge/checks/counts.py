@@ -1,5 +1,5 @@
 """Counts and rates as people write them, for the NUMBER check
-(:mod:`medverify.judge.checks_numbers`).
+(:mod:`medverify.judge.checks.numbers`).
 
 - Count words beyond the plain numbers: "single" ("a single dose" is one dose) and "half"
   ("reduced the risk by about half" is 50 percent).
@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import math
 
-from medverify.judge.checks_text import Doc, words
+from medverify.judge.checks.text import Doc, words
 
 COUNT_WORDS = {"single": 1.0}
 """Words that count like a number word ("a single dose")."""

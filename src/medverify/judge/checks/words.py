@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
 
-from medverify.judge.checks_text import (
+from medverify.judge.checks.text import (
     AUX,
     CLAUSE_PUNCT,
     CLAUSE_WORDS,

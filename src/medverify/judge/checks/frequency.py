@@ -23,7 +23,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from medverify.judge.checks_text import (
+from medverify.judge.checks.text import (
     AUX,
     Alignment,
     Doc,

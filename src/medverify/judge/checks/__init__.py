@@ -4,26 +4,26 @@ Judges (the built-in cross-encoder, an LLM) often call a claim supported when th
 says something close but different: another dose, the negation, the opposite direction,
 another group of patients, another drug, another frequency word or disease.
 :func:`find_conflicts` compares the claim with
-the sentences of the passage that are about it (:func:`medverify.judge.checks_text.align`)
+the sentences of the passage that are about it (:func:`medverify.judge.checks.text.align`)
 and reports each difference as a :class:`~medverify.records.CheckFinding`:
 
-- NUMBER (veto, :mod:`~medverify.judge.checks_numbers`): a dose, interval, frequency, age,
+- NUMBER (veto, :mod:`~medverify.judge.checks.numbers`): a dose, interval, frequency, age,
   percentage or count of the claim that the passage states nowhere, while an aligned
   sentence states the same kind of quantity with another value;
 - NEGATION (veto): a negation in one text governs a word the other affirms ("vaccines do
   not cause autism" vs "vaccines cause autism"); a hedged ("may not") or "without"
   negation gives a finding without veto;
-- DIRECTION (veto on curated axes, :mod:`~medverify.judge.checks_words`): increase vs
+- DIRECTION (veto on curated axes, :mod:`~medverify.judge.checks.words`): increase vs
   decrease, improves vs worsens, ... acting on the same thing;
 - POPULATION (veto only for a passage restricted to a group that cannot overlap the
   claim's, a diabetes type or pregnancy status): children vs adults, men vs women, ...;
 - DRUG (never a veto): another drug named where the claim's should be;
-- FREQUENCY (veto across the scale, :mod:`~medverify.judge.checks_frequency`): "rarely"
+- FREQUENCY (veto across the scale, :mod:`~medverify.judge.checks.frequency`): "rarely"
   vs "common", "seldom" vs "usually", "never" vs "sometimes", about the same thing;
-- ENTITY (veto only in the same place, :mod:`~medverify.judge.checks_entities`): another
+- ENTITY (veto only in the same place, :mod:`~medverify.judge.checks.entities`): another
   disease, microbe, animal, cancer or vaccine where the claim's should be.
 
-NUMBER reads counts and frequencies as people write them (:mod:`~medverify.judge.checks_counts`):
+NUMBER reads counts and frequencies as people write them (:mod:`~medverify.judge.checks.counts`):
 "a single dose", "by half", "taken daily", "every other day", rates compared per day.
 
 A veto stops that passage's support from counting; a finding without veto marks the verdict
@@ -36,10 +36,10 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable
 
-from medverify.judge.checks_entities import entity_findings
-from medverify.judge.checks_frequency import frequency_findings
-from medverify.judge.checks_numbers import number_findings
-from medverify.judge.checks_text import (
+from medverify.judge.checks.entities import entity_findings
+from medverify.judge.checks.frequency import frequency_findings
+from medverify.judge.checks.numbers import number_findings
+from medverify.judge.checks.text import (
     AUX,
     CLAUSE_PUNCT,
     Alignment,
@@ -49,7 +49,7 @@ from medverify.judge.checks_text import (
     parse,
     stem,
 )
-from medverify.judge.checks_words import (
+from medverify.judge.checks.words import (
     CATEGORY,
     DIRECTIONS,
     GROUPS,

@@ -1,10 +1,10 @@
-"""The vocabulary of the NUMBER check (:mod:`medverify.judge.checks_numbers`): units and
+"""The vocabulary of the NUMBER check (:mod:`medverify.judge.checks.numbers`): units and
 their conversion to one base unit per dimension, frequency periods, number words, and the
 words around a number that make it a name, a statistic, a bound, an age or an interval."""
 
 from __future__ import annotations
 
-from medverify.judge.checks_text import word_list, words
+from medverify.judge.checks.text import word_list, words
 
 
 def _table(text: str) -> dict[str, tuple[str, float]]:

@@ -9,7 +9,7 @@ and the classes "virus", "bacteria", "fungus", "parasite"), animals that carry o
 disease, and vaccine names (Zostavax, MMR, Tdap, ...; "X vaccine" is a vaccine, not a
 mention of the disease X). Synonyms count as one name ("chickenpox" and "varicella",
 "shingles" and "herpes zoster", "flu" and "influenza"). Drugs are the DRUG check's
-(:mod:`medverify.judge.checks_words`).
+(:mod:`medverify.judge.checks.words`).
 
 A finding needs the claim's name nowhere in the whole passage (as a name of the lexicon or
 as a plain substring) and an aligned sentence naming another of the same kind that the
@@ -23,7 +23,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from medverify.judge.checks_text import CLAUSE_PUNCT, Alignment, Doc, is_content, parse
+from medverify.judge.checks.text import CLAUSE_PUNCT, Alignment, Doc, is_content, parse
 from medverify.records import CheckFinding, CheckKind
 
 _LEXICON_TEXT = """
