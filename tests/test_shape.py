@@ -1,7 +1,8 @@
 """Size and shape of the source, checked like the layers (``scripts/shape.py`` measures):
 no module over ~600 lines, no function over ~60, no circle of file imports (function-level
-imports count), unless listed in ``shape.ALLOWED`` with a reason; every "pip install"
-advice goes through ``MissingDependencyError``."""
+imports count), unless listed in ``shape.ALLOWED`` with a reason; benchmarks/ and scripts/
+under looser limits (``shape.ALLOWED_SCRIPTS``); no stale entry in either table; every
+"pip install" advice goes through ``MissingDependencyError``."""
 
 from __future__ import annotations
 
@@ -29,11 +30,43 @@ def test_no_function_over_the_limit() -> None:
 
 
 def test_allowed_entries_are_still_needed() -> None:
-    sizes = {s.where: s.lines for s in [*shape.modules(), *shape.functions()]}
-    stale = [key for key in shape.ALLOWED
-             if sizes.get(key, 0) <= (shape.MAX_FUNCTION_LINES if ":" in key
-                                      else shape.MAX_MODULE_LINES)]
+    stale = shape.stale(shape.ALLOWED, [*shape.modules(), *shape.functions()],
+                        shape.MAX_MODULE_LINES, shape.MAX_FUNCTION_LINES)
     assert not stale, f"ALLOWED entries no longer over their limit (remove them): {stale}"
+
+
+def test_no_benchmark_or_script_over_the_looser_limits() -> None:
+    mods, funcs = shape.script_sizes()
+    assert any(m.where.startswith("benchmarks/") for m in mods)  # the folders were read
+    big = [s for s in [*shape.over(mods, shape.MAX_SCRIPT_MODULE_LINES),
+                       *shape.over(funcs, shape.MAX_SCRIPT_FUNCTION_LINES)]
+           if s.where not in shape.ALLOWED_SCRIPTS]
+    assert not big, (f"benchmarks/scripts over {shape.MAX_SCRIPT_MODULE_LINES} lines a module "
+                     f"or {shape.MAX_SCRIPT_FUNCTION_LINES} a function (split them, or list "
+                     "them in scripts/shape.py ALLOWED_SCRIPTS with a reason):\n"
+                     + "\n".join(f"  {s.lines}  {s.where}" for s in big))
+
+
+def test_allowed_script_entries_are_still_needed() -> None:
+    mods, funcs = shape.script_sizes()
+    stale = shape.stale(shape.ALLOWED_SCRIPTS, [*mods, *funcs], shape.MAX_SCRIPT_MODULE_LINES,
+                        shape.MAX_SCRIPT_FUNCTION_LINES)
+    assert not stale, f"ALLOWED_SCRIPTS entries no longer over their limit (remove them): {stale}"
+
+
+def test_a_stale_entry_is_found(tmp_path: Path) -> None:
+    (tmp_path / "benchmarks").mkdir()
+    (tmp_path / "benchmarks" / "bench_x.py").write_text(
+        "def long():\n" + "    x = 1\n" * 90 + "    return x\n\n\ndef short():\n    return 1\n")
+    mods, funcs = shape.script_sizes(tmp_path)
+    assert [(s.where, s.lines) for s in funcs] == [("benchmarks/bench_x.py:long", 92),
+                                                   ("benchmarks/bench_x.py:short", 2)]
+    assert [(s.where, s.lines) for s in mods] == [("benchmarks/bench_x.py", 96)]
+    allowed = {"benchmarks/bench_x.py:long": "needed", "benchmarks/bench_x.py:short": "stale",
+               "benchmarks/bench_x.py": "needed", "benchmarks/gone.py": "stale: no such file"}
+    assert shape.stale(allowed, [*mods, *funcs], 95, 80) == [
+        "benchmarks/bench_x.py:short", "benchmarks/gone.py"]
+    assert shape.stale(allowed, [*mods, *funcs], 96, 92) == list(allowed)  # at the limit: stale
 
 
 def test_no_circle_of_file_imports() -> None:
