@@ -101,6 +101,11 @@ def audit(
         audits, summary = asyncio.run(_run(auditor, inputs))
     finally:
         executor.close()
+    _print_outcome(summary, audits, out_dir)
+
+
+def _print_outcome(summary: AuditSummary, audits: list[AnswerAudit], out_dir: Path) -> None:
+    """The summary, where the outputs are, and exit status 1 when nothing was measured."""
     print_audit_summary(summary, audits, Console())
     console.print(
         f"outputs: {out_dir / ANSWERS_FILE}, {out_dir / SUMMARY_FILE}, {out_dir / REPORT_FILE}"
