@@ -18,6 +18,12 @@ def _data(*parts: str) -> Callable[[], Path]:
     return lambda: data_dir().joinpath(*parts)
 
 
+SMOKE = {"limit": 120, "epochs": 1, "medquad_docs": 40, "n_layers": 2, "frozen_layers": 1,
+         "max_tokens": 128}
+"""What ``--smoke`` changes in the training config: a run of a minute or two that checks the
+pipeline end to end; its weights are for tests, not for use."""
+
+
 @main.group()
 def train() -> None:
     """Train built-in models from public data."""
@@ -101,32 +107,14 @@ def verifier(
     if not data_dir.is_dir():
         raise InputError(f"training data folder not found: {data_dir}")
     config = TrainConfig(
-        data_dir=data_dir,
-        medquad_dir=medquad_dir,
-        out=out or DEFAULT_WEIGHTS,
-        epochs=epochs,
-        seed=seed,
-        threads=threads,
-        n_layers=n_layers,
-        frozen_layers=frozen_layers,
-        lr_layers=lr_layers,
-        lr_head=lr_head,
-        batch_size=batch_size,
-        nei_extra_windows=nei_extra_windows,
-        medquad_docs=medquad_docs,
-        swap_nei=_parse_counts(swap_nei),
+        data_dir=data_dir, medquad_dir=medquad_dir, out=out or DEFAULT_WEIGHTS,
+        epochs=epochs, seed=seed, threads=threads, n_layers=n_layers,
+        frozen_layers=frozen_layers, lr_layers=lr_layers, lr_head=lr_head,
+        batch_size=batch_size, nei_extra_windows=nei_extra_windows,
+        medquad_docs=medquad_docs, swap_nei=_parse_counts(swap_nei),
     )
     if smoke:
-        config = config.model_copy(
-            update={
-                "limit": 120,
-                "epochs": 1,
-                "medquad_docs": 40,
-                "n_layers": 2,
-                "frozen_layers": 1,
-                "max_tokens": 128,
-            }
-        )
+        config = config.model_copy(update=SMOKE)
     report = run_training(config)
     keys = ("val_macro_f1_argmax", "val_macro_f1_calibrated", "thresholds", "train_seconds")
     click.echo(json.dumps({k: report[k] for k in keys}, indent=2))
