@@ -222,6 +222,17 @@ def _fill_label(
                     need -= 1
 
 
+def _quotas(size: int, cap_factor: float) -> tuple[dict[str, int], dict[str, int]]:
+    """Pairs wanted per label (a third each) and the candidates kept per edit type
+    (``cap_factor`` times the type's share of its label, plus 50)."""
+    per_label = {label: size // 3 + (1 if i < size % 3 else 0) for i, label in enumerate(LABELS)}
+    caps: dict[str, int] = {}
+    for label, (_, types) in FAMILIES.items():
+        for t in types:
+            caps[t] = int(cap_factor * per_label[label] / len(types)) + 50
+    return per_label, caps
+
+
 def build_corpus(
     docs: Sequence[Document],
     lex: Lexicons,
@@ -242,11 +253,7 @@ def build_corpus(
     started = time.monotonic()
     docs = drop_boilerplate(list(docs), max_repeats)
     idf = document_idf(docs)
-    per_label = {label: size // 3 + (1 if i < size % 3 else 0) for i, label in enumerate(LABELS)}
-    caps = {}
-    for label, (_, types) in FAMILIES.items():
-        for t in types:
-            caps[t] = int(cap_factor * per_label[label] / len(types)) + 50
+    per_label, caps = _quotas(size, cap_factor)
     cands, seen_drugs, seen_conditions = _candidates(docs, lex, caps, seed)
     builder = _Builder(docs, seen_drugs, seen_conditions, idf, seed, max_words)
     kept = _Accepted(docs, LeakageIndex(eval_sets or {}))
