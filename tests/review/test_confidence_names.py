@@ -33,7 +33,7 @@ from medverify.report.html import render_html
 from medverify.report.metrics import compute_metrics
 from medverify.report.terminal import summary_lines
 from medverify.review import ReviewItem, items_from_report
-from medverify.service import ui
+from medverify.service import item_page, ui
 from medverify.service.item_view import decision_caption, input_rows
 from medverify.store.review import ReviewStore
 from medverify.store.runs import RunStore
@@ -80,7 +80,7 @@ def _item(result: ClaimResult) -> ReviewItem:
 
 def _render(item: ReviewItem) -> str:
     return ui._environment().get_template("item.html.j2").render(
-        nonce="n", session=None, csrf="t", done=None, **ui.item_context(item, None))
+        nonce="n", session=None, csrf="t", done=None, **item_page.item_context(item, None))
 
 
 def test_the_inputs_name_the_raw_probability_and_confident_is_a_boolean() -> None:
@@ -127,7 +127,7 @@ def test_an_old_stored_review_item_loads_and_shows(tmp_path: Path) -> None:
     inputs = stored.arbitration["inputs"]
     assert inputs["judge_probability"] == 0.98 and inputs["confident"] is False
     assert stored.analyses == {}  # queued before the analyses were kept
-    assert ui.item_verdict(stored).not_sure
+    assert item_page.item_verdict(stored).not_sure
     html = _render(stored)
     decided = html[html.index('id="how-decided"'):]
     decided = decided[:decided.index("</div>")]

@@ -33,9 +33,9 @@ from medverify.records import (
 )
 from medverify.report.metrics import compute_metrics
 from medverify.review import ReviewItem, items_from_report
-from medverify.service import ui
+from medverify.service import item_page, ui
 from medverify.service.app import create_app
-from medverify.service.ui import item_verdict
+from medverify.service.item_page import item_verdict
 from medverify.store.access import AuditLog, KeyStore, Role, SessionStore
 from medverify.store.review import ReviewStore
 from medverify.store.runs import RunStore
@@ -401,7 +401,7 @@ HOSTILE = "<script>window.__pwned=4</script></mark><b>x</b> "
 
 def _render(item: ReviewItem) -> str:
     return ui._environment().get_template("item.html.j2").render(
-        nonce="n", session=None, csrf="t", done=None, **ui.item_context(item, None))
+        nonce="n", session=None, csrf="t", done=None, **item_page.item_context(item, None))
 
 
 def _clinical(**extra: Any) -> ReviewItem:
