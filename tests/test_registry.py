@@ -378,9 +378,9 @@ def test_every_registry_wraps_a_plugins_failures_the_same_way(
 def test_judges_declare_what_callers_used_to_read_from_their_names() -> None:
     from medverify.judge import JUDGES, declares
 
-    traits = ("offline", "needs_model", "io_bound", "composite")
+    traits = ("offline", "needs_model", "io_bound", "composite", "second_stage")
     table = {name: {t for t in traits if declares(name, t)} for name in JUDGES.names()}
     assert table["builtin"] == {"offline"}
-    assert table["llm"] == {"needs_model", "io_bound"}
-    assert table["llm-scored"] == {"needs_model"}
+    assert table["llm"] == {"needs_model", "io_bound", "second_stage"}
+    assert table["llm-scored"] == {"needs_model", "second_stage"}
     assert table["cascade"] == {"needs_model", "composite"}

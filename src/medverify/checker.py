@@ -74,8 +74,12 @@ class Checker:
 
     @classmethod
     def from_config(
-        cls, config: Config, *, kb: KnowledgeBase | None = None, model: Model | None = None
+        cls, config: Config, *, kb: KnowledgeBase | None = None, model: Model | None = None,
+        judge: Judge | None = None, decomposer: Decomposer | None = None,
     ) -> Checker:
+        """The check flow from ``config``; ``judge`` and ``decomposer``: ones made
+        already (a service worker shares its own between its flows), else the configured
+        ones."""
         opened = Resources.open(config, kb=kb, model=model)
         assert opened.kb is not None
         kb, model, ledger, owned = opened.kb, opened.model, opened.ledger, opened.owned
@@ -90,8 +94,8 @@ class Checker:
             kb=kb,
             ledger=ledger,
             model=model,
-            decomposer=DECOMPOSERS.create(config.decomposer_name, config, model),
-            judge=create_judge(config, model),
+            decomposer=decomposer or DECOMPOSERS.create(config.decomposer_name, config, model),
+            judge=judge or create_judge(config, model),
             recheck=(JUDGES.create(config.arbitration.recheck_judge, config, model)
                      if config.arbitration.recheck_judge else None),
             owned=tuple(owned),

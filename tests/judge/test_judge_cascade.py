@@ -159,3 +159,24 @@ def test_cascade_options_come_from_the_config() -> None:
     assert isinstance(judge, CascadeJudge)
     assert (judge.high, judge.low) == (0.8, 0.05)
     assert judge.llm.claims_per_call == config.claims_per_call
+
+
+def test_the_second_stage_is_made_by_the_registry_from_its_name() -> None:
+    from medverify.judge import second_stages
+    from medverify.judge.llm_scored import ScoredLLMJudge
+
+    model, _ = _model()
+    assert second_stages() == ["llm", "llm-scored"]
+    config = Config(judge_settings={"cascade_second": "llm-scored"})
+    judge = CascadeJudge(**{**CascadeJudge.config_options(config, model),
+                            "verifier": LexicalVerifier()})
+    assert isinstance(judge.llm, ScoredLLMJudge)
+    assert judge.judge_id.endswith("+" + judge.llm.judge_id)
+
+
+@pytest.mark.parametrize("name", ["builtin", "cascade", "nobody"])
+def test_a_judge_that_cannot_be_a_second_stage_is_refused(name: str) -> None:
+    model, _ = _model()
+    config = Config(judge_settings={"cascade_second": name})
+    with pytest.raises(ConfigError, match=r"cannot be a cascade's second stage|unknown judge"):
+        CascadeJudge.config_options(config, model)

@@ -54,6 +54,7 @@ from medverify.audit.urls import (
 from medverify.audit.verify import PairVerifier
 from medverify.config import Config
 from medverify.decompose import DECOMPOSERS, Decomposer
+from medverify.decompose.answer import cap_claims, decompose_answer
 from medverify.errors import ConfigError
 from medverify.executor import Executor, LocalExecutor
 from medverify.files import append_record, atomic_write_text, read_records
@@ -62,9 +63,7 @@ from medverify.harness import (
     Provenance,
     Resources,
     RunHarness,
-    cap_claims,
     close_owned,
-    decompose_answer,
     prompt_versions,
     run_each,
     stage_id,
@@ -165,9 +164,11 @@ class Auditor:
         fetcher_factory: FetcherFactory | None = None,
         record: bool = True,
         executor: Executor | None = None,
+        decomposer: Decomposer | None = None,
     ) -> Auditor:
-        """Build the audit from the config. ``judge``, ``embedder`` and ``fetcher_factory``
-        replace the configured ones (tests, benchmarks). With an ``executor`` (not the
+        """Build the audit from the config. ``judge``, ``embedder``, ``decomposer`` and
+        ``fetcher_factory`` replace the configured ones (tests, benchmarks, a service
+        worker sharing its own). With an ``executor`` (not the
         local one) the answers are audited by :class:`AuditChunk` tasks there, each with
         the judge and embedder of ``config`` and this ``fetcher_factory`` (which must
         pickle); ``judge`` and ``embedder`` then only name them in the summary."""
@@ -184,7 +185,7 @@ class Auditor:
         return cls(
             config=config,
             out_dir=Path(out_dir),
-            decomposer=DECOMPOSERS.create(config.decomposer_name, config, model),
+            decomposer=decomposer or DECOMPOSERS.create(config.decomposer_name, config, model),
             judge=judge,
             selector=selector,
             ledger=ledger,

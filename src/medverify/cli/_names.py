@@ -16,11 +16,14 @@ from medverify.registry import load_attr
 JUDGES = "medverify.judge:JUDGES"
 DECOMPOSERS = "medverify.decompose:DECOMPOSERS"
 EMBEDDERS = "medverify.kb.embed:EMBEDDERS"
+SECOND_STAGES = "medverify.judge:second_stages"  # the judges that declare second_stage
 
 
 def registry_names(registry: str) -> list[str]:
-    """The names of the registry at ``"module:attr"`` (sorted; plugins included)."""
-    return list(load_attr(registry).names())
+    """The names of the registry at ``"module:attr"`` (sorted; plugins included), or what
+    the function at ``"module:attr"`` lists (some of a registry's names, by trait)."""
+    found = load_attr(registry)
+    return list(found.names() if hasattr(found, "names") else found())
 
 
 class RegistryChoice(click.Choice):  # type: ignore[type-arg]

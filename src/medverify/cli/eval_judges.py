@@ -14,7 +14,7 @@ import click
 from rich.table import Table
 
 from medverify.cli._common import config_option, console, load_config
-from medverify.cli._names import JUDGES, RegistryEntry
+from medverify.cli._names import JUDGES, SECOND_STAGES, RegistryChoice, RegistryEntry
 from medverify.cli.eval import eval_group
 from medverify.files import atomic_write_text
 
@@ -34,9 +34,9 @@ from medverify.files import atomic_write_text
 @click.option("--cascade-route", type=click.Choice(["not_sure", "margins"]),
               default="not_sure", show_default=True,
               help="Which pairs a cascade judge sends on (its [judge_settings] cascade_route).")
-@click.option("--cascade-second", type=click.Choice(["llm-scored", "llm"]),
+@click.option("--cascade-second", type=RegistryChoice(SECOND_STAGES),
               default="llm-scored", show_default=True,
-              help="A cascade judge's second stage.")
+              help="A cascade judge's second stage: a judge that can be one.")
 @click.option("--calibration-family", default="auto", show_default=True,
               help="The built-in judge's calibration family (auto: per data set).")
 @config_option

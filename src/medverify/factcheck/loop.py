@@ -35,6 +35,7 @@ import numpy as np
 from medverify.audit.select import PassageSelector
 from medverify.config import Config
 from medverify.decompose import DECOMPOSERS, Decomposer
+from medverify.decompose.answer import decompose_answer
 from medverify.errors import ConfigError, MedverifyError
 from medverify.factcheck.records import (
     AnswerVersion,
@@ -61,11 +62,10 @@ from medverify.harness import (
     Resources,
     RunHarness,
     close_owned,
-    decompose_answer,
     prompt_versions,
     stage_id,
 )
-from medverify.judge import Judge, JudgeItem
+from medverify.judge import Judge, JudgeItem, rebatched
 from medverify.judge.build import create_judge
 from medverify.kb import KnowledgeBase
 from medverify.kb.embed import Embedder
@@ -253,9 +253,12 @@ class FactChecker:
     @classmethod
     def from_config(cls, config: Config, *, kb: KnowledgeBase | None = None,
                     model: Model | None = None, judge: Judge | None = None,
-                    embedder: Embedder | None = None) -> FactChecker:
+                    embedder: Embedder | None = None,
+                    decomposer: Decomposer | None = None) -> FactChecker:
         """Load the pieces: the LLM rewriter and final rewrite when a model is configured
-        (or given), else the extractive ones; the judge named by ``config.judge_name``."""
+        (or given), else the extractive ones; the judge named by ``config.judge_name``
+        (``judge``: one made already, e.g. a worker's check judge, batched for facts
+        here) and the configured decomposer (``decomposer``: one made already)."""
         opened = Resources.open(config, kb=kb, model=model, ledger=ScopedLedger())
         assert opened.kb is not None
         kb, model, ledger, owned = opened.kb, opened.model, opened.ledger, opened.owned
@@ -270,8 +273,10 @@ class FactChecker:
         rewriter = (LLMRewriter(model, facts_per_call=settings.facts_per_call)
                     if model is not None else ExtractiveRewriter())
         return cls(config=config, kb=kb, ledger=ledger, model=model, selector=selector,
-                   decomposer=DECOMPOSERS.create(config.decomposer_name, config, model),
-                   judge=judge or create_judge(judge_config(config), model),
+                   decomposer=decomposer or DECOMPOSERS.create(config.decomposer_name,
+                                                               config, model),
+                   judge=(create_judge(judge_config(config), model) if judge is None
+                          else rebatched(judge, *fact_batching(config))),
                    rewriter=rewriter,
                    owned=tuple(owned))
 
@@ -474,15 +479,20 @@ class FactChecker:
         return reports
 
 
-def judge_config(config: Config) -> Config:
-    """The config the fact-checker makes its judge from: ``facts_per_call`` facts per call
-    (``claims_per_call``), with room for their passages (``[judge_settings] max_passages``)
-    when the evidence is trimmed to windows."""
+def fact_batching(config: Config) -> tuple[int, int]:
+    """The fact-checker's judge batching: ``facts_per_call`` facts per call, with room for
+    their passages (``[judge_settings] max_passages``) when the evidence is trimmed to
+    windows."""
     settings = config.factcheck
-    update: dict[str, object] = {"claims_per_call": settings.facts_per_call}
+    room = config.judge_settings.max_passages
     if settings.evidence == "passages":
-        room = max(config.judge_settings.max_passages,
-                   settings.passages_per_fact * settings.facts_per_call)
-        update["judge_settings"] = config.judge_settings.model_copy(
-            update={"max_passages": room})
-    return config.model_copy(update=update)
+        room = max(room, settings.passages_per_fact * settings.facts_per_call)
+    return settings.facts_per_call, room
+
+
+def judge_config(config: Config) -> Config:
+    """The config the fact-checker makes its judge from (:func:`fact_batching`)."""
+    claims_per_call, max_passages = fact_batching(config)
+    settings = config.judge_settings.model_copy(update={"max_passages": max_passages})
+    return config.model_copy(update={"claims_per_call": claims_per_call,
+                                     "judge_settings": settings})

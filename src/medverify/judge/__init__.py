@@ -14,7 +14,7 @@ with the confidence card of ``[judge_settings] calibration``,
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Protocol, runtime_checkable
+from typing import Protocol, TypeVar, runtime_checkable
 
 from pydantic import BaseModel, ConfigDict
 
@@ -70,6 +70,8 @@ def declares(name: str, trait: str) -> bool:
     * ``io_bound``: its time is spent waiting on model calls, so the model layer's
       concurrency limit is the one that counts (``llm``);
     * ``composite``: routes claims between other judges (``cascade``);
+    * ``second_stage``: can be a cascade's second stage, and has the ``claims_per_call`` and
+      ``max_passages`` its call count needs (``llm``, ``llm-scored``);
     * ``fails_trial_study``: measured unable to grade the clinical-trial study against
       curated summaries (``builtin``: docs/trials.md, "The 15-question study"), so
       ``medverify trials study`` warns in the terminal and in its report."""
@@ -81,6 +83,25 @@ def has_trait(judge: object, trait: str) -> bool:
     """Whether a judge (an instance or its class) declares ``trait = True``: what
     :func:`declares` asks of a registered name, for a judge already made."""
     return bool(getattr(judge, trait, False))
+
+
+J = TypeVar("J", bound=Judge)
+
+
+def rebatched(judge: J, claims_per_call: int, max_passages: int) -> J:
+    """``judge`` asking ``claims_per_call`` claims per model call with up to
+    ``max_passages`` passages, when it batches claims (its ``batched`` method: the LLM
+    judge, a cascade, a judge with a confidence card around one); any other judge as it is
+    (its batching does not depend on them). How one worker's fact-checker shares the
+    check's judge with its own batching (``[factcheck] facts_per_call``)."""
+    pick = getattr(judge, "batched", None)
+    return judge if pick is None else pick(claims_per_call, max_passages)  # type: ignore[no-any-return]
+
+
+def second_stages() -> list[str]:
+    """The registered judges that can be a cascade's second stage (``second_stage =
+    True``): the choices of ``[judge_settings] cascade_second`` and ``--cascade-second``."""
+    return [name for name in JUDGES.names() if declares(name, "second_stage")]
 
 
 def runs_offline(name: str) -> bool:

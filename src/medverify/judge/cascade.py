@@ -12,8 +12,10 @@ A claim is *settled* by the built-in judge when its verdict is
 Everything else (in-between probabilities, ``JUDGMENT_ERROR``, a verifier error) goes to the
 LLM judge. With ``route="not_sure"`` the rule is the built-in judge's own confidence
 instead: a verdict it gives confidently (docs/judges.md, "How sure") is settled, every other
-one goes on. The second stage is the LLM judge (generated JSON) or, with
-``second="llm-scored"``, the scored judge (:mod:`medverify.judge.llm_scored`).
+one goes on. The second stage is any registered judge that declares ``second_stage``
+(:func:`medverify.judge.second_stages`: the LLM judge, generated JSON, or the scored judge,
+:mod:`medverify.judge.llm_scored`), made by ``JUDGES.create`` from the name
+``[judge_settings] cascade_second``.
 
 Each Verdict's ``judge`` says which judge decided; LLM verdicts keep the built-in
 probabilities in ``probabilities`` for comparison. :func:`cascade_notes` counts the settled
@@ -24,11 +26,20 @@ from __future__ import annotations
 
 import copy
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, Protocol
 
 from medverify.config import Config
 from medverify.errors import ConfigError
-from medverify.judge import JudgeItem, model_required
+from medverify.judge import (
+    JUDGES,
+    Judge,
+    JudgeItem,
+    declares,
+    has_trait,
+    model_required,
+    rebatched,
+    second_stages,
+)
 from medverify.judge.builtin import (
     CONTRADICTED,
     SUPPORTED,
@@ -37,11 +48,38 @@ from medverify.judge.builtin import (
     VerifierLike,
 )
 from medverify.judge.llm import LLMJudge, plan_batches
-from medverify.judge.llm_scored import ScoredLLMJudge
 from medverify.llm.facade import Model
 from medverify.records import Category, ClaimResult, Verdict
 
 NOTE_KEY = "judge.cascade"
+
+
+class SecondStage(Judge, Protocol):
+    """What the cascade asks of its second stage (a judge with ``second_stage = True``):
+    its batching, to count the calls the cascade saved, and its id."""
+
+    claims_per_call: int
+    max_passages: int
+
+    @property
+    def judge_id(self) -> str: ...
+
+
+def second_stage(config: Config, model: Model) -> SecondStage:
+    """The judge ``[judge_settings] cascade_second`` names, made by ``JUDGES.create`` from
+    ``config`` and ``model``, never asking for log-probabilities (as the cascade's second
+    stage always ran). ConfigError when the made judge does not declare ``second_stage``
+    (or the name is a composite judge, which would build itself again)."""
+    name = config.judge_settings.cascade_second
+    refused = ConfigError(f"judge {name!r} cannot be a cascade's second stage; those "
+                          f"that can: {', '.join(second_stages())}")
+    if declares(name, "composite"):
+        raise refused
+    settings = config.judge_settings.model_copy(update={"logprobs": False})
+    made = JUDGES.create(name, config.model_copy(update={"judge_settings": settings}), model)
+    if not has_trait(made, "second_stage"):
+        raise refused
+    return made  # type: ignore[return-value]
 
 
 class CascadeJudge:
@@ -56,27 +94,24 @@ class CascadeJudge:
         model: Model | None = None,
         *,
         builtin: BuiltinJudge | None = None,
-        llm: LLMJudge | ScoredLLMJudge | None = None,
+        llm: SecondStage | None = None,
         verifier: VerifierLike | None = None,
         high: float = 0.9,
         low: float = 0.1,
         claims_per_call: int = 4,
         route: str = "margins",
-        second: str = "llm",
         **builtin_options: Any,
     ) -> None:
         if llm is None and model is None:
             raise ConfigError("the cascade judge needs a model: pass --model SPEC")
         if not 0.0 <= low <= high <= 1.0:
             raise ConfigError(f"cascade margins need 0 <= low <= high <= 1, got {low}, {high}")
-        if route not in ("margins", "not_sure") or second not in ("llm", "llm-scored"):
-            raise ConfigError(f"cascade route {route!r} / second stage {second!r}: expected "
-                              "margins or not_sure / llm or llm-scored")
+        if route not in ("margins", "not_sure"):
+            raise ConfigError(f"cascade route {route!r}: expected margins or not_sure")
         self.builtin = builtin or BuiltinJudge(verifier, **builtin_options)
         if llm is None:
-            llm = (ScoredLLMJudge(model) if second == "llm-scored"  # type: ignore[arg-type]
-                   else LLMJudge(model, claims_per_call=claims_per_call))  # type: ignore[arg-type]
-        self.llm = llm
+            llm = LLMJudge(model, claims_per_call=claims_per_call)  # type: ignore[arg-type]
+        self.llm: SecondStage = llm
         self.high = high
         self.low = low
         self.route = route
@@ -84,16 +119,17 @@ class CascadeJudge:
     @classmethod
     def config_options(cls, config: Config, model: Model | None) -> dict[str, Any]:
         """Constructor options from the config: the built-in judge's ``[judge_settings]``,
-        the LLM judge's model and ``claims_per_call``, and the cascade margins."""
+        the second stage (:func:`second_stage`, when there is a model), and the cascade
+        margins."""
         settings = config.judge_settings
         return {
             **BuiltinJudge.config_options(config, model),
             "model": model,
+            "llm": None if model is None else second_stage(config, model),
             "claims_per_call": config.claims_per_call,
             "high": settings.cascade_high,
             "low": settings.cascade_low,
             "route": settings.cascade_route,
-            "second": settings.cascade_second,
         }
 
     @classmethod
@@ -116,6 +152,12 @@ class CascadeJudge:
         family ``auto`` in ``eval pairs`` / ``eval judges``)."""
         other = copy.copy(self)
         other.builtin = self.builtin.for_dataset(dataset)
+        return other
+
+    def batched(self, claims_per_call: int, max_passages: int) -> CascadeJudge:
+        """This cascade with its second stage batched so (see :func:`rebatched`)."""
+        other = copy.copy(self)
+        other.llm = rebatched(self.llm, claims_per_call, max_passages)  # type: ignore[assignment]
         return other
 
     def settled(self, scores: ClaimScores, verdict: Verdict) -> bool:
@@ -159,7 +201,7 @@ class CascadeJudge:
 
 
 def cascade_notes(
-    results: Sequence[ClaimResult], builtin_id: str, llm: LLMJudge | ScoredLLMJudge
+    results: Sequence[ClaimResult], builtin_id: str, llm: SecondStage
 ) -> dict[str, Any]:
     """Claims settled by the built-in judge and the LLM calls that saved.
 

@@ -21,6 +21,7 @@ to ``[llm] max_stored_chars`` and marked (:func:`medverify.llm.limits.clip_store
 from __future__ import annotations
 
 import asyncio
+import copy
 import logging
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -141,6 +142,7 @@ class LLMJudge(PromptedModelJudge):
     name = "llm"
     needs_model = True  # medverify.judge.declares
     io_bound = True
+    second_stage = True  # a cascade may send it the claims it does not settle
 
     def __init__(
         self,
@@ -173,6 +175,13 @@ class LLMJudge(PromptedModelJudge):
     @property
     def judge_id(self) -> str:
         return f"llm:{self.model.spec}"
+
+    def batched(self, claims_per_call: int, max_passages: int) -> LLMJudge:
+        """This judge asking ``claims_per_call`` claims per call with up to
+        ``max_passages`` passages (the fact-checker's batching; same model and prompt)."""
+        other = copy.copy(self)
+        other.claims_per_call, other.max_passages = claims_per_call, max_passages
+        return other
 
     async def judge(self, items: Sequence[JudgeItem]) -> list[Verdict]:
         verdicts: list[Verdict | None] = [None] * len(items)

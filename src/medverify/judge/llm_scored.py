@@ -117,6 +117,7 @@ class ScoredLLMJudge(PromptedModelJudge):
 
     name = "llm-scored"
     needs_model = True  # medverify.judge.declares
+    second_stage = True  # a cascade may send it the claims it does not settle
     claims_per_call = 1  # one claim per call (the cascade's call count uses it)
     # its "not sure" comes only from its prior correction's thresholds: a confidence card
     # (medverify.judge.confidence) replaces them

@@ -20,7 +20,7 @@ from medverify.config import Config
 from medverify.errors import MedverifyError
 from medverify.factcheck.loop import FactChecker, ScopedLedger, metered
 from medverify.harness import close_owned
-from medverify.judge import declares, has_trait, runs_offline
+from medverify.judge import Judge, has_trait
 from medverify.kb import KnowledgeBase
 from medverify.llm.facade import Model, UsageLedger, model_from_config
 from medverify.records import Answer, Report
@@ -86,11 +86,14 @@ class ServiceState:
         return cls(config=config, runs=runs, keys=KeyStore(runs), jobs=JobStore(runs),
                    audit=audit, review=ReviewStore(runs), limiter=limiter,
                    address_limiter=by_address, refusals=RefusalTally(audit),
-                   check_slots=_check_slots(config),
+                   check_slots=_check_slots(config, None),
                    worker=f"{socket.gethostname()}:{os.getpid()}")
 
     def load(self) -> None:
-        """Open the KB and model and load the judge (and risk stage) once for this worker."""
+        """Open the KB and model and load the judge (and risk stage) once for this worker:
+        the judge name is resolved once, and the check's judge and decomposer are the
+        fact-checker's (its judge batched for facts) and every audit job's; the check slots
+        follow what the made judge declares."""
         try:
             if self.config.model:
                 self.model = model_from_config(self.config, ledger=ScopedLedger())
@@ -98,10 +101,11 @@ class ServiceState:
         except MedverifyError as exc:
             self.problems["checker"] = str(exc)
             return
+        self.check_slots = _check_slots(self.config, self.checker.judge)
         try:
-            shared = self.checker.judge if runs_offline(self.config.judge_name) else None
             self.factchecker = FactChecker.from_config(
-                self.config, kb=self.checker.kb, model=self.model, judge=shared)  # type: ignore[arg-type]
+                self.config, kb=self.checker.kb, model=self.model, judge=self.checker.judge,
+                decomposer=self.checker.decomposer)  # type: ignore[arg-type]
         except MedverifyError as exc:
             self.problems["factcheck"] = str(exc)
 
@@ -177,7 +181,8 @@ class ServiceState:
         checker = self.need_checker()
         embedder = getattr(checker.kb, "embedder", None)
         return Auditor.from_config(self.config, model=self.model, judge=checker.judge,
-                                   embedder=embedder, out_dir=self.jobs_dir / job_id)
+                                   decomposer=checker.decomposer, embedder=embedder,
+                                   out_dir=self.jobs_dir / job_id)
 
     async def checking(self, work: Callable[[], Awaitable[T]], units: int = 1) -> T:
         """Run ``work`` in one of ``[service] max_concurrent_checks`` slots, first come
@@ -247,13 +252,14 @@ class ServiceState:
         self.runs.close()
 
 
-def _check_slots(config: Config) -> CheckSlots:
+def _check_slots(config: Config, judge: Judge | None) -> CheckSlots:
     """The worker's check slots: ``[service] max_concurrent_checks``, or 2 per core with a
     local (CPU-bound) judge; none with an I/O-bound judge left unlimited (the model
-    layer's ``[llm] concurrency`` is the limit that counts there)."""
+    layer's ``[llm] concurrency`` is the limit that counts there). ``judge``: the one this
+    worker made (None before it is loaded: only the configured limit)."""
     settings = config.service
     limit = settings.max_concurrent_checks
-    if limit is None and not declares(config.judge_name, "io_bound"):
+    if limit is None and judge is not None and not has_trait(judge, "io_bound"):
         limit = 2 * (os.cpu_count() or 1)
     return CheckSlots(limit, queue_wait_s=settings.queue_wait_s,
                       timeout_s=settings.request_timeout_s,

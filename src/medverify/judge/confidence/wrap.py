@@ -18,7 +18,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from medverify.judge import Judge, JudgeItem, has_trait
+from medverify.judge import Judge, JudgeItem, has_trait, rebatched
 from medverify.judge.confidence.card import ConfidenceCard
 from medverify.judge.confidence.signals import verdict_features
 from medverify.records import Category, Verdict
@@ -51,6 +51,11 @@ class CardJudge:
         """``eval pairs``: the wrapped judge's choice for ``dataset``, with this card."""
         pick = getattr(self.inner, "for_dataset", None)
         return self if pick is None else CardJudge(pick(dataset), self.card)
+
+    def batched(self, claims_per_call: int, max_passages: int) -> CardJudge:
+        """The wrapped judge batched so (:func:`medverify.judge.rebatched`), with this card."""
+        inner = rebatched(self.inner, claims_per_call, max_passages)
+        return self if inner is self.inner else CardJudge(inner, self.card)
 
     def __getattr__(self, name: str) -> object:
         # traits (offline, needs_model, ...) and helpers of the wrapped judge
