@@ -108,6 +108,53 @@ def side_table_bytes(kb: KnowledgeBase) -> int:
             "SELECT sum(length(docs) + length(tfs)) FROM lexical_postings").fetchone()[0])
 
 
+def markdown(result: dict[str, Any]) -> list[str]:
+    """The lines of lexical_ranking.md, from the results."""
+    lat, ag = result["latency_ms"], result["agreement_with_bm25_top10"]
+    load_before, load_after = result["load_before"], result["load_after"]
+    build, chunks, state = result["postings_build"], result["chunks"], result["postings_state"]
+    identical, default_exact = result["identical_to_bm25"], result["lexical_exact"]
+    depth, kb, n_queries = result["depth"], result["kb"], result["queries"]
+    busy = " (load above 3: latencies inflated)" if max(load_before[0], load_after[0]) > 3 else ""
+    md = [
+        "# Lexical ranking on a large KB: FTS5 bm25(), stored postings, bounded rank query",
+        "",
+        f"`python benchmarks/bench_lexical_ranking.py{' --build-postings' if build else ''}`: "
+        f"{chunks:,} chunks ({kb}; stored postings {state}), {n_queries} real claims "
+        f"(Check-COVID and Citation-Integrity dev), depth {depth}, the three rankings in "
+        f"rotating order; load average {load_before[0]:.2f} before, {load_after[0]:.2f} "
+        f"after{busy}.", "",
+    ]
+    if build:
+        md += [f"Stored postings built in {build['seconds']} s (load {build['load_before'][0]:.2f}"
+               f"): {build['terms']:,} tokens, {build['postings']:,} postings, "
+               f"side tables {build['table_bytes'] / 1e6:.0f} MB in kb.sqlite (pages).", ""]
+    md += [
+        "| ranking | p50 ms | p95 ms | max ms | identical to bm25() (depth "
+        f"{depth}) | top-10 overlap mean / median | score recall@10 mean / median / min "
+        "| score ratio mean / min |",
+        "|---|---|---|---|---|---|---|---|",
+        f"| FTS5 bm25() over the budgeted words | {lat['bm25']['p50']} | {lat['bm25']['p95']} | "
+        f"{lat['bm25']['max']} | | | | |",
+    ]
+    labels = {"postings": "stored postings (bm25 in numpy; default from 100k chunks)",
+              "bounded": f"bounded rank query (opt-in; past {default_exact:,} postings)"}
+    for mode, label in labels.items():
+        a = ag[mode]
+        md.append(f"| {label} | {lat[mode]['p50']} | {lat[mode]['p95']} | {lat[mode]['max']} "
+                  f"| {identical[mode]} of {n_queries} | {a['overlap']['mean']} / "
+                  f"{a['overlap']['median']} | {a['score_recall']['mean']} / "
+                  f"{a['score_recall']['median']} / {a['score_recall']['min']} | "
+                  f"{a['score_ratio']['mean']} / {a['score_ratio']['min']} |")
+    md += ["", f"Agreement over the {ag['postings']['queries']} queries with a lexical match. "
+           "Score recall counts a chunk of the other top 10 whose exact bm25() score is at "
+           "least bm25's 10th best (ties with it included): the synthetic KB repeats real "
+           "sentences across passages, so many scores tie and plain overlap is harsh. This "
+           "measures agreement with bm25, not relevance: no labelled queries exist for the "
+           "synthetic KB."]
+    return md
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--kb", type=Path, default=Path("/tmp/kbscale/kb_1000000"))
@@ -161,44 +208,7 @@ def main(argv: list[str] | None = None) -> int:
         "load_before": load_before, "load_after": load_after,
     }
     (OUT / "lexical_ranking.json").write_text(json.dumps(result, indent=2) + "\n", "utf-8")
-    lat, ag = result["latency_ms"], result["agreement_with_bm25_top10"]
-    busy = " (load above 3: latencies inflated)" if max(load_before[0], load_after[0]) > 3 else ""
-    md = [
-        "# Lexical ranking on a large KB: FTS5 bm25(), stored postings, bounded rank query",
-        "",
-        f"`python benchmarks/bench_lexical_ranking.py{' --build-postings' if build else ''}`: "
-        f"{chunks:,} chunks ({args.kb}; stored postings {state}), {len(queries)} real claims "
-        f"(Check-COVID and Citation-Integrity dev), depth {args.depth}, the three rankings in "
-        f"rotating order; load average {load_before[0]:.2f} before, {load_after[0]:.2f} "
-        f"after{busy}.", "",
-    ]
-    if build:
-        md += [f"Stored postings built in {build['seconds']} s (load {build['load_before'][0]:.2f}"
-               f"): {build['terms']:,} tokens, {build['postings']:,} postings, "
-               f"side tables {build['table_bytes'] / 1e6:.0f} MB in kb.sqlite (pages).", ""]
-    md += [
-        "| ranking | p50 ms | p95 ms | max ms | identical to bm25() (depth "
-        f"{args.depth}) | top-10 overlap mean / median | score recall@10 mean / median / min "
-        "| score ratio mean / min |",
-        "|---|---|---|---|---|---|---|---|",
-        f"| FTS5 bm25() over the budgeted words | {lat['bm25']['p50']} | {lat['bm25']['p95']} | "
-        f"{lat['bm25']['max']} | | | | |",
-    ]
-    labels = {"postings": "stored postings (bm25 in numpy; default from 100k chunks)",
-              "bounded": f"bounded rank query (opt-in; past {default_exact:,} postings)"}
-    for mode, label in labels.items():
-        a = ag[mode]
-        md.append(f"| {label} | {lat[mode]['p50']} | {lat[mode]['p95']} | {lat[mode]['max']} "
-                  f"| {identical[mode]} of {len(queries)} | {a['overlap']['mean']} / "
-                  f"{a['overlap']['median']} | {a['score_recall']['mean']} / "
-                  f"{a['score_recall']['median']} / {a['score_recall']['min']} | "
-                  f"{a['score_ratio']['mean']} / {a['score_ratio']['min']} |")
-    md += ["", f"Agreement over the {ag['postings']['queries']} queries with a lexical match. "
-           "Score recall counts a chunk of the other top 10 whose exact bm25() score is at "
-           "least bm25's 10th best (ties with it included): the synthetic KB repeats real "
-           "sentences across passages, so many scores tie and plain overlap is harsh. This "
-           "measures agreement with bm25, not relevance: no labelled queries exist for the "
-           "synthetic KB."]
+    md = markdown(result)
     (OUT / "lexical_ranking.md").write_text("\n".join(md) + "\n", "utf-8")
     print("\n".join(md))
     return 0

@@ -64,14 +64,19 @@ def run(tree: Path, *args: str, **kwargs: Any) -> subprocess.CompletedProcess[st
 
 def current_script(tree: Path, name: str) -> str:
     """This checkout's ``benchmarks/NAME`` copied into ``tree`` (so both trees are measured
-    by the same benchmark), reading ``medverify.checker`` as ``medverify.pipeline`` in a
-    tree from before the rename."""
-    text = (ROOT / "benchmarks" / name).read_text("utf-8")
-    if not (tree / "src" / "medverify" / "checker.py").exists():
-        text = text.replace("from medverify.checker import", "from medverify.pipeline import")
-    target = tree / "benchmarks" / f"now_{name}"
-    target.write_text(text, "utf-8")
-    return str(target.relative_to(tree))
+    by the same benchmark), with the modules it is split into (``NAME_*.py``, under their
+    own names), reading ``medverify.checker`` as ``medverify.pipeline`` in a tree from
+    before the rename."""
+    stem = name.removesuffix(".py")
+    helpers = sorted((ROOT / "benchmarks").glob(f"{stem}_*.py"))
+    for path in [ROOT / "benchmarks" / name, *helpers]:
+        text = path.read_text("utf-8")
+        if not (tree / "src" / "medverify" / "checker.py").exists():
+            text = text.replace("from medverify.checker import",
+                                "from medverify.pipeline import")
+        target = tree / "benchmarks" / (f"now_{name}" if path.name == name else path.name)
+        target.write_text(text, "utf-8")
+    return str((tree / "benchmarks" / f"now_{name}").relative_to(tree))
 
 
 def untimed(value: Any) -> Any:

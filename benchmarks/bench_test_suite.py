@@ -58,8 +58,10 @@ def parse(output: str) -> dict[str, Any]:
     per_file: Counter[str] = Counter()
     for test, seconds in per_test.items():
         per_file[test.split("::")[0]] += seconds
+    failed = [line.split()[1] for line in output.splitlines()
+              if line.startswith(("FAILED ", "ERROR ")) and len(line.split()) > 1]
     return {
-        "counts": counts,
+        "counts": counts, "failed": failed,
         "durations_sum_s": round(sum(per_phase.values()), 1),
         "durations_by_phase_s": {k: round(v, 1) for k, v in sorted(per_phase.items())},
         "slowest_tests": [{"test": t, "s": round(s, 2)}
