@@ -15,6 +15,7 @@ from medverify.audit.records import AuditInput
 from medverify.audit.runner import Auditor
 from medverify.checker import Checker
 from medverify.config import Config
+from medverify.decompose.answer import cap_claims, decompose_answer
 from medverify.errors import InputError
 from medverify.factcheck.loop import FactChecker
 from medverify.harness import (
@@ -23,8 +24,6 @@ from medverify.harness import (
     Resources,
     RunCancelled,
     RunHarness,
-    cap_claims,
-    decompose_answer,
     prompt_versions,
     run_each,
     stage_id,

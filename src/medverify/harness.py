@@ -4,8 +4,8 @@ The four flows (``check``, ``audit``, ``factcheck``, ``bench``; the HTTP service
 share one way to
 
 - open what a run needs (:class:`Resources`: the knowledge base and the model, closed again
-  only when the run opened them itself) and refuse input that cannot be checked
-  (:func:`validate_answer`, :func:`decompose_answer`);
+  only when the run opened them itself); refusing input that cannot be checked and
+  decomposing an answer is :mod:`medverify.decompose.answer`'s;
 - record a run (:class:`RunHarness`): a run id, the run store's start and finish with one
   failure vocabulary (:class:`medverify.records.RunStatus`, :func:`status_for`), provenance
   (:class:`Provenance`, built from stages that declare ``name``, ``prompt_version`` and,
@@ -29,12 +29,15 @@ from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Protocol, TypeVar
 
 from medverify.config import Config
-from medverify.errors import InputError, MedverifyError
+
+# Moved to decompose/answer.py (issue 44); kept here only until the flows whose files other
+# work has open (checker, audit.runner, factcheck.loop) commit their new import.
+from medverify.decompose.answer import cap_claims, decompose_answer  # noqa: F401
+from medverify.errors import MedverifyError
 from medverify.llm.facade import Model, UsageLedger, model_from_config
-from medverify.records import Answer, Claim, RunStatus, Usage
+from medverify.records import RunStatus, Usage
 
 if TYPE_CHECKING:
-    from medverify.decompose import Decomposer
     from medverify.kb import KBStore
     from medverify.store.runs import RunStore
 
@@ -303,41 +306,3 @@ async def close_owned(owned: Sequence[object]) -> None:
         close = getattr(resource, "close", None)
         if close is not None:
             close()
-
-
-def validate_answer(answer: Answer, max_chars: int) -> None:
-    """Refuse input that cannot be checked, with a message the user can act on."""
-    if not answer.text.strip():
-        raise InputError("the answer is empty: nothing to check")
-    if len(answer.text) > max_chars:
-        raise InputError(
-            f"the answer has {len(answer.text):,} characters, over the limit of {max_chars:,}; "
-            "split it, or raise the limit with --max-answer-chars / MEDVERIFY_MAX_ANSWER_CHARS"
-        )
-    if "\x00" in answer.text:
-        raise InputError("the answer contains NUL bytes: is it a binary file?")
-
-
-async def decompose_answer(answer: Answer, decomposer: Decomposer, config: Config, *,
-                           noun: str = "claim", verb: str = "checked",
-                           cap_prefix: str = "decompose: ") -> tuple[list[Claim], list[str]]:
-    """Validate, decompose and cap at ``config.max_claims``: the claims and the errors to
-    report for this answer (never raises for a problem confined to it)."""
-    try:
-        validate_answer(answer, config.max_answer_chars)
-        claims = await decomposer.decompose(answer)
-    except MedverifyError as exc:
-        return [], [f"decompose: {exc}"]
-    errors = [] if claims else [f"decompose: no checkable {noun} found in the answer"]
-    claims, cap_error = cap_claims(claims, config.max_claims, noun=noun, verb=verb,
-                                   prefix=cap_prefix)
-    return claims, errors + cap_error
-
-
-def cap_claims(claims: list[Claim], cap: int, *, noun: str = "claim", verb: str = "checked",
-               prefix: str = "decompose: ") -> tuple[list[Claim], list[str]]:
-    """The first ``cap`` claims, and the error that says the rest were dropped."""
-    if len(claims) <= cap:
-        return claims, []
-    return claims[:cap], [f"{prefix}{len(claims)} {noun}s, only the first {cap} were "
-                          f"{verb} (max_claims)"]

@@ -11,8 +11,9 @@ from dataclasses import dataclass, field
 
 from medverify.config import Config
 from medverify.decompose import Decomposer
+from medverify.decompose.answer import decompose_answer
 from medverify.errors import MedverifyError
-from medverify.harness import decompose_answer, stage_id
+from medverify.harness import stage_id
 from medverify.judge import Judge, JudgeItem
 from medverify.kb.embed import Embedder
 from medverify.records import Answer, Category, Claim, ClaimResult

@@ -7,7 +7,7 @@ from typing import Annotated
 
 from fastapi import APIRouter, Query, Request
 
-from medverify.harness import validate_answer
+from medverify.decompose.answer import validate_answer
 from medverify.records import Answer, Report
 from medverify.risk.stage import RiskText
 from medverify.service.admission import within

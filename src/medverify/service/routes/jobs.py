@@ -10,8 +10,8 @@ from typing import Annotated
 from fastapi import APIRouter, Query, Request
 from pydantic import BaseModel
 
+from medverify.decompose.answer import validate_answer
 from medverify.errors import InputError
-from medverify.harness import validate_answer
 from medverify.records import Answer
 from medverify.service.errors import ApiError
 from medverify.service.records import AuditBatch, CheckBatch, FactCheckBatch, Job
