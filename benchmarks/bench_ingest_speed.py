@@ -48,9 +48,10 @@ from medverify.evals.retrieval import evaluate_retrieval
 from medverify.files import data_dir
 from medverify.kb import KnowledgeBase, LoadReport, iter_documents
 from medverify.kb.chunking import chunk_text
-from medverify.kb.embed import SentenceTransformerEmbedder, length_batches, minilm
+from medverify.kb.embed import minilm
 from medverify.kb.index import VectorIndex
 from medverify.kb.ingest import Ingester, _embed_text
+from medverify.kb.sentence_embed import SentenceTransformerEmbedder, length_batches
 
 ROOT = Path(__file__).resolve().parents[1]
 MEDQUAD = data_dir() / "raw" / "medquad"

