@@ -53,6 +53,39 @@ def percentile(values: list[float], q: float) -> float:
     return float(np.percentile(np.asarray(values), q))
 
 
+def summarize(queries: list[str], rounds: int, embedders: dict[str, Any],
+              times: dict[str, list[float]], load_before: tuple[float, ...],
+              load_after: tuple[float, ...]) -> dict[str, Any]:
+    """The results: latency per configuration (overall and per data set), the cosine of
+    each configuration's query vectors to fp32's, the mean token count."""
+    half = len(queries) // 2
+    fp32 = embedders["fp32"].embed(queries)
+    cosine = {name: np.sum(fp32 * embedder.embed(queries), axis=1)
+              for name, embedder in embedders.items() if name != "fp32"}
+    tokens = [len(w) for w in embedders["fp32"].forward_throughput_input(queries)]
+    return {
+        "queries": len(queries), "rounds": rounds, "cpus": os.cpu_count(),
+        "mean_tokens": statistics.mean(tokens),
+        "load_before": [round(x, 2) for x in load_before],
+        "load_after": [round(x, 2) for x in load_after],
+        "latency_ms": {name: {"p50": round(percentile(v, 50), 2),
+                              "p95": round(percentile(v, 95), 2),
+                              "mean": round(statistics.mean(v), 2),
+                              # the first half of the queries are Check-COVID's, the rest
+                              # Citation-Integrity's (longer); each round in that order
+                              "p50_checkcovid": round(percentile(
+                                  [t for i, t in enumerate(v) if i % len(queries) < half],
+                                  50), 2),
+                              "p50_citint": round(percentile(
+                                  [t for i, t in enumerate(v) if i % len(queries) >= half],
+                                  50), 2)}
+                       for name, v in times.items()},
+        "cosine_to_fp32": {name: {"mean": round(float(c.mean()), 7),
+                                  "min": round(float(c.min()), 7)}
+                           for name, c in cosine.items()},
+    }
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--queries", type=int, default=200)
@@ -86,32 +119,7 @@ def main() -> None:
         embed_module.SMALL_INPUT = small
         torch.set_num_threads(threads)
     load_after = os.getloadavg()
-    half = len(queries) // 2
-    fp32 = embedders["fp32"].embed(queries)
-    cosine = {name: np.sum(fp32 * embedder.embed(queries), axis=1)
-              for name, embedder in embedders.items() if name != "fp32"}
-    tokens = [len(w) for w in embedders["fp32"].forward_throughput_input(queries)]
-    out: dict[str, Any] = {
-        "queries": len(queries), "rounds": args.rounds, "cpus": os.cpu_count(),
-        "mean_tokens": statistics.mean(tokens),
-        "load_before": [round(x, 2) for x in load_before],
-        "load_after": [round(x, 2) for x in load_after],
-        "latency_ms": {name: {"p50": round(percentile(v, 50), 2),
-                              "p95": round(percentile(v, 95), 2),
-                              "mean": round(statistics.mean(v), 2),
-                              # the first half of the queries are Check-COVID's, the rest
-                              # Citation-Integrity's (longer); each round in that order
-                              "p50_checkcovid": round(percentile(
-                                  [t for i, t in enumerate(v) if i % len(queries) < half],
-                                  50), 2),
-                              "p50_citint": round(percentile(
-                                  [t for i, t in enumerate(v) if i % len(queries) >= half],
-                                  50), 2)}
-                       for name, v in times.items()},
-        "cosine_to_fp32": {name: {"mean": round(float(c.mean()), 7),
-                                  "min": round(float(c.min()), 7)}
-                           for name, c in cosine.items()},
-    }
+    out = summarize(queries, args.rounds, embedders, times, load_before, load_after)
     RESULTS.mkdir(parents=True, exist_ok=True)
     (RESULTS / "query_embedding.json").write_text(json.dumps(out, indent=2) + "\n", "utf-8")
     lines = [

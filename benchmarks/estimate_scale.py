@@ -72,6 +72,33 @@ def prompt_tokens() -> int:
     return len(minilm("fp32", "cpu").tokenizer.offsets(JUDGE_PROMPT.read_text("utf-8")))
 
 
+def judge_pairs(args: argparse.Namespace, efficiency: float) -> tuple[dict[str, Any], int]:
+    """Judging :data:`PAIRS` claim-passage pairs: the built-in verifier on CPU machines and
+    an LLM judge by input tokens; also the judge prompt's own tokens."""
+    verifier = load("verifier_speed")
+    judge: dict[str, Any] = {"pairs": PAIRS, "rows": []}
+    for precision in ("float32", "int8"):
+        run = verifier["runs"]["4"][f"{precision}_real_le256"]
+        core_s = verifier["threads"] / run["pairs_per_s"]
+        core_h = PAIRS * core_s / 3600
+        for n in MACHINES[:3]:
+            judge["rows"].append({
+                "what": f"built-in verifier {precision}", "machines": n, "core_hours": core_h,
+                "wall_h": core_h / (n * args.cores * efficiency),
+                "cost_usd": core_h / efficiency * args.cpu_core_hour})
+    audit = load("audit_tokens")
+    passages = {run["dataset"]: run["all_pairs"] for run in audit["runs"]
+                if run["pairing"] != "cited"}
+    template = prompt_tokens()
+    for name, row in passages.items():
+        per_pair = template + row["selected_tokens_mean"]
+        judge["rows"].append({"what": f"LLM judge, passages like {name}", "machines": None,
+                              "input_tokens_per_pair": per_pair,
+                              "input_tokens_total": PAIRS * per_pair,
+                              "cost_usd": PAIRS * per_pair / 1e6 * args.llm_input_per_m})
+    return judge, template
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--cores", type=int, default=16, help="CPU cores per machine")
@@ -129,27 +156,7 @@ def main() -> None:
                               "wall_h": max(gpu_h / n, embed["writer_bound_h"]),
                               "cost_usd": gpu_h * args.gpu_hour})
 
-    verifier = load("verifier_speed")
-    judge: dict[str, Any] = {"pairs": PAIRS, "rows": []}
-    for precision in ("float32", "int8"):
-        run = verifier["runs"]["4"][f"{precision}_real_le256"]
-        core_s = verifier["threads"] / run["pairs_per_s"]
-        core_h = PAIRS * core_s / 3600
-        for n in MACHINES[:3]:
-            judge["rows"].append({
-                "what": f"built-in verifier {precision}", "machines": n, "core_hours": core_h,
-                "wall_h": core_h / (n * args.cores * efficiency),
-                "cost_usd": core_h / efficiency * args.cpu_core_hour})
-    audit = load("audit_tokens")
-    passages = {run["dataset"]: run["all_pairs"] for run in audit["runs"]
-                if run["pairing"] != "cited"}
-    template = prompt_tokens()
-    for name, row in passages.items():
-        per_pair = template + row["selected_tokens_mean"]
-        judge["rows"].append({"what": f"LLM judge, passages like {name}", "machines": None,
-                              "input_tokens_per_pair": per_pair,
-                              "input_tokens_total": PAIRS * per_pair,
-                              "cost_usd": PAIRS * per_pair / 1e6 * args.llm_input_per_m})
+    judge, template = judge_pairs(args, efficiency)
     out = {"assumed_prices": {"cpu_core_hour": args.cpu_core_hour, "gpu_hour": args.gpu_hour,
                               "llm_input_per_m": args.llm_input_per_m},
            "cores_per_machine": args.cores, "judge_prompt_tokens": template,
