@@ -52,7 +52,6 @@ ALLOWED_SCRIPTS: dict[str, str] = {
     "benchmarks/bench_trials_kb.py:child_ingest": "the measured child; to split (issue 44)",
     "benchmarks/bench_trials_kb.py:main": "arguments and stages; to split (issue 44)",
     "benchmarks/bench_llamacpp_server.py:probe": "every probe in one; to split (issue 44)",
-    "benchmarks/bench_injection.py:combine": "the combined report; to split (issue 44)",
 }
 
 
