@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING
 from medverify.arbitration import arbitrate_claims
 from medverify.config import Config
 from medverify.decompose import DECOMPOSERS, Decomposer
+from medverify.decompose.answer import decompose_answer
 from medverify.errors import MedverifyError
 from medverify.harness import (
     CancelToken,
@@ -30,7 +31,6 @@ from medverify.harness import (
     RunHarness,
     Stage,
     close_owned,
-    decompose_answer,
     prompt_versions,
     stage_id,
 )

@@ -29,10 +29,6 @@ from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Protocol, TypeVar
 
 from medverify.config import Config
-
-# Moved to decompose/answer.py (issue 44); kept here only until the flows whose files other
-# work has open (checker, audit.runner, factcheck.loop) commit their new import.
-from medverify.decompose.answer import cap_claims, decompose_answer  # noqa: F401
 from medverify.errors import MedverifyError
 from medverify.llm.facade import Model, UsageLedger, model_from_config
 from medverify.records import RunStatus, Usage
