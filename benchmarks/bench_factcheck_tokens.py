@@ -41,7 +41,7 @@ from medverify.config import Config
 from medverify.demo import build_demo_kb
 from medverify.factcheck.loop import FactChecker
 from medverify.factcheck.records import FactCheckReport
-from medverify.judge.builtin import sentences
+from medverify.judge.quotes import sentences
 from medverify.kb import KnowledgeBase
 from medverify.llm.facade import get_model
 from medverify.records import Answer

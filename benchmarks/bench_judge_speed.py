@@ -26,7 +26,8 @@ import numpy as np
 
 from medverify.files import data_dir
 from medverify.judge import JudgeItem
-from medverify.judge.builtin import BuiltinJudge, is_verbatim
+from medverify.judge.builtin import BuiltinJudge
+from medverify.judge.quotes import is_verbatim
 from medverify.records import Claim, Passage
 from medverify.verdict_rules import passage_label
 

@@ -38,7 +38,7 @@ from typing import Any
 import numpy as np
 
 from medverify.config import RiskSettings
-from medverify.judge.builtin import sentences
+from medverify.judge.quotes import sentences
 from medverify.risk.classifier import predict_proba
 from medverify.risk.features import build_schema, extract_features
 from medverify.risk.persist import load_classifier, save

@@ -11,7 +11,8 @@ import pytest
 from medverify.config import Config
 from medverify.errors import ConfigError
 from medverify.judge import JUDGES, JudgeItem
-from medverify.judge.builtin import BuiltinJudge, best_sentence, truncate_words
+from medverify.judge.builtin import BuiltinJudge
+from medverify.judge.quotes import best_sentence, truncate_words
 from medverify.records import Category, Claim, Passage
 from medverify.testing.verifier import FailingVerifier, LexicalVerifier, TableVerifier
 
@@ -223,7 +224,7 @@ def test_a_claim_stated_verbatim_in_a_passage_is_supported_whatever_the_verifier
     ],
 )
 def test_is_verbatim_needs_whole_sentences(claim: str, expected: bool) -> None:
-    from medverify.judge.builtin import is_verbatim
+    from medverify.judge.quotes import is_verbatim
 
     assert is_verbatim(claim, METFORMIN.text) is expected
 

@@ -29,8 +29,8 @@ from typing import Any
 from medverify.errors import MedverifyError, ParseError
 from medverify.factcheck.records import Fact, FactVerdict, Rewrite
 from medverify.judge import JudgeItem
-from medverify.judge.builtin import best_sentence
 from medverify.judge.llm import plan_batches
+from medverify.judge.quotes import best_sentence
 from medverify.llm.facade import Model
 from medverify.prompts import load_prompt
 from medverify.prompts.untrusted import defuse, fence_id, fenced, load_json_reply

@@ -13,7 +13,8 @@ P(CONTRADICTED) >= the contradict threshold, and when both pass, the larger of t
 so the four CHECK categories follow from ``verdict_rules.categorize`` exactly as for the LLM
 judge: JUDGMENT_ERROR means two passages disagree. The thresholds are the ones calibrated
 with the verifier (recorded in its metadata) unless overridden. A failure of the verifier
-makes Verdicts with ``error`` set, never a category.
+makes Verdicts with ``error`` set, never a category. The sentence a verdict quotes is chosen
+by :mod:`medverify.judge.quotes`.
 """
 
 from __future__ import annotations
@@ -22,7 +23,6 @@ import asyncio
 import copy
 import json
 import logging
-import re
 import threading
 from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
@@ -52,9 +52,9 @@ from medverify.judge.decide import (
     veto_analysis,
 )
 from medverify.judge.evidence import quote_in_passage
+from medverify.judge.quotes import best_sentence, is_verbatim
 from medverify.records import Analysis, Passage, Verdict
 from medverify.terms import MIN_RELEVANCE, STRONG_RELEVANCE, key_terms, relevance
-from medverify.text import line_sentences
 from medverify.verdict_rules import passage_label
 
 if TYPE_CHECKING:
@@ -65,11 +65,9 @@ log = logging.getLogger(__name__)
 
 LABELS = ("SUPPORTED", "CONTRADICTED", "NOT_ENOUGH_INFO")
 SUPPORTED, CONTRADICTED = 0, 1
-QUOTE_WORDS = 40
 ONE_WINDOW_WORDS = 120  # passages this short fit in one verifier window with the claim
+VERBATIM = np.array([1.0, 0.0, 0.0], dtype=np.float32)  # the probabilities of a verbatim claim
 
-_WORD = re.compile(r"\w+")
-_TOKEN = re.compile(r"\S+")
 
 
 class VerifierLike(Protocol):
@@ -445,69 +443,3 @@ def _raw(scores: ClaimScores) -> str:
         for p, row in zip(scores.item.passages, scores.probs, strict=True)
     }
     return json.dumps({"passages": rows}, ensure_ascii=False)
-
-
-VERBATIM = np.array([1.0, 0.0, 0.0], dtype=np.float32)
-_EDGE = re.compile(r"^[\W_]+|[\W_]+$")
-
-
-def _bare(text: str) -> str:
-    """Lower-cased words only, single-spaced (punctuation at the ends dropped)."""
-    return " ".join(_EDGE.sub("", w) for w in text.casefold().split() if _EDGE.sub("", w))
-
-
-def is_verbatim(claim: str, passage: str) -> bool:
-    """True when the claim (at least 4 words) is one or more whole sentences of the passage,
-    word for word: entailed by definition, so the verifier's score is not needed (a weak
-    verifier should never reject a quote). Case, spacing and punctuation are ignored."""
-    words = _bare(claim)
-    if len(words.split()) < 4:
-        return False
-    bare_sentences = [_bare(s) for s in sentences(passage)]
-    for start in range(len(bare_sentences)):
-        joined = ""
-        for sentence in bare_sentences[start:]:
-            joined = f"{joined} {sentence}".strip()
-            if joined == words:
-                return True
-            if len(joined) >= len(words):
-                break
-    return False
-
-
-def _share_in(words: set[str], region: set[str]) -> float:
-    """The share of ``words`` found in ``region`` (word sets survive a tokenizer's decode)."""
-    return len(words & region) / len(words) if words else 0.0
-
-
-def _words(text: str) -> set[str]:
-    return {w for w in _WORD.findall(text.casefold()) if len(w) > 2}
-
-
-def sentences(text: str) -> list[str]:
-    """Sentences of ``text`` as verbatim slices (split at . ! ? and line ends)."""
-    return line_sentences(text)
-
-
-def truncate_words(text: str, limit: int = QUOTE_WORDS) -> str:
-    """The first ``limit`` words of ``text``, cut inside the original string (verbatim)."""
-    tokens = list(_TOKEN.finditer(text))
-    if len(tokens) <= limit:
-        return text.strip()
-    return text[: tokens[limit - 1].end()].strip()
-
-
-def best_sentence(claim: str, text: str, *, within: str | None = None) -> str | None:
-    """The passage sentence sharing the most words with the claim, truncated to
-    ``QUOTE_WORDS`` words. With ``within`` (the deciding window's text), only sentences
-    that lie mostly inside that window compete (all of them if none does)."""
-    candidates = sentences(text)
-    if within:
-        region = _words(within)
-        inside = [s for s in candidates if _share_in(_words(s), region) >= 0.5]
-        candidates = inside or candidates
-    if not candidates:
-        return None
-    target = _words(claim)
-    best = max(candidates, key=lambda s: (len(target & _words(s)), -len(s)))
-    return truncate_words(best)

@@ -30,7 +30,7 @@ from functools import cache
 from importlib import resources
 
 from medverify.errors import ProviderError
-from medverify.judge.builtin import sentences
+from medverify.judge.quotes import sentences
 from medverify.llm.base import ChatRequest
 from medverify.prompts import load_prompt, versions
 from medverify.testing.judge import judge_reply
