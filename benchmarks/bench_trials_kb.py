@@ -62,10 +62,10 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+from bench_trials_kb_report import MB, markdown
 
 ROOT = Path(__file__).resolve().parents[1]
 RESULTS = ROOT / "benchmarks" / "results"
-MB = 1024 * 1024
 SECTIONS = 15  # documents per study (curated summary sections)
 REGISTRY = 520_000  # studies in the registry
 WITH_RESULTS = 68_000  # studies with posted results (the paper's pool)
@@ -158,18 +158,11 @@ def _torch_threads() -> int | None:
 # ---- child: ingest --------------------------------------------------------------------
 
 
-def child_ingest(zip_path: str, kb_dir: str, embedder_name: str, studies: int) -> dict:
-    """Ingest the first ``studies`` studies of the zip into a new KB, as the CLI does."""
+def _install_timers(timers: Timers) -> None:
+    """Time the ingest's phases into ``timers``: flush, admit, faiss add, index save and
+    chunking (patched into the classes of this child process)."""
     import medverify.kb.index as index_mod
     import medverify.kb.ingest as ingest_mod
-    from medverify.kb import KnowledgeBase, LoadReport
-    from medverify.kb.loaders import iter_ctgov
-
-    timers = Timers()
-    started = time.perf_counter()
-    base = _load_embedder(embedder_name)
-    load_seconds = time.perf_counter() - started
-    embedder = TimedEmbedder(base, timers)
 
     def wrap(owner: Any, name: str, label: str) -> None:
         original = getattr(owner, name)
@@ -193,6 +186,20 @@ def child_ingest(zip_path: str, kb_dir: str, embedder_name: str, studies: int) -
         return _timed_iter(original_chunk(self, doc), timers, "chunk")
 
     ingest_mod.Ingester._chunk = timed_chunk  # type: ignore[method-assign]
+
+
+def child_ingest(zip_path: str, kb_dir: str, embedder_name: str, studies: int) -> dict:
+    """Ingest the first ``studies`` studies of the zip into a new KB, as the CLI does."""
+    from medverify.kb import KnowledgeBase, LoadReport
+    from medverify.kb.loaders import iter_ctgov
+
+    timers = Timers()
+    started = time.perf_counter()
+    base = _load_embedder(embedder_name)
+    load_seconds = time.perf_counter() - started
+    embedder = TimedEmbedder(base, timers)
+
+    _install_timers(timers)
 
     docs_total = studies * SECTIONS
     every = max(1, docs_total // 10)
@@ -513,154 +520,7 @@ def extrapolate(result: dict) -> dict:
     return out
 
 
-def markdown(r: dict) -> str:
-    ing, enc, srch, ex = r["ingest_hash"], r["encoder"], r["search"], r["extrapolation"]
-    ph = ing["phases_seconds"]
-    sl = r["slice"]
-    lines = [
-        f"# Trial KB at scale: ingest and search ({ing['studies']} synthetic studies)",
-        "",
-        f"Machine: {r['machine']}; torch threads {enc['torch_threads']}. Records are "
-        f"**synthetic** (recombined from 7 real ClinicalTrials.gov samples, "
-        f"`medverify.trials.synthetic`), N = {ing['studies']} studies -> "
-        f"{ing['documents_added']} section documents. Command: `{r['command']}`. "
-        f"Zip: {r['zip']['size_mb']} MB, written in {r['zip']['write_seconds']} s.",
-        "",
-        "## 1a. Ingest with hash-384 (measured, real ingest path)",
-        "",
-        "| studies | documents | chunks | seconds | docs/s | chunks/s | peak RSS MB "
-        "| KB on disk MB |",
-        "|---|---|---|---|---|---|---|---|",
-        f"| {ing['studies']} | {ing['documents_added']} | {ing['chunks']} "
-        f"| {ing['ingest_seconds']} | {ing['documents_per_s']} | {ing['chunks_per_s']} "
-        f"| {ing['peak_rss_mb']} | {round(ing['kb_size_bytes'] / MB, 1)} |",
-        "",
-        "Phases (seconds, share of ingest):",
-        "",
-        "| phase | seconds | share |",
-        "|---|---|---|",
-    ]
-    for name, value in ph.items():
-        lines.append(f"| {name} | {value} | {value / ing['ingest_seconds']:.1%} |")
-    points = ", ".join(f"{int(d)}: {t}s/{m}MB" for d, t, _, m in
-                       ing["timeline_docs_seconds_chunks_rssmb"])
-    lines += [
-        "",
-        f"Timeline (documents: elapsed / RSS): {points}.",
-        f"KB files (bytes): {ing['kb_files_bytes']}.",
-        "",
-        "## 1b. MiniLM encoder (measured on a seeded sample) and estimated MiniLM ingest",
-        "",
-        "| measure | value |",
-        "|---|---|",
-        f"| sample | {enc['documents']} documents of {enc['trials_sampled']} studies, "
-        f"{enc['minilm_chunks']} MiniLM chunks ({enc['minilm_windows']} encoder windows), "
-        f"{enc['mean_chars_per_minilm_chunk']} chars/chunk |",
-        f"| MiniLM encoder chunks/s (measured, batches of {enc['batch_texts_per_embed_call']}) "
-        f"| {enc['minilm_chunks_per_s']} |",
-        f"| hash-384 embed chunks/s (measured, same documents) | {enc['hash_chunks_per_s']} |",
-        f"| chunks/doc MiniLM vs word tokenizer (measured) | "
-        f"{enc['minilm_chunks_per_doc']:.3f} vs {enc['hash_chunks_per_doc']:.3f} |",
-        f"| chunking ms/doc MiniLM vs word tokenizer (measured) | "
-        f"{enc['minilm_chunking_s_per_doc'] * 1000:.3f} vs "
-        f"{enc['hash_chunking_s_per_doc'] * 1000:.3f} |",
-        "",
-        "Estimate (all inputs measured): `T_minilm = (T_hash - E_hash) + D * (c_mini - "
-        "c_word) + K_mini / R_mini`, where T_hash = hash-384 ingest seconds, E_hash = its "
-        "embedding seconds (timed inside the ingest), D = documents, c = chunking seconds per "
-        "document per tokenizer, K_mini = hash chunks x (MiniLM/word chunks per doc on the "
-        "sample), R_mini = MiniLM encoder chunks/s. The 'basic' variant is "
-        "`T_hash - K_hash / R_hash(sample) + K_mini / R_mini` (no tokenizer term).",
-        "",
-        "| studies | hash ingest s | basic estimate s | corrected estimate s | measured MiniLM "
-        "ingest s | error (corrected) |",
-        "|---|---|---|---|---|---|",
-    ]
-    e_sl, m_sl = sl["estimate"], sl["minilm"]
-    err = (e_sl["corrected_seconds"] - m_sl["ingest_seconds"]) / m_sl["ingest_seconds"]
-    lines.append(f"| {sl['studies']} (slice) | {e_sl['hash_ingest_seconds']} "
-                 f"| {e_sl['basic_seconds']} | {e_sl['corrected_seconds']} "
-                 f"| {m_sl['ingest_seconds']} | {err:+.1%} |")
-    e_n = r["estimate_n"]
-    lines.append(f"| {ing['studies']} | {e_n['hash_ingest_seconds']} | {e_n['basic_seconds']} "
-                 f"| {e_n['corrected_seconds']} ({e_n['corrected_seconds'] / 3600:.2f} h) "
-                 f"| not run | |")
-    m_ph = m_sl["phases_seconds"]
-    lines += [
-        "",
-        f"Error split on the slice: non-embedding part estimated {e_sl['non_embedding_seconds']}"
-        f" s vs measured {round(m_sl['ingest_seconds'] - m_ph['embed'], 1)} s; encoder rate "
-        f"{e_sl['minilm_chunks_per_s_used']} chunks/s on the sample vs "
-        f"{round(m_sl['chunks'] / m_ph['embed'], 2)} inside the slice ingest; estimated "
-        f"{e_sl['minilm_chunks_estimated']} chunks vs {m_sl['chunks']} stored.",
-    ]
-    earlier = r.get("reused_from") or {}
-    if earlier.get("encoder") and earlier.get("slice"):
-        old_enc, old_sl = earlier["encoder"], earlier["slice"]
-        lines += [
-            "",
-            f"Parts 1a and 2 come from an earlier run (`{earlier['command']}`); its MiniLM "
-            f"parts measured {old_enc['minilm_chunks_per_s']} chunks/s on the sample and "
-            f"{old_sl['minilm']['chunks_per_s']} chunks/s in the slice ingest (estimate "
-            f"{old_sl['estimate']['corrected_seconds']} s vs measured "
-            f"{old_sl['minilm']['ingest_seconds']} s): the encoder rate moved with the "
-            "machine's load between the two measurements.",
-        ]
-    lines += [
-        "",
-        f"Slice MiniLM ingest (measured): {m_sl['chunks']} chunks, {m_sl['chunks_per_s']} "
-        f"chunks/s, phases {m_sl['phases_seconds']}, peak RSS {m_sl['peak_rss_mb']} MB "
-        f"(model load {m_sl['embedder_load_seconds']} s, not in the ingest time).",
-        "",
-        f"## 2. Search latency over the {srch['chunks']}-chunk hash-384 KB (measured, k=7, "
-        f"{srch['queries']} queries, {srch['queries_with_number_changed']} with a number "
-        "changed; query embedding excluded)",
-        "",
-        "| measure | p50 ms | p95 ms |",
-        "|---|---|---|",
-    ]
-    for key in ("hybrid_without_embedding", "lexical_only", "dense_only_without_embedding",
-                "minilm_query_embedding", "hash_query_embedding"):
-        row = srch[key]
-        lines.append(f"| {key} | {row['p50_ms']} | {row['p95_ms']} |")
-    hyb = srch["hybrid_without_embedding"]["p50_ms"] + srch["minilm_query_embedding"]["p50_ms"]
-    lines += [
-        "",
-        f"Hybrid with MiniLM query embedding ~ {hyb:.1f} ms p50 (sum of the two p50s). "
-        f"Open + warm-up (faiss index load): {srch['open_and_warm_up_seconds']} s; "
-        f"search peak RSS {srch['peak_rss_mb_search']} MB.",
-        "",
-        "## 3. Extrapolation (arithmetic over the numbers above)",
-        "",
-        f"- read+curate (measured, trials_read.json): "
-        f"{ex['read_curate_studies_per_s_measured_trials_read_json']} studies/s -> "
-        f"{ex['read_curate_hours_520k_estimated']} h for 520k (estimated).",
-        f"- hash-384 ingest: {ex['hash_ingest_s_per_study_measured']} s/study overall, "
-        f"{ex['hash_ingest_s_per_study_last_decile_measured']} s/study in the last tenth "
-        "(measured); studies beyond N are costed at the last-tenth rate.",
-        f"- MiniLM ingest: {ex['minilm_ingest_s_per_study_estimated']} s/study (estimated); "
-        f"serial part (SQLite store + admit + faiss add + index save, measured in the hash "
-        f"run): {ex['serial_s_per_study_measured']} s/study = "
-        f"{ex['serial_share_of_minilm_ingest_estimated']:.1%} of it; the rest (read, curate, "
-        "chunk, embed) splits across machines by NCT-id range / zip members.",
-        "",
-        "| studies | hash-384 h, 1 machine | MiniLM h, 1 machine | MiniLM h, M = 2 / 4 / 8 "
-        "/ 16 / 32 | KB GB | faiss flat RAM GB | dense p50 ms (linear) |",
-        "|---|---|---|---|---|---|---|",
-    ]
-    for label in ("520k", "68k_with_results"):
-        x = ex[label]
-        ms = " / ".join(str(x["minilm_hours_on_M_machines_estimated"][m])
-                        for m in ("2", "4", "8", "16", "32"))
-        lines.append(f"| {label} | {x['hash384_hours_one_machine_estimated']} "
-                     f"| {x['minilm_hours_one_machine_estimated']} | {ms} | {x['kb_gb_estimated']} "
-                     f"| {x['faiss_flat_ram_gb_estimated']} "
-                     f"| {x['dense_p50_ms_estimated_linear']} |")
-    lines += ["", "Notes:", "", *[f"- {note}" for note in r["notes"]], ""]
-    return "\n".join(lines)
-
-
-def main() -> None:
+def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--n", type=int, default=100_000, help="studies in the KB")
     parser.add_argument("--seed", type=int, default=0)
@@ -676,7 +536,11 @@ def main() -> None:
                         help="recompute the derived numbers and notes of a results JSON and "
                         "rewrite the outputs (no measuring)")
     parser.add_argument("--child", nargs="+", help=argparse.SUPPRESS)
-    args = parser.parse_args()
+    return parser
+
+
+def main() -> None:
+    args = _parser().parse_args()
     if args.child:
         kind, *rest = args.child
         handlers: dict[str, Callable[..., dict]] = {

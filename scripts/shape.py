@@ -48,9 +48,6 @@ MAX_SCRIPT_FUNCTION_LINES = 80  # a function of one over this fails it too
 ALLOWED_SCRIPTS: dict[str, str] = {
     "benchmarks/bench_risk_kqa.py:analyse": "every table of the analysis; to split (issue 44)",
     "benchmarks/bench_risk_kqa.py:body": "the whole report text; to split (issue 44)",
-    "benchmarks/bench_trials_kb.py:markdown": "the whole report; to split (issue 44)",
-    "benchmarks/bench_trials_kb.py:child_ingest": "the measured child; to split (issue 44)",
-    "benchmarks/bench_trials_kb.py:main": "arguments and stages; to split (issue 44)",
     "benchmarks/bench_llamacpp_server.py:probe": "every probe in one; to split (issue 44)",
 }
 
