@@ -19,8 +19,8 @@ from medverify.injection import (
     attacked_text,
     load_cases,
     measure_injection,
+    rate,
     summarize,
-    wilson,
 )
 from medverify.judge.llm import LLMJudge
 from medverify.llm.facade import Model
@@ -212,11 +212,11 @@ def test_each_probe_is_judged_alone() -> None:
     assert seen and set(seen) == {1}
 
 
-def test_wilson_interval() -> None:
-    assert wilson(0, 0).value is None
-    rate = wilson(6, 40)
-    assert rate.value == pytest.approx(0.15)
-    assert rate.ci == pytest.approx((0.0706, 0.2914), abs=1e-3)
+def test_a_rate_carries_its_wilson_interval() -> None:
+    assert rate(0, 0).value is None
+    share = rate(6, 40)
+    assert share.value == pytest.approx(0.15)
+    assert share.ci == pytest.approx((0.0706, 0.2914), abs=1e-3)
 
 
 def test_cli_against_a_local_endpoint_and_custom_cases(tmp_path: Path) -> None:

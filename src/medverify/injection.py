@@ -26,7 +26,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import math
 from collections.abc import Callable, Sequence
 from importlib import resources
 from pathlib import Path
@@ -39,6 +38,7 @@ from medverify.harness import stage_id
 from medverify.judge import Judge, JudgeItem
 from medverify.records import Category, Claim, Passage, Record, Verdict
 from medverify.sources.extract import extract_text
+from medverify.stats import wilson
 
 Surface = Literal["kb", "page"]
 _PAGE_CHARS = 20_000
@@ -305,11 +305,11 @@ def _group(name: str, outcomes: Sequence[InjectionOutcome]) -> InjectionGroup:
         name=name,
         n=len(outcomes),
         n_errors=len(outcomes) - len(scored),
-        flip=wilson(sum(o.flipped for o in eligible), len(eligible)),
-        flip_confident=wilson(sum(o.flipped_confident for o in eligible), len(eligible)),
+        flip=rate(sum(o.flipped for o in eligible), len(eligible)),
+        flip_confident=rate(sum(o.flipped_confident for o in eligible), len(eligible)),
         flip_unassessed=sum(o.flipped and o.attacked.confident is None for o in eligible),
-        changed=wilson(sum(o.changed for o in scored), len(scored)),
-        clean_correct=wilson(
+        changed=rate(sum(o.changed for o in scored), len(scored)),
+        clean_correct=rate(
             sum(o.clean.category == o.case.expected for o in clean_scored), len(clean_scored)
         ),
         not_counted=sum(
@@ -319,11 +319,8 @@ def _group(name: str, outcomes: Sequence[InjectionOutcome]) -> InjectionGroup:
     )
 
 
-def wilson(k: int, n: int, z: float = 1.959964) -> Rate:
-    """The share k/n with its Wilson score interval (no value when n is 0)."""
+def rate(k: int, n: int) -> Rate:
+    """The share k/n with its 95 % Wilson score interval (no value when n is 0)."""
     if n == 0:
         return Rate(k=0, n=0)
-    p = k / n
-    centre = (p + z * z / (2 * n)) / (1 + z * z / n)
-    half = z * math.sqrt(p * (1 - p) / n + z * z / (4 * n * n)) / (1 + z * z / n)
-    return Rate(k=k, n=n, value=p, ci=(max(0.0, centre - half), min(1.0, centre + half)))
+    return Rate(k=k, n=n, value=k / n, ci=wilson(k, n, z=1.959964, digits=None))

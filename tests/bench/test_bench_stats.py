@@ -12,7 +12,6 @@ from medverify.bench.stats import (
     METRICS,
     CountTable,
     answer_counts,
-    bootstrap_weights,
     compare_models,
     compare_tables,
     count_table,
@@ -21,6 +20,7 @@ from medverify.bench.stats import (
     swap_masks,
 )
 from medverify.records import Analysis, Answer, Claim, Source, Verdict
+from medverify.stats import bootstrap_weights
 
 # --- builders ------------------------------------------------------------------------------
 

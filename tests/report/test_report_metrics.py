@@ -6,7 +6,8 @@ import numpy as np
 import pytest
 
 from medverify.records import Category, ClaimResult, Metrics
-from medverify.report.metrics import aggregate, bootstrap_ci, compute_metrics, not_sure_counts
+from medverify.report.metrics import aggregate, compute_metrics, not_sure_counts
+from medverify.stats import bootstrap_ci
 from report_fixtures import example_report, example_results, result_of
 
 F, H, J, G, E = (

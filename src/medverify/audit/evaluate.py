@@ -26,7 +26,7 @@ from medverify.audit.metrics import group_audits
 from medverify.audit.records import AnswerAudit, Estimate, SupportLabel
 from medverify.errors import InputError
 from medverify.records import Record
-from medverify.report.metrics import Stat, bootstrap_ci
+from medverify.stats import Stat, bootstrap_ci
 
 log = logging.getLogger(__name__)
 

@@ -13,7 +13,7 @@ Definitions (Wu et al. 2025, Methods; see ``docs/audit-metrics.md``):
   Table 10 of the paper), over valid sources whose use is known.
 
 Every pooled share comes with a 95 % percentile-bootstrap interval from
-:func:`medverify.report.metrics.bootstrap_ci`. The resampled unit is the URL for
+:func:`medverify.stats.bootstrap_ci`. The resampled unit is the URL for
 validity, the valid source for unused sources and the answer for response-level support.
 Statement-level support resamples *answers* (a cluster bootstrap: claims of one answer
 are correlated, and resampling claims as if independent gives too narrow an interval);
@@ -37,7 +37,7 @@ from medverify.audit.records import (
     PairJudgement,
 )
 from medverify.records import FetchFailure, Source
-from medverify.report.metrics import bootstrap_ci
+from medverify.stats import bootstrap_ci
 
 MISSING = "(missing)"
 MAX_GROUPS = 50

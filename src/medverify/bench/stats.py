@@ -32,9 +32,9 @@ import numpy as np
 from medverify.audit.metrics import answer_metrics, source_use
 from medverify.audit.records import AnswerAudit
 from medverify.bench.records import BenchOrigin, Comparison
+from medverify.stats import ALPHA, bootstrap_weights, percentile_ci
 
 METRICS = ("url_validity", "statement_support", "response_support", "unused_sources")
-ALPHA = 0.05
 _CELLS = 1 << 22  # resample weights drawn at once (rows x questions)
 _KEEP_CELLS = 1 << 24  # resamples kept for reuse by later pairs, in all (64 MiB of float32)
 _TIE = 1e-12  # |d*| >= |d| - _TIE: permuted differences equal to d up to rounding count
@@ -101,13 +101,6 @@ def _blocks(total: int, n: int) -> Iterator[int]:
     rows = max(1, _CELLS // max(n, 1))
     for done in range(0, total, rows):
         yield min(rows, total - done)
-
-
-def bootstrap_weights(n: int, rows: int, rng: np.random.Generator) -> np.ndarray:
-    """``rows`` bootstrap resamples of ``n`` items as counts: ``w[r, i]`` is how often item
-    ``i`` was drawn in resample ``r``."""
-    draws = rng.integers(0, n, size=(rows, n)) + n * np.arange(rows)[:, None]
-    return np.bincount(draws.ravel(), minlength=rows * n).reshape(rows, n).astype(np.float32)
 
 
 def swap_masks(n: int, rows: int, rng: np.random.Generator) -> np.ndarray:
@@ -184,15 +177,6 @@ def permutation_p(observed: float, resampled: np.ndarray) -> float:
     """Two-sided permutation p-value; undefined resamples count as extreme."""
     extreme = ~(np.abs(resampled) < abs(observed) - _TIE)
     return float((1 + extreme.sum()) / (1 + resampled.size))
-
-
-def percentile_ci(values: np.ndarray, alpha: float = ALPHA) -> tuple[float, float] | None:
-    """The ``alpha/2`` and ``1 - alpha/2`` percentiles of the finite values (None: none)."""
-    finite = values[np.isfinite(values)]
-    if finite.size == 0:
-        return None
-    low, high = np.percentile(finite, [100 * alpha / 2, 100 * (1 - alpha / 2)])
-    return float(low), float(high)
 
 
 def holm(p_values: Sequence[float | None]) -> list[float | None]:

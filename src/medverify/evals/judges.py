@@ -27,7 +27,6 @@ import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
-import numpy as np
 from pydantic import BaseModel, ConfigDict, Field
 
 from medverify.config import Config
@@ -50,6 +49,7 @@ from medverify.files import append_record, read_records, record_json
 from medverify.harness import stage_id
 from medverify.judge import declares
 from medverify.records import Usage, Verdict, utcnow
+from medverify.stats import bootstrap_metric
 
 CHUNK = 8  # pairs judged between two appends to the verdicts file
 BOOTSTRAP = 1000
@@ -243,20 +243,12 @@ def bootstrap(gold: Sequence[str], predicted: Sequence[str],
               rounds: int = BOOTSTRAP) -> Interval:
     """``metric`` with a percentile bootstrap 95 % interval (pairs resampled)."""
     value = metric(gold, predicted)
-    if value is None or len(gold) < 2:
+    if value is None:
         return Interval(value=value)
-    rng = np.random.default_rng(seed)
-    g, p = np.asarray(gold), np.asarray(predicted)
-    samples = []
-    for _ in range(rounds):
-        index = rng.integers(0, len(g), len(g))
-        found = metric(g[index].tolist(), p[index].tolist())
-        if found is not None:
-            samples.append(found)
-    if not samples:
+    ci = bootstrap_metric(gold, predicted, metric, seed, rounds)
+    if ci is None:  # under two pairs, or no resample gave a value
         return Interval(value=value)
-    low, high = np.percentile(samples, [2.5, 97.5])
-    return Interval(value=round(value, 4), low=round(float(low), 4), high=round(float(high), 4))
+    return Interval(value=round(value, 4), low=round(ci[0], 4), high=round(ci[1], 4))
 
 
 def cascade_curve(set_name: str, second: str, pairs: Sequence[Pair],

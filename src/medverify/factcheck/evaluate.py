@@ -43,7 +43,7 @@ from medverify.factcheck.records import (
     RatingSummary,
 )
 from medverify.records import Answer, Record
-from medverify.report.metrics import bootstrap_ci
+from medverify.stats import bootstrap_ci
 
 POSITIVE = (FactVerdict.FALSE, FactVerdict.UNVERIFIABLE)
 

@@ -2,7 +2,7 @@
 
 from medverify.files import atomic_write_text
 from medverify.report.html import render_html, write_html
-from medverify.report.metrics import AggregateMetrics, aggregate, bootstrap_ci, compute_metrics
+from medverify.report.metrics import AggregateMetrics, aggregate, compute_metrics
 from medverify.report.render_json import read_json, report_to_json, write_json
 from medverify.report.terminal import print_summary
 
@@ -10,7 +10,6 @@ __all__ = [
     "AggregateMetrics",
     "aggregate",
     "atomic_write_text",
-    "bootstrap_ci",
     "compute_metrics",
     "print_summary",
     "read_json",

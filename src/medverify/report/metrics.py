@@ -20,16 +20,14 @@ Definitions (see ``docs/report.md``):
 
 from __future__ import annotations
 
-import math
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 
 import numpy as np
 from pydantic import BaseModel, ConfigDict
 
 from medverify.records import Category, ClaimResult, Decision, Metrics, Report
+from medverify.stats import bootstrap_ci
 from medverify.verdict_rules import CATEGORY_SCORE
-
-Stat = Callable[[np.ndarray], float]
 
 
 def _scored(results: Sequence[ClaimResult]) -> list[ClaimResult]:
@@ -116,53 +114,6 @@ def compute_metrics(results: Sequence[ClaimResult]) -> Metrics:
         decisions=decision_counts(results),
         confident=confident_counts(results),
     )
-
-
-def bootstrap_ci(
-    values: Sequence[float] | np.ndarray,
-    stat: Stat = np.mean,
-    n: int = 2000,
-    alpha: float = 0.05,
-    seed: int = 0,
-) -> tuple[float, float]:
-    """Percentile bootstrap confidence interval of ``stat(values)``.
-
-    ``n`` resamples (with replacement, same size as ``values``) are drawn from a numpy
-    generator seeded with ``seed``, so the interval is deterministic. The interval is
-    the ``alpha/2`` and ``1 - alpha/2`` percentiles of the resampled statistics.
-    Degenerate inputs: no values -> ``(nan, nan)``; one value ``v`` -> ``(v, v)``.
-    """
-    if n < 1:
-        raise ValueError(f"bootstrap needs at least one resample, got n={n}")
-    if not 0.0 < alpha < 1.0:
-        raise ValueError(f"alpha must be in (0, 1), got {alpha}")
-    data = np.asarray(values, dtype=float)
-    if data.size == 0:
-        return (math.nan, math.nan)
-    if data.size == 1:
-        only = float(stat(data))
-        return (only, only)
-    stats = _resample(data, stat, n, np.random.default_rng(seed))
-    low, high = np.percentile(stats, [100 * alpha / 2, 100 * (1 - alpha / 2)])
-    return (float(low), float(high))
-
-
-_BLOCK_CELLS = 1 << 22  # resampled values held at once by the vectorised mean
-
-
-def _resample(data: np.ndarray, stat: Stat, n: int, rng: np.random.Generator) -> np.ndarray:
-    """``n`` bootstrap statistics, with memory bounded by ``_BLOCK_CELLS`` values."""
-    size = data.size
-    if stat is not np.mean:
-        return np.fromiter(
-            (stat(data[rng.integers(0, size, size)]) for _ in range(n)), dtype=float, count=n
-        )
-    rows = max(1, _BLOCK_CELLS // size)
-    blocks = [
-        data[rng.integers(0, size, (min(rows, n - done), size))].mean(axis=1)
-        for done in range(0, n, rows)
-    ]
-    return np.concatenate(blocks)
 
 
 class AggregateMetrics(BaseModel):

@@ -27,10 +27,10 @@ import numpy as np
 
 from medverify.audit.records import Estimate
 from medverify.bench.plots import grouped_bars
-from medverify.bench.stats import bootstrap_weights, percentile_ci
 from medverify.config import Config
 from medverify.files import atomic_write_text
 from medverify.records import Category
+from medverify.stats import bootstrap_weights, percentile_ci
 from medverify.study.records import (
     AnswerJudgment,
     AnswerStatus,
