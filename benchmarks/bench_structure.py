@@ -7,7 +7,8 @@ was c7c1933) and ``--after`` (default HEAD) as git worktrees and measures both:
   (``scripts/import_graph.py`` of the working tree, run over each tree's ``src``): cycles,
   strongly connected components, layer violations;
 - the shape rules (``scripts/shape.py`` of the working tree over each tree's ``src``):
-  modules over 600 and 500 lines, functions over 60 and 30 lines, circles of file imports;
+  modules over the limit (500 lines) and over 450, functions over the limit (50) and over
+  40 lines, circles of file imports;
 - duplicated blocks (the ``duplicates`` tool, when it is on PATH: pairs over ``src``);
 - behaviour: ``medverify eval pairs`` on Check-COVID dev (needs ``../shared/data``) and an
   offline benchmark study (``bench_study.py --questions 60 --judge word --selection
@@ -118,10 +119,12 @@ def shape(tree: Path) -> dict[str, Any]:
         "units_not_in_table": ig.unplaced(ig.units(src)),
     }
     summary = sh.summary(src)
-    out["modules_over_600"] = {r["where"]: r["lines"] for r in summary["modules_over_600"]}
-    out["modules_over_500"] = summary["modules_over_500"]
-    out["functions_over_60"] = {r["where"]: r["lines"] for r in summary["functions_over_60"]}
-    out["functions_over_30"] = summary["functions_over_30"]
+    out["modules_over_limit"] = {r["where"]: r["lines"]
+                                 for r in summary["modules_over_limit"]}
+    out["modules_over_450"] = summary["modules_over_450"]
+    out["functions_over_limit"] = {r["where"]: r["lines"]
+                                   for r in summary["functions_over_limit"]}
+    out["functions_over_40"] = summary["functions_over_40"]
     out["file_circles"] = summary["file_circles"]
     if shutil.which("duplicates"):
         line = subprocess.run(["duplicates", "--repo", str(src), "--most", "1", "--seconds",
@@ -219,10 +222,12 @@ def write(result: dict[str, Any]) -> None:
         ("layer violations (today's table)", _violations(b), _violations(a)),
     ]
     rows += [
-        ("modules over 600 / over 500 lines", f"{len(b['modules_over_600'])} / "
-         f"{b['modules_over_500']}", f"{len(a['modules_over_600'])} / {a['modules_over_500']}"),
-        ("functions over 60 / over 30 lines", f"{len(b['functions_over_60'])} / "
-         f"{b['functions_over_30']}", f"{len(a['functions_over_60'])} / {a['functions_over_30']}"),
+        (f"modules over {sh.MAX_MODULE_LINES} / over 450 lines",
+         f"{len(b['modules_over_limit'])} / {b['modules_over_450']}",
+         f"{len(a['modules_over_limit'])} / {a['modules_over_450']}"),
+        (f"functions over {sh.MAX_FUNCTION_LINES} / over 40 lines",
+         f"{len(b['functions_over_limit'])} / {b['functions_over_40']}",
+         f"{len(a['functions_over_limit'])} / {a['functions_over_40']}"),
         ("longest functions", _longest(b), _longest(a)),
         ("circles of file imports", _circles(b), _circles(a)),
     ]
@@ -265,7 +270,7 @@ def _violations(shape: dict[str, Any]) -> str:
 
 
 def _longest(shape: dict[str, Any]) -> str:
-    return ", ".join(f"{k} {v}" for k, v in list(shape["functions_over_60"].items())[:2]) or "-"
+    return ", ".join(f"{k} {v}" for k, v in list(shape["functions_over_limit"].items())[:2]) or "-"
 
 
 def _circles(shape: dict[str, Any]) -> str:
