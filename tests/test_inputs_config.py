@@ -86,10 +86,10 @@ def test_default_judge_follows_model() -> None:
 
 
 def test_registry_lazy_and_unknown() -> None:
-    # create(name, config, model) calls factory(config, model) unless told how to call it
-    reg: Registry[object] = Registry("thing", call=lambda factory, config, _model: factory(config))
+    # build(name, *args) calls factory(*args), imported on first use
+    reg: Registry[object] = Registry("thing")
     reg.register("path", "pathlib:Path")
-    assert reg.create("path", "a") == Path("a")
+    assert reg.build("path", "a") == Path("a")
     with pytest.raises(ConfigError, match="unknown thing 'nope'; known: path"):
         reg.get("nope")
 

@@ -139,7 +139,7 @@ def test_entry_points_add_names_loaded_on_first_use(
     assert registry.plugin("nothing") == "demo-plugin" and registry.plugin("builtin") is None
     assert "nothing" in registry
     assert module not in sys.modules, "names() must not import the plugin"
-    made = registry.create("nothing", "config", "model")
+    made = registry.build("nothing", "config", "model")
     assert type(made).__name__ == "NoJudge" and made.config == "config"  # type: ignore[attr-defined]
     assert module in sys.modules
     assert registry.get("nothing") is registry.get("nothing")  # loaded once
@@ -165,7 +165,7 @@ def test_plugin_cannot_replace_a_builtin_name(
     registry.register("builtin", lambda config, model: "built in")
     with caplog.at_level(logging.WARNING, logger="medverify.registry"):
         assert registry.names() == ["builtin", "extra"]
-    assert registry.create("builtin", None, None) == "built in"
+    assert registry.build("builtin", None, None) == "built in"
     assert registry.plugin("builtin") is None and registry.plugin("extra") == "sneaky-plugin"
     [record] = [r for r in caplog.records if r.name == "medverify.registry"]
     assert "'builtin'" in record.getMessage() and "sneaky-plugin" in record.getMessage()
@@ -184,7 +184,7 @@ def test_broken_plugin_fails_only_when_chosen(
                    dist="crashing-plugin", code="raise RuntimeError('boom at import')\n")
     registry: Registry[object] = Registry("thing", group=group)
     assert registry.names() == ["crash", "fine", "missing", "typo"]
-    assert type(registry.create("fine", None, None)).__name__ == "NoJudge"
+    assert type(registry.build("fine", None, None)).__name__ == "NoJudge"
     with pytest.raises(ConfigError, match=r"thing 'missing' from plugin broken-plugin failed to "
                        r"load \(no_such_module_xyz:Judge\): ModuleNotFoundError"):
         registry.get("missing")
@@ -268,7 +268,7 @@ def plugin_judges(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Registry[J
         "not-a-judge": "{module}:not_a_judge",
         "broken": "no_such_module_xyz:Judge",
     }})
-    registry: Registry[Judge] = Registry("judge", group=group, protocol=Judge)
+    registry = judge_module.JudgeRegistry("judge", group=group, protocol=Judge)
     for name in JUDGES.names():
         if JUDGES.plugin(name) is None:
             registry.register(name, JUDGES.get(name))
@@ -329,8 +329,7 @@ def _patched(monkeypatch: pytest.MonkeyPatch, tmp_path: Path, module: object, at
     group = _group()
     install_plugin(tmp_path, monkeypatch, {group: {group_name: target}})
     original: Registry[object] = getattr(module, attr)
-    registry: Registry[object] = Registry(kind, group=group, call=original.call,
-                                          protocol=original.protocol)
+    registry: Registry[object] = type(original)(kind, group=group, protocol=original.protocol)
     for name in original.names():
         if original.plugin(name) is None:
             registry.register(name, original.get(name))
@@ -384,3 +383,24 @@ def test_judges_declare_what_callers_used_to_read_from_their_names() -> None:
     assert table["llm"] == {"needs_model", "io_bound", "second_stage"}
     assert table["llm-scored"] == {"needs_model", "second_stage"}
     assert table["cascade"] == {"needs_model", "composite"}
+
+
+def test_an_embedder_registry_hands_a_model_embedder_its_precision_device_and_runtime() -> None:
+    from medverify.kb.embed import EmbedderRegistry
+    from medverify.kb.embed_base import HashEmbedder
+
+    registry = EmbedderRegistry("embedder")
+    asked: list[tuple[str, str, str]] = []
+
+    def model_embedder(precision: str, device: str, runtime: str) -> HashEmbedder:
+        asked.append((precision, device, runtime))
+        return HashEmbedder()
+
+    registry.register("model", model_embedder, options=True)
+    registry.register("plain", HashEmbedder)  # no settings: called as factory()
+    assert isinstance(registry.create("model", "int8", "cpu", "onnx"), HashEmbedder)
+    assert isinstance(registry.create("plain", "int8", "cpu", "onnx"), HashEmbedder)
+    assert asked == [("int8", "cpu", "onnx")]
+    registry.register("model", HashEmbedder)  # registered again without options
+    registry.create("model", "fp16")
+    assert asked == [("int8", "cpu", "onnx")]

@@ -8,11 +8,13 @@ add names through Python entry points in the registry's group (e.g. ``medverify.
     [project.entry-points."medverify.judges"]
     mine = "my_package.judge:MyJudge.from_config"
 
-There is one way to build a component: ``REGISTRY.create(name, config, model=None)``. The
-factory gets the config (and the model, for the kinds that need one); a caller that wants
-other settings for one component passes ``config.model_copy(update=...)``. How a registry
-hands ``config`` and ``model`` to its factories is its ``call`` (default
-``factory(config, model)``), so a plugin factory's signature stays what docs/plugins.md says.
+There is one way to build a component: its kind's registry's ``create``, whose signature is
+the kind's own (a judge's ``JUDGES.create(name, config, model)``, an embedder's
+``EMBEDDERS.create(name, precision=..., device=..., runtime=...)``, a provider's
+``providers.create(name, spec, settings)``, ...): each kind subclasses :class:`Registry`
+and its ``create`` hands what the kind needs to :meth:`Registry.build`, which calls the
+factory in the shape docs/plugins.md gives for that kind. A caller that wants other
+settings for one judge or decomposer passes ``config.model_copy(update=...)``.
 
 Entry points are read once, on the first lookup; a plugin cannot replace a built-in name (it
 is skipped with a warning), and a plugin that fails to import is an error only when it is
@@ -36,15 +38,6 @@ T = TypeVar("T")
 
 log = logging.getLogger(__name__)
 
-Call = Callable[[Callable[..., Any], Any, Any], Any]
-"""How a registry calls a factory: ``call(factory, config, model)``."""
-
-
-def call_with_config_and_model(factory: Callable[..., Any], config: Any, model: Any) -> Any:
-    """The usual call: ``factory(config, model)``."""
-    return factory(config, model)
-
-
 def load_attr(target: str) -> Any:
     """The object named by ``"module:attr"`` (``attr`` may be dotted)."""
     module, _, attr = target.partition(":")
@@ -56,17 +49,15 @@ def load_attr(target: str) -> Any:
 
 class Registry(Generic[T]):
     """Maps a short name to a factory: a callable, a ``"module:attr"`` string, or (from a
-    plugin) an entry point, all imported lazily on first use."""
+    plugin) an entry point, all imported lazily on first use. A kind's registry subclasses
+    it with a typed ``create`` that calls :meth:`build`."""
 
-    def __init__(self, kind: str, group: str | None = None, *,
-                 call: Call = call_with_config_and_model, protocol: type | None = None,
+    def __init__(self, kind: str, group: str | None = None, *, protocol: type | None = None,
                  needs: str = "") -> None:
-        """``call``: how :meth:`create` calls a factory; ``protocol``: what a plugin's
-        factory must make (a ``runtime_checkable`` protocol; None: not checked), ``needs``
-        saying what that means in an error."""
+        """``protocol``: what a plugin's factory must make (a ``runtime_checkable``
+        protocol; None: not checked), ``needs`` saying what that means in an error."""
         self.kind = kind
         self.group = group
-        self.call = call
         self.protocol = protocol
         self.needs = needs
         self._factories: dict[str, Callable[..., T] | str | metadata.EntryPoint] = {}
@@ -133,16 +124,16 @@ class Registry(Generic[T]):
                               f"failed to load ({factory.value}): {type(exc).__name__}: {exc}"
                               ) from exc
 
-    def create(self, name: str, config: Any, model: Any = None) -> T:
-        """The component registered as ``name``, made by its factory from ``config`` (and
-        ``model``, for the kinds that need one). ConfigError for an unknown name and for
-        any failure of a plugin (see the module docstring)."""
+    def build(self, name: str, *args: Any) -> T:
+        """The component registered as ``name``, made by ``factory(*args)``: what a kind's
+        typed ``create`` calls with the arguments of the kind's factory shape. ConfigError
+        for an unknown name and for any failure of a plugin (see the module docstring)."""
         factory = self.get(name)
         plugin = self.plugin(name)
         if plugin is None:
-            return self.call(factory, config, model)  # type: ignore[no-any-return]
+            return factory(*args)
         try:
-            made = self.call(factory, config, model)
+            made = factory(*args)
         except MedverifyError:
             raise
         except Exception as exc:

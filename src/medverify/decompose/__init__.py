@@ -24,7 +24,7 @@ None), e.g. ``mine = "my_package.decompose:MyDecomposer.from_config"``.
 
 from __future__ import annotations
 
-from typing import Protocol, runtime_checkable
+from typing import TYPE_CHECKING, Protocol, runtime_checkable
 
 from medverify.decompose.clauses import VerbClass, split_coordination, split_semicolons
 from medverify.decompose.llm import LLMDecomposer, parse_reply
@@ -32,6 +32,10 @@ from medverify.decompose.rules import RuleDecomposer, is_droppable
 from medverify.decompose.segment import Segment, SegmentKind, clean_text, segment
 from medverify.records import Answer, Claim
 from medverify.registry import Registry
+
+if TYPE_CHECKING:
+    from medverify.config import Config
+    from medverify.llm.facade import Model
 
 __all__ = [
     "DECOMPOSERS",
@@ -61,10 +65,19 @@ class Decomposer(Protocol):
     async def decompose(self, answer: Answer) -> list[Claim]: ...
 
 
-DECOMPOSERS: Registry[Decomposer] = Registry(
+class DecomposerRegistry(Registry[Decomposer]):
+    """Decomposer factories by name, each called as ``factory(config, model)``."""
+
+    def create(self, name: str, config: Config | None, model: Model | None = None
+               ) -> Decomposer:
+        """The decomposer ``name`` made from ``config`` (None: its defaults) and ``model``
+        (ConfigError for an unknown name, or for "llm" without a model)."""
+        return self.build(name, config, model)
+
+
+DECOMPOSERS = DecomposerRegistry(
     "decomposer", group="medverify.decomposers", protocol=Decomposer,
     needs="it needs name, prompt_version and an async decompose(answer) method")
-"""Decomposer factories by name: ``DECOMPOSERS.create(name, config, model)`` calls
-``factory(config, model)`` (ConfigError for an unknown name, or for "llm" without a model)."""
+"""Decomposer factories by name: ``DECOMPOSERS.create(name, config, model)``."""
 DECOMPOSERS.register("rules", "medverify.decompose.rules:RuleDecomposer.from_config")
 DECOMPOSERS.register("llm", "medverify.decompose.llm:LLMDecomposer.from_config")

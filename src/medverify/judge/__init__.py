@@ -14,13 +14,17 @@ with the confidence card of ``[judge_settings] calibration``,
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Protocol, TypeVar, runtime_checkable
+from typing import TYPE_CHECKING, Protocol, TypeVar, runtime_checkable
 
 from pydantic import BaseModel, ConfigDict
 
+from medverify.config import Config
 from medverify.errors import ConfigError
 from medverify.records import Claim, Passage, Verdict
 from medverify.registry import Registry
+
+if TYPE_CHECKING:
+    from medverify.llm.facade import Model
 
 
 class JudgeItem(BaseModel):
@@ -40,13 +44,19 @@ class Judge(Protocol):
     async def judge(self, items: Sequence[JudgeItem]) -> list[Verdict]: ...
 
 
-JUDGES: Registry[Judge] = Registry(
-    "judge", group="medverify.judges", protocol=Judge,
-    needs="it needs name, prompt_version and an async judge(items) method")
-"""Judge factories by name, each called as ``factory(config, model)`` (``model``: the
-configured :class:`~medverify.llm.facade.Model`, or None): ``JUDGES.create(name, config,
-model)``. Plugins add names through the ``medverify.judges`` entry-point group (see
-docs/plugins.md)."""
+class JudgeRegistry(Registry[Judge]):
+    """Judge factories by name, each called as ``factory(config, model)``."""
+
+    def create(self, name: str, config: Config, model: Model | None = None) -> Judge:
+        """The judge ``name`` made from ``config`` and ``model`` (the configured
+        :class:`~medverify.llm.facade.Model`, or None); see :mod:`medverify.registry`."""
+        return self.build(name, config, model)
+
+
+JUDGES = JudgeRegistry("judge", group="medverify.judges", protocol=Judge,
+                       needs="it needs name, prompt_version and an async judge(items) method")
+"""Judge factories by name: ``JUDGES.create(name, config, model)``. Plugins add names
+through the ``medverify.judges`` entry-point group (see docs/plugins.md)."""
 JUDGES.register("llm", "medverify.judge.llm:LLMJudge.from_config")
 JUDGES.register("builtin", "medverify.judge.builtin:BuiltinJudge.from_config")
 JUDGES.register("cascade", "medverify.judge.cascade:CascadeJudge.from_config")

@@ -71,14 +71,17 @@ def second_stage(config: Config, model: Model) -> SecondStage:
     stage always ran). ConfigError when the made judge does not declare ``second_stage``
     (or the name is a composite judge, which would build itself again)."""
     name = config.judge_settings.cascade_second
-    refused = ConfigError(f"judge {name!r} cannot be a cascade's second stage; those "
-                          f"that can: {', '.join(second_stages())}")
+
+    def refused() -> ConfigError:
+        return ConfigError(f"judge {name!r} cannot be a cascade's second stage; those "
+                           f"that can: {', '.join(second_stages())}")
+
     if declares(name, "composite"):
-        raise refused
+        raise refused()
     settings = config.judge_settings.model_copy(update={"logprobs": False})
     made = JUDGES.create(name, config.model_copy(update={"judge_settings": settings}), model)
     if not has_trait(made, "second_stage"):
-        raise refused
+        raise refused()
     return made  # type: ignore[return-value]
 
 

@@ -30,8 +30,6 @@ from medverify.kb.store import KBStats, KnowledgeBase
 from medverify.registry import Registry
 
 if TYPE_CHECKING:
-    from collections.abc import Callable
-
     from medverify.config import Config
 
 __all__ = [
@@ -56,14 +54,16 @@ __all__ = [
     "sample_kb_path",
 ]
 
-def _call_store(factory: Callable[..., KBStore], config: Config, model: object) -> KBStore:
-    """``KB_STORES.create(name, config)`` calls ``factory(config.kb, config)``."""
-    return factory(config.kb, config)
+class KBStoreRegistry(Registry[KBStore]):
+    """KB store factories by name, each called as ``factory(path, config)``."""
+
+    def create(self, name: str, config: Config) -> KBStore:
+        """The KB store ``name`` at ``config.kb``, opened with ``config``."""
+        return self.build(name, config.kb, config)
 
 
-KB_STORES: Registry[KBStore] = Registry("KB store", group="medverify.kb_stores",
-                                        call=_call_store)
-"""KB stores by name: ``KB_STORES.create(name, config)`` calls ``factory(path, config)``."""
+KB_STORES = KBStoreRegistry("KB store", group="medverify.kb_stores")
+"""KB stores by name: ``KB_STORES.create(name, config)``."""
 KB_STORES.register("embedded", "medverify.kb.store:KnowledgeBase.from_config")
 
 DEFAULT_STORE = "embedded"

@@ -38,13 +38,34 @@ __all__ = ["EMBEDDERS", "EmbedTask", "Embedder", "embedder_for_id", "get_embedde
            "precision_of"]
 
 
-def _call_embedder(factory: Callable[[], Embedder], config: Any, model: Any) -> Embedder:
-    """``EMBEDDERS.create(name, None)`` calls ``factory()``: an embedder takes no settings."""
-    return factory()
+class EmbedderRegistry(Registry[Embedder]):
+    """Embedder factories by name. A model embedder's factory, registered with
+    ``options=True``, is called as ``factory(precision, device, runtime)``; any other (the
+    hash embedder, a plugin's) as ``factory()``: it has no such settings."""
+
+    def __init__(self, kind: str, group: str | None = None, **kwargs: Any) -> None:
+        super().__init__(kind, group, **kwargs)
+        self._takes_options: set[str] = set()
+
+    def register(self, name: str, factory: Callable[..., Embedder] | str, *,
+                 options: bool = False) -> None:
+        super().register(name, factory)
+        if options:
+            self._takes_options.add(name)
+        else:
+            self._takes_options.discard(name)
+
+    def create(self, name: str, precision: Precision = "auto", device: Device = "auto",
+               runtime: Runtime = "torch") -> Embedder:
+        """The embedder ``name``: a model embedder computing at ``precision`` on
+        ``device`` with ``runtime``; another as it is."""
+        if name in self._takes_options:
+            return self.build(name, precision, device, runtime)
+        return self.build(name)
 
 
-EMBEDDERS: Registry[Embedder] = Registry(
-    "embedder", group="medverify.embedders", call=_call_embedder, protocol=Embedder,
+EMBEDDERS = EmbedderRegistry(
+    "embedder", group="medverify.embedders", protocol=Embedder,
     needs="it needs id, dim, tokenizer and an embed(texts) method")
 
 
@@ -73,7 +94,7 @@ def _cached_st(path: str, name: str | None, precision: str = "fp32",
 
 
 EMBEDDERS.register("hash", HashEmbedder)
-EMBEDDERS.register(DEFAULT_EMBEDDER, minilm)
+EMBEDDERS.register(DEFAULT_EMBEDDER, minilm, options=True)
 
 
 def get_embedder(spec: str | Embedder | None = None, precision: Precision = "auto",
@@ -85,10 +106,8 @@ def get_embedder(spec: str | Embedder | None = None, precision: Precision = "aut
         spec = DEFAULT_EMBEDDER
     if not isinstance(spec, str):
         return spec
-    if spec == DEFAULT_EMBEDDER and EMBEDDERS.get(spec) is minilm:
-        return minilm(precision, device, runtime)
     if spec in EMBEDDERS.names():
-        return EMBEDDERS.create(spec, None)
+        return EMBEDDERS.create(spec, precision, device, runtime)
     if spec.startswith("hash-") and spec[5:].isdigit():
         return HashEmbedder(int(spec[5:]))
     path = Path(spec).expanduser()

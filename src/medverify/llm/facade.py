@@ -346,7 +346,7 @@ def get_model(spec: str | ModelSpec, settings: ModelSettings | None = None, *,
     """
     parsed = parse_spec(spec) if isinstance(spec, str) else spec
     effective = parsed.apply(settings)
-    provider = providers.create(parsed.provider, effective, parsed)
+    provider = providers.create(parsed.provider, parsed, effective)
     slow = getattr(provider, "default_timeout_s", None)  # e.g. an in-process CPU model
     if isinstance(slow, float):
         effective = _for_slow_provider(effective, slow, parsed)

@@ -18,14 +18,12 @@ call_budget_s``), ``concurrency`` and ``retries``. A spec never holds a key itse
 Providers are looked up by name in :data:`providers`; built-ins register there the same way
 plugins do (``providers.register("name", factory)``, factory ``(ModelSpec, ModelSettings) ->
 Provider``); installed packages add providers through the ``medverify.providers`` entry-point
-group (see docs/plugins.md). ``providers.create(spec.provider, settings, spec)`` makes one:
-the settings are the registry's config and the parsed spec its model.
+group (see docs/plugins.md). ``providers.create(spec.provider, spec, settings)`` makes one.
 """
 
 from __future__ import annotations
 
 import re
-from collections.abc import Callable
 from typing import Any
 from urllib.parse import parse_qsl, urlsplit
 
@@ -43,18 +41,19 @@ _OPTION_FIELDS = {"key_env": "key_env", "timeout": "timeout_s", "budget": "call_
 _OVERRIDES = ("timeout_s", "call_budget_s", "concurrency", "max_retries")
 
 
-def _call_provider(factory: Callable[..., Provider], settings: ModelSettings,
-                   spec: ModelSpec) -> Provider:
-    """``providers.create(name, settings, spec)`` calls ``factory(spec, settings)``."""
-    return factory(spec, settings)
+class ProviderRegistry(Registry[Provider]):
+    """Model provider factories by spec prefix, each called as ``factory(spec, settings)``."""
+
+    def create(self, name: str, spec: ModelSpec, settings: ModelSettings) -> Provider:
+        """The provider ``name`` for the parsed ``spec`` with ``settings``."""
+        return self.build(name, spec, settings)
 
 
-providers: Registry[Provider] = Registry(
-    "model provider", group="medverify.providers", call=_call_provider, protocol=Provider,
+providers = ProviderRegistry(
+    "model provider", group="medverify.providers", protocol=Provider,
     needs="it needs an id and an async complete(request) method")
-"""Provider factories by spec prefix: ``providers.create(name, settings, spec)`` calls
-``factory(spec: ModelSpec, settings: ModelSettings)``; plugins add names through the
-``medverify.providers`` entry-point group."""
+"""Provider factories by spec prefix: ``providers.create(name, spec, settings)``; plugins
+add names through the ``medverify.providers`` entry-point group."""
 
 for _kind in ("openai", "vllm", "ollama", "llamacpp", "lmstudio", "openai-compatible"):
     providers.register(_kind, "medverify.llm.openai_compat:from_spec")

@@ -46,7 +46,7 @@ import asyncio
 import logging
 import os
 import threading
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol, runtime_checkable
@@ -84,14 +84,16 @@ class Scorer(Protocol):
     async def score(self, items: Sequence[ScoreItem]) -> list[TokenTrace]: ...
 
 
-def _call_scorer(factory: Callable[..., Scorer], settings: RiskSettings, spec: str) -> Scorer:
-    """``SCORERS.create(prefix, settings, spec)`` calls ``factory(spec, settings)``."""
-    return factory(spec, settings)
+class ScorerRegistry(Registry[Scorer]):
+    """Risk scorer factories by spec prefix, each called as ``factory(spec, settings)``."""
+
+    def create(self, prefix: str, spec: str, settings: RiskSettings) -> Scorer:
+        """The scorer for ``spec`` (whose prefix is ``prefix``) with ``settings``."""
+        return self.build(prefix, spec, settings)
 
 
-SCORERS: Registry[Scorer] = Registry("risk scorer", call=_call_scorer)
-"""Scorer factories by spec prefix: ``SCORERS.create(prefix, settings, spec)`` calls
-``factory(spec: str, settings: RiskSettings)``."""
+SCORERS = ScorerRegistry("risk scorer")
+"""Scorer factories by spec prefix: ``SCORERS.create(prefix, spec, settings)``."""
 SCORERS.register("hf", "medverify.risk.scorers:hf_from_spec")
 for _kind in ("vllm", "openai-compatible"):
     SCORERS.register(_kind, "medverify.risk.server_scorer:openai_from_spec")
@@ -105,7 +107,7 @@ def make_scorer(spec: str, settings: RiskSettings | None = None) -> Scorer:
     if not sep or not rest.strip():
         raise ConfigError(f"scorer spec {spec!r}: expected hf:/path/to/model or "
                           "vllm:MODEL@http://host:8000/v1")
-    return SCORERS.create(prefix, settings or RiskSettings(), text)
+    return SCORERS.create(prefix, text, settings or RiskSettings())
 
 
 def render_prompt(item: ScoreItem) -> str:
