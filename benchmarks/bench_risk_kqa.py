@@ -40,7 +40,7 @@ import sys
 from collections import Counter
 from collections.abc import Callable, Iterable
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 
@@ -259,14 +259,35 @@ def analyse(
     PubMedQA benchmark, whose examples have the same pair layout."""
     split = RM.split_and_score(args.work, feats, seed=args.seed, test_share=args.test_share,
                                length_name="text length (chars)")
-    qids, test_q, train_lines, test_lines = (split.qids, split.test_q, split.train_lines,
-                                             split.test_lines)
-    clf_dir, train_s, schema, failed = split.clf_dir, split.train_s, split.schema, split.failed
-    test_rows, te, scores = split.test_rows, split.te, split.scores
-    orientation = split.orientation
+    y, groups = split.te["y"], split.te["group"]
+    pairs, pair_types, pair_groups = _test_pairs(split.test_rows)
+    paired = Paired(pairs, pair_types, np.array(pair_types), np.array(pair_groups),
+                    np.array(sorted({i for p in pairs for i in p})))
+    results = {name: _scored(name, score, y, groups, paired, split.orientation[name],
+                             args.seed)
+               for name, score in split.scores.items()}
+    lp_fixed = _logprob_fixed(split.te, paired, args.seed)
+    report = _report(args, data, split, timing, bench=bench, data_file=data_file,
+                     paired=paired, results=results, lp_fixed=lp_fixed)
+    RESULTS.mkdir(parents=True, exist_ok=True)
+    (RESULTS / f"{out}.json").write_text(json.dumps(report, indent=2) + "\n")
+    (RESULTS / f"{out}.md").write_text((render or markdown)(report))
+    print(f"wrote {RESULTS / out}.json and .md")
+    return report
 
-    y, groups = te["y"], te["group"]
-    edit_type = [e.provenance.get("edit_type") for e in test_rows]
+
+class Paired(NamedTuple):
+    """The test split's (fact, counterfactual) row pairs, by edit type and question."""
+
+    pairs: list[tuple[int, int]]
+    types: list[str]
+    types_a: np.ndarray
+    groups_a: np.ndarray
+    rows: np.ndarray  # the rows in some pair
+
+
+def _test_pairs(test_rows: list[Any]) -> tuple[list[tuple[int, int]], list[str], list[str]]:
+    """Each counterfactual's row with its statement's, its edit type and question."""
     where = {e.id: i for i, e in enumerate(test_rows)}
     pairs, pair_types, pair_groups = [], [], []
     for e in test_rows:
@@ -276,65 +297,75 @@ def analyse(
                 pairs.append((fact, where[e.id]))
                 pair_types.append(e.provenance["edit_type"])
                 pair_groups.append(e.provenance["question_id"])
-    pair_types_a, pair_groups_a = np.array(pair_types), np.array(pair_groups)
-    paired_rows = np.array(sorted({i for p in pairs for i in p}))
+    return pairs, pair_types, pair_groups
 
-    results: dict[str, Any] = {}
-    for name, score in scores.items():
-        auc = RM.roc_auc(y, score)
-        lo, hi = RM.cluster_bootstrap(
-            groups, lambda r, s=score: RM.roc_auc(y[r], s[r]), seed=args.seed
+
+def _scored(name: str, score: np.ndarray, y: np.ndarray, groups: np.ndarray, paired: Paired,
+            direction: Any, seed: int) -> dict[str, Any]:
+    """One scorer on test: ROC AUC (all rows, paired rows), paired win rate, per edit type,
+    with cluster-bootstrap intervals; printed as it goes."""
+    pairs, pair_types, pair_types_a = paired.pairs, paired.types, paired.types_a
+    pair_groups_a, paired_rows = paired.groups_a, paired.rows
+    auc = RM.roc_auc(y, score)
+    lo, hi = RM.cluster_bootstrap(
+        groups, lambda r, s=score: RM.roc_auc(y[r], s[r]), seed=seed
+    )
+    auc_p = RM.roc_auc(y[paired_rows], score[paired_rows])
+    plo, phi = RM.cluster_bootstrap(
+        groups[paired_rows],
+        lambda r, s=score[paired_rows], yy=y[paired_rows]: RM.roc_auc(yy[r], s[r]),
+        seed=seed,
+    )
+    # paired: the classifier and the oriented baselines, "higher = hallucination"
+    wins = _paired(score, pairs, higher=True)
+    wlo, whi = RM.cluster_bootstrap(
+        pair_groups_a, lambda r, w=wins: float(w[r].mean()), seed=seed
+    )
+    per_type = {}
+    for t in sorted(set(pair_types)):
+        sel = np.flatnonzero(pair_types_a == t)
+        if len(sel) < MIN_TYPE_PAIRS:
+            continue
+        rows_t = np.array(sorted({i for k in sel for i in pairs[k]}))
+        tlo, thi = RM.cluster_bootstrap(
+            groups[rows_t],
+            lambda r, s=score[rows_t], yy=y[rows_t]: RM.roc_auc(yy[r], s[r]),
+            seed=seed,
         )
-        auc_p = RM.roc_auc(y[paired_rows], score[paired_rows])
-        plo, phi = RM.cluster_bootstrap(
-            groups[paired_rows],
-            lambda r, s=score[paired_rows], yy=y[paired_rows]: RM.roc_auc(yy[r], s[r]),
-            seed=args.seed,
-        )
-        # paired: the classifier and the oriented baselines, "higher = hallucination"
-        wins = _paired(score, pairs, higher=True)
-        wlo, whi = RM.cluster_bootstrap(
-            pair_groups_a, lambda r, w=wins: float(w[r].mean()), seed=args.seed
-        )
-        per_type = {}
-        for t in sorted(set(pair_types)):
-            sel = np.flatnonzero(pair_types_a == t)
-            if len(sel) < MIN_TYPE_PAIRS:
-                continue
-            rows_t = np.array(sorted({i for k in sel for i in pairs[k]}))
-            tlo, thi = RM.cluster_bootstrap(
-                groups[rows_t],
-                lambda r, s=score[rows_t], yy=y[rows_t]: RM.roc_auc(yy[r], s[r]),
-                seed=args.seed,
-            )
-            per_type[t] = {
-                "pairs": len(sel),
-                "roc_auc": round(RM.roc_auc(y[rows_t], score[rows_t]), 4),
-                "roc_auc_ci95": [round(tlo, 4), round(thi, 4)],
-                "paired_win_rate": round(float(wins[sel].mean()), 4),
-            }
-        results[name] = {
-            "direction": orientation[name],
-            "roc_auc": round(auc, 4),
-            "roc_auc_ci95": [round(lo, 4), round(hi, 4)],
-            "roc_auc_paired_only": round(auc_p, 4),
-            "roc_auc_paired_only_ci95": [round(plo, 4), round(phi, 4)],
-            "paired_win_rate": round(float(wins.mean()), 4),
-            "paired_win_rate_ci95": [round(wlo, 4), round(whi, 4)],
-            "per_edit_type": per_type,
+        per_type[t] = {
+            "pairs": len(sel),
+            "roc_auc": round(RM.roc_auc(y[rows_t], score[rows_t]), 4),
+            "roc_auc_ci95": [round(tlo, 4), round(thi, 4)],
+            "paired_win_rate": round(float(wins[sel].mean()), 4),
         }
-        print(
-            f"{name}: AUC {auc:.3f} [{lo:.3f}, {hi:.3f}]; paired-only AUC {auc_p:.3f}; "
-            f"paired win {wins.mean():.3f} [{wlo:.3f}, {whi:.3f}]",
-            flush=True,
-        )
-        for t, m in per_type.items():
-            print(f"   {t}: n={m['pairs']} AUC {m['roc_auc']:.3f} win {m['paired_win_rate']:.3f}")
+    result = {
+        "direction": direction,
+        "roc_auc": round(auc, 4),
+        "roc_auc_ci95": [round(lo, 4), round(hi, 4)],
+        "roc_auc_paired_only": round(auc_p, 4),
+        "roc_auc_paired_only_ci95": [round(plo, 4), round(phi, 4)],
+        "paired_win_rate": round(float(wins.mean()), 4),
+        "paired_win_rate_ci95": [round(wlo, 4), round(whi, 4)],
+        "per_edit_type": per_type,
+    }
+    print(
+        f"{name}: AUC {auc:.3f} [{lo:.3f}, {hi:.3f}]; paired-only AUC {auc_p:.3f}; "
+        f"paired win {wins.mean():.3f} [{wlo:.3f}, {whi:.3f}]",
+        flush=True,
+    )
+    for t, m in per_type.items():
+        print(f"   {t}: n={m['pairs']} AUC {m['roc_auc']:.3f} win {m['paired_win_rate']:.3f}")
+    return result
 
-    # the brief's fixed-direction log-prob view: counterfactual gets the LOWER mean log-prob
+
+def _logprob_fixed(te: dict[str, Any], paired: Paired, seed: int) -> dict[str, Any]:
+    """The brief's fixed-direction log-prob view: the counterfactual gets the LOWER mean
+    token log-prob."""
+    pairs, pair_types, pair_types_a = paired.pairs, paired.types, paired.types_a
+    pair_groups_a = paired.groups_a
     lp_wins = _paired(te["logprob"], pairs, higher=False)
     llo, lhi = RM.cluster_bootstrap(
-        pair_groups_a, lambda r: float(lp_wins[r].mean()), seed=args.seed
+        pair_groups_a, lambda r: float(lp_wins[r].mean()), seed=seed
     )
     lp_fixed = {
         "paired_win_rate": round(float(lp_wins.mean()), 4),
@@ -346,10 +377,21 @@ def analyse(
         },
     }
     print(f"log-prob lower for counterfactual: {lp_wins.mean():.3f} [{llo:.3f}, {lhi:.3f}]")
+    return lp_fixed
 
+
+def _report(args: argparse.Namespace, data: dict[str, Any], split: Any,
+            timing: dict[str, Any], *, bench: str, data_file: Path, paired: Paired,
+            results: dict[str, Any], lp_fixed: dict[str, Any]) -> dict[str, Any]:
+    """The report: model, data and split, features, cost, the classifier's card, results."""
+    qids, test_q, train_lines, test_lines = (split.qids, split.test_q, split.train_lines,
+                                             split.test_lines)
+    clf_dir, train_s, schema, failed = split.clf_dir, split.train_s, split.schema, split.failed
+    y, pairs, pair_types = split.te["y"], paired.pairs, paired.types
+    edit_type = [e.provenance.get("edit_type") for e in split.test_rows]
     card = json.loads((clf_dir / "card.json").read_text("utf-8"))
     prep = args.model / "medverify_prepare.json"
-    report = {
+    return {
         "benchmark": bench,
         "model": {
             "dir": str(args.model),
@@ -395,11 +437,6 @@ def analyse(
         "logprob_lower_for_counterfactual": lp_fixed,
         "bootstrap": "2000 resamples of test questions (clusters), percentile 95 % CI",
     }
-    RESULTS.mkdir(parents=True, exist_ok=True)
-    (RESULTS / f"{out}.json").write_text(json.dumps(report, indent=2) + "\n")
-    (RESULTS / f"{out}.md").write_text((render or markdown)(report))
-    print(f"wrote {RESULTS / out}.json and .md")
-    return report
 
 
 def markdown(r: dict[str, Any]) -> str:
@@ -473,22 +510,7 @@ def body(r: dict[str, Any]) -> list[str]:
         f"Per edit type (types with >= {MIN_TYPE_PAIRS} test pairs; AUC over those pairs' "
         "facts and counterfactuals / paired win rate):",
         "",
-        "| edit type | test pairs | " + " | ".join(res) + " | log-prob lower for CF |",
-        "|---|---|" + "---|" * (len(res) + 1),
-    ]
-    first = next(iter(res.values()))["per_edit_type"]
-    if not first:  # header and separator of an empty table -> a sentence
-        lines[-2:] = ["(no edit type has that many test pairs here)"]
-    for t, m in first.items():
-        cells = [
-            f"{res[n]['per_edit_type'][t]['roc_auc']:.3f} / "
-            f"{res[n]['per_edit_type'][t]['paired_win_rate']:.3f}"
-            for n in res
-        ]
-        lines.append(
-            f"| {t} | {m['pairs']} | " + " | ".join(cells) + f" | {lp['per_edit_type'][t]:.3f} |"
-        )
-    lines += [
+        *_per_type_table(res, lp),
         "",
         "Caveats: the counterfactuals are rule edits, not model errors; some are awkward "
         '("is not only safe") or not clearly false (a quantifier or direction flip can '
@@ -508,6 +530,26 @@ def body(r: dict[str, Any]) -> list[str]:
         f"the load; `risk train` {c['train_s']} s.",
         "",
     ]
+    return lines
+
+
+def _per_type_table(res: dict[str, Any], lp: dict[str, Any]) -> list[str]:
+    """The per edit type table (AUC / paired win rate of each scorer), or a sentence when no
+    edit type has enough test pairs."""
+    first = next(iter(res.values()))["per_edit_type"]
+    if not first:  # no header and separator for an empty table: a sentence
+        return ["(no edit type has that many test pairs here)"]
+    lines = ["| edit type | test pairs | " + " | ".join(res) + " | log-prob lower for CF |",
+             "|---|---|" + "---|" * (len(res) + 1)]
+    for t, m in first.items():
+        cells = [
+            f"{res[n]['per_edit_type'][t]['roc_auc']:.3f} / "
+            f"{res[n]['per_edit_type'][t]['paired_win_rate']:.3f}"
+            for n in res
+        ]
+        lines.append(
+            f"| {t} | {m['pairs']} | " + " | ".join(cells) + f" | {lp['per_edit_type'][t]:.3f} |"
+        )
     return lines
 
 
