@@ -165,128 +165,137 @@ def _finite_negative(values: list[Any]) -> bool:
 
 def probe(base_url: str) -> dict[str, dict[str, Any]]:
     """Every endpoint feature, probed once with plain HTTP."""
-    prompt = "Question: Which vitamin deficiency causes scurvy?\nAnswer:\n"
-    answer = "Vitamin C deficiency causes scurvy."
     found: dict[str, dict[str, Any]] = {}
     with httpx.Client(base_url=base_url, timeout=300) as client:
-        response = client.get("/models")
-        ids = [m.get("id") for m in response.json().get("data", [])]
-        found["models"] = {"supported": response.status_code == 200 and ALIAS in ids,
-                           "evidence": f"GET /v1/models -> {response.status_code}, ids {ids}"}
-
-        status, data, took = post(client, "/completions", {
-            "model": ALIAS, "prompt": prompt, "max_tokens": 3, "temperature": 0,
-            "logprobs": 5})
-        lp = _choice(data).get("logprobs") or {}
-        values = lp.get("token_logprobs") or []
-        found["completion_logprobs"] = {
-            "supported": status == 200 and len(values) == 3 and _finite_negative(values),
-            "evidence": f"/v1/completions logprobs=5 max_tokens=3 -> {status}: "
-                        f"{len(values)} generated tokens, token_logprobs {snippet(values, 120)}",
-            "seconds": round(took, 3)}
-
-        status, data, took = post(client, "/completions", {
-            "model": ALIAS, "prompt": prompt + answer, "max_tokens": 1, "temperature": 0,
-            "prompt_logprobs": 5})
-        choice = _choice(data)
-        found["vllm_prompt_logprobs"] = {
-            "supported": status == 200 and bool(choice.get("prompt_logprobs")),
-            "evidence": f"/v1/completions prompt_logprobs=5 -> {status}; keys of choices[0]: "
-                        f"{sorted(choice)}; the field is "
-                        f"{'ignored' if status == 200 else 'refused'}"}
-
-        status, data, took = post(client, "/completions", {
-            "model": ALIAS, "prompt": prompt + answer, "max_tokens": 1, "temperature": 0,
-            "echo": True, "logprobs": 5})
-        lp = _choice(data).get("logprobs") or {}
-        tokens, values = lp.get("tokens") or [], lp.get("token_logprobs") or []
-        usage = data.get("usage", {}) if isinstance(data, dict) else {}
-        n_prompt = usage.get("prompt_tokens")
-        found["echo_prompt_logprobs"] = {
-            "supported": status == 200 and bool(values) and values[0] is None
-            and _finite_negative(values[1:]),
-            "evidence": f"/v1/completions echo=true logprobs=5 max_tokens=1 -> {status}: "
-                        f"{len(tokens)} tokens (usage: {n_prompt} prompt incl. BOS + "
-                        f"{usage.get('completion_tokens')} generated), first logprob "
-                        f"{values[0] if values else None}, "
-                        f"text_offset {snippet(lp.get('text_offset'), 80)}, tokens "
-                        f"{snippet(tokens, 160)}",
-            "seconds": round(took, 3)}
-
-        # max_tokens 0 is read as "until n_ctx", not "none" (llama_cpp/llama.py): not
-        # probed live, since one such request keeps the server busy for minutes here
-        found["echo_max_tokens_0"] = {
-            "supported": False,
-            "evidence": "not sent: llama-cpp-python reads max_tokens <= 0 as 'generate up to "
-                        "n_ctx' (llama_cpp/llama.py), and a first run of this benchmark saw "
-                        "echo=true max_tokens=0 get no reply within 300 s; the scorer sends "
-                        "max_tokens 1 (the one generated token is dropped)"}
-
-        status, data, took = post(client, "/chat/completions", {
-            "model": ALIAS, "messages": [{"role": "user", "content": "Name one vitamin."}],
-            "max_tokens": 6, "temperature": 0})
-        message = _choice(data).get("message") or {}
-        found["chat"] = {
-            "supported": status == 200 and isinstance(message.get("content"), str),
-            "evidence": f"/v1/chat/completions -> {status}: {snippet(message, 160)}",
-            "seconds": round(took, 3)}
-
-        status, data, took = post(client, "/chat/completions", {
-            "model": ALIAS, "messages": [{"role": "user", "content": "Name one vitamin."}],
-            "max_tokens": 2, "temperature": 0, "logprobs": True, "top_logprobs": 3})
-        content = (_choice(data).get("logprobs") or {}).get("content") or []
-        found["chat_logprobs"] = {
-            "supported": status == 200 and bool(content)
-            and _finite_negative([c.get("logprob") for c in content]),
-            "evidence": f"/v1/chat/completions logprobs=true top_logprobs=3 -> {status}: "
-                        f"{len(content)} entries, first {snippet(content[:1], 200)}"}
-
-        status, data, took = post(client, "/chat/completions", {
-            "model": ALIAS, "temperature": 0, "max_tokens": 24,
-            "response_format": {"type": "json_object"},
-            "messages": [{"role": "user", "content": "Reply in JSON with a key 'vitamin' "
-                                                     "naming the vitamin that prevents scurvy."}]})
-        text = (_choice(data).get("message") or {}).get("content") or ""
-        found["json_mode"] = {"supported": status == 200 and _is_json(text),
-                              "evidence": f"response_format json_object -> {status}: "
-                                          f"{snippet(text, 160)}",
-                              "seconds": round(took, 3)}
-
-        schema = {"type": "object", "properties": {"vitamin": {"type": "string"},
-                                                   "certain": {"type": "boolean"}},
-                  "required": ["vitamin", "certain"]}
-        status, data, took = post(client, "/chat/completions", {
-            "model": ALIAS, "temperature": 0, "max_tokens": 24,
-            "response_format": {"type": "json_object", "schema": schema},
-            "messages": [{"role": "user", "content": "Which vitamin prevents scurvy? JSON."}]})
-        text = (_choice(data).get("message") or {}).get("content") or ""
-        parsed = _loads(text)
-        found["json_schema"] = {
-            "supported": status == 200 and isinstance(parsed, dict)
-            and isinstance(parsed.get("vitamin"), str) and isinstance(parsed.get("certain"), bool),
-            "evidence": f"response_format json_object + schema -> {status}: {snippet(text, 160)}",
-            "seconds": round(took, 3)}
-
-        status, data, took = post(client, "/chat/completions", {
-            "model": ALIAS, "temperature": 0, "max_tokens": 24,
-            "response_format": {"type": "json_schema",
-                                "json_schema": {"name": "v", "schema": schema}},
-            "messages": [{"role": "user", "content": "Which vitamin prevents scurvy? JSON."}]})
-        text = (_choice(data).get("message") or {}).get("content") or ""
-        found["json_schema_openai_shape"] = {
-            "supported": status == 200 and isinstance(_loads(text), dict),
-            "evidence": "response_format {type: json_schema, json_schema: {...}} (the OpenAI "
-                        f"shape) -> {status}: {snippet(text if status == 200 else data, 160)}"}
-
-        status, data, took = post(client, "/completions", {
-            "model": ALIAS, "prompt": "Is scurvy caused by a lack of vitamin C? Answer:",
-            "max_tokens": 2, "temperature": 0, "grammar": 'root ::= " yes" | " no"'})
-        text = _choice(data).get("text")
-        found["grammar"] = {"supported": status == 200 and text in (" yes", " no"),
-                            "evidence": f"/v1/completions grammar='root ::= \" yes\" | \" no\"' "
-                                        f"-> {status}: {text!r}",
-                            "seconds": round(took, 3)}
+        _probe_completions(client, found)
+        _probe_chat_and_json(client, found)
     return found
+
+
+def _probe_completions(client: httpx.Client, found: dict[str, dict[str, Any]]) -> None:
+    """The model list and the log-probs of /v1/completions (generated, prompt, echo)."""
+    prompt = "Question: Which vitamin deficiency causes scurvy?\nAnswer:\n"
+    answer = "Vitamin C deficiency causes scurvy."
+    response = client.get("/models")
+    ids = [m.get("id") for m in response.json().get("data", [])]
+    found["models"] = {"supported": response.status_code == 200 and ALIAS in ids,
+                       "evidence": f"GET /v1/models -> {response.status_code}, ids {ids}"}
+
+    status, data, took = post(client, "/completions", {
+        "model": ALIAS, "prompt": prompt, "max_tokens": 3, "temperature": 0,
+        "logprobs": 5})
+    lp = _choice(data).get("logprobs") or {}
+    values = lp.get("token_logprobs") or []
+    found["completion_logprobs"] = {
+        "supported": status == 200 and len(values) == 3 and _finite_negative(values),
+        "evidence": f"/v1/completions logprobs=5 max_tokens=3 -> {status}: "
+                    f"{len(values)} generated tokens, token_logprobs {snippet(values, 120)}",
+        "seconds": round(took, 3)}
+
+    status, data, took = post(client, "/completions", {
+        "model": ALIAS, "prompt": prompt + answer, "max_tokens": 1, "temperature": 0,
+        "prompt_logprobs": 5})
+    choice = _choice(data)
+    found["vllm_prompt_logprobs"] = {
+        "supported": status == 200 and bool(choice.get("prompt_logprobs")),
+        "evidence": f"/v1/completions prompt_logprobs=5 -> {status}; keys of choices[0]: "
+                    f"{sorted(choice)}; the field is "
+                    f"{'ignored' if status == 200 else 'refused'}"}
+
+    status, data, took = post(client, "/completions", {
+        "model": ALIAS, "prompt": prompt + answer, "max_tokens": 1, "temperature": 0,
+        "echo": True, "logprobs": 5})
+    lp = _choice(data).get("logprobs") or {}
+    tokens, values = lp.get("tokens") or [], lp.get("token_logprobs") or []
+    usage = data.get("usage", {}) if isinstance(data, dict) else {}
+    n_prompt = usage.get("prompt_tokens")
+    found["echo_prompt_logprobs"] = {
+        "supported": status == 200 and bool(values) and values[0] is None
+        and _finite_negative(values[1:]),
+        "evidence": f"/v1/completions echo=true logprobs=5 max_tokens=1 -> {status}: "
+                    f"{len(tokens)} tokens (usage: {n_prompt} prompt incl. BOS + "
+                    f"{usage.get('completion_tokens')} generated), first logprob "
+                    f"{values[0] if values else None}, "
+                    f"text_offset {snippet(lp.get('text_offset'), 80)}, tokens "
+                    f"{snippet(tokens, 160)}",
+        "seconds": round(took, 3)}
+
+    # max_tokens 0 is read as "until n_ctx", not "none" (llama_cpp/llama.py): not
+    # probed live, since one such request keeps the server busy for minutes here
+    found["echo_max_tokens_0"] = {
+        "supported": False,
+        "evidence": "not sent: llama-cpp-python reads max_tokens <= 0 as 'generate up to "
+                    "n_ctx' (llama_cpp/llama.py), and a first run of this benchmark saw "
+                    "echo=true max_tokens=0 get no reply within 300 s; the scorer sends "
+                    "max_tokens 1 (the one generated token is dropped)"}
+
+
+def _probe_chat_and_json(client: httpx.Client, found: dict[str, dict[str, Any]]) -> None:
+    """Chat (with log-probs), JSON mode, JSON schemas in two shapes, and a grammar."""
+    status, data, took = post(client, "/chat/completions", {
+        "model": ALIAS, "messages": [{"role": "user", "content": "Name one vitamin."}],
+        "max_tokens": 6, "temperature": 0})
+    message = _choice(data).get("message") or {}
+    found["chat"] = {
+        "supported": status == 200 and isinstance(message.get("content"), str),
+        "evidence": f"/v1/chat/completions -> {status}: {snippet(message, 160)}",
+        "seconds": round(took, 3)}
+
+    status, data, took = post(client, "/chat/completions", {
+        "model": ALIAS, "messages": [{"role": "user", "content": "Name one vitamin."}],
+        "max_tokens": 2, "temperature": 0, "logprobs": True, "top_logprobs": 3})
+    content = (_choice(data).get("logprobs") or {}).get("content") or []
+    found["chat_logprobs"] = {
+        "supported": status == 200 and bool(content)
+        and _finite_negative([c.get("logprob") for c in content]),
+        "evidence": f"/v1/chat/completions logprobs=true top_logprobs=3 -> {status}: "
+                    f"{len(content)} entries, first {snippet(content[:1], 200)}"}
+
+    status, data, took = post(client, "/chat/completions", {
+        "model": ALIAS, "temperature": 0, "max_tokens": 24,
+        "response_format": {"type": "json_object"},
+        "messages": [{"role": "user", "content": "Reply in JSON with a key 'vitamin' "
+                                                 "naming the vitamin that prevents scurvy."}]})
+    text = (_choice(data).get("message") or {}).get("content") or ""
+    found["json_mode"] = {"supported": status == 200 and _is_json(text),
+                          "evidence": f"response_format json_object -> {status}: "
+                                      f"{snippet(text, 160)}",
+                          "seconds": round(took, 3)}
+
+    schema = {"type": "object", "properties": {"vitamin": {"type": "string"},
+                                               "certain": {"type": "boolean"}},
+              "required": ["vitamin", "certain"]}
+    status, data, took = post(client, "/chat/completions", {
+        "model": ALIAS, "temperature": 0, "max_tokens": 24,
+        "response_format": {"type": "json_object", "schema": schema},
+        "messages": [{"role": "user", "content": "Which vitamin prevents scurvy? JSON."}]})
+    text = (_choice(data).get("message") or {}).get("content") or ""
+    parsed = _loads(text)
+    found["json_schema"] = {
+        "supported": status == 200 and isinstance(parsed, dict)
+        and isinstance(parsed.get("vitamin"), str) and isinstance(parsed.get("certain"), bool),
+        "evidence": f"response_format json_object + schema -> {status}: {snippet(text, 160)}",
+        "seconds": round(took, 3)}
+
+    status, data, took = post(client, "/chat/completions", {
+        "model": ALIAS, "temperature": 0, "max_tokens": 24,
+        "response_format": {"type": "json_schema",
+                            "json_schema": {"name": "v", "schema": schema}},
+        "messages": [{"role": "user", "content": "Which vitamin prevents scurvy? JSON."}]})
+    text = (_choice(data).get("message") or {}).get("content") or ""
+    found["json_schema_openai_shape"] = {
+        "supported": status == 200 and isinstance(_loads(text), dict),
+        "evidence": "response_format {type: json_schema, json_schema: {...}} (the OpenAI "
+                    f"shape) -> {status}: {snippet(text if status == 200 else data, 160)}"}
+
+    status, data, took = post(client, "/completions", {
+        "model": ALIAS, "prompt": "Is scurvy caused by a lack of vitamin C? Answer:",
+        "max_tokens": 2, "temperature": 0, "grammar": 'root ::= " yes" | " no"'})
+    text = _choice(data).get("text")
+    found["grammar"] = {"supported": status == 200 and text in (" yes", " no"),
+                        "evidence": f"/v1/completions grammar='root ::= \" yes\" | \" no\"' "
+                                    f"-> {status}: {text!r}",
+                        "seconds": round(took, 3)}
 
 
 def _loads(text: str) -> Any:
