@@ -4,7 +4,6 @@ labels from several processes at once."""
 
 from __future__ import annotations
 
-import multiprocessing
 from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -31,6 +30,7 @@ from medverify.review import (
 from medverify.store.review import ReviewStore
 from medverify.store.runs import RunStore
 from postgres_server import as_location
+from process_context import racing_context
 
 T0 = datetime(2026, 3, 2, 9, 0, tzinfo=UTC)
 
@@ -297,7 +297,7 @@ def _label_at_once(path: str, item_id: str, reviewer: str, label: str, start: ob
 
 
 def _race(path: Path | str, item_id: str, labels: list[str]) -> dict[str, str]:
-    ctx = multiprocessing.get_context("spawn")
+    ctx = racing_context()
     start, out = ctx.Barrier(len(labels)), ctx.Queue()
     procs = [ctx.Process(target=_label_at_once,
                          args=(str(path), item_id, f"rev-{i}", label, start, out))

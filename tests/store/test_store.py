@@ -19,6 +19,7 @@ from medverify.records import (
 )
 from medverify.store.runs import RunStore, migrations
 from postgres_server import as_location, fresh_location
+from process_context import racing_context
 
 
 def _results() -> list[ClaimResult]:
@@ -172,9 +173,8 @@ def test_workers_opening_a_new_store_at_once_all_succeed(
         store_location: Path | str, request: pytest.FixtureRequest) -> None:
     """The service's workers create and migrate one store together: each migration is
     applied once, and the switch to WAL is retried while another process holds it."""
-    import multiprocessing
 
-    context = multiprocessing.get_context("spawn")
+    context = racing_context()
     for trial in range(3):
         path = str(fresh_location(store_location, trial, request))
         barrier, results = context.Barrier(4), context.Queue()

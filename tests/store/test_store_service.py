@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import multiprocessing
 import sqlite3
 import time
 from collections import Counter
@@ -20,6 +19,7 @@ from medverify.store.access import AuditLog, KeyNotFound, KeyStore, Role
 from medverify.store.jobs import JobKind, JobNotFound, JobStatus, JobStore
 from medverify.store.runs import RunStore, migrations
 from postgres_server import as_location
+from process_context import racing_context
 
 
 @pytest.fixture
@@ -384,7 +384,7 @@ def test_four_processes_claim_200_jobs_each_exactly_once(store_location: Path | 
     path = store_location
     with RunStore(path) as runs:
         ids = _submit(JobStore(runs), 200)
-    ctx = multiprocessing.get_context("spawn")
+    ctx = racing_context()
     start, out = ctx.Barrier(4), ctx.Queue()
     procs = [ctx.Process(target=_claim_all, args=(str(path), f"w{i}", start, out))
              for i in range(4)]
