@@ -17,6 +17,9 @@ and an "after" run can be compared; test_suite.md is rendered from the JSON::
     .venv/bin/python benchmarks/bench_test_suite.py --rev 9d3b798 --label before
     .venv/bin/python benchmarks/bench_test_suite.py --label after
     .venv/bin/python benchmarks/bench_test_suite.py --render
+
+``--tests PATH...`` runs only those files (with ``-n 2 --dist loadfile`` still), so that the
+files a change touched can be timed at both revisions, alternately, in a few minutes.
 """
 
 from __future__ import annotations
@@ -71,8 +74,10 @@ def parse(output: str) -> dict[str, Any]:
     }
 
 
-def run_suite(rev: str, data: Path | None, timeout_s: float) -> dict[str, Any]:
-    """The default suite on a fresh clone of ``rev``: its parsed output and wall time."""
+def run_suite(rev: str, data: Path | None, timeout_s: float,
+              tests: list[str] | None = None) -> dict[str, Any]:
+    """The default suite (or only ``tests``) on a fresh clone of ``rev``: its parsed output
+    and wall time."""
     with tempfile.TemporaryDirectory(prefix="bench-test-suite-") as tmp:
         clone = Path(tmp) / "medverify"
         subprocess.run(["git", "clone", "-q", str(ROOT), str(clone)], check=True)
@@ -85,12 +90,14 @@ def run_suite(rev: str, data: Path | None, timeout_s: float) -> dict[str, Any]:
             env["MEDVERIFY_DATA"] = str(data.resolve())
         load_before = os.getloadavg()[0]
         started = time.perf_counter()
-        done = subprocess.run([str(ROOT / ".venv" / "bin" / "pytest"), *PYTEST], cwd=clone,
+        done = subprocess.run([str(ROOT / ".venv" / "bin" / "pytest"), *PYTEST, *(tests or [])],
+                              cwd=clone,
                               env=env, capture_output=True, text=True, timeout=timeout_s,
                               check=False)
         wall = time.perf_counter() - started
     result = parse(done.stdout + done.stderr)
     result.update({"rev": rev, "commit": commit, "exit_code": done.returncode,
+                   "tests": tests or "the default suite",
                    "wall_s": round(wall, 1), "data": str(data) if data else None,
                    "load_average_before": round(load_before, 2),
                    "load_average_after": round(os.getloadavg()[0], 2),
@@ -116,6 +123,9 @@ def render(runs: dict[str, dict[str, Any]]) -> str:
                      f"{c.get('failed', 0) + c.get('error', 0)} | {r['exit_code']} | "
                      f"{r['load_average_before']} -> {r['load_average_after']} | {r['date']} |")
     for label, r in runs.items():
+        if r.get("tests", "the default suite") != "the default suite":
+            lines += ["", f"Run {label}: only {', '.join(f'`{t}`' for t in r['tests'])}."]
+    for label, r in runs.items():
         lines += ["", f"## Slowest {SLOWEST} tests, {label} ({r['commit']})", "",
                   "| s | test |", "|---|---|"]
         lines += [f"| {t['s']} | `{t['test']}` |" for t in r["slowest_tests"]]
@@ -131,13 +141,16 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--with-data", type=Path, metavar="DIR",
                         help="MEDVERIFY_DATA for the run (default: unset, data tests skip)")
     parser.add_argument("--timeout", type=float, default=1800.0, help="seconds for the suite")
+    parser.add_argument("--tests", nargs="+", metavar="PATH",
+                        help="only these test files (the same files at both revisions: a "
+                        "before/after comparison of what changed, less exposed to load)")
     parser.add_argument("--render", action="store_true", help="test_suite.md from the JSON")
     parser.add_argument("--out", default="test_suite", help="results name (.json and .md)")
     args = parser.parse_args(argv)
     out = RESULTS / f"{args.out}.json"
     runs: dict[str, dict[str, Any]] = json.loads(out.read_text()) if out.exists() else {}
     if not args.render:
-        result = run_suite(args.rev, args.with_data, args.timeout)
+        result = run_suite(args.rev, args.with_data, args.timeout, args.tests)
         runs[args.label or result["commit"]] = result
         RESULTS.mkdir(parents=True, exist_ok=True)
         out.write_text(json.dumps(runs, indent=1) + "\n")
