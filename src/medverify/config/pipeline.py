@@ -79,6 +79,15 @@ class KBSettings(Section):
     # on KBs of at least this many chunks that hold postings built at their current
     # generation (`KnowledgeBase.build_lexical_postings`); None: always bm25()
     lexical_postings_from: int | None = Field(100_000, ge=0)
+    # a KB on PostgreSQL (docs/scale.md): how often, at most, a replica checks the KB's
+    # generation on a read and brings its vector index up to it. A document taught or
+    # reverted on another replica is searched here within about this many seconds; 0:
+    # check on every read (one more query per search)
+    generation_poll_s: float = Field(1.0, ge=0.0)
+    # the KB in a PostgreSQL database that several replicas share (docs/scale.md,
+    # "Knowledge base on PostgreSQL"): postgresql://USER:PASSWORD@HOST:PORT/DB. When set,
+    # it is the KB (`kb` is not read); None: the embedded KB directory `kb`
+    location: str | None = Field(None, pattern=r"^postgres(ql)?(\+\w+)?://")
 
 
 class RetrievalSettings(Section):

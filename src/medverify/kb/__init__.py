@@ -9,7 +9,9 @@
 KB stores are named in :data:`KB_STORES`: the built-in ``embedded`` store is the
 SQLite + FTS5 + faiss directory (:class:`KnowledgeBase`); plugins add stores through the
 ``medverify.kb_stores`` entry-point group, each a factory ``factory(path, config)`` that
-returns an open :class:`KBStore`. :func:`open_store` opens the configured one.
+returns an open :class:`KBStore`. The ``postgresql`` store (:mod:`medverify.kb.postgres`)
+is one KB in a database that several replicas share. :func:`open_store` opens the
+configured one.
 """
 
 from __future__ import annotations
@@ -65,14 +67,19 @@ class KBStoreRegistry(Registry[KBStore]):
 KB_STORES = KBStoreRegistry("KB store", group="medverify.kb_stores")
 """KB stores by name: ``KB_STORES.create(name, config)``."""
 KB_STORES.register("embedded", "medverify.kb.store:KnowledgeBase.from_config")
+KB_STORES.register("postgresql", "medverify.kb.postgres:PostgresKB.from_config")
 
 DEFAULT_STORE = "embedded"
 
 
 def open_store(config: Config, name: str = DEFAULT_STORE) -> KBStore:
     """The KB store ``name`` at ``config.kb``, opened with ``config`` (ConfigError when no
-    KB is configured or the name is unknown). Kept beside ``KB_STORES.create`` for the
-    one thing it adds: the error that says how to give a KB when none is configured."""
+    KB is configured or the name is unknown). Kept beside ``KB_STORES.create`` for what
+    it adds: ``[kb_settings] location`` (a ``postgresql://`` URL) opens the ``postgresql``
+    store there, and the error that says how to give a KB when none is configured."""
+    location = config.kb_settings.location
+    if location is not None and name == DEFAULT_STORE:
+        return KB_STORES.build("postgresql", location, config)
     if config.kb is None:
         raise ConfigError(
             "no knowledge base given: pass --kb DIR (build one with "

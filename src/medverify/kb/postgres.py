@@ -1,0 +1,387 @@
+"""The knowledge base on PostgreSQL: one KB that several service replicas share.
+
+Selected by ``[kb_settings] location = "postgresql://USER:PASSWORD@HOST:PORT/DB"``
+(:func:`medverify.kb.open_store`), or by the ``postgresql`` name of
+:data:`medverify.kb.KB_STORES` (``KB_STORES.build("postgresql", url, config)``). The tables and
+what writes them are in :mod:`medverify.kb.postgres_schema`.
+
+What is searched how:
+
+* lexical: PostgreSQL full-text search. Each chunk's ``tsv`` is
+  ``to_tsvector('english', title || text)`` (GIN index); a query is the medverify query
+  terms (:func:`medverify.kb.fts.query_terms`: the same words and stopwords as the embedded
+  store) OR-ed into a tsquery, ranked by ``ts_rank_cd`` (cover density, normalised by
+  document length: option 1), not BM25: the scores differ from the embedded store's, and
+  so does the order (measured in ``benchmarks/results/kb_postgres.md``). Lexical search
+  and the chunks are read from the tables, so they see every committed change at once.
+* dense: the vectors are stored in the table (float32 ``bytea``; pgvector is not used), and
+  searched through a per-replica faiss index (exact inner product, ``IndexIDMap2`` over
+  ``IndexFlatIP``) built from the table on first use. A replica checks the KB's
+  generation on a read at most every ``[kb_settings] generation_poll_s`` seconds; when it
+  moved, the chunks added and removed since the replica's generation are applied to its
+  index incrementally (:meth:`PostgresKB.follow`), so a document taught or reverted on
+  another replica is searched here within that bound (plus the time to apply it).
+
+:attr:`PostgresKB.generation` is the KB's generation in the database;
+:attr:`PostgresKB.replica_generation` the one this replica's vector index has.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import threading
+import time
+from collections.abc import Iterable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from medverify.config import KBSettings, RetrievalSettings
+from medverify.connections import PostgresDatabase, display
+from medverify.errors import KBError
+from medverify.kb.database import DOC_ID_PREFIX
+from medverify.kb.embed import Embedder, get_embedder
+from medverify.kb.fts import query_terms
+from medverify.kb.ingest_batches import IngestStats
+from medverify.kb.loaders import KBInput
+from medverify.kb.postgres_schema import (
+    SCHEMA_VERSION,
+    TS_CONFIG,
+    PgWriter,
+    initialise_meta,
+    migrate,
+    read_generation,
+    read_meta,
+)
+from medverify.kb.protocol import Candidate, StoredChunk, Subset
+
+if TYPE_CHECKING:
+    from medverify.config import Config
+
+MAX_FILTERED = 20_000  # chunks a metadata filter may match (as the embedded store)
+_CHUNK_COLUMNS = ('c.id, c.ord, c.text, c.start, c."end", d.doc_id, d.title, d.url, '
+                  "d.source")
+_META_KEY_CHARS = frozenset("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_")
+
+
+def tsquery_text(query: str) -> str:
+    """The words of untrusted query text that a PostgreSQL query ORs together: the
+    embedded store's query terms (word characters only), space-separated; passed as a
+    parameter to ``plainto_tsquery``, so nothing in it is tsquery syntax."""
+    return " ".join(query_terms(query))
+
+
+def lexical_sql(rank: str = "ts_rank_cd", normalization: int = 1) -> str:
+    """The lexical candidates query (parameters: the query's words, the depth)."""
+    return (f"SELECT c.id, {rank}(c.tsv, q.q, {int(normalization)}) AS score "
+            f"FROM kb_chunks c, (SELECT replace(plainto_tsquery('{TS_CONFIG}', ?)::text, "
+            "'&', '|')::tsquery AS q) q WHERE c.tsv @@ q.q ORDER BY score DESC, c.id LIMIT ?")
+
+
+def metadata_condition(where: Mapping[str, str]) -> tuple[str, list[Any]]:
+    """The SQL condition over ``kb_documents d`` selecting the documents whose metadata
+    matches every ``key=value`` (a list matches when one element does; case-insensitive;
+    ``doc_id_prefix``: document ids starting with the value), as the embedded store's."""
+    clauses: list[str] = []
+    params: list[Any] = []
+    for key, value in where.items():
+        if key == DOC_ID_PREFIX:
+            clauses.append("d.doc_id >= ? AND d.doc_id < ?")
+            params += [value, value + "\U0010ffff"]
+            continue
+        if not key or len(key) > 64 or not set(key) <= _META_KEY_CHARS or key[0].isdigit():
+            raise KBError(f"bad metadata key {key!r}: letters, digits and _ only")
+        clauses.append(
+            "(CASE jsonb_typeof(d.meta -> ?) WHEN 'array' THEN EXISTS (SELECT 1 FROM "
+            "jsonb_array_elements_text(d.meta -> ?) e WHERE lower(e) = lower(?)) "
+            "ELSE lower(d.meta ->> ?) = lower(?) END)")
+        params += [key, key, value, key, value]
+    return " AND ".join(clauses) or "TRUE", params
+
+
+class PostgresKB:
+    """Documents, chunks, full-text search and stored vectors in PostgreSQL; a per-replica
+    faiss index kept in step with the KB's generation."""
+
+    def __init__(self, url: str, db: PostgresDatabase, retrieval: RetrievalSettings | None,
+                 settings: KBSettings) -> None:
+        self.url = url
+        self.path = display(url)  # what a KB change records: the password masked
+        self._db = db
+        self.retrieval = retrieval or RetrievalSettings()
+        self._knobs = settings
+        self.poll_s = settings.generation_poll_s  # seconds between generation checks
+        self._meta = read_meta(db)
+        if int(self._meta.get("schema_version", "0")) != SCHEMA_VERSION:
+            raise KBError(f"{self.path} has KB schema version "
+                          f"{self._meta.get('schema_version')}, this medverify reads "
+                          f"{SCHEMA_VERSION}")
+        self._embedder: Embedder | None = None
+        self._lock = threading.RLock()
+        self._index: Any = None  # faiss IndexIDMap2 over IndexFlatIP, built on first use
+        self._at: int | None = None  # the generation the index has
+        self._polled = 0.0  # time.monotonic() of the last generation check
+        self._snapshot: tuple[int, str] | None = None
+        self.rank_function, self.rank_normalization = "ts_rank_cd", 1
+
+    # ---- construction -------------------------------------------------------------
+
+    @classmethod
+    def open(cls, url: str, settings: KBSettings | None = None,
+             retrieval: RetrievalSettings | None = None) -> PostgresKB:
+        """Open the KB in the database at ``url``, creating its tables (and recording
+        ``settings``' embedder and chunking) when it has none."""
+        settings = settings or KBSettings()
+        db = PostgresDatabase(url)
+        try:
+            migrate(db)
+            if "embedder_id" not in read_meta(db):
+                embedder = get_embedder(settings.embedder, settings.embed_precision,
+                                        settings.embed_device, settings.embed_runtime)
+                initialise_meta(db, settings, embedder)
+            return cls(url, db, retrieval, settings)
+        except BaseException:
+            db.close()
+            raise
+
+    @classmethod
+    def from_config(cls, location: object, config: Config) -> PostgresKB:
+        """The ``postgresql`` entry of :data:`medverify.kb.KB_STORES`."""
+        return cls.open(str(location), config.kb_settings, config.retrieval)
+
+    # ---- identity -----------------------------------------------------------------
+
+    @property
+    def embedder_id(self) -> str:
+        return self._meta["embedder_id"]
+
+    @property
+    def dim(self) -> int:
+        return int(self._meta["dim"])
+
+    @property
+    def settings(self) -> KBSettings:
+        return KBSettings(chunk_tokens=int(self._meta["chunk_tokens"]),
+                          chunk_overlap=int(self._meta["chunk_overlap"]),
+                          embedder=self._meta.get("embedder_spec", self.embedder_id))
+
+    @property
+    def embedder(self) -> Embedder:
+        """The KB's embedder (its recorded spec and precision), loaded on first use."""
+        if self._embedder is None:
+            embedder = get_embedder(self._meta.get("embedder_spec") or self.embedder_id,
+                                    self._meta.get("embed_precision", "fp32"),  # type: ignore[arg-type]
+                                    self._knobs.embed_device, self._knobs.embed_runtime)
+            if embedder.id != self.embedder_id or embedder.dim != self.dim:
+                raise KBError(f"the knowledge base at {self.path} was built with "
+                              f"{self.embedder_id!r}, not {embedder.id!r}")
+            self._embedder = embedder
+        return self._embedder
+
+    @property
+    def generation(self) -> int:
+        """The KB's generation in the database (bumped by every committed write)."""
+        with self._lock:
+            return read_generation(self._db)
+
+    @property
+    def replica_generation(self) -> int | None:
+        """The generation this replica's vector index has (None before its first use)."""
+        return self._at
+
+    @property
+    def lineage(self) -> str:
+        """The KB's identity across ingests and removals (as the embedded store's)."""
+        body = f"{self._meta['created_at']}|{self._meta['embedder_id']}"
+        return "kbl-" + hashlib.sha256(body.encode()).hexdigest()[:16]
+
+    @property
+    def snapshot_id(self) -> str:
+        """Changes whenever the content changes: the embedded store's hash of embedder,
+        chunking and the sorted (doc_id, content hash) pairs."""
+        with self._lock:
+            generation = read_generation(self._db)
+            if self._snapshot is None or self._snapshot[0] != generation:
+                digest = hashlib.sha256()
+                for key in ("embedder_id", "dim", "chunk_tokens", "chunk_overlap"):
+                    digest.update(f"{key}={self._meta[key]}\n".encode())
+                if self._meta.get("embed_precision", "fp32") != "fp32":
+                    digest.update(f"embed_precision={self._meta['embed_precision']}\n"
+                                  .encode())
+                for doc_id, content in self._db.execute(
+                        "SELECT doc_id, content_hash FROM kb_documents ORDER BY doc_id "
+                        "COLLATE \"C\""):
+                    digest.update(f"{doc_id}\x00{content}\n".encode("utf-8", "surrogatepass"))
+                self._snapshot = (generation, "kb-" + digest.hexdigest()[:16])
+            return self._snapshot[1]
+
+    def counts(self) -> tuple[int, int]:
+        """(documents, chunks) stored."""
+        with self._lock:
+            docs = self._db.execute("SELECT count(*) FROM kb_documents").fetchone()[0]
+            chunks = self._db.execute("SELECT count(*) FROM kb_chunks").fetchone()[0]
+            return int(docs), int(chunks)
+
+    # ---- writes (the side review teaching uses) -----------------------------------
+
+    def _writer(self) -> PgWriter:
+        return PgWriter(self._db, self.embedder, int(self._meta["chunk_tokens"]),
+                        int(self._meta["chunk_overlap"]))
+
+    def ingest(self, documents: Iterable[KBInput], progress: object = None,
+               executor: object = None) -> IngestStats:
+        """Add documents (unchanged ones skipped, changed ones replaced); this replica's
+        index follows at once. ``progress`` and ``executor`` are not supported yet (no
+        ingest on an executor into PostgreSQL): KBError when given."""
+        if progress is not None or executor is not None:
+            raise KBError("a PostgreSQL knowledge base is ingested in this process only "
+                          "(no progress callback or executor yet)")
+        with self._lock:
+            stats = self._writer().ingest(documents)
+            self.follow(force=True)
+            return stats
+
+    def remove_documents(self, doc_ids: Iterable[str]) -> int:
+        """Remove documents by id (one new generation); this replica's index follows at
+        once, the others within ``generation_poll_s``. Returns how many were removed."""
+        with self._lock:
+            removed = self._writer().remove(doc_ids)
+            self.follow(force=True)
+            return removed
+
+    # ---- keeping the replica's vector index in step -------------------------------
+
+    def follow(self, force: bool = False) -> bool:
+        """Bring this replica's vector index to the KB's generation: built from the table
+        on first use, then the chunks added and removed since applied incrementally. Reads
+        the generation at most every ``poll_s`` seconds unless ``force``. Returns whether
+        the index changed."""
+        with self._lock:
+            now = time.monotonic()
+            if not force and self._index is not None and now - self._polled < self.poll_s:
+                return False
+            self._polled = now
+            generation = read_generation(self._db)
+            if self._index is not None and generation == self._at:
+                return False
+            if self._index is None:
+                self._build(generation)
+            else:
+                self._apply(self._at or 0, generation)
+            self._at = generation
+            return True
+
+    def _vectors_of(self, rows: list[Any]) -> tuple[np.ndarray, np.ndarray]:
+        ids = np.asarray([r[0] for r in rows], dtype=np.int64)
+        vectors = (np.frombuffer(b"".join(bytes(r[1]) for r in rows), dtype=np.float32)
+                   .reshape(len(rows), self.dim))
+        return ids, vectors
+
+    def _build(self, generation: int) -> None:
+        import faiss
+
+        index = faiss.IndexIDMap2(faiss.IndexFlatIP(self.dim))
+        rows = self._db.execute("SELECT id, vector FROM kb_chunks WHERE generation <= ? "
+                                "ORDER BY id", (generation,)).fetchall()
+        if rows:
+            ids, vectors = self._vectors_of(rows)
+            index.add_with_ids(vectors, ids)
+        self._index = index
+
+    def _apply(self, since: int, generation: int) -> None:
+        """Remove the chunks tombstoned and add the chunks stored after ``since`` (up to
+        ``generation``)."""
+        gone = [r[0] for r in self._db.execute(
+            "SELECT chunk_id FROM kb_removed WHERE generation > ? AND generation <= ?",
+            (since, generation))]
+        if gone:
+            self._index.remove_ids(np.asarray(gone, dtype=np.int64))
+        rows = self._db.execute("SELECT id, vector FROM kb_chunks WHERE generation > ? AND "
+                                "generation <= ? ORDER BY id", (since, generation)).fetchall()
+        if rows:
+            ids, vectors = self._vectors_of(rows)
+            self._index.remove_ids(ids)  # (none there: a chunk id is never reused)
+            self._index.add_with_ids(vectors, ids)
+
+    # ---- primitive searches (ranking is the Retriever's) ---------------------------
+
+    @contextmanager
+    def reading(self) -> Iterator[None]:
+        """Hold the store (its connection and index) for a series of reads."""
+        with self._lock:
+            yield
+
+    def lexical_candidates(self, query: str, depth: int) -> list[Candidate]:
+        """Up to ``depth`` (chunk id, ts_rank_cd score) of the chunks matching one of the
+        query's words, best first (ties by chunk id)."""
+        words = tsquery_text(query)
+        if not words or depth <= 0:
+            return []
+        with self._lock:
+            rows = self._db.execute(lexical_sql(self.rank_function, self.rank_normalization),
+                                    (words, depth)).fetchall()
+        return [(int(i), float(s)) for i, s in rows]
+
+    def dense_candidates(self, queries: Sequence[str], depth: int) -> list[list[Candidate]]:
+        """Per query, up to ``depth`` (chunk id, inner product), most similar first, from
+        this replica's index (following the KB's generation first)."""
+        with self._lock:
+            self.follow()
+            if self._index.ntotal == 0 or not queries:
+                return [[] for _ in queries]
+            vectors = np.asarray(self.embedder.embed(list(queries)), dtype=np.float32)
+            scores, ids = self._index.search(vectors, min(depth, self._index.ntotal))
+        return [[(int(i), float(s)) for i, s in zip(row_ids, row, strict=True) if i >= 0]
+                for row_ids, row in zip(ids, scores, strict=True)]
+
+    def chunks(self, ids: Sequence[int]) -> dict[int, StoredChunk]:
+        """The stored chunks of ``ids`` by chunk id (ids not stored are left out)."""
+        if not ids:
+            return {}
+        with self._lock:
+            rows = self._db.execute(
+                f"SELECT {_CHUNK_COLUMNS} FROM kb_chunks c JOIN kb_documents d ON "
+                "d.id = c.doc WHERE c.id = ANY(?)", ([int(i) for i in ids],)).fetchall()
+        return {int(r[0]): StoredChunk(*r) for r in rows}
+
+    def subset(self, where: Mapping[str, str], limit: int = MAX_FILTERED) -> Subset:
+        """The chunks of the documents ``where`` selects, with their stored vectors (what
+        the retriever ranks exactly in memory: taught documents, a trial's sections).
+        KBError past ``limit`` chunks."""
+        condition, params = metadata_condition(where)
+        join = "FROM kb_chunks c JOIN kb_documents d ON d.id = c.doc"
+        with self._lock:
+            count = self._db.execute(f"SELECT count(*) {join} WHERE {condition}",
+                                     params).fetchone()[0]
+            if count > limit:
+                raise KBError(f"the filter matches {count:,} chunks, more than the "
+                              f"{limit:,} ranked exactly in memory: narrow it")
+            rows = self._db.execute(f"SELECT {_CHUNK_COLUMNS}, c.vector {join} WHERE "
+                                    f"{condition} ORDER BY c.id", params).fetchall()
+        chunks = [StoredChunk(*r[:9]) for r in rows]
+        vectors = (np.frombuffer(b"".join(bytes(r[9]) for r in rows), dtype=np.float32)
+                   .reshape(len(rows), self.dim) if rows
+                   else np.zeros((0, self.dim), dtype=np.float32))
+        return Subset(chunks, vectors)
+
+    def document_meta(self, doc_id: str) -> dict[str, Any] | None:
+        """A stored document's metadata (None when not stored)."""
+        with self._lock:
+            row = self._db.execute("SELECT meta FROM kb_documents WHERE doc_id = ?",
+                                   (doc_id,)).fetchone()
+        if row is None:
+            return None
+        return row[0] if isinstance(row[0], dict) else json.loads(row[0])
+
+    # ---- lifecycle ----------------------------------------------------------------
+
+    def close(self) -> None:
+        self._db.close()
+
+    def __enter__(self) -> PostgresKB:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()

@@ -1,0 +1,181 @@
+"""The KB store on PostgreSQL (medverify.kb.postgres): the parts that need no server, and,
+behind the ``database`` marker, the store on a throwaway server: search, writes, and two
+store objects on one database standing for two replicas (teaching and reverting on one is
+searched on the other within the poll bound)."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+
+import pytest
+from pydantic import ValidationError
+
+from medverify.config import Config, KBSettings
+from medverify.errors import KBError
+from medverify.kb import KB_STORES, open_store
+from medverify.kb.postgres import PostgresKB, lexical_sql, metadata_condition, tsquery_text
+from medverify.kb.protocol import KBStore
+from medverify.records import Document
+from medverify.retrieve import Retriever
+
+DOCS = [
+    Document(doc_id="metformin", title="Metformin", text="Metformin is taken twice a day "
+             "with meals to lower blood glucose in type 2 diabetes.", meta={"topic": "diabetes"}),
+    Document(doc_id="asthma", title="Asthma", text="Inhaled corticosteroids reduce airway "
+             "inflammation in persistent asthma.", meta={"tags": ["lungs", "Chronic"]}),
+    Document(doc_id="measles", title="Measles vaccine", text="Two doses of the measles "
+             "vaccine give lasting protection against measles.", meta={"live": True}),
+]
+TAUGHT = Document(doc_id="review-7", title="Clinician-reviewed statement",
+                  text="Zoledronate infusions are given once yearly for osteoporosis.")
+
+
+# ---- no server ------------------------------------------------------------------------
+
+
+def test_query_words_carry_no_tsquery_syntax() -> None:
+    assert tsquery_text("metformin & !dose | (twice):* <-> 'x'") == "metformin dose twice x"
+    assert tsquery_text("the of and") == "the of and"  # only stopwords: kept, as FTS5's
+    assert tsquery_text("") == ""
+
+
+def test_lexical_query_ranks_by_cover_density_with_the_words_as_a_parameter() -> None:
+    sql = lexical_sql()
+    assert "ts_rank_cd(c.tsv, q.q, 1)" in sql and "plainto_tsquery('english', ?)" in sql
+    assert sql.endswith("LIMIT ?")
+
+
+def test_metadata_condition_refuses_keys_that_are_not_names() -> None:
+    with pytest.raises(KBError, match="bad metadata key"):
+        metadata_condition({"x') OR 1=1 --": "y"})
+    condition, params = metadata_condition({"doc_id_prefix": "review-", "topic": "Diabetes"})
+    assert condition.startswith("d.doc_id >= ? AND d.doc_id < ?")
+    assert params[:2] == ["review-", "review-\U0010ffff"] and params[2:] == [
+        "topic", "topic", "Diabetes", "topic", "Diabetes"]
+
+
+def test_the_location_must_be_a_postgresql_url() -> None:
+    with pytest.raises(ValidationError):
+        KBSettings(location="/data/kb")
+    assert KBSettings(location="postgresql://u@h/db").location == "postgresql://u@h/db"
+
+
+def test_a_location_opens_the_postgresql_store(monkeypatch: pytest.MonkeyPatch) -> None:
+    opened: list[tuple[str, object]] = []
+    monkeypatch.setattr(KB_STORES, "build",
+                        lambda name, location, config: opened.append((name, location)))
+    config = Config(kb_settings=KBSettings(location="postgresql://u@h/db"))
+    open_store(config)
+    assert opened == [("postgresql", "postgresql://u@h/db")]
+    assert "postgresql" in KB_STORES.names()
+
+
+# ---- on a throwaway server ------------------------------------------------------------
+
+database = pytest.mark.database
+
+
+@pytest.fixture
+def kb_pair(pg_url: str) -> Iterator[tuple[PostgresKB, PostgresKB]]:
+    """Two store objects on one database: replicas A and B (B polls every 0.2 s)."""
+    a = PostgresKB.open(pg_url, KBSettings(embedder="hash", chunk_tokens=64, chunk_overlap=8))
+    b = PostgresKB.open(pg_url, KBSettings(generation_poll_s=0.2))
+    try:
+        yield a, b
+    finally:
+        a.close()
+        b.close()
+
+
+def _dense_ids(kb: PostgresKB, query: str) -> list[str]:
+    [found] = kb.dense_candidates([query], 10)
+    return [kb.chunks([i])[i].doc_id for i, _ in found]
+
+
+@database
+def test_search_reads_and_writes(kb_pair: tuple[PostgresKB, PostgresKB]) -> None:
+    a, _ = kb_pair
+    assert isinstance(a, KBStore)
+    empty = a.snapshot_id
+    stats = a.ingest(DOCS)
+    assert (stats.documents_added, a.counts()) == (3, (3, 3))
+    [(best, score)] = a.lexical_candidates("metformin twice daily?", 1)
+    assert a.chunks([best])[best].doc_id == "metformin" and score > 0
+    assert a.lexical_candidates("!!! &&", 5) == []
+    assert _dense_ids(a, DOCS[1].title + "\n" + DOCS[1].text)[0] == "asthma"
+    assert a.ingest(DOCS).documents_unchanged == 3  # unchanged: skipped, same generation
+    full = a.snapshot_id
+    assert full != empty and a.remove_documents(["asthma", "nothing"]) == 1
+    assert a.remove_documents(["nothing"]) == 0
+    assert "asthma" not in _dense_ids(a, DOCS[1].text)
+    a.ingest([DOCS[1]])
+    assert a.snapshot_id == full  # the same content: the same snapshot id
+    passages = Retriever(a).search("inhaled corticosteroids asthma", k=2)
+    assert passages[0].doc_id == "asthma"
+
+
+@database
+def test_metadata_subsets_and_taught_documents(kb_pair: tuple[PostgresKB, PostgresKB]) -> None:
+    a, _ = kb_pair
+    a.ingest([*DOCS, TAUGHT])
+    assert [c.doc_id for c in a.subset({"topic": "DIABETES"}).chunks] == ["metformin"]
+    assert [c.doc_id for c in a.subset({"tags": "chronic"}).chunks] == ["asthma"]
+    assert [c.doc_id for c in a.subset({"live": "true"}).chunks] == ["measles"]
+    taught = a.subset({"doc_id_prefix": "review-"})
+    assert [c.doc_id for c in taught.chunks] == ["review-7"] and taught.vectors.shape == (1, 256)
+    with pytest.raises(KBError, match="more than"):
+        a.subset({}, limit=2)
+    main, apart = Retriever(a).search_apart(["zoledronate yearly"], 2, "hybrid",
+                                            prefix="review-", apart=1)
+    assert [p.doc_id for p in apart[0]] == ["review-7"]
+    assert "review-7" not in [p.doc_id for p in main[0]]
+
+
+@database
+def test_teaching_and_reverting_reach_the_other_replica(
+        kb_pair: tuple[PostgresKB, PostgresKB]) -> None:
+    a, b = kb_pair
+    a.ingest(DOCS)
+    assert "metformin" in _dense_ids(b, "metformin")  # B builds its index from the table
+    built = b.replica_generation
+    assert built == a.generation
+    a.ingest([TAUGHT])
+    assert b.lexical_candidates("zoledronate", 1)  # lexical: read from the table at once
+    deadline = time.monotonic() + 5
+    while "review-7" not in _dense_ids(b, TAUGHT.text) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert "review-7" in _dense_ids(b, TAUGHT.text)
+    assert b.replica_generation == a.generation > (built or 0)
+    assert b.snapshot_id == a.snapshot_id and b.lineage == a.lineage
+    a.remove_documents(["review-7"])
+    time.sleep(0.25)
+    assert "review-7" not in _dense_ids(b, TAUGHT.text)
+    assert b.replica_generation == a.generation
+
+
+@database
+def test_a_changed_document_is_replaced_on_every_replica(
+        kb_pair: tuple[PostgresKB, PostgresKB]) -> None:
+    a, b = kb_pair
+    a.ingest(DOCS)
+    b.follow(force=True)
+    before = set(a.subset({"doc_id_prefix": "measles"}).chunks)
+    changed = DOCS[2].model_copy(update={"text": "A single dose is not enough."})
+    assert a.ingest([changed]).documents_updated == 1
+    b.follow(force=True)
+    [now] = b.subset({"doc_id_prefix": "measles"}).chunks
+    assert now.text == changed.text and now not in before
+    assert b._index.ntotal == 3  # the old chunk dropped, the new one added
+
+
+@database
+def test_the_first_replica_records_the_settings(pg_url: str) -> None:
+    with PostgresKB.open(pg_url, KBSettings(embedder="hash", chunk_tokens=32,
+                                            chunk_overlap=4)) as first:
+        first.ingest(DOCS[:1])
+    with PostgresKB.open(pg_url, KBSettings(chunk_tokens=512)) as second:
+        assert (second.settings.chunk_tokens, second.embedder_id) == (32, first.embedder_id)
+        assert second.counts() == (1, 1)
+        with pytest.raises(KBError, match="in this process only"):
+            second.ingest(DOCS, executor=object())
