@@ -43,6 +43,7 @@ from medverify.factcheck.loop import FactChecker
 from medverify.factcheck.records import FactCheckReport
 from medverify.judge.quotes import sentences
 from medverify.kb import KnowledgeBase
+from medverify.kit import FlowKit
 from medverify.llm.facade import get_model
 from medverify.records import Answer
 from medverify.testing import ScriptedProvider, factcheck_model, register_fake
@@ -78,7 +79,7 @@ async def one_variant(kb: KnowledgeBase, questions: list[str], settings: dict[st
                          factcheck=settings, llm={"cache": False})
     model = get_model("fake:fc-bench", config.llm)
     answerer = RagAnswerer(kb, model, top_k=config.answer.top_k)
-    checker = FactChecker.from_config(config, kb=kb, model=model)
+    checker = FactChecker.from_config(config, kit=FlowKit(kb=kb, model=model))
     reports = []
     try:
         for question in questions:

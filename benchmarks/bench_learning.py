@@ -75,6 +75,7 @@ from medverify.evals import calibrate as flow
 from medverify.files import data_dir
 from medverify.judge.confidence.wrap import CardJudge
 from medverify.kb import KnowledgeBase
+from medverify.kit import FlowKit
 from medverify.records import Answer, Document
 from medverify.review import DOC_PREFIX, ReviewLabel, items_from_report, loop_report, teach
 from medverify.store.review import ReviewStore
@@ -138,7 +139,7 @@ def run_arm(name: str, learn: bool, base_kb: Path, work: Path, config: Config,
                                            "review": ReviewSettings(settle=learn)})
     with KnowledgeBase.open(kb_dir) as kb, RunStore(work / f"runs-{name}.db") as runs:
         queue = ReviewStore(runs)
-        checker = Checker.from_config(arm_config, kb=kb)
+        checker = Checker.from_config(arm_config, kit=FlowKit(kb=kb))
         try:
             for number, batch in enumerate(batches, start=1):
                 answers = [Answer(id=f"b{number}-{i}-{q.id}", text=q.claim)

@@ -43,6 +43,7 @@ from bench_queue import work_dir, write_results
 from medverify.checker import Checker
 from medverify.demo import build_demo_kb, demo_config
 from medverify.kb import KnowledgeBase
+from medverify.kit import FlowKit
 from medverify.records import Answer, Decision, Report
 from medverify.review import ReviewLabel, items_from_report, teach
 from medverify.store.review import ReviewStore
@@ -159,7 +160,7 @@ def main() -> None:
     kb, _ = build_demo_kb(work / "kb")
     config = demo_config(work)
     with kb, RunStore(work / "runs.db") as runs:
-        checker = Checker.from_config(config, kb=kb)
+        checker = Checker.from_config(config, kit=FlowKit(kb=kb))
         try:
             before = [outcome(r) for r in check(checker, runs, [r["claim"] for r in data], "b")]
             taught = teach_all(checker, runs, kb, statements)

@@ -25,6 +25,7 @@ from pathlib import Path
 from medverify.checker import Checker
 from medverify.config import Config, ModelSettings
 from medverify.kb import KnowledgeBase, iter_documents, sample_kb_path
+from medverify.kit import FlowKit
 from medverify.llm.facade import Model, get_model
 from medverify.records import Answer, Passage
 from medverify.retrieve import Retriever
@@ -71,7 +72,7 @@ class TimedRetriever(Retriever):
 
 def timed_checker(config: Config, kb: KnowledgeBase, model: Model) -> tuple[Checker,
                                                                            TimedRetriever]:
-    checker = Checker.from_config(config, kb=kb, model=model)
+    checker = Checker.from_config(config, kit=FlowKit(kb=kb, model=model))
     timed = TimedRetriever(kb)
     checker.retriever = timed
     return checker, timed

@@ -31,6 +31,7 @@ from medverify.arbitration import arbitrate_all, urgency
 from medverify.checker import Checker
 from medverify.config import ArbitrationPolicy
 from medverify.demo import build_demo_kb, demo_answers, demo_config, expected_for
+from medverify.kit import FlowKit
 from medverify.records import Answer, Category, ClaimResult, Decision, Report
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -139,7 +140,7 @@ def demo_reports(work: Path) -> list[Report]:
     """The demo answers and the README example checked on the demo KB built in ``work``."""
     kb, _ = build_demo_kb(work / "kb")
     with kb:
-        checker = Checker.from_config(demo_config(work), kb=kb)
+        checker = Checker.from_config(demo_config(work), kit=FlowKit(kb=kb))
         try:
             return asyncio.run(checker.run([*demo_answers(), README_EXAMPLE]))
         finally:

@@ -28,6 +28,7 @@ from typing import Any
 from medverify.checker import Checker
 from medverify.config import Config
 from medverify.kb import KnowledgeBase
+from medverify.kit import FlowKit
 from medverify.records import Answer, Claim, Document
 from medverify.review import ReviewItem, ReviewLabel, SettledClaims
 from medverify.store.review import ReviewStore
@@ -110,7 +111,7 @@ def check_seconds(work: Path, repeats: int = 20) -> float:
     with KnowledgeBase.create(work / "kb", embedder="hash") as kb:
         kb.ingest([Document(doc_id=f"d{i}", title="Doc", text=f"Metformin {w} adults.")
                    for i, w in enumerate(WORDS)])
-        checker = Checker.from_config(Config(decomposer="rules"), kb=kb)
+        checker = Checker.from_config(Config(decomposer="rules"), kit=FlowKit(kb=kb))
         times = []
         for i in range(repeats + 2):
             t0 = time.perf_counter()

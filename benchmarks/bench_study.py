@@ -45,6 +45,7 @@ from medverify.bench.records import BenchSummary
 from medverify.bench.runner import BenchRunner
 from medverify.bench.summary import finish_run
 from medverify.config import Config
+from medverify.kit import FlowKit
 from medverify.testing import PageServer, register_citing_models
 from medverify.testing.citers import medquad_questions, references_for
 from medverify.testing.fake_provider import registered_fake
@@ -63,8 +64,7 @@ async def one_run(config: Config, specs: dict[str, str], questions: list[Any], o
                   judge: str) -> tuple[BenchSummary, dict[str, float], float]:
     runner = BenchRunner.from_config(
         config, models=[f"{label}={spec}" for label, spec in specs.items()], run_dir=out,
-        judge=WordJudge() if judge == "word" else None,
-    )
+        kit=FlowKit(judge=WordJudge() if judge == "word" else None))
     started = time.perf_counter()
     try:
         summary = await runner.run(questions)

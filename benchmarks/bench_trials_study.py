@@ -42,6 +42,7 @@ from typing import Any
 
 from medverify.config import Config
 from medverify.files import data_dir
+from medverify.kit import FlowKit
 from medverify.study.records import read_run
 from medverify.study.report import LABELS, SCORED, finish, pct
 from medverify.study.runner import TrialStudy
@@ -107,7 +108,7 @@ async def study(run: Path, judge: str, models: list[str], levels: list[str]) -> 
     trials = study_trials(list(iter_studies([SAMPLES])))
     runner = TrialStudy.from_config(
         config, models=[f"{label}={spec}" for label, spec in specs.items()], run_dir=run,
-        granularities=levels, judge=NumberJudge() if judge == "numbers" else None)
+        granularities=levels, kit=FlowKit(judge=NumberJudge() if judge == "numbers" else None))
     async with runner:
         await runner.run(trials)
     return runner

@@ -77,6 +77,7 @@ LAYERS: dict[str, int] = {
     # 4 flows: open what a run needs, run stages, record the run.
     "harness": 4,
     "checker": 4,  # the check flow: decompose -> retrieve -> judge -> report
+    "kit": 4,  # the parts every flow takes ready-made (FlowKit), built the same way
     "answerer": 4,  # the RAG answerer (Vladika et al. step 1)
     "audit": 4,
     "factcheck": 4,

@@ -46,6 +46,7 @@ from medverify.evals.arbitration_input import judge_sources, read_source
 from medverify.evals.pairs import Pair
 from medverify.judge import JudgeItem
 from medverify.kb import KnowledgeBase
+from medverify.kit import FlowKit
 from medverify.llm.facade import Model
 from medverify.records import (
     Analysis,
@@ -319,7 +320,7 @@ def checker(tmp_path: Path) -> Checker:
         scripted_judge(keyword_rule(supported="first-line", contradicted="5000 mg")))
     config = Config(model="fake:x", decomposer="rules",
                     arbitration=ArbitrationPolicy(hallucination="ESCALATE"))
-    made = Checker.from_config(config, kb=kb, model=Model(provider))
+    made = Checker.from_config(config, kit=FlowKit(kb=kb, model=Model(provider)))
     made.owned = (*made.owned, kb)
     return made
 

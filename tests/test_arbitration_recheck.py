@@ -16,6 +16,7 @@ from medverify.checker import Checker
 from medverify.config import ArbitrationPolicy, Config
 from medverify.judge import JUDGES
 from medverify.kb import KnowledgeBase
+from medverify.kit import FlowKit
 from medverify.llm.facade import Model
 from medverify.records import (
     Analysis,
@@ -121,7 +122,7 @@ def _check(tmp_path: Path, policy: ArbitrationPolicy) -> tuple[Checker, Any]:
     provider = ScriptedProvider(
         scripted_judge(keyword_rule(supported="first-line", contradicted="5000 mg")))
     config = Config(model="fake:x", decomposer="rules", arbitration=policy)
-    checker = Checker.from_config(config, kb=kb, model=Model(provider))
+    checker = Checker.from_config(config, kit=FlowKit(kb=kb, model=Model(provider)))
     checker.owned = (*checker.owned, kb)
     with RunStore(tmp_path / "runs.db") as store:
         [report] = asyncio.run(checker.run([Answer(text=ANSWER, question="q")], store=store))

@@ -11,6 +11,7 @@ from medverify.checker import Checker
 from medverify.config import Config
 from medverify.errors import ConfigError, KBError, ProviderError
 from medverify.kb import KnowledgeBase
+from medverify.kit import FlowKit
 from medverify.llm.facade import Model
 from medverify.records import Answer, Category, Document
 from medverify.store.runs import RunStore
@@ -47,8 +48,7 @@ def kb(tmp_path: Path) -> Iterator[KnowledgeBase]:
 def _checker(kb: KnowledgeBase, provider: ScriptedProvider, **config: object) -> Checker:
     model = Model(provider)
     return Checker.from_config(
-        Config(model="fake:x", decomposer="rules", **config), kb=kb, model=model
-    )
+        Config(model="fake:x", decomposer="rules", **config), kit=FlowKit(kb=kb, model=model))
 
 
 def test_end_to_end_categories_and_store(kb: KnowledgeBase, tmp_path: Path) -> None:
@@ -137,6 +137,6 @@ def test_missing_kb_and_missing_judge_are_config_errors(tmp_path: Path) -> None:
     # without a model the built-in judge is used; without its weights that says what to do
     no_weights = Config(kb=tmp_path / "nope", judge_settings={"verifier": tmp_path / "none"})
     with pytest.raises(ConfigError, match="--model"):
-        Checker.from_config(no_weights, kb=object())  # type: ignore[arg-type]
+        Checker.from_config(no_weights, kit=FlowKit(kb=object()))  # type: ignore[arg-type]
 
 

@@ -31,6 +31,7 @@ from medverify.harness import (
 )
 from medverify.kb import KnowledgeBase
 from medverify.kb.embed_base import HashEmbedder
+from medverify.kit import FlowKit
 from medverify.llm.facade import Model
 from medverify.records import Answer, Claim, Document, RunStatus, Span
 from medverify.store.runs import RunStore
@@ -78,8 +79,8 @@ class Cancelling:
 
 def _checker(kb: KnowledgeBase) -> Checker:
     provider = ScriptedProvider(scripted_judge(keyword_rule(supported="first-line")))
-    return Checker.from_config(Config(model="fake:x", decomposer="rules"), kb=kb,
-                               model=Model(provider))
+    return Checker.from_config(
+        Config(model="fake:x", decomposer="rules"), kit=FlowKit(kb=kb, model=Model(provider)))
 
 
 def _only_run(path: Path) -> Any:
@@ -111,7 +112,7 @@ def test_a_bug_in_a_check_run_is_recorded_as_failed_with_its_cause(
 
 def test_a_bug_in_a_factcheck_run_is_recorded_the_same_way(
         kb: KnowledgeBase, tmp_path: Path) -> None:
-    checker = FactChecker.from_config(Config(), kb=kb, judge=WordJudge())
+    checker = FactChecker.from_config(Config(), kit=FlowKit(kb=kb, judge=WordJudge()))
     checker.decomposer = Buggy()  # type: ignore[assignment]
     with RunStore(tmp_path / "runs.db") as store, pytest.raises(RuntimeError):
         asyncio.run(checker.run(ANSWERS[:1], store=store))
@@ -127,8 +128,9 @@ def test_a_bug_in_an_audit_run_is_recorded_the_same_way(tmp_path: Path) -> None:
 
     config = Config.load(fetch={"offline": True}, audit={"bootstrap": 50},
                          store=tmp_path / "runs.db")
-    auditor = Auditor.from_config(config, out_dir=tmp_path / "out", judge=WordJudge(),
-                                  embedder=HashEmbedder(), fetcher_factory=broken_fetcher)
+    auditor = Auditor.from_config(
+        config, out_dir=tmp_path / "out",
+        kit=FlowKit(judge=WordJudge(), embedder=HashEmbedder(), fetcher_factory=broken_fetcher))
     with pytest.raises(RuntimeError):
         asyncio.run(auditor.run([AuditInput(answer=ANSWERS[0])]))
     info = _only_run(tmp_path / "runs.db")

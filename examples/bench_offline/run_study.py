@@ -34,6 +34,7 @@ from rich.console import Console
 from medverify.bench.runner import BenchRunner
 from medverify.cli.bench_tables import print_bench_summary
 from medverify.config import Config
+from medverify.kit import FlowKit
 from medverify.records import Document
 from medverify.testing import (
     PageServer,
@@ -88,9 +89,8 @@ async def study(out: Path, n_medquad: int, judge: str, fresh: bool) -> int:
             cache_path=out / "cache.db",
         )
         runner = BenchRunner.from_config(
-            config, models=[f"{label}={spec}" for label, spec in specs.items()],
-            run_dir=out, fresh=fresh, judge=WordJudge() if judge == "word" else None,
-        )
+            config, models=[f"{label}={spec}" for label, spec in specs.items()], run_dir=out,
+            fresh=fresh, kit=FlowKit(judge=WordJudge() if judge == "word" else None))
         try:
             summary = await runner.run(questions)
         finally:

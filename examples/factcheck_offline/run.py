@@ -32,6 +32,7 @@ from medverify.config import Config
 from medverify.factcheck.loop import FactChecker
 from medverify.factcheck.report import print_factcheck, write_factcheck_html
 from medverify.kb import KnowledgeBase
+from medverify.kit import FlowKit
 from medverify.llm.facade import get_model
 from medverify.records import Answer, Document
 from medverify.testing import (
@@ -67,7 +68,7 @@ async def run(out: Path, offline: bool) -> int:
         kb.ingest(GUIDELINES)
         if offline:
             config = Config.load(store=out / "runs.db")
-            checker = FactChecker.from_config(config, kb=kb)
+            checker = FactChecker.from_config(config, kit=FlowKit(kb=kb))
             report = await checker.check(Answer(text=DEMO_ANSWER, question=DEMO_QUESTION))
             await checker.aclose()
         else:
@@ -76,7 +77,7 @@ async def run(out: Path, offline: bool) -> int:
                                  llm={"cache": False})
             model = get_model(config.model or "", config.llm)
             rag = await RagAnswerer(kb, model).answer(DEMO_QUESTION)
-            checker = FactChecker.from_config(config, kb=kb, model=model)
+            checker = FactChecker.from_config(config, kit=FlowKit(kb=kb, model=model))
             report = await checker.check(Answer(text=rag.text, question=DEMO_QUESTION), rag=rag)
             await checker.aclose()
             await model.aclose()

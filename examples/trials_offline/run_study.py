@@ -38,6 +38,7 @@ from rich.console import Console
 from medverify.cli.trials import print_study
 from medverify.config import Config
 from medverify.files import data_dir
+from medverify.kit import FlowKit
 from medverify.study.runner import TrialStudy
 from medverify.study.selection import study_trials
 from medverify.testing.trial_models import (
@@ -78,7 +79,7 @@ async def study(args: argparse.Namespace) -> dict[str, Any]:
     runner = TrialStudy.from_config(
         config, models=[f"{label}={spec}" for label, spec in specs.items()], run_dir=out,
         granularities=args.levels.split(","), fresh=args.fresh,
-        judge=NumberJudge() if args.judge == "numbers" else None)
+        kit=FlowKit(judge=NumberJudge() if args.judge == "numbers" else None))
     async with runner:
         return await runner.run(trials, selection={"example": str(args.records or SAMPLES)})
 

@@ -20,14 +20,13 @@ from typing import TYPE_CHECKING
 
 from medverify.arbitration import arbitrate_claims
 from medverify.config import Config
-from medverify.decompose import DECOMPOSERS, Decomposer
+from medverify.decompose import Decomposer
 from medverify.decompose.answer import decompose_answer
 from medverify.errors import MedverifyError
 from medverify.harness import (
     CancelToken,
     Progress,
     Provenance,
-    Resources,
     RunHarness,
     Stage,
     close_owned,
@@ -35,8 +34,8 @@ from medverify.harness import (
     stage_id,
 )
 from medverify.judge import JUDGES, Judge, JudgeItem
-from medverify.judge.build import create_judge
 from medverify.kb import KnowledgeBase
+from medverify.kit import FlowKit
 from medverify.llm.facade import Model, UsageLedger, answer_budget
 from medverify.records import Answer, Claim, ClaimResult, Passage, Report
 from medverify.report.metrics import compute_metrics
@@ -73,14 +72,11 @@ class Checker:
         self.retriever = Retriever(self.kb)
 
     @classmethod
-    def from_config(
-        cls, config: Config, *, kb: KnowledgeBase | None = None, model: Model | None = None,
-        judge: Judge | None = None, decomposer: Decomposer | None = None,
-    ) -> Checker:
-        """The check flow from ``config``; ``judge`` and ``decomposer``: ones made
-        already (a service worker shares its own between its flows), else the configured
-        ones."""
-        opened = Resources.open(config, kb=kb, model=model)
+    def from_config(cls, config: Config, *, kit: FlowKit = FlowKit()) -> Checker:
+        """The check flow from ``config``; the kit's KB, model, judge and decomposer: ones
+        made already (a service worker shares its own between its flows), else the
+        configured ones."""
+        opened = kit.open(config)
         assert opened.kb is not None
         kb, model, ledger, owned = opened.kb, opened.model, opened.ledger, opened.owned
         risk = None
@@ -94,8 +90,8 @@ class Checker:
             kb=kb,
             ledger=ledger,
             model=model,
-            decomposer=decomposer or DECOMPOSERS.create(config.decomposer_name, config, model),
-            judge=judge or create_judge(config, model),
+            decomposer=kit.decomposer_for(config, model),
+            judge=kit.judge_for(config, model),
             recheck=(JUDGES.create(config.arbitration.recheck_judge, config, model)
                      if config.arbitration.recheck_judge else None),
             owned=tuple(owned),

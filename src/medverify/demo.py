@@ -30,6 +30,7 @@ from medverify.decompose import DECOMPOSERS
 from medverify.files import atomic_write_text
 from medverify.judge import Judge
 from medverify.kb import KnowledgeBase, LoadReport, iter_documents, sample_kb_path
+from medverify.kit import FlowKit
 from medverify.llm.facade import UsageLedger
 from medverify.records import Answer, Category, Claim, ClaimResult, Document, Report
 from medverify.report.html import write_html
@@ -194,7 +195,7 @@ def run_demo(out_dir: Path = DEFAULT_OUT, **options: object) -> DemoResult:
 
 def _checker(config: Config, kb: KnowledgeBase, judge: Judge | None) -> Checker:
     if judge is None:
-        return Checker.from_config(config, kb=kb)
+        return Checker.from_config(config, kit=FlowKit(kb=kb))
     return Checker(config=config, kb=kb, decomposer=DECOMPOSERS.create("rules", config),
                    judge=judge, ledger=UsageLedger())
 

@@ -27,14 +27,14 @@ from medverify.audit.runner import (
     SUMMARY_FILE,
     AuditChunk,
     Auditor,
-    ConfigFetcher,
-    default_fetcher,
 )
 from medverify.audit.store import audits as stored_audits
 from medverify.cli import main
 from medverify.config import Config
 from medverify.executor import LocalExecutor, RayExecutor, chunked
 from medverify.judge import JUDGES
+from medverify.kit import FlowKit
+from medverify.sources.factory import ConfigFetcher, default_fetcher
 from medverify.store.runs import RunStore
 from medverify.testing import ScriptedProvider, register_fake, unregister_fake
 from medverify.testing.fetchers import StaticFetcher, StaticPages
@@ -119,8 +119,8 @@ class PickledExecutor:
 
 def _auditor(config: Config, out: Path, executor: Any = None, *, chunk_size: int = 3,
              fetcher: Any = None, **options: Any) -> Auditor:
-    auditor = Auditor.from_config(config, out_dir=out, executor=executor,
-                                  fetcher_factory=fetcher or StaticPages.of(PAGES), **options)
+    auditor = Auditor.from_config(config, out_dir=out, **options, kit=FlowKit(
+        executor=executor, fetcher_factory=fetcher or StaticPages.of(PAGES)))
     auditor.chunk_size = chunk_size
     return auditor
 
@@ -361,9 +361,9 @@ def test_bench_audits_the_replies_on_the_executor(words: Config, tmp_path: Path)
     try:
         runs = {}
         for name, executor in (("local", None), ("pickled", PickledExecutor())):
-            runner = BenchRunner.from_config(words, models=["fake:bench-citer"],
-                                             run_dir=tmp_path / name, executor=executor,
-                                             fetcher_factory=StaticPages.of(PAGES), record=False)
+            runner = BenchRunner.from_config(
+                words, models=["fake:bench-citer"], run_dir=tmp_path / name,
+                kit=FlowKit(fetcher_factory=StaticPages.of(PAGES), executor=executor, record=False))
             runner.auditor.chunk_size = 2
 
             async def go(runner: BenchRunner = runner) -> list[AnswerAudit]:

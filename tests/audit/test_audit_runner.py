@@ -13,12 +13,14 @@ import pytest
 from medverify.audit.inputs import read_audit
 from medverify.audit.metrics import audit_metrics
 from medverify.audit.records import AnswerAudit, AuditInput, AuditSummary
-from medverify.audit.runner import Auditor, Fetcher, FetcherFactory, load_done
+from medverify.audit.runner import Auditor, load_done
 from medverify.audit.store import audits as stored_audits
 from medverify.config import Config
 from medverify.errors import ConfigError
 from medverify.kb.embed_base import HashEmbedder
+from medverify.kit import FlowKit
 from medverify.records import Answer, Claim, FetchFailure, Source, content_hash
+from medverify.sources.factory import Fetcher, FetcherFactory
 from medverify.store.runs import RunStore
 from medverify.testing.judge import WordJudge
 
@@ -55,10 +57,11 @@ def _inputs() -> list[AuditInput]:
 
 def _auditor(tmp_path: Path, judge: WordJudge | None = None, **options: object) -> Auditor:
     config = Config.load(fetch={"offline": True}, audit={"bootstrap": 200})
-    return Auditor.from_config(
-        config, out_dir=tmp_path / "out", judge=judge or WordJudge(), embedder=HashEmbedder(),
-        **options,  # type: ignore[arg-type]
-    )
+    parts = {k: options.pop(k) for k in ("fetcher_factory", "record") if k in options}
+    kit = FlowKit(judge=judge or WordJudge(), embedder=HashEmbedder(),
+                  **parts)  # type: ignore[arg-type]
+    return Auditor.from_config(config, out_dir=tmp_path / "out", kit=kit,
+                               **options)  # type: ignore[arg-type]
 
 
 def _run(auditor: Auditor) -> tuple[list[AnswerAudit], AuditSummary]:

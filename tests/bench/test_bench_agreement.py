@@ -37,6 +37,7 @@ from medverify.config import Config
 from medverify.errors import InputError
 from medverify.files import read_records
 from medverify.kb.embed_base import HashEmbedder
+from medverify.kit import FlowKit
 from medverify.llm.base import ChatRequest, Message
 from medverify.records import Analysis, Answer, Claim, Passage, Source, Verdict
 from medverify.testing import CitingModel, PageServer, study_documents, study_questions
@@ -330,8 +331,9 @@ def test_agreement_on_a_real_audit_of_the_citing_models(tmp_path: Path) -> None:
                 item = _reply_input(habit, question, model(request))
                 inputs.extend([item] if item else [])
         config = Config.load(fetch={"allow": [pages.host_port]}, audit={"bootstrap": 50})
-        auditor = Auditor.from_config(config, out_dir=tmp_path / "audit", judge=WordJudge(),
-                                      embedder=HashEmbedder(), record=False)
+        auditor = Auditor.from_config(
+            config, out_dir=tmp_path / "audit",
+            kit=FlowKit(judge=WordJudge(), embedder=HashEmbedder(), record=False))
         audits, _ = asyncio.run(auditor.run(inputs))
         base_url = pages.base_url
     metrics = {m: audit_metrics(g, n_boot=50) for m, g in group_audits(audits, "model").items()}

@@ -14,7 +14,6 @@ from pathlib import Path
 import pytest
 
 from medverify.audit.records import AnswerAudit
-from medverify.audit.runner import Fetcher, FetcherFactory
 from medverify.bench.layout import RunLayout
 from medverify.bench.records import (
     BenchManifest,
@@ -30,8 +29,10 @@ from medverify.config import Config
 from medverify.errors import ConfigError, InputError, ProviderError
 from medverify.files import read_records
 from medverify.kb.embed_base import HashEmbedder
+from medverify.kit import FlowKit
 from medverify.llm.base import ChatRequest
 from medverify.records import Source
+from medverify.sources.factory import Fetcher, FetcherFactory
 from medverify.store.runs import RunStore, migrations
 from medverify.testing import ScriptedProvider, register_fake, unregister_fake
 from medverify.testing.fake_provider import Reply
@@ -132,11 +133,10 @@ def _config(**bench: object) -> Config:
 
 def _runner(tmp_path: Path, specs: Sequence[str | ModelEntry], **options: object) -> BenchRunner:
     fetcher = DictFetcher(PAGES)
-    return BenchRunner.from_config(
-        _config(), models=specs, run_dir=tmp_path / "run", judge=WordJudge(),
-        embedder=HashEmbedder(), fetcher_factory=_fetcher_factory(fetcher),
-        **options,  # type: ignore[arg-type]
-    )
+    kit = FlowKit(judge=WordJudge(), embedder=HashEmbedder(),
+                  fetcher_factory=_fetcher_factory(fetcher))
+    return BenchRunner.from_config(_config(), models=specs, run_dir=tmp_path / "run", kit=kit,
+                                   **options)  # type: ignore[arg-type]
 
 
 def _ask(runner: BenchRunner, questions: Sequence[Question] = QUESTIONS) -> list[ModelReply]:
@@ -348,8 +348,9 @@ def test_resuming_with_another_judge_is_refused(tmp_path: Path, models: Models) 
     good = models.add("good", good_model)
     _ask(_runner(tmp_path, [good]))
     runner = BenchRunner.from_config(
-        _config(), models=[good], run_dir=tmp_path / "run", judge=OtherJudge(),
-        embedder=HashEmbedder(), fetcher_factory=_fetcher_factory(DictFetcher(PAGES)))
+        _config(), models=[good], run_dir=tmp_path / "run",
+        kit=FlowKit(judge=OtherJudge(), embedder=HashEmbedder(),
+                    fetcher_factory=_fetcher_factory(DictFetcher(PAGES))))
     with pytest.raises(ConfigError, match=r"judged by words, not other-words.*--fresh"):
         _ask(runner)
 
@@ -509,8 +510,9 @@ def test_resumed_study_reports_sources_whose_fetch_outcome_changed(
 
     def runner(limit: int | None) -> BenchRunner:
         return BenchRunner.from_config(
-            _config(), models=[spec], run_dir=tmp_path / "run", judge=WordJudge(),
-            embedder=HashEmbedder(), fetcher_factory=_fetcher_factory(fetcher), limit=limit)
+            _config(), models=[spec], run_dir=tmp_path / "run", limit=limit,
+            kit=FlowKit(judge=WordJudge(), embedder=HashEmbedder(),
+                        fetcher_factory=_fetcher_factory(fetcher)))
 
     async def run(limit: int | None) -> BenchSummary:
         async with runner(limit) as bench:

@@ -14,6 +14,7 @@ from medverify.factcheck.records import FactCheckReport, FactVerdict, RagAnswer
 from medverify.factcheck.store import factchecks
 from medverify.judge.builtin import BuiltinJudge
 from medverify.kb import KnowledgeBase
+from medverify.kit import FlowKit
 from medverify.llm.base import ChatRequest
 from medverify.llm.facade import Model
 from medverify.records import Answer, Category, Document, Usage
@@ -56,7 +57,7 @@ def kb(tmp_path: Path) -> Iterator[KnowledgeBase]:
 
 def _checker(kb: KnowledgeBase, provider: ScriptedProvider, **factcheck: object) -> FactChecker:
     config = Config(model="fake:x", factcheck=factcheck)
-    return FactChecker.from_config(config, kb=kb, model=Model(provider))
+    return FactChecker.from_config(config, kit=FlowKit(kb=kb, model=Model(provider)))
 
 
 def _check(checker: FactChecker, answer: Answer = ANSWER, **kw: object) -> FactCheckReport:
@@ -161,7 +162,7 @@ def test_judge_errors_are_never_rewritten(kb: KnowledgeBase) -> None:
 
 def test_offline_extractive_correction_is_marked(kb: KnowledgeBase) -> None:
     judge = BuiltinJudge(LexicalVerifier(contradict=0.4))
-    checker = FactChecker.from_config(Config(), kb=kb, judge=judge)
+    checker = FactChecker.from_config(Config(), kit=FlowKit(kb=kb, judge=judge))
     assert checker.model is None and checker.models["rewrite"] == "extractive"
     report = _check(checker)
     dose = _fact(report, "5000 mg")

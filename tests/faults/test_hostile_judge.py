@@ -18,6 +18,7 @@ from judge.test_quote_cases import HONEST, HOSTILE, QuoteCase, corpus_reply
 from medverify.checker import Checker
 from medverify.config import Config
 from medverify.kb import KnowledgeBase
+from medverify.kit import FlowKit
 from medverify.llm.facade import Model
 from medverify.records import Answer, Category, ClaimResult, Document
 from medverify.testing import ScriptedProvider
@@ -27,8 +28,8 @@ def _check(tmp_path: Path, case: QuoteCase) -> tuple[ClaimResult, ScriptedProvid
     provider = ScriptedProvider(corpus_reply({case.claim: case}))
     with KnowledgeBase.create(tmp_path / "kb", embedder="hash") as kb:
         kb.ingest([Document(doc_id="doc", title="Evidence", text=case.passage)])
-        checker = Checker.from_config(Config(model="fake:x", decomposer="rules"), kb=kb,
-                                      model=Model(provider))
+        checker = Checker.from_config(
+            Config(model="fake:x", decomposer="rules"), kit=FlowKit(kb=kb, model=Model(provider)))
         [report] = asyncio.run(checker.run([Answer(text=case.claim, question="q")]))
     [result] = report.results
     assert result.claim.text == case.claim and provider.requests, "the judge must be asked"

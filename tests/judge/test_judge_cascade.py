@@ -12,6 +12,7 @@ from medverify.errors import ConfigError
 from medverify.judge import JudgeItem
 from medverify.judge.cascade import NOTE_KEY, CascadeJudge
 from medverify.kb import KnowledgeBase
+from medverify.kit import FlowKit
 from medverify.llm.facade import Model
 from medverify.records import Answer, Category, Claim, Document, Passage
 from medverify.report.html import render_html
@@ -132,7 +133,7 @@ def test_report_says_how_many_calls_were_saved(
     model, _ = _model()
     config = Config(model="fake:x", judge="cascade", decomposer="rules",
                     judge_settings={"cascade_high": 0.85})
-    checker = Checker.from_config(config, kb=kb, model=model)
+    checker = Checker.from_config(config, kit=FlowKit(kb=kb, model=model))
     answer = Answer(
         text="Metformin is a first-line medicine for type 2 diabetes. "
         "Metformin cures baldness in cats."

@@ -28,6 +28,7 @@ from medverify.judge.evidence import (
 from medverify.judge.llm import LLMJudge, parse_judge_output
 from medverify.kb import KnowledgeBase
 from medverify.kb.embed_base import HashEmbedder
+from medverify.kit import FlowKit
 from medverify.llm.facade import Model
 from medverify.records import Analysis, Answer, Category, Claim, Document, Passage, Source, Verdict
 from medverify.report.html import render_html
@@ -73,8 +74,8 @@ def kb(tmp_path: Path) -> Iterator[KnowledgeBase]:
 
 def _check(kb: KnowledgeBase, reply: Callable[[Any], str], text: str) -> list[Any]:
     checker = Checker.from_config(
-        Config(model="fake:x", decomposer="rules"), kb=kb, model=Model(ScriptedProvider(reply))
-    )
+        Config(model="fake:x", decomposer="rules"),
+        kit=FlowKit(kb=kb, model=Model(ScriptedProvider(reply))))
     [report] = asyncio.run(checker.run([Answer(text=text, question="q")]))
     return report.results
 
@@ -104,8 +105,8 @@ def test_invented_quote_in_a_shown_passage_is_not_counted_nor_shown(
 
 def _report_of(kb: KnowledgeBase, reply: Callable[[Any], str]) -> Any:
     checker = Checker.from_config(
-        Config(model="fake:x", decomposer="rules"), kb=kb, model=Model(ScriptedProvider(reply))
-    )
+        Config(model="fake:x", decomposer="rules"),
+        kit=FlowKit(kb=kb, model=Model(ScriptedProvider(reply))))
     [report] = asyncio.run(checker.run([Answer(text="Metformin cures type 1 diabetes.")]))
     return report
 

@@ -15,6 +15,7 @@ import pytest
 from medverify.checker import Checker
 from medverify.config import Config, ModelSettings
 from medverify.kb import KnowledgeBase
+from medverify.kit import FlowKit
 from medverify.records import Answer, Category, Document, Report
 from medverify.testing import FakeChatServer, FakeResponse
 
@@ -37,7 +38,7 @@ def _check(kb: KnowledgeBase, server: FakeChatServer, llm: ModelSettings,
            decomposer: str = "rules") -> tuple[Report, float]:
     config = Config(model=f"openai-compatible:m@{server.base_url}", decomposer=decomposer,
                     llm=llm)
-    checker = Checker.from_config(config, kb=kb)
+    checker = Checker.from_config(config, kit=FlowKit(kb=kb))
 
     async def run() -> Report:
         try:

@@ -14,6 +14,7 @@ import pytest
 from medverify.checker import Checker
 from medverify.config import Config
 from medverify.kb import KnowledgeBase
+from medverify.kit import FlowKit
 from medverify.llm.facade import Model
 from medverify.records import Answer, Category, ClaimResult, Decision, Document, Report
 from medverify.review import (
@@ -67,8 +68,8 @@ def runs(tmp_path: Path) -> Iterator[RunStore]:
 def _checker(kb: KnowledgeBase, **review: object) -> Checker:
     config = Config(model="fake:x", decomposer="rules", review=review,
                     arbitration={"coverage_gap": "ESCALATE"})
-    return Checker.from_config(config, kb=kb,
-                               model=Model(ScriptedProvider(scripted_judge(rule))))
+    return Checker.from_config(
+        config, kit=FlowKit(kb=kb, model=Model(ScriptedProvider(scripted_judge(rule)))))
 
 
 def _check(checker: Checker, runs: RunStore, *texts: str) -> list[ClaimResult]:

@@ -16,6 +16,7 @@ from medverify.checker import Checker
 from medverify.config import ArbitrationPolicy, Config
 from medverify.errors import InputError
 from medverify.kb import KnowledgeBase
+from medverify.kit import FlowKit
 from medverify.llm.facade import Model
 from medverify.records import (
     Analysis,
@@ -82,8 +83,8 @@ def runs(tmp_path: Path) -> Iterator[RunStore]:
 def _checker(kb: KnowledgeBase) -> Checker:
     config = Config(model="fake:x", decomposer="rules",
                     arbitration={"coverage_gap": "ESCALATE"})
-    return Checker.from_config(config, kb=kb,
-                               model=Model(ScriptedProvider(scripted_judge(in_passages))))
+    return Checker.from_config(
+        config, kit=FlowKit(kb=kb, model=Model(ScriptedProvider(scripted_judge(in_passages)))))
 
 
 def _check(checker: Checker, runs: RunStore) -> Report:
@@ -380,7 +381,7 @@ LOOP_DOCS = [
 def _builtin_checker(kb: KnowledgeBase) -> Checker:
     config = Config(decomposer="rules", retrieval={"mode": "lexical", "top_k": 3},
                     arbitration={"coverage_gap": "ESCALATE", "not_sure": "ESCALATE"})
-    return Checker.from_config(config, kb=kb)
+    return Checker.from_config(config, kit=FlowKit(kb=kb))
 
 
 def test_a_reviewed_claim_is_settled_and_teaching_leaves_unrelated_verdicts_alone(

@@ -10,6 +10,7 @@ import pytest
 from click.testing import CliRunner
 
 from medverify.cli import main
+from medverify.kit import FlowKit
 from medverify.risk.data import write_examples
 from medverify.risk.records import FeatureExample, LabeledExample, RiskLabel
 from medverify.testing.tiny_lm import build_tiny_lm
@@ -105,7 +106,7 @@ def test_the_check_pipeline_adds_each_claims_risk(models: list[str], tmp_path: P
     config = Config.load(judge="builtin", risk={"classifier": str(tmp_path / "clf")})
     with KnowledgeBase.create(tmp_path / "kb", embedder="hash") as kb:
         kb.ingest([Document(doc_id="met", text=FACTS[0] + " " + FACTS[1])])
-        checker = Checker.from_config(config, kb=kb)
+        checker = Checker.from_config(config, kit=FlowKit(kb=kb))
         assert checker.models["risk"].endswith(models[0])
         results, errors = asyncio.run(checker.check_answer(
             Answer(text="Metformin is first-line. Start with 5000 mg daily.", question="Q?")))

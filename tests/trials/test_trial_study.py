@@ -15,6 +15,7 @@ from click.testing import CliRunner
 from medverify.cli import main
 from medverify.config import Config
 from medverify.errors import ConfigError, InputError
+from medverify.kit import FlowKit
 from medverify.records import Category, Verdict
 from medverify.study.judging import sentence_units
 from medverify.study.questions import (
@@ -64,10 +65,12 @@ def _config(tmp_path: Path, **overrides: Any) -> Config:
 
 
 def _study(tmp_path: Path, models: dict[str, str], **kwargs: Any) -> TrialStudy:
-    kwargs.setdefault("judge", NumberJudge())
+    parts = {k: kwargs.pop(k) for k in ("judge", "decomposer", "embedder", "record")
+             if k in kwargs}
+    parts.setdefault("judge", NumberJudge())
     return TrialStudy.from_config(_config(tmp_path), models=[f"{k}={v}" for k, v in
                                                              models.items()],
-                                  run_dir=tmp_path / "run", **kwargs)
+                                  run_dir=tmp_path / "run", kit=FlowKit(**parts), **kwargs)
 
 
 async def _run(study: TrialStudy, records: list[dict[str, Any]] = RECORDS) -> dict[str, Any]:

@@ -28,10 +28,9 @@ import contextlib
 import logging
 import time
 from collections.abc import Callable, Sequence
-from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Protocol
+from typing import TYPE_CHECKING
 
 from medverify.audit.inputs import given_claims
 from medverify.audit.metrics import answer_metrics
@@ -45,23 +44,22 @@ from medverify.audit.select import PassageSelector
 from medverify.audit.summary import AuditSummaries
 from medverify.audit.verify import PairVerifier
 from medverify.config import Config
-from medverify.decompose import DECOMPOSERS, Decomposer
+from medverify.decompose import Decomposer
 from medverify.decompose.answer import cap_claims, decompose_answer
 from medverify.errors import ConfigError
 from medverify.executor import Executor, LocalExecutor
 from medverify.files import append_record, atomic_write_text, read_records
 from medverify.harness import (
     CancelToken,
-    Resources,
     RunHarness,
     close_owned,
     run_each,
 )
 from medverify.judge import JUDGES, Judge
-from medverify.judge.build import create_judge
-from medverify.kb.embed import Embedder, get_embedder
+from medverify.kit import FlowKit
 from medverify.llm.facade import Model, UsageLedger
-from medverify.records import Claim, Source, Usage
+from medverify.records import Claim, Usage
+from medverify.sources.factory import Fetcher, FetcherFactory
 
 if TYPE_CHECKING:
     from medverify.audit.cleanup import SourceCleanup
@@ -81,37 +79,6 @@ claim-source pair judged), so 8 amortise what a task sets up (judge, model clien
 fetcher and its cache) while the answers of a chunk overlap their fetches and judge calls
 (``concurrency``); a dead worker costs at most 8 answers redone, a killed driver at most
 the chunks in flight, and 100 answers still make 13 tasks to spread over a cluster."""
-
-
-class Fetcher(Protocol):
-    """What the audit needs from the source fetcher (``medverify.sources.SourceFetcher``)."""
-
-    async def fetch_all(self, sources: Sequence[Source]) -> list[Source]: ...
-
-
-FetcherFactory = Callable[[], AbstractAsyncContextManager[Fetcher]]
-
-
-@dataclass(frozen=True)
-class ConfigFetcher:
-    """The fetcher factory of a config: picklable, so an executor's worker makes the same
-    fetcher (its fetch cache is the worker's ``fetch.cache_path`` or
-    ``$MEDVERIFY_HOME/fetch-cache.db``)."""
-
-    config: Config
-
-    def __call__(self) -> AbstractAsyncContextManager[Fetcher]:
-        from medverify.sources import SourceFetcher
-
-        config = self.config
-        return SourceFetcher(  # type: ignore[return-value]
-            config.fetch, cache_path=config.fetch_cache_path, offline=config.fetch.offline
-        )
-
-
-def default_fetcher(config: Config) -> FetcherFactory:
-    """The safe fetcher with the config's settings, cache and offline flag."""
-    return ConfigFetcher(config)
 
 
 @dataclass
@@ -139,54 +106,28 @@ class Auditor(AuditSummaries):
     chunk_size: int = AUDIT_CHUNK
 
     @classmethod
-    def from_config(
-        cls,
-        config: Config,
-        *,
-        model: Model | None = None,
-        out_dir: Path,
-        fresh: bool = False,
-        cleanup: bool = False,
-        limit: int | None = None,
-        judge: Judge | None = None,
-        embedder: Embedder | None = None,
-        fetcher_factory: FetcherFactory | None = None,
-        record: bool = True,
-        executor: Executor | None = None,
-        decomposer: Decomposer | None = None,
-    ) -> Auditor:
-        """Build the audit from the config. ``judge``, ``embedder``, ``decomposer`` and
-        ``fetcher_factory`` replace the configured ones (tests, benchmarks, a service
-        worker sharing its own). With an ``executor`` (not the
-        local one) the answers are audited by :class:`AuditChunk` tasks there, each with
-        the judge and embedder of ``config`` and this ``fetcher_factory`` (which must
-        pickle); ``judge`` and ``embedder`` then only name them in the summary."""
-        opened = Resources.open(config, model=model, need_kb=False)
+    def from_config(cls, config: Config, *, out_dir: Path, fresh: bool = False,
+                    cleanup: bool = False, limit: int | None = None,
+                    kit: FlowKit = FlowKit()) -> Auditor:
+        """Build the audit from the config; the parts in ``kit`` (model, judge, embedder,
+        decomposer, fetcher factory, executor, record) replace the configured ones (tests,
+        benchmarks, a service worker sharing its own). With an ``executor`` (not the local
+        one) the answers are audited by :class:`AuditChunk` tasks there, each with the
+        judge and embedder of ``config`` and the kit's fetcher factory (which must pickle);
+        the kit's judge and embedder then only name them in the summary."""
+        opened = kit.open(config, need_kb=False)
         model, ledger = opened.model, opened.ledger
-        judge = judge or create_judge(config, model)
+        judge = kit.judge_for(config, model)
         settings = config.audit
-        selector = PassageSelector(
-            embedder or get_embedder(config.kb_settings.embedder),
-            passage_tokens=settings.passage_tokens,
-            k=settings.passages_per_source,
-            mode=settings.selection,
-        )
-        return cls(
-            config=config,
-            out_dir=Path(out_dir),
-            decomposer=decomposer or DECOMPOSERS.create(config.decomposer_name, config, model),
-            judge=judge,
-            selector=selector,
-            ledger=ledger,
-            fetcher_factory=fetcher_factory or default_fetcher(config),
-            model=model,
-            cleanup=_make_cleanup(cleanup, model, judge, selector),
-            fresh=fresh,
-            limit=limit,
-            record=record,
-            owned=opened.owned,
-            executor=executor,
-        )
+        selector = PassageSelector(kit.embedder_for(config),
+                                   passage_tokens=settings.passage_tokens,
+                                   k=settings.passages_per_source, mode=settings.selection)
+        return cls(config=config, out_dir=Path(out_dir),
+                   decomposer=kit.decomposer_for(config, model), judge=judge,
+                   selector=selector, ledger=ledger, fetcher_factory=kit.fetcher_for(config),
+                   model=model, cleanup=_make_cleanup(cleanup, model, judge, selector),
+                   fresh=fresh, limit=limit, record=kit.record, owned=opened.owned,
+                   executor=kit.executor)
 
     async def aclose(self) -> None:
         """Close what this auditor opened itself (not a model passed in)."""
@@ -404,8 +345,9 @@ class AuditChunk:
 
     async def audit(self, chunk: Sequence[AuditInput]) -> list[AuditedAnswer]:
         JUDGES.adopt(self.config.judge_name, self.judge_factory)
-        auditor = Auditor.from_config(self.config, out_dir=Path(), cleanup=self.cleanup,
-                                      fetcher_factory=self.fetcher_factory, record=False)
+        auditor = Auditor.from_config(
+            self.config, out_dir=Path(), cleanup=self.cleanup,
+            kit=FlowKit(fetcher_factory=self.fetcher_factory, record=False))
         try:
             async with auditor.fetcher_factory() as fetcher:
 

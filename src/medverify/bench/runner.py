@@ -34,7 +34,7 @@ from types import TracebackType
 from typing import IO, Any
 
 from medverify.audit.records import AnswerAudit, AuditInput
-from medverify.audit.runner import Auditor, FetcherFactory
+from medverify.audit.runner import Auditor
 from medverify.bench.ask import Asker, CallClock
 from medverify.bench.layout import RunLayout
 from medverify.bench.records import (
@@ -49,7 +49,6 @@ from medverify.bench.records import (
 )
 from medverify.config import Config
 from medverify.errors import ConfigError, InputError
-from medverify.executor import Executor
 from medverify.files import (
     append_record,
     atomic_write_text,
@@ -66,8 +65,7 @@ from medverify.harness import (
     run_each,
     stage_id,
 )
-from medverify.judge import Judge
-from medverify.kb.embed import Embedder
+from medverify.kit import FlowKit
 from medverify.llm.facade import model_from_config
 from medverify.llm.spec import parse_spec
 from medverify.records import Answer, Usage, package_version
@@ -184,18 +182,14 @@ class BenchRunner:
         run_dir: Path,
         fresh: bool = False,
         limit: int | None = None,
-        judge: Judge | None = None,
-        embedder: Embedder | None = None,
-        fetcher_factory: FetcherFactory | None = None,
-        record: bool = True,
-        executor: Executor | None = None,
+        kit: FlowKit = FlowKit(),
     ) -> BenchRunner:
         """The study of ``models`` (specs or ``label=spec``) in ``run_dir``. Each model
         under test gets its own facade model (with the persistent request cache when
         ``config.llm.cache``, so a rerun is free); ``config.model`` (judge, decomposer)
-        goes to the auditor. ``judge``, ``embedder`` and ``fetcher_factory`` replace the
-        configured ones (tests, benchmarks). With an ``executor`` the replies are audited
-        there (``Auditor(executor=...)``); the models under test are asked from here."""
+        goes to the auditor, with the ``kit`` (its judge, embedder and fetcher factory replace
+        the configured ones: tests, benchmarks). With the kit's ``executor`` the replies are
+        audited there; the models under test are asked from here."""
         entries = parse_models(models)
         layout = RunLayout(Path(run_dir))
         clock = CallClock()
@@ -204,12 +198,9 @@ class BenchRunner:
                   settings=config.bench, clock=clock)
             for e in entries
         ]
-        auditor = Auditor.from_config(
-            config, out_dir=layout.audit_dir, judge=judge, embedder=embedder,
-            fetcher_factory=fetcher_factory, record=record, executor=executor,
-        )
+        auditor = Auditor.from_config(config, out_dir=layout.audit_dir, kit=kit)
         return cls(config=config, layout=layout, models=entries, askers=askers,
-                   auditor=auditor, fresh=fresh, limit=limit, record=record, clock=clock)
+                   auditor=auditor, fresh=fresh, limit=limit, record=kit.record, clock=clock)
 
     async def aclose(self) -> None:
         """Close the models under test and what the auditor opened."""

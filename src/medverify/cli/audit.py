@@ -29,6 +29,7 @@ from medverify.cli._names import JUDGES, RegistryChoice
 from medverify.config import Config
 from medverify.errors import InputError
 from medverify.executor import Executor, LocalExecutor, executor_from_spec
+from medverify.kit import FlowKit
 from medverify.report.view import counted_lines, percent
 
 
@@ -95,8 +96,7 @@ def audit(
         remote = connected_executor(executor)
         auditor = Auditor.from_config(
             config, out_dir=out_dir, fresh=fresh, cleanup=cleanup, limit=limit,
-            record=not no_record, executor=remote,
-        )
+            kit=FlowKit(executor=remote, record=not no_record))
         auditor.input_path = str(input_file)
         audits, summary = asyncio.run(_run(auditor, inputs))
     finally:

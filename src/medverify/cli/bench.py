@@ -38,6 +38,7 @@ from medverify.cli.bench_tables import print_agreement, print_bench_summary
 from medverify.config import Config
 from medverify.errors import InputError
 from medverify.executor import Executor, executor_from_spec
+from medverify.kit import FlowKit
 
 
 @main.group()
@@ -259,8 +260,9 @@ async def _run(config: Config, specs: list[str], found: list[Question], report: 
                record: bool, executor: Executor | None = None) -> BenchSummary:
     from medverify.bench.runner import BenchRunner
 
-    runner = BenchRunner.from_config(config, models=specs, run_dir=run_dir, fresh=fresh,
-                                     limit=limit, record=record, executor=executor)
+    runner = BenchRunner.from_config(
+        config, models=specs, run_dir=run_dir, fresh=fresh, limit=limit,
+        kit=FlowKit(executor=executor, record=record))
     with _bars() as bar:
         runner.on_ask = bar("asking")
         runner.auditor.progress = bar("auditing answers")

@@ -31,6 +31,7 @@ from medverify.files import atomic_write_text
 from medverify.harness import open_kb
 from medverify.inputs import read_answers
 from medverify.kb import KnowledgeBase
+from medverify.kit import FlowKit
 from medverify.llm.facade import Model, model_from_config
 from medverify.records import Answer
 from medverify.store.runs import RunStore
@@ -190,7 +191,7 @@ async def _check(config: Config, kb: KnowledgeBase, model: Model | None,
                  record: bool) -> list[FactCheckReport]:
     from medverify.factcheck.loop import FactChecker
 
-    checker = FactChecker.from_config(config, kb=kb, model=model)
+    checker = FactChecker.from_config(config, kit=FlowKit(kb=kb, model=model))
     try:
         with progress_bar("fact-checking answers", len(answers)) as progress:
             if not record:

@@ -22,6 +22,7 @@ from medverify.cli import main
 from medverify.cli._common import config_option, console, load_config, store_option
 from medverify.cli._names import JUDGES, RegistryChoice
 from medverify.errors import InputError
+from medverify.kit import FlowKit
 
 
 @main.group("trials")
@@ -153,7 +154,7 @@ def study_command(paths: tuple[Path, ...], models: tuple[str, ...], run_dir: Pat
         study = TrialStudy.from_config(
             config, models=_split(models), run_dir=run_dir, contexts=_split((contexts,)),
             granularities=_split((levels,)), questions=questions, fresh=fresh,
-            record=not no_record)
+            kit=FlowKit(record=not no_record))
         for warning in study.judge_warnings:
             console.print(f"[bold yellow]warning: {escape(warning)}[/]")
         with _progress() as update:

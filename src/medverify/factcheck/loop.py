@@ -34,7 +34,7 @@ import numpy as np
 
 from medverify.audit.select import PassageSelector
 from medverify.config import Config
-from medverify.decompose import DECOMPOSERS, Decomposer
+from medverify.decompose import Decomposer
 from medverify.decompose.answer import decompose_answer
 from medverify.errors import ConfigError, MedverifyError
 from medverify.factcheck.records import (
@@ -59,7 +59,6 @@ from medverify.factcheck.rewrite import (
 from medverify.harness import (
     CancelToken,
     Provenance,
-    Resources,
     RunHarness,
     close_owned,
     prompt_versions,
@@ -68,7 +67,7 @@ from medverify.harness import (
 from medverify.judge import Judge, JudgeItem, rebatched
 from medverify.judge.build import create_judge
 from medverify.kb import KnowledgeBase
-from medverify.kb.embed import Embedder
+from medverify.kit import FlowKit
 from medverify.llm.facade import Model, UsageLedger
 from medverify.records import Answer, Category, Claim, Passage, Source, Span, Usage, Verdict
 from medverify.retrieve import Retriever, TextIndex
@@ -251,15 +250,12 @@ class FactChecker:
         self.retriever = Retriever(self.kb)  # fusion settings: the KB's own
 
     @classmethod
-    def from_config(cls, config: Config, *, kb: KnowledgeBase | None = None,
-                    model: Model | None = None, judge: Judge | None = None,
-                    embedder: Embedder | None = None,
-                    decomposer: Decomposer | None = None) -> FactChecker:
+    def from_config(cls, config: Config, *, kit: FlowKit = FlowKit()) -> FactChecker:
         """Load the pieces: the LLM rewriter and final rewrite when a model is configured
-        (or given), else the extractive ones; the judge named by ``config.judge_name``
-        (``judge``: one made already, e.g. a worker's check judge, batched for facts
-        here) and the configured decomposer (``decomposer``: one made already)."""
-        opened = Resources.open(config, kb=kb, model=model, ledger=ScopedLedger())
+        (or in the kit), else the extractive ones; the judge named by
+        ``config.judge_name`` (the kit's: one made already, e.g. a worker's check judge,
+        batched for facts here) and the configured decomposer (or the kit's)."""
+        opened = kit.open(config, ledger=ScopedLedger())
         assert opened.kb is not None
         kb, model, ledger, owned = opened.kb, opened.model, opened.ledger, opened.owned
         settings = config.factcheck
@@ -268,15 +264,14 @@ class FactChecker:
                               "or use trace = 'similarity'")
         selector = None
         if settings.evidence == "passages":
-            selector = PassageSelector(embedder or kb.embedder, k=1, mode="lexical",
+            selector = PassageSelector(kit.embedder or kb.embedder, k=1, mode="lexical",
                                        passage_tokens=settings.passage_tokens)
         rewriter = (LLMRewriter(model, facts_per_call=settings.facts_per_call)
                     if model is not None else ExtractiveRewriter())
         return cls(config=config, kb=kb, ledger=ledger, model=model, selector=selector,
-                   decomposer=decomposer or DECOMPOSERS.create(config.decomposer_name,
-                                                               config, model),
-                   judge=(create_judge(judge_config(config), model) if judge is None
-                          else rebatched(judge, *fact_batching(config))),
+                   decomposer=kit.decomposer_for(config, model),
+                   judge=(create_judge(judge_config(config), model) if kit.judge is None
+                          else rebatched(kit.judge, *fact_batching(config))),
                    rewriter=rewriter,
                    owned=tuple(owned))
 

@@ -22,6 +22,7 @@ from medverify.factcheck.loop import FactChecker, ScopedLedger, metered
 from medverify.harness import close_owned
 from medverify.judge import Judge, has_trait
 from medverify.kb import KnowledgeBase
+from medverify.kit import FlowKit
 from medverify.llm.facade import Model, UsageLedger, model_from_config
 from medverify.records import Answer, Report
 from medverify.review import (
@@ -97,15 +98,16 @@ class ServiceState:
         try:
             if self.config.model:
                 self.model = model_from_config(self.config, ledger=ScopedLedger())
-            self.checker = Checker.from_config(self.config, model=self.model)
+            self.checker = Checker.from_config(self.config, kit=FlowKit(model=self.model))
         except MedverifyError as exc:
             self.problems["checker"] = str(exc)
             return
         self.check_slots = _check_slots(self.config, self.checker.judge)
         try:
             self.factchecker = FactChecker.from_config(
-                self.config, kb=self.checker.kb, model=self.model, judge=self.checker.judge,
-                decomposer=self.checker.decomposer)  # type: ignore[arg-type]
+                self.config,
+                kit=FlowKit(kb=self.checker.kb, model=self.model, judge=self.checker.judge,
+                            decomposer=self.checker.decomposer))  # type: ignore[arg-type]
         except MedverifyError as exc:
             self.problems["factcheck"] = str(exc)
 
@@ -180,9 +182,10 @@ class ServiceState:
         its outputs (resumable) go to ``jobs_dir/<job id>``."""
         checker = self.need_checker()
         embedder = getattr(checker.kb, "embedder", None)
-        return Auditor.from_config(self.config, model=self.model, judge=checker.judge,
-                                   decomposer=checker.decomposer, embedder=embedder,
-                                   out_dir=self.jobs_dir / job_id)
+        return Auditor.from_config(
+            self.config, out_dir=self.jobs_dir / job_id,
+            kit=FlowKit(model=self.model, judge=checker.judge, decomposer=checker.decomposer,
+                        embedder=embedder))
 
     async def checking(self, work: Callable[[], Awaitable[T]], units: int = 1) -> T:
         """Run ``work`` in one of ``[service] max_concurrent_checks`` slots, first come

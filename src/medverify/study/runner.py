@@ -34,7 +34,7 @@ from types import TracebackType
 from typing import Any
 
 from medverify.config import Config
-from medverify.decompose import DECOMPOSERS, Decomposer
+from medverify.decompose import Decomposer
 from medverify.errors import ConfigError, InputError, ProviderError
 from medverify.files import (
     append_record,
@@ -45,7 +45,6 @@ from medverify.files import (
 from medverify.harness import (
     CancelToken,
     Provenance,
-    Resources,
     RunHarness,
     close_owned,
     new_run_id,
@@ -53,8 +52,8 @@ from medverify.harness import (
     stage_id,
 )
 from medverify.judge import Judge, has_trait
-from medverify.judge.build import create_judge
-from medverify.kb.embed import Embedder, get_embedder
+from medverify.kb.embed import Embedder
+from medverify.kit import FlowKit
 from medverify.llm.facade import Model, model_from_config
 from medverify.prompts import load_prompt
 from medverify.records import Usage, package_version
@@ -144,13 +143,12 @@ class TrialStudy:
         cls, config: Config, *, models: Sequence[str], run_dir: Path,
         contexts: Sequence[Context | str] = tuple(Context),
         granularities: Sequence[Granularity | str] = tuple(Granularity),
-        questions: Sequence[TrialQuestion] = QUESTIONS,
-        judge: Judge | None = None, decomposer: Decomposer | None = None,
-        embedder: Embedder | None = None, fresh: bool = False, record: bool = True,
+        questions: Sequence[TrialQuestion] = QUESTIONS, fresh: bool = False,
+        kit: FlowKit = FlowKit(),
     ) -> TrialStudy:
         """The study of ``models`` (``LABEL=SPEC`` or specs) in ``run_dir``. The judge and
         the claim decomposer use ``config.model`` (the builtin judge and the rules
-        decomposer without one); ``judge``, ``decomposer`` and ``embedder`` replace the
+        decomposer without one); the kit's judge, decomposer and embedder replace the
         configured ones (tests). The judge's evidence is ranked by BM25 alone when
         ``config.retrieval.mode`` is ``lexical``, else fused with the configured embedder."""
         entries = parse_models(models)
@@ -158,13 +156,12 @@ class TrialStudy:
         granularities = [Granularity(g) for g in granularities]
         if not contexts or not granularities or not questions:
             raise ConfigError("a study needs at least one context, granularity and question")
-        opened = Resources.open(config, need_kb=False)
-        if judge is None:
-            judge = create_judge(config, opened.model)
-        if decomposer is None and Granularity.CLAIM in granularities:
-            decomposer = DECOMPOSERS.create(config.decomposer_name, config, opened.model)
-        if embedder is None and config.retrieval.mode != "lexical":
-            embedder = get_embedder(config.kb_settings.embedder)
+        opened = kit.open(config, need_kb=False)
+        judge = kit.judge_for(config, opened.model)
+        decomposer = (kit.decomposer_for(config, opened.model)
+                      if Granularity.CLAIM in granularities else kit.decomposer)
+        embedder = (kit.embedder_for(config) if config.retrieval.mode != "lexical"
+                    else kit.embedder)
         asked = [Asked(e.label, model_from_config(config, e.spec)) for e in entries]
 
         def usage() -> dict[str, Usage]:
@@ -177,7 +174,7 @@ class TrialStudy:
                    judge=judge, decomposer=decomposer, embedder=embedder,
                    contexts=contexts, granularities=granularities,
                    questions=list(questions), ledger_usage=usage,
-                   owned=tuple(opened.owned), fresh=fresh, record=record)
+                   owned=tuple(opened.owned), fresh=fresh, record=kit.record)
 
     async def aclose(self) -> None:
         for a in self.asked:
