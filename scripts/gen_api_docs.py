@@ -11,8 +11,10 @@ paths; :data:`medverify.service.app.API_VERSION`), the same in the live ``/opena
 so a release bump does not make the pinned copy stale; ``GET /healthz`` reports the package
 version. The auth role of each endpoint is read from its dependencies
 (``medverify.service.auth.role``), and the error codes from the service's source (every
-``ApiError(STATUS, "code", ...)`` and ``error_response(STATUS, "code", ...)``), so a new
-code or role cannot go undocumented: rendering fails until it has a line here.
+``ApiError(STATUS, ErrorCode.X, ...)`` and ``error_response(STATUS, ErrorCode.X, ...)``) and
+its table of domain errors (``medverify.service.errors.DOMAIN_ERRORS``). Every
+``ErrorCode`` has a line in CODE_TEXT and every line an ``ErrorCode`` (a test checks), so a
+new code or role cannot go undocumented: rendering fails until it has a line here.
 """
 
 from __future__ import annotations
@@ -30,7 +32,8 @@ from fastapi.routing import APIRoute
 import medverify.service
 from medverify.config import Config, ServiceSettings
 from medverify.service.app import API_VERSION, create_app
-from medverify.service.errors import _STATUS_CODES
+from medverify.service.error_codes import ErrorCode
+from medverify.service.errors import _STATUS_CODES, DOMAIN_ERRORS
 from medverify.store.access import Role
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -60,6 +63,11 @@ ROLE_TEXT = {
 }
 
 CODE_TEXT = {
+    "bad_request": "the framework refused the request (not sent today: a body it cannot "
+    "parse is `invalid_json`)",
+    "conflict": "the framework refused the request as a conflict (not sent today: the "
+    "service's conflicts have their own codes)",
+    "error": "a status the framework answered that has no code of its own (not sent today)",
     "invalid_json": "the body is not valid JSON in UTF-8",
     "unauthorized": "no key, a malformed, unknown or wrong one, or a revoked one "
     "(`WWW-Authenticate: Bearer`)",
@@ -121,7 +129,8 @@ LIMITS = [
     ("auth_failure_burst", "such requests an address may make at once"),
 ]
 
-_PATTERN = re.compile(r'(?:ApiError|error_response)\(\s*(\d{3}),\s*"([a-z_]+)"')
+_PATTERN = re.compile(r'(?:ApiError|error_response)\(\s*(\d{3}),\s*'
+                      r'(?:ErrorCode\.([A-Z_]+)|"([a-z_]+)")')
 _METHODS = ("get", "post", "put", "patch", "delete")
 _BODY_METHODS = ("POST", "PUT", "PATCH")
 _VOCABULARY = ("medverify.service.records", "medverify.store.jobs", "medverify.store.access")
@@ -162,8 +171,10 @@ def error_codes() -> list[tuple[int, str]]:
     found: set[tuple[int, str]] = set()
     for path in sorted(Path(medverify.service.__file__).parent.rglob("*.py")):
         text = path.read_text("utf-8")
-        found |= {(int(status), code) for status, code in _PATTERN.findall(text)}
-    found |= {(status, _STATUS_CODES[status]) for status in FRAMEWORK_STATUSES}
+        found |= {(int(status), (ErrorCode[name] if name else ErrorCode(code)).value)
+                  for status, name, code in _PATTERN.findall(text)}
+    found |= {(row.status, row.code.value) for row in DOMAIN_ERRORS.values()}
+    found |= {(status, _STATUS_CODES[status].value) for status in FRAMEWORK_STATUSES}
     missing = sorted({code for _, code in found} - set(CODE_TEXT))
     if missing:
         raise SystemExit(f"error codes without a line in CODE_TEXT: {', '.join(missing)}")

@@ -34,6 +34,7 @@ from collections import deque
 from collections.abc import Awaitable, Callable
 from typing import TypeVar
 
+from medverify.service.error_codes import ErrorCode
 from medverify.service.errors import ApiError
 
 T = TypeVar("T")
@@ -64,7 +65,7 @@ async def within(limit: float, work: Awaitable[T]) -> T:
         current = asyncio.current_task()
         if current is not None and current.cancelling():
             raise  # the request itself was cancelled meanwhile
-    raise ApiError(504, "timeout", f"{reason}; submit long work as a job")
+    raise ApiError(504, ErrorCode.TIMEOUT, f"{reason}; submit long work as a job")
 
 
 class Ticket:
@@ -203,8 +204,8 @@ class CheckSlots:
         """503 ``too_long`` when ``units`` sentences alone should pass the budget."""
         alone = None if self.unit_s is None else units * self.unit_s
         if alone is not None and alone > self.budget_s:
-            raise ApiError(503, "too_long", f"this answer ({units} sentences) should take "
-                           f"about {alone:.0f} s to check here, past {self.budget_s:.0f} s "
+            raise ApiError(503, ErrorCode.TOO_LONG, f"this answer ({units} sentences) should "
+                           f"take about {alone:.0f} s to check here, past {self.budget_s:.0f} s "
                            f"({self.work_share:g} of [service] request_timeout_s = "
                            f"{self.timeout_s:g} s): nothing was checked or recorded; submit "
                            "it as a job (POST /v1/jobs/check), which has no time limit")
@@ -228,8 +229,8 @@ class CheckSlots:
             ticket = await slots.take(units, self.queue_wait_s)
             if ticket is None:
                 retry = self.retry_after()
-                raise ApiError(503, "overloaded", "the worker had no room for this check "
-                               f"within {self.queue_wait_s:g} s ([service] queue_wait_s; "
+                raise ApiError(503, ErrorCode.OVERLOADED, "the worker had no room for this "
+                               f"check within {self.queue_wait_s:g} s ([service] queue_wait_s; "
                                f"{self.limit} check slots); nothing was checked or recorded: "
                                f"retry after {retry} s, or submit the answers as a job (POST "
                                "/v1/jobs/check)", headers={"Retry-After": str(retry)})

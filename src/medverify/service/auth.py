@@ -25,6 +25,7 @@ from dataclasses import dataclass, field
 
 from fastapi import Request
 
+from medverify.service.error_codes import ErrorCode
 from medverify.service.errors import ApiError
 from medverify.store.access import KeyInfo, KeyStore, Role
 
@@ -97,8 +98,8 @@ def authorize(request: Request, needed: Role) -> KeyInfo:
     key = _identify(request)
     request.state.key = key
     if not key.role.allows(needed):
-        raise ApiError(403, "forbidden", f"this endpoint needs the {needed.value} role; the "
-                       f"key {key.id} has {key.role.value}")
+        raise ApiError(403, ErrorCode.FORBIDDEN, f"this endpoint needs the {needed.value} "
+                       f"role; the key {key.id} has {key.role.value}")
     wait = state.limiter.take(key.id)
     if wait > 0:
         raise _limited(f"over {state.config.service.rate_per_minute} requests a minute for "
@@ -115,7 +116,8 @@ def _identify(request: Request) -> KeyInfo:
         problem = ("no API key: send Authorization: Bearer <key> (create one with "
                    "`medverify keys create NAME`)" if secret is None
                    else "the API key is unknown, wrong or revoked")
-        raise ApiError(401, "unauthorized", problem, headers={"WWW-Authenticate": "Bearer"})
+        raise ApiError(401, ErrorCode.UNAUTHORIZED, problem,
+                       headers={"WWW-Authenticate": "Bearer"})
     return key
 
 
@@ -143,7 +145,7 @@ def verify_within_limit(request: Request, secret: str | None) -> KeyInfo | None:
 def _limited(what: str, wait: float) -> ApiError:
     """429 ``rate_limited``: the message and ``Retry-After`` give the same whole seconds."""
     retry = retry_seconds(wait)
-    return ApiError(429, "rate_limited", f"{what}; retry after {retry} s",
+    return ApiError(429, ErrorCode.RATE_LIMITED, f"{what}; retry after {retry} s",
                     headers={"Retry-After": str(retry)})
 
 

@@ -29,6 +29,7 @@ from fastapi.openapi.docs import (
 )
 from fastapi.responses import FileResponse, HTMLResponse
 
+from medverify.service.error_codes import ErrorCode
 from medverify.service.errors import ApiError
 
 log = logging.getLogger(__name__)
@@ -134,7 +135,7 @@ def docs_router() -> APIRouter:
     @router.get(STATIC_PREFIX + "/{name}")
     async def asset(name: str) -> FileResponse:
         if folder is None or name not in ASSETS:
-            raise ApiError(404, "not_found", f"no documentation asset {name!r}")
+            raise ApiError(404, ErrorCode.NOT_FOUND, f"no documentation asset {name!r}")
         return FileResponse(folder / name, media_type=ASSETS[name], headers={
             "Cache-Control": "public, max-age=86400", "X-Content-Type-Options": "nosniff"})
 

@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 import logging
 from collections.abc import Awaitable, Callable, MutableMapping
+from dataclasses import dataclass
 from typing import Any
 
 from fastapi import FastAPI, Request
@@ -21,7 +22,11 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from medverify.connections import StoreUnavailable
 from medverify.errors import ConfigError, InputError, MedverifyError
+from medverify.review.records import AlreadyLabelled, ItemClosed, ItemNotFound, KBChangeNotFound
+from medverify.service.error_codes import ErrorCode
 from medverify.service.records import ErrorBody, ErrorResponse
+from medverify.store.access import KeyNotFound, LastAdminKey
+from medverify.store.jobs import JobNotFound
 
 log = logging.getLogger(__name__)
 
@@ -30,10 +35,12 @@ Message = MutableMapping[str, Any]
 Receive = Callable[[], Awaitable[Message]]
 Send = Callable[[Message], Awaitable[None]]
 
-_STATUS_CODES = {400: "bad_request", 401: "unauthorized", 403: "forbidden", 404: "not_found",
-                 405: "method_not_allowed", 409: "conflict", 413: "too_large",
-                 415: "unsupported_media_type", 422: "invalid_request", 429: "rate_limited",
-                 503: "not_ready", 504: "timeout"}
+_STATUS_CODES = {400: ErrorCode.BAD_REQUEST, 401: ErrorCode.UNAUTHORIZED,
+                 403: ErrorCode.FORBIDDEN, 404: ErrorCode.NOT_FOUND,
+                 405: ErrorCode.METHOD_NOT_ALLOWED, 409: ErrorCode.CONFLICT,
+                 413: ErrorCode.TOO_LARGE, 415: ErrorCode.UNSUPPORTED_MEDIA_TYPE,
+                 422: ErrorCode.INVALID_REQUEST, 429: ErrorCode.RATE_LIMITED,
+                 503: ErrorCode.NOT_READY, 504: ErrorCode.TIMEOUT}
 
 
 _NOT_JSON = "the request body is not valid JSON in UTF-8"
@@ -42,35 +49,87 @@ _NOT_NUMBER = ("the request body is not valid JSON: {} is not a JSON number (RFC
 
 
 class ApiError(Exception):
-    """An error to answer with: HTTP status, code, message (and headers, e.g. Retry-After)."""
+    """An error to answer with: HTTP status, code, message (and headers, e.g. Retry-After).
+    The code is one of :class:`ErrorCode` (a string that is none of them raises)."""
 
-    def __init__(self, status: int, code: str, message: str, *,
+    def __init__(self, status: int, code: ErrorCode, message: str, *,
                  headers: dict[str, str] | None = None,
                  detail: list[dict[str, Any]] | None = None) -> None:
         super().__init__(message)
-        self.status, self.code, self.message = status, code, message
+        self.status, self.code, self.message = status, ErrorCode(code), message
         self.headers, self.detail = headers, detail
 
 
-def error_response(status: int, code: str, message: str, *,
+def error_response(status: int, code: ErrorCode, message: str, *,
                    headers: dict[str, str] | None = None,
                    detail: list[dict[str, Any]] | None = None) -> JSONResponse:
-    body = ErrorResponse(error=ErrorBody(code=code, message=message, detail=detail))
+    body = ErrorResponse(error=ErrorBody(code=ErrorCode(code).value, message=message,
+                                         detail=detail))
     return JSONResponse(body.model_dump(mode="json"), status_code=status, headers=headers)
+
+
+def _said(exc: Exception) -> str:
+    return str(exc)
+
+
+def _named(exc: Exception) -> str:
+    return f"{type(exc).__name__}: {exc}"
+
+
+def _no_key(exc: Exception) -> str:
+    return f"no key {getattr(exc, 'key_id', '')!r}"
+
+
+@dataclass(frozen=True)
+class DomainError:
+    """How the API answers one kind of domain error: status, code, message, headers."""
+
+    status: int
+    code: ErrorCode
+    message: Callable[[Exception], str] = _said  # the exception's own words by default
+    headers: tuple[tuple[str, str], ...] = ()  # e.g. Retry-After: when to try again
+
+
+DOMAIN_ERRORS: dict[type[MedverifyError], DomainError] = {
+    ItemNotFound: DomainError(404, ErrorCode.NOT_FOUND),
+    KBChangeNotFound: DomainError(404, ErrorCode.NOT_FOUND),
+    KeyNotFound: DomainError(404, ErrorCode.NOT_FOUND, _no_key),
+    JobNotFound: DomainError(404, ErrorCode.NOT_FOUND),
+    ItemClosed: DomainError(409, ErrorCode.ITEM_CLOSED),
+    AlreadyLabelled: DomainError(409, ErrorCode.ALREADY_LABELLED),
+    LastAdminKey: DomainError(409, ErrorCode.LAST_ADMIN),
+    ConfigError: DomainError(409, ErrorCode.NOT_CONFIGURED),
+    InputError: DomainError(422, ErrorCode.INVALID_INPUT),
+    StoreUnavailable: DomainError(503, ErrorCode.STORE_UNAVAILABLE,
+                                  headers=(("Retry-After", "5"),)),
+    MedverifyError: DomainError(500, ErrorCode.INTERNAL, _named),
+}
+"""Each domain error the service can meet, as the API answers it (the JSON routes through
+one exception handler, the review pages as HTML with the same status and message). A
+subclass not listed takes its nearest listed base's row (any other MedverifyError: 500
+``internal``, its type named)."""
+
+
+def api_error(exc: MedverifyError) -> ApiError:
+    """The :class:`ApiError` a domain error is answered with (:data:`DOMAIN_ERRORS`)."""
+    kind = next(k for k in type(exc).__mro__ if k in DOMAIN_ERRORS)
+    row = DOMAIN_ERRORS[kind]  # type: ignore[index]
+    return ApiError(row.status, row.code, row.message(exc), headers=dict(row.headers) or None)
 
 
 def _validation(exc: RequestValidationError) -> JSONResponse:
     problems = list(exc.errors())
     if any(p.get("type") == "json_invalid" for p in problems):
-        return error_response(400, "invalid_json", _NOT_JSON)
+        return error_response(400, ErrorCode.INVALID_JSON, _NOT_JSON)
     detail = [{"loc": list(p.get("loc", ())), "msg": str(p.get("msg", "")),
                "type": str(p.get("type", ""))} for p in problems[:20]]
     first = detail[0] if detail else {"loc": [], "msg": "invalid"}
     where = ".".join(str(x) for x in first["loc"][1:]) or "body"
-    return error_response(422, "invalid_request", f"{where}: {first['msg']}", detail=detail)
+    return error_response(422, ErrorCode.INVALID_REQUEST, f"{where}: {first['msg']}",
+                          detail=detail)
 
 
-def _noted(request: Request, code: str) -> str:
+def _noted(request: Request, code: ErrorCode) -> ErrorCode:
     """``code``, also kept on the request for its log line and metrics (``state.error``)."""
     request.state.error = code
     return code
@@ -80,7 +139,7 @@ def install_error_handlers(app: FastAPI) -> None:
     """Map every exception to the one error shape."""
 
     @app.exception_handler(ApiError)
-    async def api_error(request: Request, exc: ApiError) -> JSONResponse:
+    async def refused(request: Request, exc: ApiError) -> JSONResponse:
         return error_response(exc.status, _noted(request, exc.code), exc.message,
                               headers=exc.headers, detail=exc.detail)
 
@@ -91,34 +150,24 @@ def install_error_handlers(app: FastAPI) -> None:
     @app.exception_handler(StarletteHTTPException)
     async def http_error(request: Request, exc: StarletteHTTPException) -> JSONResponse:
         if exc.status_code == 400:  # FastAPI could not parse the body (e.g. not UTF-8)
-            _noted(request, "invalid_json")
-            return error_response(400, "invalid_json", _NOT_JSON)
-        code = _noted(request, _STATUS_CODES.get(exc.status_code, "error"))
+            _noted(request, ErrorCode.INVALID_JSON)
+            return error_response(400, ErrorCode.INVALID_JSON, _NOT_JSON)
+        code = _noted(request, _STATUS_CODES.get(exc.status_code, ErrorCode.ERROR))
         return error_response(exc.status_code, code, str(exc.detail),
                               headers=getattr(exc, "headers", None))
 
-    @app.exception_handler(InputError)
-    async def input_error(_: Request, exc: InputError) -> JSONResponse:
-        return error_response(422, "invalid_input", str(exc))
-
-    @app.exception_handler(ConfigError)
-    async def config_error(_: Request, exc: ConfigError) -> JSONResponse:
-        return error_response(409, "not_configured", str(exc))
-
-    @app.exception_handler(StoreUnavailable)
-    async def store_unavailable(request: Request, exc: StoreUnavailable) -> JSONResponse:
-        _noted(request, "store_unavailable")
-        return error_response(503, "store_unavailable", str(exc), headers={"Retry-After": "5"})
-
     @app.exception_handler(MedverifyError)
-    async def medverify_error(_: Request, exc: MedverifyError) -> JSONResponse:
-        return error_response(500, "internal", f"{type(exc).__name__}: {exc}")
+    async def domain_error(request: Request, exc: MedverifyError) -> JSONResponse:
+        """Every domain error, by :data:`DOMAIN_ERRORS` (the routes do not catch them)."""
+        error = api_error(exc)
+        return error_response(error.status, _noted(request, error.code), error.message,
+                              headers=error.headers)
 
     @app.exception_handler(Exception)
     async def unexpected(_: Request, exc: Exception) -> JSONResponse:
         log.exception("unhandled error")
-        return error_response(500, "internal", f"internal error ({type(exc).__name__}); "
-                              "the server log has the details")
+        return error_response(500, ErrorCode.INTERNAL, f"internal error "
+                              f"({type(exc).__name__}); the server log has the details")
 
 
 FORM_PATHS = "/review/"
@@ -147,11 +196,12 @@ class BodyGuard:
             return
         body = await self._read(receive)
         if body is None:
-            await error_response(413, "too_large", self._too_large())(scope, receive, send)
+            refused = error_response(413, ErrorCode.TOO_LARGE, self._too_large())
+            await refused(scope, receive, send)
             return
         problem = json_problem(body) if _is_json(headers) else None
         if problem is not None:
-            await error_response(400, "invalid_json", problem)(scope, receive, send)
+            await error_response(400, ErrorCode.INVALID_JSON, problem)(scope, receive, send)
             return
         await self.app(scope, _replay(body), send)
 
@@ -161,12 +211,12 @@ class BodyGuard:
     def _refusal(self, headers: dict[str, str], path: str = "") -> JSONResponse | None:
         length = headers.get("content-length")
         if length is not None and (not length.isdigit() or int(length) > self.max_bytes):
-            return error_response(413, "too_large", self._too_large())
+            return error_response(413, ErrorCode.TOO_LARGE, self._too_large())
         kind = headers.get("content-type", "").split(";")[0].strip().lower()
         has_body = (length is not None and length != "0") or "transfer-encoding" in headers
         form = kind == "application/x-www-form-urlencoded" and path.startswith(FORM_PATHS)
         if has_body and kind != "application/json" and not form:
-            return error_response(415, "unsupported_media_type",
+            return error_response(415, ErrorCode.UNSUPPORTED_MEDIA_TYPE,
                                   "send the body as JSON with Content-Type: application/json")
         return None
 

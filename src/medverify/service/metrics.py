@@ -55,6 +55,7 @@ from medverify.ops.drift import live_window
 from medverify.ops.overturns import WINDOW_DAYS, below_target, recent_window
 from medverify.records import Category, Decision, Report, package_version
 from medverify.review import ReviewStatus
+from medverify.service.error_codes import ErrorCode
 from medverify.store.jobs import JobKind, JobStatus, JobStore
 from medverify.store.review import ReviewStore
 from medverify.store.runs import RunStore
@@ -63,8 +64,8 @@ MULTIPROC_ENV = "PROMETHEUS_MULTIPROC_DIR"
 REQUEST_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0)
 MODEL_BUCKETS = (0.05, 0.1, 0.25, 0.5, 1.0, 2.0, 5.0, 10.0, 20.0, 30.0, 60.0, 120.0)
 METHODS = frozenset({"GET", "POST", "PUT", "PATCH", "DELETE", "HEAD", "OPTIONS"})
-REFUSALS = ((503, "overloaded"), (503, "too_long"), (503, "not_ready"),
-            (503, "store_unavailable"), (429, "rate_limited"))
+REFUSALS = ((503, ErrorCode.OVERLOADED), (503, ErrorCode.TOO_LONG), (503, ErrorCode.NOT_READY),
+            (503, ErrorCode.STORE_UNAVAILABLE), (429, ErrorCode.RATE_LIMITED))
 """The admission refusals counted (their series exist from the start)."""
 UNMATCHED = "unmatched"
 """The route label of a request no route matched (its path is not a label: unbounded)."""

@@ -25,6 +25,7 @@ from typing import Any
 
 from starlette.routing import Match
 
+from medverify.service.error_codes import ErrorCode
 from medverify.service.errors import error_response
 from medverify.service.metrics import UNMATCHED, ServiceMetrics
 from medverify.store.context import request_id
@@ -98,9 +99,10 @@ class RequestObserver:
             if status:  # the response had started: nothing else can be sent
                 raise
             errors.exception("unhandled error")  # with the request's id, and its traceback
-            state["error"] = "internal"
-            await error_response(500, "internal", f"internal error ({type(exc).__name__}); "
-                                 "the server log has the details")(scope, receive, sending)
+            state["error"] = ErrorCode.INTERNAL
+            refused = error_response(500, ErrorCode.INTERNAL, f"internal error "
+                                     f"({type(exc).__name__}); the server log has the details")
+            await refused(scope, receive, sending)
         finally:
             self._done(scope, state, status or 500, time.perf_counter() - started)
 

@@ -44,17 +44,10 @@ from medverify.errors import MedverifyError
 from medverify.ops.drift import drift_report
 from medverify.ops.overturns import WINDOW_DAYS, below_target, recent_window
 from medverify.report.view import safe_url
-from medverify.review import (
-    AlreadyLabelled,
-    ItemClosed,
-    ItemNotFound,
-    ReviewItem,
-    ReviewLabel,
-    ReviewStatus,
-    loop_report,
-)
+from medverify.review import ReviewLabel, ReviewStatus, loop_report
 from medverify.service.auth import verify_within_limit
-from medverify.service.errors import ApiError
+from medverify.service.error_codes import ErrorCode
+from medverify.service.errors import ApiError, api_error
 from medverify.service.item_page import item_context, item_verdict
 from medverify.service.item_view import queue_columns, shorten
 from medverify.store.access import Role, Session, SessionStore
@@ -80,8 +73,8 @@ class Refusal(Exception):
 
 
 class PageRoute(APIRoute):
-    """A route whose refusals (and invalid parameters) are HTML pages, not the API's JSON
-    error shape."""
+    """A route whose refusals, domain errors and invalid parameters are HTML pages, not the
+    API's JSON error shape (a domain error with the status and message the API gives it)."""
 
     def get_route_handler(self) -> Callable[[Request], Coroutine[Any, Any, Response]]:
         handler = super().get_route_handler()
@@ -89,9 +82,10 @@ class PageRoute(APIRoute):
         async def route(request: Request) -> Response:
             try:
                 return await handler(request)
-            except Refusal as exc:
-                page = error_page(request, exc.status, exc.title, exc.message)
-                page.headers.update(exc.headers)
+            except (Refusal, MedverifyError) as exc:  # a domain error: by DOMAIN_ERRORS
+                refusal = exc if isinstance(exc, Refusal) else domain_refusal(exc)
+                page = error_page(request, refusal.status, refusal.title, refusal.message)
+                page.headers.update(refusal.headers)
                 return page
             except RequestValidationError as exc:
                 problems = list(exc.errors())
@@ -242,25 +236,18 @@ def _review(request: Request) -> ReviewStore:
     return _state(request).review  # type: ignore[no-any-return]
 
 
-_REFUSALS: list[tuple[type[Exception], int, str]] = [
-    (ItemNotFound, 404, "No such item"), (ItemClosed, 409, "Item closed"),
-    (AlreadyLabelled, 409, "Already labelled")]
+PAGE_TITLES: dict[ErrorCode, str] = {
+    ErrorCode.NOT_FOUND: "No such item", ErrorCode.ITEM_CLOSED: "Item closed",
+    ErrorCode.ALREADY_LABELLED: "Already labelled", ErrorCode.INVALID_INPUT: "Label refused"}
+"""The title of a domain error's page, by its code (others: ``Refused``)."""
 
 
-def _refusal(exc: Exception) -> Refusal:
-    """The page for one of the review library's refusals (anything else it refuses, e.g.
-    a source URL that is not a public http(s) address: 422)."""
-    for kind, status, title in _REFUSALS:
-        if isinstance(exc, kind):
-            return Refusal(status, title, str(exc))
-    return Refusal(422, "Label refused", str(exc))
-
-
-def _item(request: Request, item_id: str) -> ReviewItem:
-    try:
-        return _review(request).get(item_id)
-    except MedverifyError as exc:
-        raise _refusal(exc) from None
+def domain_refusal(exc: MedverifyError) -> Refusal:
+    """The page for a domain error: the status, message and headers the JSON API answers
+    it with (:func:`~medverify.service.errors.api_error`), titled for a reviewer."""
+    error = api_error(exc)
+    return Refusal(error.status, PAGE_TITLES.get(error.code, "Refused"), error.message,
+                   headers=error.headers)
 
 
 # -- routes ------------------------------------------------------------------------------
@@ -370,7 +357,7 @@ async def item_page(request: Request, item_id: str, done: str | None = None) -> 
     session = _page_session(request)
     if isinstance(session, Response):
         return session
-    item = _item(request, item_id)
+    item = _review(request).get(item_id)  # 404 ItemNotFound: an error page
     return render(request, "item.html.j2", done=done, **item_context(item, session.key))
 
 
@@ -409,11 +396,11 @@ async def label(request: Request, item_id: str) -> Response:
     correction = _text(fields, "correction")
     note = _text(fields, "note")
     passage_id = _text(fields, "source_passage_id", 200)
-    try:
+    try:  # the review library's refusals are domain errors: pages by DOMAIN_ERRORS
         await _label_and_teach(request, item_id, session.key.id, chosen, correction=correction,
                                source_url=source_url, source_passage_id=passage_id, note=note)
-    except (MedverifyError, ValidationError, ValueError) as exc:
-        raise _refusal(exc) from None
+    except (ValidationError, ValueError) as exc:
+        raise Refusal(422, "Label refused", str(exc)) from None
     return RedirectResponse(_after(request, item_id), status_code=303)
 
 

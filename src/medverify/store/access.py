@@ -65,7 +65,11 @@ class AuditEvent(Record):
 
 
 class KeyNotFound(MedverifyError):
-    """No API key has this id."""
+    """No API key has this id (``key_id``)."""
+
+    def __init__(self, message: str, key_id: str = "") -> None:
+        super().__init__(message)
+        self.key_id = key_id
 
 
 class LastAdminKey(MedverifyError):
@@ -147,7 +151,8 @@ class KeyStore:
         ).fetchone()
         if row is None:
             raise KeyNotFound(
-                f"no API key with id {key_id!r}; `medverify keys list` shows the keys"
+                f"no API key with id {key_id!r}; `medverify keys list` shows the keys",
+                key_id=key_id,
             )
         return _key(row)
 

@@ -7,10 +7,11 @@ from typing import Annotated
 
 from fastapi import APIRouter, Path, Query, Request
 
+from medverify.service.error_codes import ErrorCode
 from medverify.service.errors import ApiError
 from medverify.service.records import KeyRequest, LiveCalibration
 from medverify.service.routes.deps import Admin, State
-from medverify.store.access import AuditEvent, KeyInfo, KeyNotFound, LastAdminKey, NewKey
+from medverify.store.access import AuditEvent, KeyInfo, NewKey
 
 router = APIRouter(tags=["admin"])
 
@@ -41,15 +42,10 @@ async def revoke_key(key_id: KeyId, request: Request, key: Admin, state: State) 
     admin key first)."""
     request.state.target = key_id
     if key_id == key.id:
-        raise ApiError(409, "own_key", f"key {key_id} is the key making this request: a key "
-                       "cannot revoke itself (use another admin key, or `medverify keys "
-                       "revoke` on the server)")
-    try:
-        return state.keys.revoke(key_id, keep_an_admin=True)
-    except KeyNotFound:
-        raise ApiError(404, "not_found", f"no key {key_id!r}") from None
-    except LastAdminKey as exc:
-        raise ApiError(409, "last_admin", str(exc)) from None
+        raise ApiError(409, ErrorCode.OWN_KEY, f"key {key_id} is the key making this "
+                       "request: a key cannot revoke itself (use another admin key, or "
+                       "`medverify keys revoke` on the server)")
+    return state.keys.revoke(key_id, keep_an_admin=True)  # 404 KeyNotFound, 409 LastAdminKey
 
 
 @router.get("/v1/audit-log", response_model=list[AuditEvent])

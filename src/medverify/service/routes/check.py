@@ -8,11 +8,11 @@ from typing import Annotated
 from fastapi import APIRouter, Query, Request
 
 from medverify.decompose.answer import validate_answer
+from medverify.errors import ConfigError
 from medverify.records import Answer, Report
 from medverify.risk.stage import RiskText
 from medverify.service.admission import within
 from medverify.service.compact import Detail, compact_report
-from medverify.service.errors import ApiError
 from medverify.service.records import RiskRequest, RiskResponse
 from medverify.service.routes.deps import Client, State
 from medverify.text import flat_sentences
@@ -65,8 +65,8 @@ async def risk(body: RiskRequest, key: Client, state: State) -> RiskResponse:
     ``[service] request_timeout_s``."""
     checker = state.need_checker()
     if checker.risk is None:
-        raise ApiError(409, "not_configured", "no risk classifier is configured "
-                       "([risk] classifier = DIR, with its scorers)")
+        raise ConfigError("no risk classifier is configured ([risk] classifier = DIR, with "
+                          "its scorers)")
     texts: list[RiskText] = body.texts
     scores = await within(state.config.service.request_timeout_s, checker.risk.score(texts))
     return RiskResponse(scores=scores)

@@ -13,6 +13,7 @@ from pydantic import BaseModel
 from medverify.decompose.answer import validate_answer
 from medverify.errors import InputError
 from medverify.records import Answer
+from medverify.service.error_codes import ErrorCode
 from medverify.service.errors import ApiError
 from medverify.service.records import AuditBatch, CheckBatch, FactCheckBatch, Job
 from medverify.service.routes.deps import Client, State
@@ -96,7 +97,7 @@ def _own_job(state: ServiceState, key: KeyInfo, job_id: str) -> JobRow:
     except JobNotFound:
         row = None
     if row is None or (key.role is not Role.ADMIN and row.key_id != key.id):
-        raise ApiError(404, "not_found", f"no job {job_id!r} for this key")
+        raise ApiError(404, ErrorCode.NOT_FOUND, f"no job {job_id!r} for this key")
     return row
 
 
@@ -106,16 +107,16 @@ def _valid_answers(state: ServiceState, answers: Sequence[Answer]) -> None:
     for n, answer in enumerate(answers):
         try:
             validate_answer(answer, state.config.max_answer_chars)
-        except InputError as exc:
-            raise ApiError(422, "invalid_input", f"answers[{n}]: {exc}") from None
+        except InputError as exc:  # 422 invalid_input, naming the answer
+            raise InputError(f"answers[{n}]: {exc}") from None
 
 
 def _submit(state: ServiceState, request: Request, key: KeyInfo, kind: JobKind,
             body: BaseModel, n: int) -> Job:
     limit = state.config.service.max_answers_per_job
     if n > limit:
-        raise ApiError(413, "too_large", f"{n} answers in one job, over the limit of {limit} "
-                       "([service] max_answers_per_job): split the batch")
+        raise ApiError(413, ErrorCode.TOO_LARGE, f"{n} answers in one job, over the limit "
+                       f"of {limit} ([service] max_answers_per_job): split the batch")
     row = state.jobs.submit(kind, body.model_dump_json(), key.id)
     request.state.target = row.id
     return _job(row)

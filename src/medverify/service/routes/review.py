@@ -8,13 +8,10 @@ from typing import Annotated, Literal
 
 from fastapi import APIRouter, Path, Query, Request
 
+from medverify.errors import ConfigError
 from medverify.kb import KnowledgeBase
 from medverify.review import (
-    AlreadyLabelled,
-    ItemClosed,
-    ItemNotFound,
     KBChange,
-    KBChangeNotFound,
     LoopReport,
     PairAgreement,
     ReviewItem,
@@ -22,10 +19,8 @@ from medverify.review import (
     loop_report,
 )
 from medverify.review import revert as revert_change
-from medverify.service.errors import ApiError
 from medverify.service.records import MAX_OFFSET, LabelRequest
 from medverify.service.routes.deps import Admin, Reviewer, State
-from medverify.service.state import ServiceState
 from medverify.store.access import KeyInfo, Role
 
 router = APIRouter(tags=["review"])
@@ -57,7 +52,7 @@ async def review_item(item_id: str, key: Reviewer, state: State) -> ReviewItem:
     probabilities, the risk, the decision that escalated it, and its labels (blind
     while it waits for a second one, as in the list). 404 ``not_found`` for an unknown
     item."""
-    return _shown(_review_item(state, item_id), key)
+    return _shown(state.review.get(item_id), key)
 
 
 @router.post("/v1/review/items/{item_id}/labels", response_model=ReviewItem)
@@ -75,17 +70,10 @@ async def label_item(item_id: str, body: LabelRequest, request: Request, key: Re
     before; 422 ``invalid_input`` for a source URL that is not a public http(s)
     address (it is never fetched)."""
     request.state.target = item_id
-    try:
-        item, _ = state.label_and_teach(
-            item_id, key.id, body.label, correction=body.correction,
-            source_url=body.source_url, source_passage_id=body.source_passage_id,
-            note=body.note)
-    except ItemNotFound:
-        raise ApiError(404, "not_found", f"no review item {item_id!r}") from None
-    except ItemClosed as exc:
-        raise ApiError(409, "item_closed", str(exc)) from None
-    except AlreadyLabelled as exc:
-        raise ApiError(409, "already_labelled", str(exc)) from None
+    item, _ = state.label_and_teach(
+        item_id, key.id, body.label, correction=body.correction,
+        source_url=body.source_url, source_passage_id=body.source_passage_id,
+        note=body.note)
     return _shown(item, key)
 
 
@@ -97,13 +85,7 @@ async def assign_item(item_id: str, request: Request, key: Reviewer,
     ``GET /v1/review/items?assignee=<key id>`` lists a reviewer's items. 404
     ``not_found`` for an unknown item, 409 ``item_closed`` for a closed one."""
     request.state.target = item_id
-    try:
-        item = state.review.assign(item_id, key.id)
-    except ItemNotFound:
-        raise ApiError(404, "not_found", f"no review item {item_id!r}") from None
-    except ItemClosed as exc:
-        raise ApiError(409, "item_closed", str(exc)) from None
-    return _shown(item, key)
+    return _shown(state.review.assign(item_id, key.id), key)
 
 
 @router.get("/v1/review/agreement", response_model=list[PairAgreement])
@@ -149,19 +131,9 @@ async def revert_kb_change(change_id: Annotated[int, Path(ge=1, le=2**31 - 1)],
     request.state.target = str(change_id)
     kb = state.need_checker().kb
     if not isinstance(kb, KnowledgeBase):
-        raise ApiError(409, "not_configured", "the knowledge base is not the embedded "
-                       "store: its documents cannot be removed here")
-    try:
-        return revert_change(change_id, kb, state.review)
-    except KBChangeNotFound:
-        raise ApiError(404, "not_found", f"no KB change {change_id}") from None
-
-
-def _review_item(state: ServiceState, item_id: str) -> ReviewItem:
-    try:
-        return state.review.get(item_id)
-    except ItemNotFound:
-        raise ApiError(404, "not_found", f"no review item {item_id!r}") from None
+        raise ConfigError("the knowledge base is not the embedded store: its documents "
+                          "cannot be removed here")
+    return revert_change(change_id, kb, state.review)
 
 
 def _shown(item: ReviewItem, key: KeyInfo) -> ReviewItem:

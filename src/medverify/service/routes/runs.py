@@ -19,6 +19,7 @@ from medverify.audit.store import audits as stored_audits
 from medverify.errors import MedverifyError
 from medverify.factcheck.store import factchecks as stored_factchecks
 from medverify.report.html import render_html
+from medverify.service.error_codes import ErrorCode
 from medverify.service.errors import ApiError
 from medverify.service.records import RunRecord
 from medverify.service.routes.deps import Client, State
@@ -53,11 +54,12 @@ async def run_report(run_id: str, key: Client, state: State,
     /v1/runs/{run_id}``)."""
     info = _run_info(state, key, run_id)
     if info.kind != "check":
-        raise ApiError(404, "not_found", f"run {info.id} is a {info.kind} run: its HTML "
-                       "report is written by the command (GET /v1/runs/{id} has its data)")
+        raise ApiError(404, ErrorCode.NOT_FOUND, f"run {info.id} is a {info.kind} run: its "
+                       "HTML report is written by the command (GET /v1/runs/{id} has its "
+                       "data)")
     reports = state.runs.reports(info.id)
     if answer >= len(reports):
-        raise ApiError(404, "not_found", f"run {info.id} has {len(reports)} answers")
+        raise ApiError(404, ErrorCode.NOT_FOUND, f"run {info.id} has {len(reports)} answers")
     return HTMLResponse(render_html(reports[answer]), headers=report_headers())
 
 
@@ -93,4 +95,4 @@ def _run_info(state: ServiceState, key: KeyInfo, run_id: str) -> Any:
     if info is not None and (key.role is Role.ADMIN or state.audit.touched(key.id, info.id)
                              or state.jobs.has_run(key.id, info.id)):
         return info
-    raise ApiError(404, "not_found", f"no run {run_id!r} for this key")
+    raise ApiError(404, ErrorCode.NOT_FOUND, f"no run {run_id!r} for this key")
