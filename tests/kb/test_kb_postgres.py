@@ -40,10 +40,12 @@ def test_query_words_carry_no_tsquery_syntax() -> None:
     assert tsquery_text("") == ""
 
 
-def test_lexical_query_ranks_by_cover_density_with_the_words_as_a_parameter() -> None:
+def test_lexical_query_ranks_by_bm25_with_the_words_as_a_parameter() -> None:
     sql = lexical_sql()
-    assert "ts_rank_cd(c.tsv, q.q, 1)" in sql and "plainto_tsquery('english', ?)" in sql
-    assert sql.endswith("LIMIT ?")
+    assert "ln((s.n - df + 0.5) / (df + 0.5))" in sql and "plainto_tsquery('english', ?)" in sql
+    assert sql.count("?") == 3 and sql.endswith("LIMIT ?")
+    other = lexical_sql("ts_rank_cd", 1)
+    assert "ts_rank_cd(c.tsv, q.q, 1)" in other and other.count("?") == 2
 
 
 def test_metadata_condition_refuses_keys_that_are_not_names() -> None:
@@ -103,6 +105,9 @@ def test_search_reads_and_writes(kb_pair: tuple[PostgresKB, PostgresKB]) -> None
     [(best, score)] = a.lexical_candidates("metformin twice daily?", 1)
     assert a.chunks([best])[best].doc_id == "metformin" and score > 0
     assert a.lexical_candidates("!!! &&", 5) == []
+    a.rank_function = "ts_rank_cd"
+    assert a.lexical_candidates("metformin twice daily?", 1)[0][0] == best
+    a.rank_function = "bm25"
     assert _dense_ids(a, DOCS[1].title + "\n" + DOCS[1].text)[0] == "asthma"
     assert a.ingest(DOCS).documents_unchanged == 3  # unchanged: skipped, same generation
     full = a.snapshot_id

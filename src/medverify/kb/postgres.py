@@ -10,10 +10,14 @@ What is searched how:
 * lexical: PostgreSQL full-text search. Each chunk's ``tsv`` is
   ``to_tsvector('english', title || text)`` (GIN index); a query is the medverify query
   terms (:func:`medverify.kb.fts.query_terms`: the same words and stopwords as the embedded
-  store) OR-ed into a tsquery, ranked by ``ts_rank_cd`` (cover density, normalised by
-  document length: option 1), not BM25: the scores differ from the embedded store's, and
-  so does the order (measured in ``benchmarks/results/kb_postgres.md``). Lexical search
-  and the chunks are read from the tables, so they see every committed change at once.
+  store) OR-ed into a tsquery; the matching chunks are ranked by BM25 computed in SQL from
+  stored statistics (FTS5's formula and constants: document frequencies in ``kb_terms``,
+  term frequencies from the tsvector's positions, chunk lengths in words), not by
+  ``ts_rank_cd``, whose top 5 agrees with the embedded BM25's far less (both measured in
+  ``benchmarks/results/kb_postgres.md``). The stemmer and stopwords are PostgreSQL's
+  ``english`` (Snowball), not FTS5's porter, so the order still differs a little. Lexical
+  search and the chunks are read from the tables: they see every committed change at
+  once (a removed chunk is never handed out, even by a replica whose index has it).
 * dense: the vectors are stored in the table (float32 ``bytea``; pgvector is not used), and
   searched through a per-replica faiss index (exact inner product, ``IndexIDMap2`` over
   ``IndexFlatIP``) built from the table on first use. A replica checks the KB's
@@ -73,11 +77,32 @@ def tsquery_text(query: str) -> str:
     return " ".join(query_terms(query))
 
 
-def lexical_sql(rank: str = "ts_rank_cd", normalization: int = 1) -> str:
-    """The lexical candidates query (parameters: the query's words, the depth)."""
-    return (f"SELECT c.id, {rank}(c.tsv, q.q, {int(normalization)}) AS score "
-            f"FROM kb_chunks c, (SELECT replace(plainto_tsquery('{TS_CONFIG}', ?)::text, "
-            "'&', '|')::tsquery AS q) q WHERE c.tsv @@ q.q ORDER BY score DESC, c.id LIMIT ?")
+_OR_QUERY = (f"(SELECT replace(plainto_tsquery('{TS_CONFIG}', ?)::text, '&', '|')::tsquery "
+             "AS q) q")  # any of the words, as a tsquery (the words are a parameter)
+BM25_K1, BM25_B = 1.2, 0.75  # FTS5's bm25() defaults
+
+
+def lexical_sql(rank: str = "bm25", normalization: int = 1) -> str:
+    """The lexical candidates query (parameters: the query's words, the depth; BM25 takes
+    the words twice, first). ``bm25``: FTS5's formula over the stored statistics (idf
+    from ``kb_terms``' document frequency, floored at 1e-6 as FTS5 does; term frequency
+    from the tsvector's positions; length ``fts_len`` against the mean in ``kb_meta``);
+    ``ts_rank_cd`` / ``ts_rank``: PostgreSQL's own with that normalization."""
+    if rank != "bm25":
+        return (f"SELECT c.id, {rank}(c.tsv, q.q, {int(normalization)}) AS score FROM "
+                f"kb_chunks c, {_OR_QUERY} WHERE c.tsv @@ q.q ORDER BY score DESC, c.id "
+                "LIMIT ?")
+    return (
+        "WITH s AS (SELECT max(CASE WHEN key = 'fts_chunks' THEN value::float END) AS n, "
+        "max(CASE WHEN key = 'fts_tokens' THEN value::float END) AS tokens FROM kb_meta), "
+        "t AS (SELECT lexeme, greatest(ln((s.n - df + 0.5) / (df + 0.5)), 1e-6) AS idf "
+        f"FROM kb_terms, s WHERE lexeme = ANY(tsvector_to_array(to_tsvector('{TS_CONFIG}', "
+        "?)))) SELECT c.id, sum(t.idf * cardinality(u.positions) * "
+        f"{BM25_K1 + 1} / (cardinality(u.positions) + {BM25_K1} * (1 - {BM25_B} + "
+        f"{BM25_B} * c.fts_len / greatest(s.tokens / greatest(s.n, 1), 1)))) AS score "
+        f"FROM kb_chunks c CROSS JOIN {_OR_QUERY} CROSS JOIN s CROSS JOIN LATERAL "
+        "unnest(c.tsv) u JOIN t ON t.lexeme = u.lexeme WHERE c.tsv @@ q.q "
+        "GROUP BY c.id ORDER BY score DESC, c.id LIMIT ?")
 
 
 def metadata_condition(where: Mapping[str, str]) -> tuple[str, list[Any]]:
@@ -124,7 +149,7 @@ class PostgresKB:
         self._at: int | None = None  # the generation the index has
         self._polled = 0.0  # time.monotonic() of the last generation check
         self._snapshot: tuple[int, str] | None = None
-        self.rank_function, self.rank_normalization = "ts_rank_cd", 1
+        self.rank_function, self.rank_normalization = "bm25", 1  # see lexical_sql
 
     # ---- construction -------------------------------------------------------------
 
@@ -314,14 +339,15 @@ class PostgresKB:
             yield
 
     def lexical_candidates(self, query: str, depth: int) -> list[Candidate]:
-        """Up to ``depth`` (chunk id, ts_rank_cd score) of the chunks matching one of the
+        """Up to ``depth`` (chunk id, BM25 score) of the chunks matching one of the
         query's words, best first (ties by chunk id)."""
         words = tsquery_text(query)
         if not words or depth <= 0:
             return []
         with self._lock:
+            twice = (words,) if self.rank_function != "bm25" else (words, words)
             rows = self._db.execute(lexical_sql(self.rank_function, self.rank_normalization),
-                                    (words, depth)).fetchall()
+                                    (*twice, depth)).fetchall()
         return [(int(i), float(s)) for i, s in rows]
 
     def dense_candidates(self, queries: Sequence[str], depth: int) -> list[list[Candidate]]:

@@ -6,8 +6,11 @@ Tables (all ``kb_``-prefixed, so a KB can share a database or schema with the ru
 
     kb_meta       key/value settings: schema_version, embedder, dim, chunking, generation
     kb_documents  one row per document (doc_id unique, content hash, metadata as jsonb)
-    kb_chunks     text, offsets, float32 vector (bytea), the generation that added it, and
-                  tsv: to_tsvector('english', title || text), GIN-indexed
+    kb_chunks     text, offsets, float32 vector (bytea), the generation that added it,
+                  tsv: to_tsvector('english', title || text), GIN-indexed, and fts_len:
+                  its words (title and text), the length BM25 normalises by
+    kb_terms      per lexeme, the chunks whose tsv holds it (BM25's document frequency);
+                  with kb_meta's fts_chunks and fts_tokens, the statistics BM25 reads
     kb_removed    tombstones: chunk ids removed, with the generation that removed them
 
 A replica keeps its in-memory vector index in step by reading the chunks added and the
@@ -20,6 +23,7 @@ store's), so two replicas teaching at once apply one after the other.
 from __future__ import annotations
 
 import json
+import re
 import time
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
@@ -39,6 +43,7 @@ SCHEMA_VERSION = 1
 KB_LOCK = 0x6D65_646B_6277  # "medkbw": the KB's write lock (the run store has its own)
 TS_CONFIG = "english"  # the text search configuration of tsv and of every query
 BATCH_CHUNKS = 256  # chunks embedded and committed together (the embedded store's batch)
+WORD = re.compile(r"\w+")  # the words a chunk's BM25 length counts
 
 MIGRATIONS: list[tuple[int, list[str]]] = [
     (1, [
@@ -50,7 +55,8 @@ MIGRATIONS: list[tuple[int, list[str]]] = [
         "doc BIGINT NOT NULL REFERENCES kb_documents(id) ON DELETE CASCADE, "
         'ord INTEGER NOT NULL, text TEXT NOT NULL, start INTEGER NOT NULL, "end" INTEGER '
         "NOT NULL, n_tokens INTEGER NOT NULL, vector BYTEA NOT NULL, "
-        "generation BIGINT NOT NULL, tsv TSVECTOR NOT NULL)",
+        "generation BIGINT NOT NULL, tsv TSVECTOR NOT NULL, fts_len INTEGER NOT NULL)",
+        "CREATE TABLE IF NOT EXISTS kb_terms (lexeme TEXT PRIMARY KEY, df BIGINT NOT NULL)",
         "CREATE INDEX IF NOT EXISTS kb_chunks_doc ON kb_chunks(doc)",
         "CREATE INDEX IF NOT EXISTS kb_chunks_generation ON kb_chunks(generation)",
         "CREATE INDEX IF NOT EXISTS kb_chunks_tsv ON kb_chunks USING GIN (tsv)",
@@ -112,6 +118,11 @@ def initialise_meta(db: PostgresDatabase, settings: KBSettings, embedder: Embedd
 def read_generation(db: PostgresDatabase) -> int:
     row = db.execute("SELECT value FROM kb_meta WHERE key = 'generation'").fetchone()
     return int(row[0])
+
+
+def _words(title: str | None, text: str) -> int:
+    """A chunk's length for BM25: its words, title included (FTS5's token count)."""
+    return len(WORD.findall(title or "")) + len(WORD.findall(text))
 
 
 @dataclass
@@ -203,15 +214,32 @@ class PgWriter:
                      json.dumps(doc.meta, default=str), n, time.time()))
             self.db.executemany(
                 'INSERT INTO kb_chunks (doc, ord, text, start, "end", n_tokens, vector, '
-                f"generation, tsv) VALUES (?, ?, ?, ?, ?, ?, ?, ?, to_tsvector('{TS_CONFIG}', ?))",
+                "generation, tsv, fts_len) VALUES (?, ?, ?, ?, ?, ?, ?, ?, "
+                f"to_tsvector('{TS_CONFIG}', ?), ?)",
                 [(rows[d], o, c.text, c.span.start, c.span.end, c.n_tokens, v.tobytes(),
-                  generation, f"{title or ''} {c.text}")
+                  generation, f"{title or ''} {c.text}", _words(title, c.text))
                  for (d, o, c, title), v in zip(batch.rows, vectors, strict=True)])
+            self.db.execute(
+                "INSERT INTO kb_terms (lexeme, df) SELECT u.lexeme, count(*) FROM kb_chunks "
+                "c, unnest(c.tsv) u WHERE c.generation = ? GROUP BY u.lexeme ON CONFLICT "
+                "(lexeme) DO UPDATE SET df = kb_terms.df + excluded.df", (generation,))
+            self._count_statistics()
             self.db.commit()
         except BaseException:
             self.db.rollback()
             raise
         return len(batch.rows)
+
+    def _count_statistics(self) -> None:
+        """In the write transaction: the chunk count and word total BM25 reads (a scan of
+        the chunks' lengths: linear in the KB per write), and lexemes no chunk holds
+        dropped."""
+        self.db.execute("DELETE FROM kb_terms WHERE df <= 0")
+        chunks, tokens = self.db.execute("SELECT count(*), coalesce(sum(fts_len), 0) FROM "
+                                         "kb_chunks").fetchone()
+        upsert = self.db.upsert_sql("kb_meta", ["key", "value"], ["key"])
+        self.db.execute(upsert, ("fts_chunks", str(chunks)))
+        self.db.execute(upsert, ("fts_tokens", str(tokens)))
 
     def _delete(self, doc_id: str, generation: int) -> bool:
         """Delete a document and its chunks, leaving tombstones; False if not stored."""
@@ -219,6 +247,10 @@ class PgWriter:
                               (doc_id,)).fetchone()
         if row is None:
             return False
+        self.db.execute(
+            "UPDATE kb_terms t SET df = t.df - s.n FROM (SELECT u.lexeme, count(*) AS n FROM "
+            "kb_chunks c, unnest(c.tsv) u WHERE c.doc = ? GROUP BY u.lexeme) s WHERE "
+            "t.lexeme = s.lexeme", (row[0],))
         self.db.execute("INSERT INTO kb_removed (chunk_id, generation) SELECT id, ? FROM "
                         "kb_chunks WHERE doc = ? ON CONFLICT (chunk_id) DO UPDATE SET "
                         "generation = excluded.generation", (generation, row[0]))
@@ -235,6 +267,7 @@ class PgWriter:
         try:
             removed = sum(self._delete(doc_id, generation) for doc_id in wanted)
             if removed:
+                self._count_statistics()
                 self.db.commit()
             else:
                 self.db.rollback()  # nothing changed: the generation stays
