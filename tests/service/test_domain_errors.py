@@ -204,3 +204,21 @@ def test_no_route_or_page_maps_a_domain_error_by_hand() -> None:
     found = {str(path.relative_to(folder)): lines for path in sorted(folder.rglob("*.py"))
              if (lines := hand_mappings(path.read_text("utf-8")))}
     assert found == {}, f"map domain errors with DOMAIN_ERRORS / api_error: {found}"
+
+
+def written_codes(source: str) -> list[tuple[int, str]]:
+    """(line, code) of every ApiError/error_response that writes its code as a literal, not
+    an ErrorCode member (a variable holding one, e.g. a DOMAIN_ERRORS row's, is typed)."""
+    return [(node.lineno, ast.unparse(node.args[1])) for node in ast.walk(ast.parse(source))
+            if isinstance(node, ast.Call) and isinstance(node.func, ast.Name)
+            and node.func.id in BY_HAND and len(node.args) >= 2
+            and isinstance(node.args[1], ast.Constant)]
+
+
+def test_every_code_the_service_writes_is_an_error_code_member() -> None:
+    assert written_codes("ApiError(404, 'not_found', 'x')\n"
+                         "error_response(500, ErrorCode.INTERNAL, 'y')\n") == [(1, "'not_found'")]
+    folder = Path(medverify.service.__file__).parent
+    found = {str(path.relative_to(folder)): codes for path in sorted(folder.rglob("*.py"))
+             if (codes := written_codes(path.read_text("utf-8")))}
+    assert found == {}, f"write codes as ErrorCode members: {found}"

@@ -35,6 +35,7 @@ from medverify.review import (
 )
 from medverify.service.admission import CheckSlots
 from medverify.service.auth import TokenBucket
+from medverify.service.error_codes import ErrorCode
 from medverify.service.errors import ApiError
 from medverify.service.metrics import Checked, ServiceMetrics
 from medverify.service.refusals import RefusalTally
@@ -166,13 +167,13 @@ class ServiceState:
 
     def need_checker(self) -> Checker:
         if self.checker is None:
-            raise ApiError(503, "not_ready", "the service cannot check answers: "
+            raise ApiError(503, ErrorCode.NOT_READY, "the service cannot check answers: "
                            + self.problems.get("checker", "not loaded") + " (see /readyz)")
         return self.checker
 
     def need_factchecker(self) -> FactChecker:
         if self.factchecker is None:
-            raise ApiError(503, "not_ready", "the service cannot fact-check: "
+            raise ApiError(503, ErrorCode.NOT_READY, "the service cannot fact-check: "
                            + self.problems.get("factcheck", self.problems.get(
                                "checker", "not loaded")) + " (see /readyz)")
         return self.factchecker
@@ -206,10 +207,10 @@ class ServiceState:
     def need_metrics(self) -> ServiceMetrics:
         settings = self.config.service
         if self.metrics is None:
-            raise ApiError(409, "not_configured", "metrics are off ([service] metrics = "
+            raise ApiError(409, ErrorCode.NOT_CONFIGURED, "metrics are off ([service] metrics = "
                            "false)")
         if settings.metrics_port is not None:
-            raise ApiError(404, "not_found", f"the metrics are served on port "
+            raise ApiError(404, ErrorCode.NOT_FOUND, f"the metrics are served on port "
                            f"{settings.metrics_port} ([service] metrics_port), not here")
         return self.metrics
 
