@@ -83,11 +83,13 @@ BM25_K1, BM25_B = 1.2, 0.75  # FTS5's bm25() defaults
 
 
 def lexical_sql(rank: str = "bm25", normalization: int = 1) -> str:
-    """The lexical candidates query (parameters: the query's words, the depth; BM25 takes
-    the words twice, first). ``bm25``: FTS5's formula over the stored statistics (idf
-    from ``kb_terms``' document frequency, floored at 1e-6 as FTS5 does; term frequency
-    from the tsvector's positions; length ``fts_len`` against the mean in ``kb_meta``);
-    ``ts_rank_cd`` / ``ts_rank``: PostgreSQL's own with that normalization."""
+    """The lexical candidates query (parameters: the query's words, twice for BM25, and
+    the depth).
+    ``bm25``: FTS5's formula over the stored statistics, reading the postings of the
+    query's lexemes only (idf from ``kb_terms``' document frequency, floored at 1e-6 as
+    FTS5 does; term frequency from the tsvector's positions; the chunk's length in words
+    against the mean in ``kb_meta``); ``ts_rank_cd`` / ``ts_rank``: PostgreSQL's own
+    ranking of the chunks whose tsvector matches (GIN), with that normalization."""
     if rank != "bm25":
         return (f"SELECT c.id, {rank}(c.tsv, q.q, {int(normalization)}) AS score FROM "
                 f"kb_chunks c, {_OR_QUERY} WHERE c.tsv @@ q.q ORDER BY score DESC, c.id "
@@ -97,12 +99,11 @@ def lexical_sql(rank: str = "bm25", normalization: int = 1) -> str:
         "max(CASE WHEN key = 'fts_tokens' THEN value::float END) AS tokens FROM kb_meta), "
         "t AS (SELECT lexeme, greatest(ln((s.n - df + 0.5) / (df + 0.5)), 1e-6) AS idf "
         f"FROM kb_terms, s WHERE lexeme = ANY(tsvector_to_array(to_tsvector('{TS_CONFIG}', "
-        "?)))) SELECT c.id, sum(t.idf * cardinality(u.positions) * "
-        f"{BM25_K1 + 1} / (cardinality(u.positions) + {BM25_K1} * (1 - {BM25_B} + "
-        f"{BM25_B} * c.fts_len / greatest(s.tokens / greatest(s.n, 1), 1)))) AS score "
-        f"FROM kb_chunks c CROSS JOIN {_OR_QUERY} CROSS JOIN s CROSS JOIN LATERAL "
-        "unnest(c.tsv) u JOIN t ON t.lexeme = u.lexeme WHERE c.tsv @@ q.q "
-        "GROUP BY c.id ORDER BY score DESC, c.id LIMIT ?")
+        f"?)))) SELECT p.chunk_id, sum(t.idf * p.tf * {BM25_K1 + 1} / (p.tf + {BM25_K1} * "
+        f"(1 - {BM25_B} + {BM25_B} * p.len / greatest(s.tokens / greatest(s.n, 1), 1)))) "
+        "AS score FROM t JOIN kb_postings p ON p.lexeme = t.lexeme CROSS JOIN s WHERE "
+        f"p.lexeme = ANY(tsvector_to_array(to_tsvector('{TS_CONFIG}', ?))) "
+        "GROUP BY p.chunk_id ORDER BY score DESC, p.chunk_id LIMIT ?")
 
 
 def metadata_condition(where: Mapping[str, str]) -> tuple[str, list[Any]]:
@@ -345,7 +346,7 @@ class PostgresKB:
         if not words or depth <= 0:
             return []
         with self._lock:
-            twice = (words,) if self.rank_function != "bm25" else (words, words)
+            twice = (words, words) if self.rank_function == "bm25" else (words,)
             rows = self._db.execute(lexical_sql(self.rank_function, self.rank_normalization),
                                     (*twice, depth)).fetchall()
         return [(int(i), float(s)) for i, s in rows]

@@ -11,6 +11,8 @@ Tables (all ``kb_``-prefixed, so a KB can share a database or schema with the ru
                   its words (title and text), the length BM25 normalises by
     kb_terms      per lexeme, the chunks whose tsv holds it (BM25's document frequency);
                   with kb_meta's fts_chunks and fts_tokens, the statistics BM25 reads
+    kb_postings   per lexeme and chunk, its frequency there (the tsvector's positions)
+                  and the chunk's length: what a BM25 query reads, by lexeme
     kb_removed    tombstones: chunk ids removed, with the generation that removed them
 
 A replica keeps its in-memory vector index in step by reading the chunks added and the
@@ -57,6 +59,10 @@ MIGRATIONS: list[tuple[int, list[str]]] = [
         "NOT NULL, n_tokens INTEGER NOT NULL, vector BYTEA NOT NULL, "
         "generation BIGINT NOT NULL, tsv TSVECTOR NOT NULL, fts_len INTEGER NOT NULL)",
         "CREATE TABLE IF NOT EXISTS kb_terms (lexeme TEXT PRIMARY KEY, df BIGINT NOT NULL)",
+        "CREATE TABLE IF NOT EXISTS kb_postings (lexeme TEXT NOT NULL, chunk_id BIGINT NOT "
+        "NULL REFERENCES kb_chunks(id) ON DELETE CASCADE, tf INTEGER NOT NULL, "
+        "len INTEGER NOT NULL, PRIMARY KEY (lexeme, chunk_id))",
+        "CREATE INDEX IF NOT EXISTS kb_postings_chunk ON kb_postings(chunk_id)",
         "CREATE INDEX IF NOT EXISTS kb_chunks_doc ON kb_chunks(doc)",
         "CREATE INDEX IF NOT EXISTS kb_chunks_generation ON kb_chunks(generation)",
         "CREATE INDEX IF NOT EXISTS kb_chunks_tsv ON kb_chunks USING GIN (tsv)",
@@ -219,6 +225,10 @@ class PgWriter:
                 [(rows[d], o, c.text, c.span.start, c.span.end, c.n_tokens, v.tobytes(),
                   generation, f"{title or ''} {c.text}", _words(title, c.text))
                  for (d, o, c, title), v in zip(batch.rows, vectors, strict=True)])
+            self.db.execute(
+                "INSERT INTO kb_postings (lexeme, chunk_id, tf, len) SELECT u.lexeme, c.id, "
+                "cardinality(u.positions), c.fts_len FROM kb_chunks c, unnest(c.tsv) u "
+                "WHERE c.generation = ?", (generation,))
             self.db.execute(
                 "INSERT INTO kb_terms (lexeme, df) SELECT u.lexeme, count(*) FROM kb_chunks "
                 "c, unnest(c.tsv) u WHERE c.generation = ? GROUP BY u.lexeme ON CONFLICT "
