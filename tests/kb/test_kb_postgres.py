@@ -5,19 +5,29 @@ searched on the other within the poll bound)."""
 
 from __future__ import annotations
 
+import asyncio
 import time
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 from pydantic import ValidationError
 
+from medverify.checker import Checker
 from medverify.config import Config, KBSettings
 from medverify.errors import KBError
 from medverify.kb import KB_STORES, open_store
 from medverify.kb.postgres import PostgresKB, lexical_sql, metadata_condition, tsquery_text
 from medverify.kb.protocol import KBStore
-from medverify.records import Document
+from medverify.kit import FlowKit
+from medverify.llm.facade import Model
+from medverify.records import Answer, Category, Document
 from medverify.retrieve import Retriever
+from medverify.review import ReviewLabel, ReviewStatus, items_from_report, revert, teach
+from medverify.store.review import ReviewStore
+from medverify.store.runs import RunStore
+from medverify.testing import ScriptedProvider
+from medverify.testing.judge import Decision, scripted_judge
 
 DOCS = [
     Document(doc_id="metformin", title="Metformin", text="Metformin is taken twice a day "
@@ -27,8 +37,20 @@ DOCS = [
     Document(doc_id="measles", title="Measles vaccine", text="Two doses of the measles "
              "vaccine give lasting protection against measles.", meta={"live": True}),
 ]
+METFORMIN = Document(doc_id="metformin", title="Metformin",
+                     text="Metformin is a first-line medicine for type 2 diabetes. The usual "
+                     "starting dose is 500 mg once or twice daily with meals.")
+ANSWER = Answer(question="What should I know about metformin?",
+                text="Metformin is a first-line medicine for type 2 diabetes. "
+                     "Metformin can cause lactic acidosis.")
 TAUGHT = Document(doc_id="review-7", title="Clinician-reviewed statement",
                   text="Zoledronate infusions are given once yearly for osteoporosis.")
+
+
+def _word_for_word(claim: str, passages: dict[str, str]) -> Decision:
+    """A judge that finds a claim supported when a passage holds it word for word."""
+    text = " ".join(" ".join(passages.values()).split()).casefold()
+    return claim.strip().rstrip(".").casefold() in text, False
 
 
 # ---- no server ------------------------------------------------------------------------
@@ -184,3 +206,37 @@ def test_the_first_replica_records_the_settings(pg_url: str) -> None:
         assert second.counts() == (1, 1)
         with pytest.raises(KBError, match="in this process only"):
             second.ingest(DOCS, executor=object())
+
+
+@database
+def test_a_label_taught_on_one_replica_settles_the_claim_on_the_other(
+        kb_pair: tuple[PostgresKB, PostgresKB], tmp_path: Path) -> None:
+    """Checker on replica B, clinician's label taught (and reverted) on replica A."""
+    a, b = kb_pair
+    a.ingest([METFORMIN])
+    config = Config(model="fake:x", decomposer="rules",
+                    arbitration={"coverage_gap": "ESCALATE"})
+    judge = Model(ScriptedProvider(scripted_judge(_word_for_word)))
+    checker = Checker.from_config(config, kit=FlowKit(kb=b, model=judge))
+    with RunStore(tmp_path / "runs.db") as runs:
+        queue = ReviewStore(runs)
+
+        def categories() -> list[Category]:
+            report = asyncio.run(checker.run([ANSWER], store=runs))[0]
+            return [r.category for r in report.results]
+
+        before = categories()
+        assert before == [Category.FACT, Category.COVERAGE_GAP]
+        [report] = asyncio.run(checker.run([ANSWER], store=runs))
+        queue.add_items(items_from_report(report))
+        [item] = queue.list(status=ReviewStatus.OPEN)
+        closed = queue.label(item.id, "rev-a", ReviewLabel.FACT,
+                             source_url="https://example.org/metformin-safety")
+        change = teach(closed, a, queue)
+        assert change is not None and change.kb_path == a.path
+        time.sleep(0.25)  # B's generation_poll_s is 0.2
+        assert categories() == [Category.FACT, Category.FACT]
+        assert b.replica_generation == a.generation
+        revert(change.id, a, queue)
+        time.sleep(0.25)
+        assert categories() == before

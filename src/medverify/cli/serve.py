@@ -51,9 +51,10 @@ def serve(kb: Path | None, store: Path | None, host: str | None, port: int | Non
                if v is not None}
     config = load_config(config_path, kb=kb, store=store, model=model, judge=judge)
     config = config.model_copy(update={"service": config.service.model_copy(update=service)})
-    if config.kb is None:
+    if config.kb is None and config.kb_settings.location is None:
         raise ConfigError("no knowledge base: pass --kb DIR (build one with "
-                          "`medverify kb ingest PATH --kb DIR`)")
+                          "`medverify kb ingest PATH --kb DIR`), or set [kb_settings] "
+                          "location to a postgresql:// KB")
     RunStore(config.store_location).close()  # created and migrated once, before the workers
     os.environ[CONFIG_ENV] = json.dumps(config.model_dump(mode="json"))
     metrics_server = metrics_for_serve(config)  # several workers: their counts summed

@@ -35,6 +35,7 @@ from medverify.arbitration import arbitrate, urgency
 from medverify.config import ArbitrationPolicy
 from medverify.errors import InputError, MedverifyError
 from medverify.kb import KnowledgeBase
+from medverify.kb.postgres import PostgresKB
 from medverify.records import (
     Category,
     ClaimResult,
@@ -177,7 +178,8 @@ def taught_document(item: ReviewItem, label: ItemLabel, text: str,
               "source_passage_id": label.source_passage_id})
 
 
-def teach(item: ReviewItem, kb: KnowledgeBase, store: ReviewLedger) -> KBChange | None:
+def teach(item: ReviewItem, kb: KnowledgeBase | PostgresKB,
+          store: ReviewLedger) -> KBChange | None:
     """Add what a closed item settled to the knowledge base (see :func:`lesson`) and
     record the change; None when it teaches nothing. An item already taught (a change in
     force) is not taught twice: its change is returned. InputError for a source URL that
@@ -201,7 +203,7 @@ def teach(item: ReviewItem, kb: KnowledgeBase, store: ReviewLedger) -> KBChange 
         raise
 
 
-def finish_teaching(store: ReviewLedger, kb: KnowledgeBase) -> int:
+def finish_teaching(store: ReviewLedger, kb: KnowledgeBase | PostgresKB) -> int:
     """Teach what closed items settled but a crash left untaught (the label was recorded,
     the process died before its KB document or its change record): the service runs this
     at start-up. A document already in the KB is not added twice (same id and text), and an
@@ -218,7 +220,8 @@ def finish_teaching(store: ReviewLedger, kb: KnowledgeBase) -> int:
     return taught
 
 
-def revert(change_id: int, kb: KnowledgeBase, store: ReviewLedger) -> KBChange:
+def revert(change_id: int, kb: KnowledgeBase | PostgresKB,
+           store: ReviewLedger) -> KBChange:
     """Take a taught document out of the knowledge base again and record the change as
     reverted (a reverted change is returned as it is). KBChangeNotFound for an unknown id;
     InputError when the change was made in another KB."""
@@ -242,7 +245,7 @@ def queue_reports(store: ReviewLedger, reports: Sequence[Report], *, labels_need
 
 
 def label_and_teach(store: ReviewLedger, item_id: str, reviewer: str,
-                    label: ReviewLabel | str, *, kb: KnowledgeBase | None,
+                    label: ReviewLabel | str, *, kb: KnowledgeBase | PostgresKB | None,
                     **fields: str | None) -> tuple[ReviewItem, KBChange | None]:
     """Record a reviewer's label (``fields``: correction, source_url, source_passage_id,
     note); when it closes the item with something to teach and ``kb`` is given, add it to

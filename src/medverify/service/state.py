@@ -22,6 +22,7 @@ from medverify.factcheck.loop import FactChecker, ScopedLedger, metered
 from medverify.harness import close_owned
 from medverify.judge import Judge, has_trait
 from medverify.kb import KnowledgeBase
+from medverify.kb.postgres import PostgresKB
 from medverify.kit import FlowKit
 from medverify.llm.facade import Model, UsageLedger, model_from_config
 from medverify.records import Answer, Report
@@ -233,10 +234,10 @@ class ServiceState:
         return label_and_teach(self.review, item_id, reviewer, label, kb=self._teachable_kb(),
                                **fields)
 
-    def _teachable_kb(self) -> KnowledgeBase | None:
+    def _teachable_kb(self) -> KnowledgeBase | PostgresKB | None:
         """The knowledge base this worker's checker searches, when review can teach it."""
         kb = self.checker.kb if self.checker is not None else None
-        return kb if isinstance(kb, KnowledgeBase) else None
+        return kb if isinstance(kb, KnowledgeBase | PostgresKB) else None
 
     @contextmanager
     def metered(self) -> Iterator[UsageLedger]:

@@ -10,6 +10,7 @@ from fastapi import APIRouter, Path, Query, Request
 
 from medverify.errors import ConfigError
 from medverify.kb import KnowledgeBase
+from medverify.kb.postgres import PostgresKB
 from medverify.review import (
     KBChange,
     LoopReport,
@@ -130,9 +131,9 @@ async def revert_kb_change(change_id: Annotated[int, Path(ge=1, le=2**31 - 1)],
     404 ``not_found`` for an unknown change; 503 ``not_ready`` without a loaded KB."""
     request.state.target = str(change_id)
     kb = state.need_checker().kb
-    if not isinstance(kb, KnowledgeBase):
-        raise ConfigError("the knowledge base is not the embedded store: its documents "
-                          "cannot be removed here")
+    if not isinstance(kb, KnowledgeBase | PostgresKB):
+        raise ConfigError("the knowledge base is neither the embedded store nor the "
+                          "PostgreSQL one: its documents cannot be removed here")
     return revert_change(change_id, kb, state.review)
 
 
