@@ -11,7 +11,8 @@ faiss per replica), with the same embedder and chunking, and compared:
 * dense top-10 overlap (the same vectors in an exact index on both: expected 1.0);
 * recall@5 / @10 of the claim's document, per mode (lexical, dense, hybrid), on both;
 * search latency per claim (p50 / p95): lexical candidates at depth 50, and a whole
-  hybrid search of top 7 (embedding included), on both.
+  hybrid search of top 7 (embedding included), on both; with ``--scale N``, also on
+  CitInt's corpus copied to N passages.
 
 Then two store objects on one PostgreSQL database stand for two replicas: replica A
 teaches a document (ingest) and later reverts it (removal); the time from A's write
@@ -20,7 +21,7 @@ returning until replica B's dense search finds (or no longer finds) it, at
 the KB's after that.
 
     .venv/bin/python benchmarks/bench_kb_postgres.py [--datasets checkcovid citint]
-        [--embedder hash] [--trials 20]
+        [--embedder hash] [--trials 20] [--scale 100000]
 
 Needs Debian's postgresql and psycopg (the ``database`` tests' throwaway cluster).
 Writes benchmarks/results/kb_postgres.json and kb_postgres.md.
@@ -36,7 +37,7 @@ import statistics
 import sys
 import tempfile
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -142,6 +143,43 @@ def compare(dataset: str, embedder: str, work: Path, url: str) -> dict[str, Any]
     return result
 
 
+def _copies(corpus: Path, chunks: int) -> Iterator[Document]:
+    """The corpus's documents again and again (ids suffixed ``#copyN``) until about
+    ``chunks`` documents were given (CitInt's are one chunk each)."""
+    docs = list(iter_documents([corpus], LoadReport()))
+    for n in range(chunks):
+        doc = docs[n % len(docs)]
+        copy = n // len(docs)
+        yield doc if not copy else doc.model_copy(update={"doc_id": f"{doc.doc_id}#copy{copy}"})
+
+
+def at_scale(chunks: int, embedder: str, work: Path, url: str) -> dict[str, Any]:
+    """Search latency of both stores on CitInt's corpus copied to about ``chunks``
+    passages (the dev claims as queries)."""
+    folder, settings = DATA / "citint", KBSettings(embedder=embedder)
+    texts = [q.query for q in load_queries(folder / "queries_dev.jsonl")]
+    stores: dict[str, Any] = {}
+    ingest = {}
+    for name, opener in (("embedded", lambda: KnowledgeBase.open_or_create(work / "scale",
+                                                                           settings)),
+                         ("postgresql", lambda: PostgresKB.open(url, settings))):
+        started = time.perf_counter()
+        stores[name] = opener()
+        stores[name].ingest(_copies(folder / "corpus.jsonl", chunks))
+        ingest[name] = round(time.perf_counter() - started, 1)
+        print(f"scale {chunks}: {name} ingested in {ingest[name]}s", file=sys.stderr)
+    result = {"chunks": stores["postgresql"].counts()[1], "queries": len(texts),
+              "ingest_s": ingest}
+    for name, kb in stores.items():
+        result[name] = {
+            "lexical": _ms(_timed(lambda q, kb=kb: kb.lexical_candidates(q, LEXICAL_DEPTH),
+                                  texts)),
+            "hybrid_search": _ms(_timed(lambda q, kb=kb: Retriever(kb).search(q, k=7),
+                                        texts))}
+        kb.close()
+    return result
+
+
 def _until(condition: Callable[[], bool], limit_s: float = 10.0,
            started: float | None = None) -> float:
     """Seconds from ``started`` (default: now) until ``condition()`` holds (inf past
@@ -219,6 +257,16 @@ def markdown(results: dict[str, Any]) -> str:
                          f"| {h['p50_ms']} | {h['p95_ms']} |")
         lines.append(f"| {r['dataset']} | dense top-10 overlap | {r['dense_overlap_at_10']} "
                      "| | | | | |")
+    if results.get("scale"):
+        lines += ["", "## At scale (CitInt's corpus copied; its dev claims as queries)", "",
+                  "| passages | store | ingest s | lexical p50 ms | p95 ms | hybrid search p50 "
+                  "ms | p95 ms |", "|---|---|---|---|---|---|---|"]
+        for r in results["scale"]:
+            for name in ("embedded", "postgresql"):
+                lex, hyb = r[name]["lexical"], r[name]["hybrid_search"]
+                lines.append(f"| {r['chunks']} | {name} | {r['ingest_s'][name]} | "
+                             f"{lex['p50_ms']} | {lex['p95_ms']} | {hyb['p50_ms']} | "
+                             f"{hyb['p95_ms']} |")
     lines += ["", "## Teaching and reverting on replica A, searched on replica B", "",
               "| generation_poll_s | trials | what | found/gone p50 ms | p95 ms | max ms | "
               "B's index at A's generation p50 ms | p95 ms | max ms |",
@@ -242,6 +290,8 @@ def main() -> None:
     parser.add_argument("--datasets", nargs="+", default=["checkcovid", "citint"])
     parser.add_argument("--embedder", default="hash")
     parser.add_argument("--trials", type=int, default=20)
+    parser.add_argument("--scale", type=int, nargs="*", default=[],
+                        help="Also time search on CitInt copied to these many passages.")
     args = parser.parse_args()
     cluster = start_cluster()
     try:
@@ -249,6 +299,8 @@ def main() -> None:
             datasets = [compare(name, args.embedder, Path(tmp), cluster.create_schema())
                         for name in args.datasets]
             print(json.dumps(datasets, indent=1), file=sys.stderr)
+            scaled = [at_scale(n, args.embedder, Path(tmp) / str(n), cluster.create_schema())
+                      for n in args.scale]
         spread = [propagation(cluster.create_schema(), poll, args.trials)
                   for poll in (1.0, 0.0)]
     finally:
@@ -256,7 +308,7 @@ def main() -> None:
     results = {"command": "python benchmarks/bench_kb_postgres.py " + " ".join(sys.argv[1:]),
                "machine": f"{platform.machine()}, {platform.python_version()}",
                "date": time.strftime("%Y-%m-%d"), "datasets": datasets,
-               "propagation": spread}
+               "scale": scaled, "propagation": spread}
     RESULTS.mkdir(parents=True, exist_ok=True)
     (RESULTS / "kb_postgres.json").write_text(json.dumps(results, indent=2) + "\n")
     (RESULTS / "kb_postgres.md").write_text(markdown(results))

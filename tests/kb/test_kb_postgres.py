@@ -240,3 +240,15 @@ def test_a_label_taught_on_one_replica_settles_the_claim_on_the_other(
         revert(change.id, a, queue)
         time.sleep(0.25)
         assert categories() == before
+
+
+@database
+def test_a_refused_write_is_a_kb_error_and_keeps_nothing(
+        kb_pair: tuple[PostgresKB, PostgresKB]) -> None:
+    a, _ = kb_pair
+    a.ingest(DOCS[:1])
+    generation = a.generation
+    with pytest.raises(KBError, match="refused a write"):  # PostgreSQL text holds no NUL
+        a.ingest([Document(doc_id="nul", title="Bad", text="A NUL \x00 in the text.")])
+    assert (a.counts(), a.generation) == ((1, 1), generation)
+    assert a.ingest(DOCS[1:]).documents_added == 2  # the connection is usable again

@@ -264,7 +264,7 @@ class PostgresKB:
         if progress is not None or executor is not None:
             raise KBError("a PostgreSQL knowledge base is ingested in this process only "
                           "(no progress callback or executor yet)")
-        with self._lock:
+        with self._lock, self._refusal_is_an_error():
             stats = self._writer().ingest(documents)
             self.follow(force=True)
             return stats
@@ -272,10 +272,22 @@ class PostgresKB:
     def remove_documents(self, doc_ids: Iterable[str]) -> int:
         """Remove documents by id (one new generation); this replica's index follows at
         once, the others within ``generation_poll_s``. Returns how many were removed."""
-        with self._lock:
+        with self._lock, self._refusal_is_an_error():
             removed = self._writer().remove(doc_ids)
             self.follow(force=True)
             return removed
+
+    @contextmanager
+    def _refusal_is_an_error(self) -> Iterator[None]:
+        """A statement the server refused (a constraint, a full disk, a lock timeout) is
+        one KBError: the write's transaction was rolled back, the KB holds what its last
+        committed batch left. A lost server stays StoreUnavailable (it says so)."""
+        try:
+            yield
+        except self._db.Error as exc:
+            detail = " ".join(str(exc).split())[:240]
+            raise KBError(f"the knowledge base at {self.path} refused a write ({detail}); "
+                          "nothing of the failed batch was kept: run it again") from None
 
     # ---- keeping the replica's vector index in step -------------------------------
 
