@@ -64,8 +64,9 @@ def test_query_words_carry_no_tsquery_syntax() -> None:
 
 def test_lexical_query_ranks_by_bm25_with_the_words_as_a_parameter() -> None:
     sql = lexical_sql()
-    assert "ln((s.n - df + 0.5) / (df + 0.5))" in sql and "to_tsvector('english', ?)" in sql
+    assert "ln((s.n - df + 0.5) / (df + 0.5))" in sql
     assert sql.count("?") == 3 and "JOIN kb_postings" in sql and sql.endswith("LIMIT ?")
+    assert "p.lexeme = ANY(?)" in sql
     other = lexical_sql("ts_rank_cd", 1)
     assert "ts_rank_cd(c.tsv, q.q, 1)" in other and other.count("?") == 2
 
@@ -130,6 +131,11 @@ def test_search_reads_and_writes(kb_pair: tuple[PostgresKB, PostgresKB]) -> None
     a.rank_function = "ts_rank_cd"
     assert a.lexical_candidates("metformin twice daily?", 1)[0][0] == best
     a.rank_function = "bm25"
+    assert len(a.lexical_candidates("metformin asthma", 5)) == 2
+    a.lexical_budget = 1  # the rarest words within 1 posting (at least one word)
+    [(only, _)] = a.lexical_candidates("metformin asthma", 5)
+    assert a.chunks([only])[only].doc_id == "asthma"  # df 1 each: the first in order
+    a.lexical_budget = 5000
     assert _dense_ids(a, DOCS[1].title + "\n" + DOCS[1].text)[0] == "asthma"
     assert a.ingest(DOCS).documents_unchanged == 3  # unchanged: skipped, same generation
     full = a.snapshot_id

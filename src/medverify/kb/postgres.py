@@ -47,7 +47,7 @@ from medverify.connections import PostgresDatabase, display
 from medverify.errors import KBError
 from medverify.kb.database import DOC_ID_PREFIX
 from medverify.kb.embed import Embedder, get_embedder
-from medverify.kb.fts import query_terms
+from medverify.kb.fts import LEXICAL_BUDGET, query_terms, select_terms
 from medverify.kb.ingest_batches import IngestStats
 from medverify.kb.loaders import KBInput
 from medverify.kb.postgres_schema import (
@@ -83,10 +83,10 @@ BM25_K1, BM25_B = 1.2, 0.75  # FTS5's bm25() defaults
 
 
 def lexical_sql(rank: str = "bm25", normalization: int = 1) -> str:
-    """The lexical candidates query (parameters: the query's words, twice for BM25, and
-    the depth).
+    """The lexical candidates query (parameters: the query's words, or for BM25 its chosen
+    lexemes twice, and the depth).
     ``bm25``: FTS5's formula over the stored statistics, reading the postings of the
-    query's lexemes only (idf from ``kb_terms``' document frequency, floored at 1e-6 as
+    chosen lexemes only (idf from ``kb_terms``' document frequency, floored at 1e-6 as
     FTS5 does; term frequency from the tsvector's positions; the chunk's length in words
     against the mean in ``kb_meta``); ``ts_rank_cd`` / ``ts_rank``: PostgreSQL's own
     ranking of the chunks whose tsvector matches (GIN), with that normalization."""
@@ -98,12 +98,11 @@ def lexical_sql(rank: str = "bm25", normalization: int = 1) -> str:
         "WITH s AS (SELECT max(CASE WHEN key = 'fts_chunks' THEN value::float END) AS n, "
         "max(CASE WHEN key = 'fts_tokens' THEN value::float END) AS tokens FROM kb_meta), "
         "t AS (SELECT lexeme, greatest(ln((s.n - df + 0.5) / (df + 0.5)), 1e-6) AS idf "
-        f"FROM kb_terms, s WHERE lexeme = ANY(tsvector_to_array(to_tsvector('{TS_CONFIG}', "
-        f"?)))) SELECT p.chunk_id, sum(t.idf * p.tf * {BM25_K1 + 1} / (p.tf + {BM25_K1} * "
+        "FROM kb_terms, s WHERE lexeme = ANY(?)) "
+        f"SELECT p.chunk_id, sum(t.idf * p.tf * {BM25_K1 + 1} / (p.tf + {BM25_K1} * "
         f"(1 - {BM25_B} + {BM25_B} * p.len / greatest(s.tokens / greatest(s.n, 1), 1)))) "
         "AS score FROM t JOIN kb_postings p ON p.lexeme = t.lexeme CROSS JOIN s WHERE "
-        f"p.lexeme = ANY(tsvector_to_array(to_tsvector('{TS_CONFIG}', ?))) "
-        "GROUP BY p.chunk_id ORDER BY score DESC, p.chunk_id LIMIT ?")
+        "p.lexeme = ANY(?) GROUP BY p.chunk_id ORDER BY score DESC, p.chunk_id LIMIT ?")
 
 
 def metadata_condition(where: Mapping[str, str]) -> tuple[str, list[Any]]:
@@ -151,6 +150,7 @@ class PostgresKB:
         self._polled = 0.0  # time.monotonic() of the last generation check
         self._snapshot: tuple[int, str] | None = None
         self.rank_function, self.rank_normalization = "bm25", 1  # see lexical_sql
+        self.lexical_budget = LEXICAL_BUDGET  # postings a lexical query may read (BM25)
 
     # ---- construction -------------------------------------------------------------
 
@@ -352,15 +352,25 @@ class PostgresKB:
             yield
 
     def lexical_candidates(self, query: str, depth: int) -> list[Candidate]:
-        """Up to ``depth`` (chunk id, BM25 score) of the chunks matching one of the
-        query's words, best first (ties by chunk id)."""
+        """Up to ``depth`` (chunk id, BM25 score) of the chunks holding one of the query's
+        words, best first (ties by chunk id). As in the embedded store, the most common
+        words are dropped past ``lexical_budget`` postings (all fit on a small KB)."""
         words = tsquery_text(query)
         if not words or depth <= 0:
             return []
         with self._lock:
-            twice = (words, words) if self.rank_function == "bm25" else (words,)
+            if self.rank_function != "bm25":
+                params: tuple[Any, ...] = (words,)
+            else:
+                df = dict(self._db.execute(
+                    "SELECT lexeme, df FROM kb_terms WHERE lexeme = ANY(tsvector_to_array("
+                    f"to_tsvector('{TS_CONFIG}', ?)))", (words,)).fetchall())
+                if not df:
+                    return []
+                chosen = select_terms(sorted(df), df, self.lexical_budget)
+                params = (chosen, chosen)
             rows = self._db.execute(lexical_sql(self.rank_function, self.rank_normalization),
-                                    (*twice, depth)).fetchall()
+                                    (*params, depth)).fetchall()
         return [(int(i), float(s)) for i, s in rows]
 
     def dense_candidates(self, queries: Sequence[str], depth: int) -> list[list[Candidate]]:
