@@ -168,6 +168,29 @@ def test_round_trip_predicts_probabilities(tiny_weights: Path, quantize: bool) -
     assert probs[0] == pytest.approx(decisive, abs=tolerance)
 
 
+def test_shipped_mode_scores_a_pair_alike_alone_and_in_a_batch(tiny_weights: Path) -> None:
+    """The shipped int8 mode (one window at a time, on PER_WINDOW_THREADS threads) gives a
+    pair the same probabilities alone and among others, and leaves torch's threads as they
+    were (issue 45)."""
+    import torch
+
+    from medverify.verifier.infer import PER_WINDOW_THREADS
+
+    verifier = Verifier.load(tiny_weights)
+    assert verifier.per_window and verifier.threads == PER_WINDOW_THREADS
+    pair = ("Aspirin lowers fever in adults.", "In adults, aspirin lowered fever within hours.")
+    others = [(f"Drug {i} raises blood pressure.", "Drug 1 lowered blood pressure. " * i)
+              for i in range(1, 12)]
+    threads = torch.get_num_threads()
+    alone = verifier.predict([pair])[0]
+    batched = verifier.predict([*others[:5], pair, *others[5:]], batch_size=4)
+    assert torch.get_num_threads() == threads
+    assert np.abs(batched[5] - alone).max() <= 1e-6
+    verifier.per_window = False  # batched dynamic int8: the pair moves with its companions
+    assert np.abs(verifier.predict([*others[:5], pair, *others[5:]], batch_size=12)[5]
+                  - alone).max() > 1e-6
+
+
 def test_small_weights_and_base_check(tiny_weights: Path, tmp_path: Path) -> None:
     assert (tiny_weights / WEIGHTS_FILE).stat().st_size < 25 * 2**20
     meta = json.loads((tiny_weights / METADATA_FILE).read_text())

@@ -8,9 +8,10 @@ NOT_ENOUGH_INFO only when no window supports or contradicts the claim.
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import threading
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -99,6 +100,31 @@ def one_malloc_arena() -> bool:
 
 _ARENA_SET: bool | None = None
 
+# Intra-op threads while a per-window model scores (issue 45). One window per forward pass
+# is hundreds of small operations; with two threads each one waits for the other thread,
+# and on a busy machine that thread is often not running: measured with the load average at
+# 3-5 on 2 cores, per-window scoring ran at 98 windows/s on one thread and 6 on two
+# (benchmarks/bench_verifier_modes.py). The scores do not change (int8 accumulates exactly;
+# benchmarks/bench_verifier_batch_dependence.py compares them).
+PER_WINDOW_THREADS = 1
+
+
+@contextlib.contextmanager
+def torch_threads(threads: int | None) -> Iterator[None]:
+    """Run the block with ``threads`` intra-op threads (None: leave them), then restore.
+
+    ``torch.set_num_threads`` is process-wide for some backends: another thread running
+    torch meanwhile also gets ``threads`` (its speed, never its results)."""
+    previous = torch.get_num_threads()
+    if threads is None or threads == previous:
+        yield
+        return
+    torch.set_num_threads(threads)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(previous)
+
 
 def _is_quantized(model: torch.nn.Module) -> bool:
     """Whether ``model`` holds dynamically quantised Linear layers."""
@@ -121,6 +147,15 @@ class Verifier:
         # one-passage labels changed: benchmarks/bench_verifier_batch_dependence.py). Such a
         # model scores every window on its own, which is also no slower on 2 cores.
         self.per_window: bool = _is_quantized(model)
+        # Intra-op threads while scoring one window at a time (None: torch's setting).
+        self.threads: int | None = PER_WINDOW_THREADS
+
+    def _score(self, pairs: Sequence[tuple[str, str]], batch_size: int) -> np.ndarray:
+        """Windows scored one at a time on ``threads`` threads (per_window) or batched."""
+        if not self.per_window:
+            return score_windows(self.model, self.tokenizer, pairs, self.max_tokens, batch_size)
+        with torch_threads(self.threads):
+            return score_windows(self.model, self.tokenizer, pairs, self.max_tokens, 1)
 
     @classmethod
     def load(
@@ -141,8 +176,7 @@ class Verifier:
             for window in make_windows(self.tokenizer, claim, evidence, self.max_tokens):
                 flat.append((claim, window))
                 owner.append(i)
-        probs = score_windows(self.model, self.tokenizer, flat, self.max_tokens,
-                              1 if self.per_window else batch_size)
+        probs = self._score(flat, batch_size)
         owners = np.asarray(owner)
         out = np.zeros((len(pairs), len(LABELS)), dtype=np.float32)
         for i in range(len(pairs)):
@@ -152,10 +186,7 @@ class Verifier:
     def predict_windows(self, claim: str, evidence: str) -> list[tuple[str, np.ndarray]]:
         """(window text, probabilities) for every window of ``evidence``."""
         windows = make_windows(self.tokenizer, claim, evidence, self.max_tokens)
-        probs = score_windows(
-            self.model, self.tokenizer, [(claim, w) for w in windows], self.max_tokens,
-            1 if self.per_window else 32,
-        )
+        probs = self._score([(claim, w) for w in windows], 32)
         return list(zip(windows, probs, strict=True))
 
     def label_pairs(self, probs: np.ndarray) -> list[str]:
