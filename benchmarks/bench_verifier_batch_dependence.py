@@ -11,7 +11,8 @@ verifier's thresholds), and pairs/s at batch size 32 and 1. The shipped model is
 quantised to int8, which scales activations per batch tensor: a pair's result depends on
 its companions. That is measured with ``Verifier.per_window`` switched off (the behaviour
 before issue 27); the last column checks that with it on (the default for an int8 model)
-a pair gets the same probabilities whatever it is batched with.
+a pair gets the same probabilities whatever it is batched with, alone or in batches, and
+(issue 45) the same on one intra-op thread (the shipped ``Verifier.threads``) as on two.
 Writes benchmarks/results/verifier_batch_dependence.{json,md}.
 """
 
@@ -27,6 +28,7 @@ from bench_judge_speed import pairs as load  # the same pairs as the speed bench
 
 from medverify.verdict_rules import passage_label
 from medverify.verifier import get_verifier
+from medverify.verifier.infer import PER_WINDOW_THREADS
 
 ROOT = Path(__file__).resolve().parents[1]
 RESULTS = ROOT / "benchmarks" / "results"
@@ -42,8 +44,9 @@ def main() -> None:
     lines = ["# Verifier: batch dependence of one pair's probabilities", "",
              "| set | pairs | max abs change, alone vs batched | label changes | max abs change, "
              "batched vs other companions | label changes | pairs/s batch 32 | pairs/s batch 1 | "
-             "per_window on: max abs change vs other companions |",
-             "|---|---|---|---|---|---|---|---|---|"]
+             "per_window on: max abs change vs other companions | per_window on: alone vs "
+             "batched | label changes | per_window, 1 thread vs 2 threads | label changes |",
+             "|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for name, pairs in load(args.n).items():
         verifier.per_window = False  # the behaviour before issue 27: batched windows
         started = time.perf_counter()
@@ -53,9 +56,13 @@ def main() -> None:
         batched = verifier.predict(pairs, batch_size=32)
         batch_s = time.perf_counter() - started
         others = verifier.predict(pairs[::-1], batch_size=32)[::-1]
-        verifier.per_window = True
-        fixed = float(np.abs(verifier.predict(pairs, batch_size=32)
-                             - verifier.predict(pairs[::-1], batch_size=32)[::-1]).max())
+        verifier.per_window = True  # shipped: one window at a time, on one thread
+        shipped = verifier.predict(pairs, batch_size=32)
+        fixed = float(np.abs(shipped - verifier.predict(pairs[::-1], batch_size=32)[::-1]).max())
+        shipped_alone = float(np.abs(shipped - verifier.predict(pairs, batch_size=1)).max())
+        verifier.threads = None  # per window on torch's threads (2): before issue 45
+        two_threads = verifier.predict(pairs, batch_size=32)
+        verifier.threads = PER_WINDOW_THREADS
 
         def flips(a: np.ndarray, b: np.ndarray) -> int:
             return sum(passage_label(x, thresholds) != passage_label(y, thresholds)
@@ -68,13 +75,19 @@ def main() -> None:
                "batched_vs_others_label_changes": flips(batched, others),
                "pairs_per_s_batch_32": len(pairs) / batch_s,
                "pairs_per_s_batch_1": len(pairs) / single_s,
-               "per_window_batched_vs_others": fixed}
+               "per_window_batched_vs_others": fixed,
+               "per_window_alone_vs_batched": shipped_alone,
+               "per_window_label_changes": flips(shipped, verifier.predict(pairs[::-1])[::-1]),
+               "one_vs_two_threads": float(np.abs(shipped - two_threads).max()),
+               "one_vs_two_threads_label_changes": flips(shipped, two_threads)}
         result["sets"][name] = row
         lines.append(f"| {name} | {len(pairs)} | {row['alone_vs_batched']:.4f} | "
                      f"{row['alone_vs_batched_label_changes']} | {row['batched_vs_others']:.4f} | "
                      f"{row['batched_vs_others_label_changes']} | "
                      f"{row['pairs_per_s_batch_32']:.1f} | {row['pairs_per_s_batch_1']:.1f} | "
-                     f"{fixed:.4f} |")
+                     f"{fixed:.2e} | {shipped_alone:.2e} | {row['per_window_label_changes']} | "
+                     f"{row['one_vs_two_threads']:.2e} | "
+                     f"{row['one_vs_two_threads_label_changes']} |")
     RESULTS.mkdir(parents=True, exist_ok=True)
     (RESULTS / "verifier_batch_dependence.json").write_text(json.dumps(result, indent=1) + "\n")
     (RESULTS / "verifier_batch_dependence.md").write_text("\n".join(lines) + "\n")

@@ -100,13 +100,16 @@ def one_malloc_arena() -> bool:
 
 _ARENA_SET: bool | None = None
 
-# Intra-op threads while a per-window model scores (issue 45). One window per forward pass
-# is hundreds of small operations; with two threads each one waits for the other thread,
-# and on a busy machine that thread is often not running: measured with the load average at
-# 3-5 on 2 cores, per-window scoring ran at 98 windows/s on one thread and 6 on two
-# (benchmarks/bench_verifier_modes.py). The scores do not change (int8 accumulates exactly;
-# benchmarks/bench_verifier_batch_dependence.py compares them).
+# Intra-op threads while a per-window model scores a short window (issue 45). A short
+# window's forward pass is hundreds of small operations; with two threads each one waits
+# for the other thread, and on a busy machine that thread is often not running: with the
+# load average at 3-5 on 2 cores, HealthVer's short windows ran at 98 windows/s on one
+# thread and 6 on two (benchmarks/bench_verifier_modes.py). Long windows (abstracts) gain
+# from torch's threads (bench_verifier_threads_eval.py), so windows over SHORT_WINDOW_CHARS
+# characters (claim + window, about 130 word pieces) keep them. The scores do not depend on
+# the thread count (bench_verifier_batch_dependence.py compares them).
 PER_WINDOW_THREADS = 1
+SHORT_WINDOW_CHARS = 600
 
 
 @contextlib.contextmanager
@@ -147,15 +150,23 @@ class Verifier:
         # one-passage labels changed: benchmarks/bench_verifier_batch_dependence.py). Such a
         # model scores every window on its own, which is also no slower on 2 cores.
         self.per_window: bool = _is_quantized(model)
-        # Intra-op threads while scoring one window at a time (None: torch's setting).
+        # Intra-op threads while scoring a short window one at a time (None: torch's).
         self.threads: int | None = PER_WINDOW_THREADS
 
     def _score(self, pairs: Sequence[tuple[str, str]], batch_size: int) -> np.ndarray:
-        """Windows scored one at a time on ``threads`` threads (per_window) or batched."""
+        """Windows batched, or (per_window) scored one at a time: short ones on ``threads``
+        threads, longer ones on torch's."""
         if not self.per_window:
             return score_windows(self.model, self.tokenizer, pairs, self.max_tokens, batch_size)
-        with torch_threads(self.threads):
-            return score_windows(self.model, self.tokenizer, pairs, self.max_tokens, 1)
+        out = np.zeros((len(pairs), len(LABELS)), dtype=np.float32)
+        short = [len(c) + len(w) <= SHORT_WINDOW_CHARS for c, w in pairs]
+        for wanted, threads in ((True, self.threads), (False, None)):
+            idx = [i for i, s in enumerate(short) if s is wanted]
+            if idx:
+                with torch_threads(threads):
+                    out[idx] = score_windows(self.model, self.tokenizer,
+                                             [pairs[i] for i in idx], self.max_tokens, 1)
+        return out
 
     @classmethod
     def load(
