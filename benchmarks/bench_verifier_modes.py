@@ -1,7 +1,7 @@
 """Ways to score the built-in verifier's windows in batches without a window's scores
 depending on its batch (issue 45 item 1), measured side by side in one run.
 
-    .venv/bin/python benchmarks/bench_verifier_modes.py [--n 300] [--rounds 3]
+    .venv/bin/python benchmarks/bench_verifier_modes.py [--n 300] [--rounds 3] [--sets ...]
 
 Modes (all over the same windows of the first --n HealthVer and Check-COVID dev pairs):
 
@@ -158,6 +158,8 @@ def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--n", type=int, default=300)
     parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--sets", default="healthver_dev,checkcovid_dev",
+                        help="comma-separated sets to measure")
     args = parser.parse_args()
     one_malloc_arena()
     tok = load_tokenizer()
@@ -172,6 +174,8 @@ def main() -> None:
              "max change vs other companions | label changes | max change vs today | "
              "label changes vs today |", "|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for name, pairs in load(args.n).items():
+        if name not in args.sets.split(",") and name != "made_up":
+            continue
         windows = [(c, w) for c, e in pairs for w in make_windows(tok, c, e, 256)]
         today = table["int8_per_window"](windows, 1)
         speed = timings(table, windows, args.rounds)
