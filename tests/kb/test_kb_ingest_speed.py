@@ -14,6 +14,7 @@ import pytest
 from medverify.config import KBSettings
 from medverify.errors import ConfigError, KBError
 from medverify.kb import KnowledgeBase, sentence_embed
+from medverify.kb import database as kb_database
 from medverify.kb import embed as kb_embed
 from medverify.kb import store as kb_store
 from medverify.kb.database import DB_NAME
@@ -181,7 +182,8 @@ def test_queries_are_embedded_in_the_kb_precision(tmp_path: Path,
         asked.append((spec, precision, device) + (() if runtime == "torch" else (runtime,)))
         return Int8Hash()
 
-    monkeypatch.setattr(kb_store, "get_embedder", fake_get_embedder)
+    monkeypatch.setattr(kb_store, "get_embedder", fake_get_embedder)  # opened by name
+    monkeypatch.setattr(kb_database, "get_embedder", fake_get_embedder)  # the KB's own
     with KnowledgeBase.open(tmp_path / "kb", embedder="hash-256") as kb:  # by name
         assert precision_of(kb.embedder) == "int8"
     with KnowledgeBase.open(tmp_path / "kb") as kb:  # the KB's own embedder

@@ -24,7 +24,7 @@ from pydantic import BaseModel
 
 from medverify.config import KBSettings
 from medverify.errors import KBError
-from medverify.kb.embed import Embedder, precision_of
+from medverify.kb.embed import Embedder, get_embedder, precision_of
 from medverify.kb.protocol import StoredChunk, Subset
 
 SCHEMA_VERSION = 1
@@ -163,7 +163,8 @@ def recorded_precision(conn: sqlite3.Connection) -> str:
         return "fp32"
 
 
-def embedder_refusal(kb: Path, meta: Mapping[str, str], embedder: Embedder) -> KBError | None:
+def embedder_refusal(kb: Path | str, meta: Mapping[str, str],
+                     embedder: Embedder) -> KBError | None:
     """Why the KB at ``kb`` (settings ``meta``) refuses ``embedder``: another embedder or
     dimension, or the KB's embedder computing vectors of another precision; None if not."""
     have = meta.get(PRECISION_KEY, "fp32")
@@ -179,6 +180,26 @@ def embedder_refusal(kb: Path, meta: Mapping[str, str], embedder: Embedder) -> K
             f"(dim {meta['dim']}), not {embedder.id!r} (dim {embedder.dim}): use --embedder "
             f"{meta.get('embedder_spec')} or ingest into a new --kb directory")
     return None
+
+
+def recorded_settings(meta: Mapping[str, str]) -> KBSettings:
+    """The chunking and embedder settings a KB recorded when it was created."""
+    return KBSettings(chunk_tokens=int(meta["chunk_tokens"]),
+                      chunk_overlap=int(meta["chunk_overlap"]),
+                      embedder=meta.get("embedder_spec", meta["embedder_id"]))
+
+
+def recorded_embedder(kb: Path | str, meta: Mapping[str, str], device: str | None = None,
+                      runtime: str | None = None) -> Embedder:
+    """The KB's embedder from its recorded spec and precision (queries are embedded as the
+    stored vectors were); a KBError when what loads does not match what the KB holds."""
+    embedder = get_embedder(meta.get("embedder_spec") or meta["embedder_id"],
+                            meta.get(PRECISION_KEY, "fp32"),  # type: ignore[arg-type]
+                            device, runtime)  # type: ignore[arg-type]
+    refusal = embedder_refusal(kb, meta, embedder)
+    if refusal is not None:
+        raise refusal
+    return embedder
 
 
 def chunking_refusal(kb: Path, meta: Mapping[str, str], settings: KBSettings) -> KBError | None:

@@ -45,7 +45,7 @@ import numpy as np
 from medverify.config import KBSettings, RetrievalSettings
 from medverify.connections import PostgresDatabase, display
 from medverify.errors import KBError
-from medverify.kb.database import DOC_ID_PREFIX
+from medverify.kb.database import DOC_ID_PREFIX, recorded_embedder, recorded_settings
 from medverify.kb.embed import Embedder, get_embedder
 from medverify.kb.fts import LEXICAL_BUDGET, query_terms, select_terms
 from medverify.kb.ingest_batches import IngestStats
@@ -189,21 +189,14 @@ class PostgresKB:
 
     @property
     def settings(self) -> KBSettings:
-        return KBSettings(chunk_tokens=int(self._meta["chunk_tokens"]),
-                          chunk_overlap=int(self._meta["chunk_overlap"]),
-                          embedder=self._meta.get("embedder_spec", self.embedder_id))
+        return recorded_settings(self._meta)
 
     @property
     def embedder(self) -> Embedder:
         """The KB's embedder (its recorded spec and precision), loaded on first use."""
         if self._embedder is None:
-            embedder = get_embedder(self._meta.get("embedder_spec") or self.embedder_id,
-                                    self._meta.get("embed_precision", "fp32"),  # type: ignore[arg-type]
-                                    self._knobs.embed_device, self._knobs.embed_runtime)
-            if embedder.id != self.embedder_id or embedder.dim != self.dim:
-                raise KBError(f"the knowledge base at {self.path} was built with "
-                              f"{self.embedder_id!r}, not {embedder.id!r}")
-            self._embedder = embedder
+            self._embedder = recorded_embedder(self.path, self._meta, self._knobs.embed_device,
+                                               self._knobs.embed_runtime)
         return self._embedder
 
     @property

@@ -47,7 +47,9 @@ from medverify.kb.database import (
     embedder_refusal,
     initial_meta,
     read_generation,
+    recorded_embedder,
     recorded_precision,
+    recorded_settings,
     remove_database,
     snapshot_of,
     unfinished_creation,
@@ -263,20 +265,14 @@ class KnowledgeBase(KBIndexes):
 
     @property
     def settings(self) -> KBSettings:
-        return KBSettings(chunk_tokens=int(self._meta["chunk_tokens"]),
-                          chunk_overlap=int(self._meta["chunk_overlap"]),
-                          embedder=self._meta.get("embedder_spec", self.embedder_id))
+        return recorded_settings(self._meta)
 
     @property
     def embedder(self) -> Embedder:
         """The KB's embedder, loaded on first use."""
         if self._embedder is None:
-            embedder = get_embedder(self._meta.get("embedder_spec") or self.embedder_id,
-                                    self.embed_precision,  # type: ignore[arg-type]
-                                    self._embed_device,  # type: ignore[arg-type]
-                                    self._embed_runtime)  # type: ignore[arg-type]
-            self._check_embedder(embedder)
-            self._embedder = embedder
+            self._embedder = recorded_embedder(self.path, self._meta, self._embed_device,
+                                               self._embed_runtime)
         return self._embedder
 
     def embed_task(self) -> EmbedTask:
