@@ -103,8 +103,8 @@ _ARENA_SET: bool | None = None
 # Intra-op threads while a per-window model scores a short window (issue 45). A short
 # window's forward pass is hundreds of small operations; with two threads each one waits
 # for the other thread, and on a busy machine that thread is often not running: with the
-# load average at 3-5 on 2 cores, HealthVer's short windows ran at 98 windows/s on one
-# thread and 6 on two (benchmarks/bench_verifier_modes.py). Long windows (abstracts) gain
+# load average at 3.6-6 on 2 cores, HealthVer's short windows ran at 94 windows/s on one
+# thread and 12 on two (benchmarks/results/verifier_modes.md). Long windows (abstracts) gain
 # from torch's threads (bench_verifier_threads_eval.py), so windows over SHORT_WINDOW_CHARS
 # characters (claim + window, about 130 word pieces) keep them. The scores do not depend on
 # the thread count (bench_verifier_batch_dependence.py compares them).
