@@ -5,29 +5,32 @@ Selected by ``[kb_settings] location = "postgresql://USER:PASSWORD@HOST:PORT/DB"
 :data:`medverify.kb.KB_STORES` (``KB_STORES.build("postgresql", url, config)``). The tables and
 what writes them are in :mod:`medverify.kb.postgres_schema`.
 
-What is searched how:
+What is searched how: PostgreSQL holds documents, chunks and vectors (float32 ``bytea``;
+pgvector is not used), the source of truth; each replica searches indexes derived from
+them in memory (:mod:`medverify.kb.postgres_replica`):
 
-* lexical: PostgreSQL full-text search. Each chunk's ``tsv`` is
-  ``to_tsvector('english', title || text)`` (GIN index); a query is the medverify query
-  terms (:func:`medverify.kb.fts.query_terms`: the same words and stopwords as the embedded
-  store) OR-ed into a tsquery; the matching chunks are ranked by BM25 computed in SQL from
-  stored statistics (FTS5's formula and constants: document frequencies in ``kb_terms``,
-  term frequencies from the tsvector's positions, chunk lengths in words), not by
-  ``ts_rank_cd``, whose top 5 agrees with the embedded BM25's far less (both measured in
-  ``benchmarks/results/kb_postgres.md``). The stemmer and stopwords are PostgreSQL's
-  ``english`` (Snowball), not FTS5's porter, so the order still differs a little. Lexical
-  search and the chunks are read from the tables: they see every committed change at
-  once (a removed chunk is never handed out, even by a replica whose index has it).
-* dense: the vectors are stored in the table (float32 ``bytea``; pgvector is not used), and
-  searched through a per-replica faiss index (exact inner product, ``IndexIDMap2`` over
-  ``IndexFlatIP``) built from the table on first use. A replica checks the KB's
-  generation on a read at most every ``[kb_settings] generation_poll_s`` seconds; when it
-  moved, the chunks added and removed since the replica's generation are applied to its
-  index incrementally (:meth:`PostgresKB.follow`), so a document taught or reverted on
-  another replica is searched here within that bound (plus the time to apply it).
+* lexical: by default the embedded store's own FTS5 index and BM25 ranking, fed from the
+  chunk rows, so the candidates and scores are the embedded store's (same chunk ids:
+  same order). ``rank_function`` ``bm25`` ranks in PostgreSQL instead: each chunk's
+  ``tsv`` is ``to_tsvector('english', title || text)`` (GIN), the query's words OR-ed
+  into a tsquery, BM25 computed in SQL from stored statistics (``kb_terms``,
+  ``kb_postings``: FTS5's formula and constants) with PostgreSQL's Snowball stemmer, not
+  FTS5's porter, so its order differs a little (``ts_rank_cd`` / ``ts_rank``: far more;
+  all measured in ``benchmarks/results/kb_postgres.md``).
+* dense: a faiss index of the kind the embedded KB would choose at this size (exact
+  below ``[kb_settings] index_threshold`` chunks, IVF-flat above).
+
+A replica checks the KB's generation on a read at most every ``[kb_settings]
+generation_poll_s`` seconds; when it moved, the chunks added and removed since the
+replica's generation are applied to its indexes incrementally (:meth:`PostgresKB.follow`),
+so a document taught or reverted on another replica is searched here within that bound
+(plus the time to apply it). Chunks are always read from the tables: a chunk removed
+since is never handed out, even by a replica whose indexes still have it.
+
+Ingest (here or on an executor's workers) is :mod:`medverify.kb.postgres_ingest`.
 
 :attr:`PostgresKB.generation` is the KB's generation in the database;
-:attr:`PostgresKB.replica_generation` the one this replica's vector index has.
+:attr:`PostgresKB.replica_generation` the one this replica's indexes have.
 """
 
 from __future__ import annotations
@@ -36,7 +39,7 @@ import hashlib
 import json
 import threading
 import time
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any
 
@@ -50,19 +53,22 @@ from medverify.kb.embed import Embedder, get_embedder
 from medverify.kb.fts import LEXICAL_BUDGET, query_terms, select_terms
 from medverify.kb.ingest_batches import IngestStats
 from medverify.kb.loaders import KBInput
+from medverify.kb.postgres_ingest import PgIngester, unit_task
+from medverify.kb.postgres_replica import ChunkRow, ReplicaIndexes
 from medverify.kb.postgres_schema import (
     SCHEMA_VERSION,
     TS_CONFIG,
-    PgWriter,
     initialise_meta,
     migrate,
     read_generation,
     read_meta,
+    remove_documents,
 )
 from medverify.kb.protocol import Candidate, StoredChunk, Subset
 
 if TYPE_CHECKING:
     from medverify.config import Config
+    from medverify.executor import Executor
 
 MAX_FILTERED = 20_000  # chunks a metadata filter may match (as the embedded store)
 _CHUNK_COLUMNS = ('c.id, c.ord, c.text, c.start, c."end", d.doc_id, d.title, d.url, '
@@ -145,12 +151,13 @@ class PostgresKB:
                           f"{SCHEMA_VERSION}")
         self._embedder: Embedder | None = None
         self._lock = threading.RLock()
-        self._index: Any = None  # faiss IndexIDMap2 over IndexFlatIP, built on first use
+        self._index: ReplicaIndexes | None = None  # this replica's indexes, built on first use
         self._at: int | None = None  # the generation the index has
         self._polled = 0.0  # time.monotonic() of the last generation check
         self._snapshot: tuple[int, str] | None = None
-        self.rank_function, self.rank_normalization = "bm25", 1  # see lexical_sql
+        self.rank_function, self.rank_normalization = "fts5", 1  # see lexical_candidates
         self.lexical_budget = LEXICAL_BUDGET  # postings a lexical query may read (BM25)
+        self.flush_chunks = KBSettings().batch_size * 4  # the embedded ingest's batch
 
     # ---- construction -------------------------------------------------------------
 
@@ -245,28 +252,30 @@ class PostgresKB:
 
     # ---- writes (the side review teaching uses) -----------------------------------
 
-    def _writer(self) -> PgWriter:
-        return PgWriter(self._db, self.embedder, int(self._meta["chunk_tokens"]),
-                        int(self._meta["chunk_overlap"]))
-
-    def ingest(self, documents: Iterable[KBInput], progress: object = None,
-               executor: object = None) -> IngestStats:
-        """Add documents (unchanged ones skipped, changed ones replaced); this replica's
-        index follows at once. ``progress`` and ``executor`` are not supported yet (no
-        ingest on an executor into PostgreSQL): KBError when given."""
-        if progress is not None or executor is not None:
-            raise KBError("a PostgreSQL knowledge base is ingested in this process only "
-                          "(no progress callback or executor yet)")
+    def ingest(self, documents: Iterable[KBInput],
+               progress: Callable[[IngestStats], None] | None = None,
+               executor: Executor | None = None) -> IngestStats:
+        """Add documents (unchanged ones skipped, changed ones replaced, partial ones
+        resumed): chunked here, embedded and written in units here or, with ``executor``,
+        by its workers (:mod:`medverify.kb.postgres_ingest`); this replica's indexes follow
+        at once, the others' within ``generation_poll_s``."""
+        task = None
+        if executor is not None:
+            task = unit_task(self.url, self._meta, self.embedder, self._knobs.embed_device,
+                             self._knobs.embed_runtime)
+        ingester = PgIngester(self._db, self.embedder, int(self._meta["chunk_tokens"]),
+                              int(self._meta["chunk_overlap"]), self.flush_chunks, task,
+                              executor)
         with self._lock, self._refusal_is_an_error():
-            stats = self._writer().ingest(documents)
+            stats = ingester.run(documents, progress)
             self.follow(force=True)
             return stats
 
     def remove_documents(self, doc_ids: Iterable[str]) -> int:
-        """Remove documents by id (one new generation); this replica's index follows at
+        """Remove documents by id (one new generation); this replica's indexes follow at
         once, the others within ``generation_poll_s``. Returns how many were removed."""
         with self._lock, self._refusal_is_an_error():
-            removed = self._writer().remove(doc_ids)
+            removed = remove_documents(self._db, doc_ids)
             self.follow(force=True)
             return removed
 
@@ -285,10 +294,10 @@ class PostgresKB:
     # ---- keeping the replica's vector index in step -------------------------------
 
     def follow(self, force: bool = False) -> bool:
-        """Bring this replica's vector index to the KB's generation: built from the table
-        on first use, then the chunks added and removed since applied incrementally. Reads
-        the generation at most every ``poll_s`` seconds unless ``force``. Returns whether
-        the index changed."""
+        """Bring this replica's indexes (lexical and vector) to the KB's generation: built
+        from the tables on first use, then the chunks added and removed since applied
+        incrementally. Reads the generation at most every ``poll_s`` seconds unless
+        ``force``. Returns whether the indexes changed."""
         with self._lock:
             now = time.monotonic()
             if not force and self._index is not None and now - self._polled < self.poll_s:
@@ -304,37 +313,51 @@ class PostgresKB:
             self._at = generation
             return True
 
-    def _vectors_of(self, rows: list[Any]) -> tuple[np.ndarray, np.ndarray]:
-        ids = np.asarray([r[0] for r in rows], dtype=np.int64)
-        vectors = (np.frombuffer(b"".join(bytes(r[1]) for r in rows), dtype=np.float32)
-                   .reshape(len(rows), self.dim))
-        return ids, vectors
+    _ROWS = ('SELECT c.id, d.title, c.text, c.vector FROM kb_chunks c JOIN kb_documents d '
+             "ON d.id = c.doc WHERE c.generation > ? AND c.generation <= ? AND c.id > ? "
+             "ORDER BY c.id LIMIT ?")
+
+    def _rows(self, since: int, generation: int, block: int = 8192) -> list[ChunkRow]:
+        """The chunks stored after generation ``since`` up to ``generation``, by id (read
+        in blocks of ``block`` rows)."""
+        rows: list[ChunkRow] = []
+        last = 0
+        while True:
+            part = self._db.execute(self._ROWS, (since, generation, last, block)).fetchall()
+            rows += [ChunkRow(int(r[0]), r[1], r[2], bytes(r[3])) for r in part]
+            if len(part) < block:
+                return rows
+            last = rows[-1].id
 
     def _build(self, generation: int) -> None:
-        import faiss
-
-        index = faiss.IndexIDMap2(faiss.IndexFlatIP(self.dim))
-        rows = self._db.execute("SELECT id, vector FROM kb_chunks WHERE generation <= ? "
-                                "ORDER BY id", (generation,)).fetchall()
-        if rows:
-            ids, vectors = self._vectors_of(rows)
-            index.add_with_ids(vectors, ids)
-        self._index = index
+        replica = ReplicaIndexes(self.dim, self._knobs)
+        replica.build(self._rows(-1, generation))
+        if self._index is not None:
+            self._index.close()
+        self._index = replica
 
     def _apply(self, since: int, generation: int) -> None:
         """Remove the chunks tombstoned and add the chunks stored after ``since`` (up to
-        ``generation``)."""
+        ``generation``); the vector index rebuilt when it no longer fits the KB's size."""
         gone = [r[0] for r in self._db.execute(
             "SELECT chunk_id FROM kb_removed WHERE generation > ? AND generation <= ?",
             (since, generation))]
-        if gone:
-            self._index.remove_ids(np.asarray(gone, dtype=np.int64))
-        rows = self._db.execute("SELECT id, vector FROM kb_chunks WHERE generation > ? AND "
-                                "generation <= ? ORDER BY id", (since, generation)).fetchall()
-        if rows:
-            ids, vectors = self._vectors_of(rows)
-            self._index.remove_ids(ids)  # (none there: a chunk id is never reused)
-            self._index.add_with_ids(vectors, ids)
+        try:
+            self._index.remove(gone)
+        except RuntimeError:  # an index kind that cannot remove ids (hnsw): rebuilt
+            self._build(generation)
+            return
+        self._index.add(self._rows(since, generation))
+        if self._index.outgrown():
+            self._index.rebuild_vectors(self._rows(-1, generation))
+
+    def replica_memory(self) -> dict[str, int]:
+        """Bytes this replica's indexes hold (:meth:`ReplicaIndexes.memory`; zeros before
+        the first search)."""
+        with self._lock:
+            if self._index is None:
+                return {"lexical_bytes": 0, "vector_bytes": 0}
+            return self._index.memory()
 
     # ---- primitive searches (ranking is the Retriever's) ---------------------------
 
@@ -346,12 +369,18 @@ class PostgresKB:
 
     def lexical_candidates(self, query: str, depth: int) -> list[Candidate]:
         """Up to ``depth`` (chunk id, BM25 score) of the chunks holding one of the query's
-        words, best first (ties by chunk id). As in the embedded store, the most common
-        words are dropped past ``lexical_budget`` postings (all fit on a small KB)."""
+        words, best first (ties by chunk id): by default (``rank_function`` ``fts5``) this
+        replica's FTS5 index ranks them exactly as the embedded store does (following the
+        KB's generation first); ``bm25``, ``ts_rank_cd``, ``ts_rank``: ranked in
+        PostgreSQL (:func:`lexical_sql`). The most common words are dropped past
+        ``lexical_budget`` postings (all fit on a small KB)."""
         words = tsquery_text(query)
         if not words or depth <= 0:
             return []
         with self._lock:
+            if self.rank_function == "fts5":
+                self.follow()
+                return self._index.lexical(query, depth, self.lexical_budget)
             if self.rank_function != "bm25":
                 params: tuple[Any, ...] = (words,)
             else:
@@ -371,12 +400,10 @@ class PostgresKB:
         this replica's index (following the KB's generation first)."""
         with self._lock:
             self.follow()
-            if self._index.ntotal == 0 or not queries:
+            if self._index.size == 0 or not queries:
                 return [[] for _ in queries]
             vectors = np.asarray(self.embedder.embed(list(queries)), dtype=np.float32)
-            scores, ids = self._index.search(vectors, min(depth, self._index.ntotal))
-        return [[(int(i), float(s)) for i, s in zip(row_ids, row, strict=True) if i >= 0]
-                for row_ids, row in zip(ids, scores, strict=True)]
+            return self._index.dense(vectors, depth)
 
     def chunks(self, ids: Sequence[int]) -> dict[int, StoredChunk]:
         """The stored chunks of ``ids`` by chunk id (ids not stored are left out)."""

@@ -1,0 +1,238 @@
+"""A replica's derived search indexes of a KB on PostgreSQL, kept in step with the KB's
+generation (:meth:`medverify.kb.postgres.PostgresKB.follow`).
+
+PostgreSQL holds the documents, chunks and vectors (the source of truth); each replica
+(service process) searches two indexes derived from them, in memory:
+
+* lexical: the embedded store's own full-text index, fed from the chunk rows: an in-memory
+  SQLite with the embedded KB's ``chunks_fts`` (FTS5, the same tokenizer: porter,
+  unicode61, diacritics removed) and ``terms`` (the chunks holding each word) tables, keyed
+  by the PostgreSQL chunk id. A lexical query is ranked by the embedded store's ranking
+  (:func:`medverify.kb.fts.rank_lexical`: bm25(), the same lexical budget), so with the
+  same chunk ids it gives the embedded store's candidates and scores exactly.
+* dense: a faiss index of the kind the embedded KB would choose at this size
+  (:func:`medverify.kb.index.choose_spec` with ``[kb_settings] index``, ``index_threshold``,
+  ``nprobe``, ``ef_search``): exact below the threshold, IVF-flat above, trained as the
+  embedded index is (the same strided sample, k-means iterations and seed).
+
+Changes are applied incrementally: chunks added, chunk ids removed. An index whose kind no
+longer fits the KB's size (``auto`` crossing the threshold, an IVF grown 4x past what it
+was trained on) is rebuilt from the rows, as the embedded one is.
+
+Memory per replica: the FTS5 table holds each chunk's title and text and their postings
+(:meth:`ReplicaIndexes.memory` reads SQLite's page count), the vector index ``dim * 4 + 8``
+bytes a chunk (flat or IVF-flat) plus the IVF centroids.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from medverify.config import KBSettings
+from medverify.kb.fts import LexicalKnobs, chunk_terms, rank_lexical
+from medverify.kb.index import (
+    RETRAIN_GROWTH,
+    TRAIN_PER_LIST,
+    IndexSpec,
+    SearchKnobs,
+    auto_kind,
+    choose_spec,
+    faiss_search,
+)
+from medverify.kb.protocol import Candidate
+from medverify.kb.store_indexes import LEXICAL_EXACT
+
+# the embedded KB's lexical tables (medverify.kb.database.SCHEMA), in memory
+FTS_TOKENIZE = "porter unicode61 remove_diacritics 2"
+LEXICAL_SCHEMA = f"""
+CREATE TABLE terms (term TEXT PRIMARY KEY, df INTEGER NOT NULL) WITHOUT ROWID;
+CREATE VIRTUAL TABLE chunks_fts USING fts5(title, body, tokenize = '{FTS_TOKENIZE}');
+"""
+
+
+@dataclass(frozen=True)
+class ChunkRow:
+    """What a replica indexes of a chunk: its id, its document's title, text and vector."""
+
+    id: int
+    title: str | None
+    text: str
+    vector: bytes
+
+
+class ReplicaIndexes:
+    """The in-memory lexical (FTS5) and vector (faiss) indexes of one replica. Callers
+    serialise writes and searches (the store's lock)."""
+
+    def __init__(self, dim: int, settings: KBSettings) -> None:
+        self.dim = dim
+        self.policy = settings.index
+        self.threshold = settings.index_threshold
+        self.knobs = SearchKnobs(settings.nprobe, settings.ef_search)
+        self._conn = sqlite3.connect(":memory:", isolation_level=None,
+                                     check_same_thread=False)
+        self._conn.executescript(LEXICAL_SCHEMA)
+        self.vectors: Any = None  # the faiss index
+        self.spec = IndexSpec()
+        self.trained_at = 0  # vectors an IVF index was trained on
+
+    # ---- building and applying changes ---------------------------------------------
+
+    def build(self, rows: Sequence[ChunkRow]) -> None:
+        """Both indexes from scratch over ``rows`` (ascending ids)."""
+        self._conn.execute("DELETE FROM chunks_fts")
+        self._conn.execute("DELETE FROM terms")
+        self._add_lexical(rows)
+        self.rebuild_vectors(rows)
+
+    def rebuild_vectors(self, rows: Sequence[ChunkRow]) -> None:
+        """The vector index over ``rows`` (ascending ids), of the kind the policy asks for
+        at their count."""
+        self.spec = choose_spec(self.policy, len(rows), self.dim, self.threshold)
+        index = _make(self.spec, self.dim)
+        ids, vectors = _arrays(rows, self.dim)
+        if not index.is_trained:
+            _train(index, vectors)
+        if len(ids):
+            index.add_with_ids(vectors, ids)
+        self._apply_knobs(index)
+        self.vectors, self.trained_at = index, len(rows)
+
+    def add(self, rows: Sequence[ChunkRow]) -> None:
+        """Index chunks added to the KB (ids not indexed yet)."""
+        if not rows:
+            return
+        self._add_lexical(rows)
+        ids, vectors = _arrays(rows, self.dim)
+        self.vectors.add_with_ids(vectors, ids)
+
+    def remove(self, ids: Iterable[int]) -> None:
+        """Drop chunks removed from the KB (ids not indexed are skipped)."""
+        wanted = sorted({int(i) for i in ids})
+        if not wanted:
+            return
+        for start in range(0, len(wanted), 500):
+            part = wanted[start:start + 500]
+            marks = ",".join("?" * len(part))
+            rows = self._conn.execute(f"SELECT rowid, title, body FROM chunks_fts WHERE "
+                                      f"rowid IN ({marks})", part).fetchall()
+            self._count_terms([(r[1], r[2]) for r in rows], -1)
+            self._conn.execute(f"DELETE FROM chunks_fts WHERE rowid IN ({marks})", part)
+        self._conn.execute("DELETE FROM terms WHERE df <= 0")
+        self.vectors.remove_ids(np.asarray(wanted, dtype=np.int64))
+
+    def outgrown(self) -> bool:
+        """Whether the vector index no longer fits the KB's size (``auto`` crossed its
+        threshold, with the embedded index's hysteresis; IVF grown 4x since training)."""
+        count = int(self.vectors.ntotal)
+        kind: str = self.policy
+        if self.policy == "auto":
+            kind = (auto_kind(count, self.threshold) if self.spec.kind == "flat"
+                    else self.spec.kind if count >= self.threshold // 2 else "flat")
+        wanted = choose_spec(kind, count, self.dim, self.threshold)
+        return wanted.kind != self.spec.kind or (
+            wanted.kind in ("ivf", "ivfpq") and count > RETRAIN_GROWTH * max(self.trained_at, 1))
+
+    def _add_lexical(self, rows: Sequence[ChunkRow]) -> None:
+        self._conn.execute("BEGIN")
+        try:
+            self._conn.executemany("INSERT INTO chunks_fts (rowid, title, body) VALUES "
+                                   "(?, ?, ?)", [(r.id, r.title or "", r.text) for r in rows])
+            self._count_terms([(r.title, r.text) for r in rows], +1)
+            self._conn.execute("COMMIT")
+        except BaseException:
+            self._conn.execute("ROLLBACK")
+            raise
+
+    def _count_terms(self, texts: Sequence[tuple[str | None, str]], sign: int) -> None:
+        counts: dict[str, int] = {}
+        for title, text in texts:
+            for term in chunk_terms(title, text):
+                counts[term] = counts.get(term, 0) + sign
+        self._conn.executemany("INSERT INTO terms (term, df) VALUES (?, ?) ON CONFLICT(term) "
+                               "DO UPDATE SET df = df + excluded.df", counts.items())
+
+    def _apply_knobs(self, index: Any) -> None:
+        import faiss
+
+        if isinstance(index, faiss.IndexIVF):
+            index.nprobe = min(self.knobs.nprobe, index.nlist)
+        elif isinstance(index, faiss.IndexIDMap2):
+            inner = faiss.downcast_index(index.index)
+            if isinstance(inner, faiss.IndexHNSW):
+                inner.hnsw.efSearch = self.knobs.ef_search
+
+    # ---- searching ----------------------------------------------------------------
+
+    def lexical(self, query: str, depth: int, budget: int) -> list[Candidate]:
+        """The embedded store's lexical candidates (bm25() over the FTS5 table; the most
+        common words dropped past ``budget`` postings)."""
+        knobs = LexicalKnobs(budget, LEXICAL_EXACT, None, None)
+        return rank_lexical(self._conn, query, depth, knobs, lambda terms, depth: None)
+
+    def dense(self, vectors: np.ndarray, depth: int) -> list[list[Candidate]]:
+        """Per query vector, up to ``depth`` (chunk id, inner product), best first."""
+        if self.vectors is None or self.vectors.ntotal == 0 or not len(vectors):
+            return [[] for _ in range(len(vectors))]
+        scores, ids = faiss_search(self.vectors, vectors, min(depth, self.vectors.ntotal))
+        return [[(int(i), float(s)) for i, s in zip(row_ids, row, strict=True) if i >= 0]
+                for row_ids, row in zip(ids, scores, strict=True)]
+
+    @property
+    def size(self) -> int:
+        """Chunks indexed."""
+        return 0 if self.vectors is None else int(self.vectors.ntotal)
+
+    def memory(self) -> dict[str, int]:
+        """Bytes held: the in-memory SQLite's pages (the FTS5 table with its text and
+        postings, the terms) and the vector index (stored vectors, ids, IVF centroids)."""
+        pages = self._conn.execute("PRAGMA page_count").fetchone()[0]
+        page = self._conn.execute("PRAGMA page_size").fetchone()[0]
+        vectors = self.size * (self.dim * 4 + 8) + self.spec.nlist * self.dim * 4
+        return {"lexical_bytes": int(pages * page), "vector_bytes": int(vectors)}
+
+    def close(self) -> None:
+        self._conn.close()
+
+
+def _arrays(rows: Sequence[ChunkRow], dim: int) -> tuple[np.ndarray, np.ndarray]:
+    ids = np.fromiter((r.id for r in rows), dtype=np.int64, count=len(rows))
+    vectors = np.frombuffer(b"".join(r.vector for r in rows), dtype=np.float32)
+    return ids, vectors.reshape(len(rows), dim)
+
+
+def _make(spec: IndexSpec, dim: int) -> Any:
+    """The empty faiss index of ``spec`` (as the embedded KB's ``VectorIndex._make``)."""
+    import faiss
+
+    ip = faiss.METRIC_INNER_PRODUCT
+    if spec.kind == "ivf":
+        return faiss.IndexIVFFlat(faiss.IndexFlatIP(dim), dim, spec.nlist, ip)
+    if spec.kind == "ivfpq":
+        return faiss.IndexIVFPQ(faiss.IndexFlatIP(dim), dim, spec.nlist, spec.pq_m, 8, ip)
+    if spec.kind == "hnsw":
+        return faiss.IndexIDMap2(faiss.IndexHNSWFlat(dim, spec.hnsw_m, ip))
+    return faiss.IndexIDMap2(faiss.IndexFlatIP(dim))
+
+
+def _train(index: Any, vectors: np.ndarray) -> None:
+    """k-means on the embedded index's sample: every ``step``-th vector by position (its
+    8192-row blocks keep the positions whose global offset is a multiple of ``step``), 10
+    iterations, faiss's default seed."""
+    import faiss
+
+    ivf = faiss.extract_index_ivf(index)
+    want = max(TRAIN_PER_LIST * ivf.nlist,
+               256 * 39 if isinstance(index, faiss.IndexIVFPQ) else 0)
+    step = max(1, len(vectors) // max(want, 1))
+    sample = vectors[::step] if step > 1 else vectors
+    if len(sample) < ivf.nlist:
+        raise ValueError(f"{len(sample)} vectors cannot train {ivf.nlist} IVF lists")
+    ivf.cp.niter = 10
+    ivf.cp.max_points_per_centroid = max(ivf.cp.max_points_per_centroid, TRAIN_PER_LIST)
+    index.train(np.ascontiguousarray(sample, dtype=np.float32))
