@@ -86,6 +86,7 @@ def create_app(config: Config, *, run_jobs: bool = True) -> FastAPI:
         _private_folder(state.jobs_dir)
         await asyncio.to_thread(state.load)
         if metrics is not None and state.checker is not None:
+            metrics.watch_kb(state.checker.kb)  # a KB on PostgreSQL: its generations
             card = getattr(state.checker.judge, "card", None)
             metrics.calibration.labels(card.card_id if card else "none",
                                        card.judge if card else "none").set(1)

@@ -50,6 +50,7 @@ from prometheus_client.multiprocess import MultiProcessCollector
 from medverify.config import DRIFT_RATES, Config
 from medverify.errors import MedverifyError
 from medverify.kb.database import DB_NAME, count_rows, read_generation
+from medverify.kb.postgres import PostgresKB
 from medverify.llm.observe import CallEvent
 from medverify.ops.drift import live_window
 from medverify.ops.overturns import WINDOW_DAYS, below_target, recent_window
@@ -124,6 +125,9 @@ class ServiceMetrics:
     """One worker's metrics (see the module). ``call`` and ``retry`` make it an observer
     of model calls (:func:`medverify.llm.observe.add_observer`)."""
 
+    _replica: Gauge | None = None  # a KB with an index per replica: see watch_kb
+    _kb: Any = None
+
     def __init__(self, config: Config) -> None:
         self.registry = CollectorRegistry()
         self.store = StoreCollector(config)
@@ -196,7 +200,29 @@ class ServiceMetrics:
         if status in (429, 503) and error:
             self.refusals.labels(str(status), error).inc()
 
+    def watch_kb(self, kb: Any) -> None:
+        """Report the KB this worker searches: a KB on PostgreSQL gets
+        ``medverify_knowledge_base_replica_generation`` (the generation this worker's
+        vector index has, read after each check and at each scrape; several workers: the
+        lowest live one; 0 until its first search) and its database's size and generation
+        (read at each scrape through this worker's connection)."""
+        self._kb = self.store.kb = kb
+        if self._replica is None and hasattr(kb, "replica_generation"):
+            self._replica = Gauge("medverify_knowledge_base_replica_generation", "The KB "
+                                  "generation this worker's vector index has (it follows "
+                                  "the KB's within [kb_settings] generation_poll_s of a "
+                                  "search; 0: not built yet)", registry=self.registry,
+                                  multiprocess_mode="livemin")
+        self.replica_seen()
+
+    def replica_seen(self) -> None:
+        """Set the replica-generation gauge from the worker's KB (no query: an attribute)."""
+        at = getattr(self._kb, "replica_generation", None)
+        if self._replica is not None and at is not None:
+            self._replica.set(at)
+
     def checked(self, checked: Checked, source: str) -> None:
+        self.replica_seen()
         self._child(self.answers, source).inc(checked.answers)
         for labels, n in checked.claims.items():
             self._child(self.claims, *labels).inc(n)
@@ -238,6 +264,7 @@ class ServiceMetrics:
     def exposition_registry(self) -> CollectorRegistry:
         """What a scrape reads: this worker's registry, or with several workers every
         worker's counts from the multiprocess folder, and the store's numbers once."""
+        self.replica_seen()
         if not multiprocess():
             return self.registry
         return scrape_registry(self.store)
@@ -293,6 +320,7 @@ class StoreCollector:
 
     def __init__(self, config: Config, clock: Any = time.monotonic) -> None:
         self.config, self._clock = config, clock
+        self.kb: Any = None  # a worker's KB on PostgreSQL (ServiceMetrics.watch_kb)
         self._lock = threading.Lock()
         self._slow: list[Metric] = []
         self._slow_at: float | None = None
@@ -304,7 +332,8 @@ class StoreCollector:
         up = GaugeMetricFamily("medverify_store_up", "1: the run store answered this scrape")
         try:
             with RunStore(self.config.store_location) as runs:
-                found = [*_queue_metrics(runs), *self._slow_metrics(runs)]
+                found = [*_queue_metrics(runs), *self._slow_metrics(runs),
+                         *_shared_kb_metrics(self.kb, size=False)]
         except (MedverifyError, sqlite3.Error):
             up.add_metric([], 0)
             return [up]
@@ -315,7 +344,9 @@ class StoreCollector:
         with self._lock:
             now = self._clock()
             if self._slow_at is None or now - self._slow_at >= self.config.ops.refresh_s:
-                self._slow = [*_kb_metrics(self.config.kb), *_drift_metrics(runs, self.config),
+                kb = (_kb_metrics(self.config.kb) if self.config.kb_settings.location is None
+                      else _shared_kb_metrics(self.kb, size=True))
+                self._slow = [*kb, *_drift_metrics(runs, self.config),
                               *_sure_metrics(runs, self.config)]
                 self._slow_at = now
             return self._slow
@@ -356,6 +387,28 @@ def _queue_metrics(runs: RunStore) -> list[Metric]:
                           "item not closed has waited (0: none waits)", value=_age(
                               review.oldest_waiting())),
     ]
+
+
+def _shared_kb_metrics(kb: Any, size: bool) -> list[Metric]:
+    """A KB on PostgreSQL (a worker's, see :meth:`ServiceMetrics.watch_kb`), read through
+    its connection: its documents and chunks (``size``, recounted every ``[ops]
+    refresh_s``), else its generation (read at every scrape, so that it compares with the
+    replica's); nothing without one (the parent's metrics_port server), or when the
+    database does not answer."""
+    if not isinstance(kb, PostgresKB):
+        return []
+    try:
+        if size:
+            documents, chunks = kb.counts()
+            return [GaugeMetricFamily("medverify_knowledge_base_documents", "Documents in "
+                                      "the KB", value=documents),
+                    GaugeMetricFamily("medverify_knowledge_base_chunks", "Chunks (passages) "
+                                      "in the KB", value=chunks)]
+        return [GaugeMetricFamily("medverify_knowledge_base_generation", "The KB's "
+                                  "generation: bumped by every ingest batch and every "
+                                  "change the review teaches", value=kb.generation)]
+    except Exception:  # the database down: the store_up gauge and the logs say so
+        return []
 
 
 def _kb_metrics(kb: Path | None) -> list[Metric]:

@@ -166,6 +166,24 @@ class ServiceState:
             "factcheck", "not loaded")
         return checks
 
+    def kb_generations(self) -> dict[str, int | None]:
+        """``/readyz``'s KB fields: the KB's generation, the one this replica's vector index
+        has (a KB on PostgreSQL) and the lag between them; None where unknown (no KB
+        loaded, a database that does not answer, no index of its own per replica). Reads
+        the KB (one query on PostgreSQL), so not on the event loop."""
+        kb = self.checker.kb if self.checker is not None else None
+        generation = replica = None
+        if kb is not None:
+            try:
+                with kb.reading():
+                    generation = getattr(kb, "generation", None)
+            except Exception as exc:  # the KB's database down: reported, not ready-breaking
+                log.warning("could not read the KB's generation: %s", exc)
+            replica = getattr(kb, "replica_generation", None)
+        lag = None if generation is None or replica is None else generation - replica
+        return {"kb_generation": generation, "kb_replica_generation": replica,
+                "kb_generation_lag": lag}
+
     def need_checker(self) -> Checker:
         if self.checker is None:
             raise ApiError(503, ErrorCode.NOT_READY, "the service cannot check answers: "

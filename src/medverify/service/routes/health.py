@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import asyncio
+
 from fastapi import APIRouter
 from fastapi.responses import JSONResponse
 
@@ -21,8 +23,10 @@ async def healthz() -> Health:
 @router.get("/readyz", response_model=Readiness, responses={
     503: {"model": Readiness, "description": "not ready: what is missing"}})
 async def readyz(state: State) -> JSONResponse:
-    """The KB is open and the models are loaded (503 with what is missing otherwise)."""
+    """The KB is open and the models are loaded (503 with what is missing otherwise), and
+    the KB generation this replica serves (``kb_generation``, ``kb_replica_generation``)."""
     checks = state.readiness()
     ready = all(v == "ok" for v in checks.values())
-    body = Readiness(ready=ready, checks=checks).model_dump(mode="json")
+    generations = await asyncio.to_thread(state.kb_generations)
+    body = Readiness(ready=ready, checks=checks, **generations).model_dump(mode="json")
     return JSONResponse(body, status_code=200 if ready else 503)
