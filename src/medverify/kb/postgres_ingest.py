@@ -149,6 +149,13 @@ def _insert_chunks(db: PostgresDatabase, rows: list[tuple[UnitRow, int | None, n
 _WORKER_DBS: dict[str, PostgresDatabase] = {}  # a worker's connection per KB URL
 
 
+def close_worker_connections() -> None:
+    """Close this process's task connections (an executor running tasks in this process:
+    the local one, tests)."""
+    while _WORKER_DBS:
+        _WORKER_DBS.popitem()[1].close()
+
+
 @dataclass(frozen=True)
 class UnitTask:
     """The picklable task of an ingest on an executor: embed a unit with the KB's
