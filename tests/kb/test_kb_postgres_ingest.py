@@ -272,3 +272,25 @@ def test_a_ray_worker_killed_mid_unit_loses_nothing(
     assert stored(pg) == stored(local)
     pg.close()
     local.close()
+
+
+@database
+def test_cli_ingest_into_postgresql(pg_url: str, tmp_path: Path) -> None:
+    from click.testing import CliRunner
+
+    from medverify.cli import main
+
+    src = tmp_path / "src"
+    src.mkdir()
+    (src / "a.txt").write_text("Metformin is a first-line drug for type 2 diabetes.\n", "utf-8")
+    args = ["kb", "ingest", str(src), "--kb", pg_url, "--embedder", "hash",
+            "--chunk-tokens", "64", "--chunk-overlap", "8"]
+    result = CliRunner().invoke(main, args)
+    assert result.exit_code == 0, result.output
+    assert "KB now has 1 documents, 1 chunks" in result.output
+    again = CliRunner().invoke(main, [*args, "--executor", "local"])
+    assert again.exit_code == 0 and "unchanged 1" in again.output, again.output
+    with PostgresKB.open(pg_url) as kb:
+        stats = kb.stats()
+        assert (stats.documents, stats.chunks, stats.chunk_tokens) == (1, 1, 64)
+        assert stats.size_bytes > 0 and stats.embedder_id == kb.embedder_id

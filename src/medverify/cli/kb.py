@@ -25,6 +25,7 @@ from medverify.kb.index import INDEX_NAME, INDEX_POLICIES
 from medverify.kb.ingest_batches import IngestStats
 from medverify.kb.loaders import iter_ctgov, iter_sources
 from medverify.kb.lock import WRITER_WAIT_S
+from medverify.kb.postgres import PostgresKB
 from medverify.records import Passage
 from medverify.retrieve import MODES, Retriever
 from medverify.text import printable
@@ -80,9 +81,11 @@ def kb_group() -> None:
 
 @kb_group.command("ingest")
 @click.argument("paths", nargs=-1, type=click.Path(exists=True, path_type=Path))
-@click.option("--kb", "kb_dir", type=KB_DIR,
+@click.option("--kb", "kb_dir", callback=lambda ctx, param, value: _kb_location(value),
+              metavar="DIRECTORY|URL",
               help=f"Knowledge base directory (required with PATHS; with --sample: "
-              f"{SAMPLE_KB}).")
+              f"{SAMPLE_KB}), or a postgresql://USER:PASSWORD@HOST:PORT/DB URL: the KB on "
+              "PostgreSQL that several replicas share (docs/scale.md).")
 @click.option("--embedder", cls=NamesHelpOption, names_from=EMBEDDERS,
               help="Embedder name ({names}) or model directory.")
 @click.option("--chunk-tokens", type=click.IntRange(16), help="Tokens per chunk (default 512).")
@@ -103,7 +106,7 @@ def kb_group() -> None:
 @WAIT
 def ingest(
     paths: tuple[Path, ...],
-    kb_dir: Path | None,
+    kb_dir: Path | str | None,
     embedder: str | None,
     chunk_tokens: int | None,
     chunk_overlap: int | None,
@@ -131,8 +134,7 @@ def ingest(
     watch = None if sample == SHIPPED else _warn_if_large(paths, limit, fmt)
     report = LoadReport()
     executor = executor_from_spec(executor_spec)
-    with KnowledgeBase.open_or_create(kb_dir, settings, embedder, wait=wait) as kb:
-        kb.writer_wait = wait
+    with _open_for_ingest(kb_dir, settings, embedder, wait) as kb:
         documents = (iter_ctgov(paths, report, limit, condition=condition,
                                 results_only=results_only, sample=ct_sample, seed=seed)
                      if fmt == "ctgov" else iter_sources(paths, report, limit))
@@ -149,6 +151,19 @@ def ingest(
     _print_ingested(stats, len(report.skipped), summary)
     if sample == SHIPPED:
         _print_sample_built(kb_dir, time.perf_counter() - started, summary.embedder_id)
+
+
+def _open_for_ingest(kb_dir: Path | str, settings: KBSettings | None, embedder: str | None,
+                     wait: float) -> KnowledgeBase | PostgresKB:
+    """The KB directory (created if new; a writer waits ``wait`` s for another), or the KB
+    on PostgreSQL at a URL (its writers take its advisory lock, one after another)."""
+    if isinstance(kb_dir, str):
+        base = (settings or KBSettings()).model_copy(
+            update={"embedder": embedder} if embedder else {})
+        return PostgresKB.open(kb_dir, base)
+    kb = KnowledgeBase.open_or_create(kb_dir, settings, embedder, wait=wait)
+    kb.writer_wait = wait
+    return kb
 
 
 def _chunk_settings(chunk_tokens: int | None, chunk_overlap: int | None) -> KBSettings | None:
@@ -174,14 +189,21 @@ def _print_ingested(stats: IngestStats, skipped: int, summary: KBStats) -> None:
     )
 
 
-def _print_sample_built(kb_dir: Path, seconds: float, embedder_id: str) -> None:
+def _print_sample_built(kb_dir: Path | str, seconds: float, embedder_id: str) -> None:
     click.echo(f"built {kb_dir} from the shipped MedQuAD sample in {seconds:.1f}s (embedder "
                f"{embedder_id}, model loading included); try: medverify kb search --kb "
                f"{kb_dir} \"symptoms of Fabry disease\"")
 
 
-def _sources(paths: tuple[Path, ...], kb_dir: Path | None, fmt: str,
-             sample: int | str | None) -> tuple[tuple[Path, ...], Path, int | None]:
+def _kb_location(value: str | None) -> Path | str | None:
+    """``--kb`` of ``kb ingest``: a directory, or a PostgreSQL URL (kept as text)."""
+    if value is None or value.startswith(("postgresql://", "postgres://")):
+        return value
+    return Path(value)
+
+
+def _sources(paths: tuple[Path, ...], kb_dir: Path | str | None, fmt: str,
+             sample: int | str | None) -> tuple[tuple[Path, ...], Path | str, int | None]:
     """(paths, KB directory, ctgov sample size) from the arguments, or a usage error."""
     if sample == SHIPPED:
         if paths or fmt == "ctgov":
@@ -304,7 +326,7 @@ class _RateWatch:
             f"the rest takes about {_duration((total - done) / rate)} at this rate")
 
 
-def _ingest_with_progress(kb: KnowledgeBase, documents: object,
+def _ingest_with_progress(kb: KnowledgeBase | PostgresKB, documents: object,
                           executor: Executor | None = None,
                           watch: _RateWatch | None = None) -> IngestStats:
     columns = (SpinnerColumn(), TextColumn("{task.description}"), TimeElapsedColumn())

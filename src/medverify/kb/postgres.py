@@ -48,7 +48,12 @@ import numpy as np
 from medverify.config import KBSettings, RetrievalSettings
 from medverify.connections import PostgresDatabase, display
 from medverify.errors import KBError
-from medverify.kb.database import DOC_ID_PREFIX, recorded_embedder, recorded_settings
+from medverify.kb.database import (
+    DOC_ID_PREFIX,
+    KBStats,
+    recorded_embedder,
+    recorded_settings,
+)
 from medverify.kb.embed import Embedder, get_embedder
 from medverify.kb.fts import LEXICAL_BUDGET, query_terms, select_terms
 from medverify.kb.ingest_batches import IngestStats
@@ -249,6 +254,25 @@ class PostgresKB:
             docs = self._db.execute("SELECT count(*) FROM kb_documents").fetchone()[0]
             chunks = self._db.execute("SELECT count(*) FROM kb_chunks").fetchone()[0]
             return int(docs), int(chunks)
+
+    def stats(self) -> KBStats:
+        """The KB's size, settings and identity (``vector_index``: whether this replica's
+        indexes are at the KB's generation; ``size_bytes``: its tables on the server)."""
+        documents, chunks = self.counts()
+        with self._lock:
+            size = self._db.execute(
+                "SELECT coalesce(sum(pg_total_relation_size(c.oid)), 0) FROM pg_class c WHERE "
+                "c.relname LIKE 'kb\\_%' AND c.relkind = 'r' AND pg_table_is_visible(c.oid)"
+            ).fetchone()[0]
+            fresh = self._at is not None and self._at == read_generation(self._db)
+            kind = self._index.spec.describe() if self._index is not None else "flat"
+        settings = self.settings
+        return KBStats(path=self.path, schema_version=SCHEMA_VERSION, documents=documents,
+                       chunks=chunks, embedder_id=self.embedder_id, dim=self.dim,
+                       chunk_tokens=settings.chunk_tokens, chunk_overlap=settings.chunk_overlap,
+                       snapshot_id=self.snapshot_id, vector_index="fresh" if fresh else "stale",
+                       size_bytes=int(size), index_policy=self._knobs.index, index_kind=kind,
+                       embed_precision=self._meta.get("embed_precision", "fp32"))
 
     # ---- writes (the side review teaching uses) -----------------------------------
 
