@@ -87,11 +87,16 @@ def store_unit(db: PostgresDatabase, rows: Sequence[UnitRow], vectors: np.ndarra
     under another hash by a later ingest)."""
     generation = begin_write(db)
     try:
+        firsts = {row.doc_id: row for row in reversed(rows)}  # each document's first row
+        held = {str(r[0]): (int(r[1]), str(r[2])) for r in db.execute(
+            "SELECT doc_id, id, content_hash FROM kb_documents WHERE doc_id = ANY(?)",
+            (list(firsts),))}
         docs: dict[str, int | None] = {}
         changed = False
         for row in rows:
             if row.doc_id not in docs:
-                docs[row.doc_id], replaced = _document_row(db, row, generation)
+                docs[row.doc_id], replaced = _document_row(db, firsts[row.doc_id],
+                                                           held.get(row.doc_id), generation)
                 changed = changed or replaced
         live = [d for d in docs.values() if d is not None]
         present = {(int(d), int(o)) for d, o in db.execute(
@@ -104,10 +109,12 @@ def store_unit(db: PostgresDatabase, rows: Sequence[UnitRow], vectors: np.ndarra
         _insert_chunks(db, [(rows[n], docs[rows[n].doc_id], vectors[n]) for n in keep],
                        generation)
         index_generation(db, generation)
-        for row in {rows[n].doc_id: rows[n] for n in keep}.values():
-            db.execute("UPDATE kb_documents d SET content_hash = ? WHERE d.id = ? AND "
-                       "d.n_chunks = (SELECT count(*) FROM kb_chunks c WHERE c.doc = d.id)",
-                       (row.digest, docs[row.doc_id]))
+        written = {rows[n].doc_id: rows[n] for n in keep}.values()
+        db.execute(  # the documents whose last chunk this unit stored: whole
+            "UPDATE kb_documents d SET content_hash = v.digest FROM (SELECT "
+            "unnest(?::bigint[]) AS id, unnest(?::text[]) AS digest) v WHERE d.id = v.id AND "
+            "d.n_chunks = (SELECT count(*) FROM kb_chunks c WHERE c.doc = d.id)",
+            ([docs[r.doc_id] for r in written], [r.digest for r in written]))
         db.commit()
     except BaseException:
         db.rollback()
@@ -116,12 +123,10 @@ def store_unit(db: PostgresDatabase, rows: Sequence[UnitRow], vectors: np.ndarra
     return [int(n in kept) for n in range(len(rows))]
 
 
-def _document_row(db: PostgresDatabase, row: UnitRow, generation: int) -> tuple[int | None,
-                                                                                 bool]:
+def _document_row(db: PostgresDatabase, row: UnitRow, found: tuple[int, str] | None,
+                  generation: int) -> tuple[int | None, bool]:
     """(the row id the unit's chunks of this document go to, or None to skip them;
-    whether a row was inserted or deleted)."""
-    found = db.execute("SELECT id, content_hash FROM kb_documents WHERE doc_id = ?",
-                       (row.doc_id,)).fetchone()
+    whether a row was inserted or deleted). ``found``: the document's (row id, hash) held."""
     if found is not None and found[1] == row.digest:
         return None, False  # stored whole (by a rerun or another ingest)
     if found is not None and found[1] == PARTIAL + row.digest:
