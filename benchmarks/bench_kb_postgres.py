@@ -2,17 +2,25 @@
 
 On the retrieval dev sets (``../shared/data/retrieval/<name>``: the claims with the
 document they were written against) the same corpus is ingested into an embedded KB (SQLite
-FTS5 BM25 + faiss) and into a PostgreSQL KB on a throwaway server (full-text search +
-faiss per replica), with the same embedder and chunking, and compared:
+FTS5 BM25 + faiss) and into a PostgreSQL KB on a throwaway server (the replica's in-memory
+FTS5 + faiss derived from the tables, or BM25 / ts_rank_cd in SQL), with the same embedder
+and chunking, and compared:
 
 * lexical top-k overlap: per claim, the share of the embedded store's top 5 / top 10 chunks
   (by document and chunk order) that the PostgreSQL store also ranks in its top 5 / 10,
-  for each PostgreSQL ranking function tried (the store's default is ``ts_rank_cd``, 1);
-* dense top-10 overlap (the same vectors in an exact index on both: expected 1.0);
+  for each lexical ranking of the PostgreSQL store (its default is ``fts5``, the
+  replica's copy of the embedded store's index);
+* dense top-10 overlap (the same vectors in the same index kind on both: expected 1.0);
 * recall@5 / @10 of the claim's document, per mode (lexical, dense, hybrid), on both;
 * search latency per claim (p50 / p95): lexical candidates at depth 50, and a whole
   hybrid search of top 7 (embedding included), on both; with ``--scale N``, also on
-  CitInt's corpus copied to N passages.
+  CitInt's corpus copied to N passages, with the index kind each store chose, a fresh
+  replica's build time from the tables and the memory its indexes hold (and its RSS
+  growth), and the top-10 overlaps at that size.
+
+The MedQuAD sample shipped with medverify (``--ray-docs`` of its documents; 0: skipped) is
+ingested into an embedded KB and, through ``--ray-workers`` Ray workers, into a PostgreSQL
+KB: the times, and how many chunks (text, offsets, vector bytes) are equal.
 
 Then two store objects on one PostgreSQL database stand for two replicas: replica A
 teaches a document (ingest) and later reverts it (removal); the time from A's write
@@ -21,16 +29,18 @@ returning until replica B's dense search finds (or no longer finds) it, at
 the KB's after that.
 
     .venv/bin/python benchmarks/bench_kb_postgres.py [--datasets checkcovid citint]
-        [--embedder hash] [--trials 20] [--scale 100000]
+        [--embedder hash] [--trials 20] [--scale 100000] [--ray-docs 300]
+        [--ray-embedder hash] [--name kb_postgres]
 
 Needs Debian's postgresql and psycopg (the ``database`` tests' throwaway cluster).
-Writes benchmarks/results/kb_postgres.json and kb_postgres.md.
+Writes benchmarks/results/<name>.json and <name>.md (default kb_postgres).
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
 import platform
 import random
 import statistics
@@ -54,7 +64,7 @@ from medverify.testing.postgres import start_cluster
 ROOT = Path(__file__).resolve().parents[1]
 DATA = data_dir() / "retrieval"
 RESULTS = ROOT / "benchmarks" / "results"
-RANKINGS = [("bm25", 1), ("ts_rank_cd", 1), ("ts_rank", 1), ("ts_rank", 0)]
+RANKINGS = [("fts5", 1), ("ts_rank_cd", 1), ("ts_rank", 1)]
 LEXICAL_DEPTH = 50  # the retriever's default candidates per list
 
 
@@ -120,7 +130,7 @@ def compare(dataset: str, embedder: str, work: Path, url: str) -> dict[str, Any]
         rankings[f"{function}/{normalization}"] = {
             "overlap_at_5": _overlap(base, lists, 5), "overlap_at_10": _overlap(base, lists, 10),
             **_ms(seconds)}
-    pg.rank_function, pg.rank_normalization = "bm25", 1  # the store's default
+    pg.rank_function, pg.rank_normalization = "fts5", 1  # the store's default
     dense = [[_keys(kb, [i for i, _ in found]) for found in kb.dense_candidates(texts, 10)]
              for kb in (embedded, pg)]
     recall = {name: {mode: score_mode(kb, queries, mode, (5, 10)).recall  # type: ignore[arg-type]
@@ -153,23 +163,46 @@ def _copies(corpus: Path, chunks: int) -> Iterator[Document]:
         yield doc if not copy else doc.model_copy(update={"doc_id": f"{doc.doc_id}#copy{copy}"})
 
 
+def _rss_mb() -> float:
+    """This process's resident memory in MB (/proc/self/status VmRSS)."""
+    for line in Path("/proc/self/status").read_text().splitlines():
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1]) / 1024
+    return 0.0
+
+
 def at_scale(chunks: int, embedder: str, work: Path, url: str) -> dict[str, Any]:
     """Search latency of both stores on CitInt's corpus copied to about ``chunks``
-    passages (the dev claims as queries)."""
+    passages (the dev claims as queries); the index kinds, a fresh replica's build from
+    the tables and its memory, and the top-10 overlaps."""
     folder, settings = DATA / "citint", KBSettings(embedder=embedder)
     texts = [q.query for q in load_queries(folder / "queries_dev.jsonl")]
-    stores: dict[str, Any] = {}
     ingest = {}
-    for name, opener in (("embedded", lambda: KnowledgeBase.open_or_create(work / "scale",
-                                                                           settings)),
-                         ("postgresql", lambda: PostgresKB.open(url, settings))):
-        started = time.perf_counter()
-        stores[name] = opener()
-        stores[name].ingest(_copies(folder / "corpus.jsonl", chunks))
-        ingest[name] = round(time.perf_counter() - started, 1)
-        print(f"scale {chunks}: {name} ingested in {ingest[name]}s", file=sys.stderr)
-    result = {"chunks": stores["postgresql"].counts()[1], "queries": len(texts),
-              "ingest_s": ingest}
+    started = time.perf_counter()
+    embedded = KnowledgeBase.open_or_create(work / "scale", settings)
+    embedded.ingest(_copies(folder / "corpus.jsonl", chunks))
+    ingest["embedded"] = round(time.perf_counter() - started, 1)
+    started = time.perf_counter()
+    with PostgresKB.open(url, settings) as writer:
+        writer.ingest(_copies(folder / "corpus.jsonl", chunks))
+    ingest["postgresql"] = round(time.perf_counter() - started, 1)
+    print(f"scale {chunks}: ingested {ingest}", file=sys.stderr)
+    rss, started = _rss_mb(), time.perf_counter()
+    pg = PostgresKB.open(url, settings)  # a fresh replica: its indexes built from the tables
+    pg.follow(force=True)
+    replica = {"build_s": round(time.perf_counter() - started, 1),
+               "rss_growth_mb": round(_rss_mb() - rss, 1),
+               **{k: round(v / 2**20, 1) for k, v in pg.replica_memory().items()}}
+    stores = {"embedded": embedded, "postgresql": pg}
+    lexical = [_lexical_lists(kb, texts)[0] for kb in stores.values()]
+    dense = [[_keys(kb, [i for i, _ in found]) for found in kb.dense_candidates(texts, 10)]
+             for kb in stores.values()]
+    result: dict[str, Any] = {
+        "chunks": pg.counts()[1], "queries": len(texts), "ingest_s": ingest,
+        "replica": replica, "lexical_overlap_at_10": _overlap(*lexical, 10),
+        "dense_overlap_at_10": _overlap(*dense, 10),
+        "index": {"embedded": embedded.vector_index.current_spec().describe(),
+                  "postgresql": pg.stats().index_kind}}
     for name, kb in stores.items():
         result[name] = {
             "lexical": _ms(_timed(lambda q, kb=kb: kb.lexical_candidates(q, LEXICAL_DEPTH),
@@ -177,6 +210,49 @@ def at_scale(chunks: int, embedder: str, work: Path, url: str) -> dict[str, Any]
             "hybrid_search": _ms(_timed(lambda q, kb=kb: Retriever(kb).search(q, k=7),
                                         texts))}
         kb.close()
+    return result
+
+
+def _stored(kb: Any) -> dict[tuple[str, int], tuple[Any, ...]]:
+    """(doc_id, order) -> (text, start, end, n_tokens, vector bytes) of every chunk."""
+    sql = ('SELECT d.doc_id, c.ord, c.text, c.start, c."end", c.n_tokens, c.vector FROM '
+           "{chunks} c JOIN {documents} d ON d.id = c.doc")
+    if isinstance(kb, PostgresKB):
+        rows = kb._db.execute(sql.format(chunks="kb_chunks", documents="kb_documents"))
+    else:
+        rows = kb._conn.execute(sql.format(chunks="chunks", documents="documents"))
+    return {(r[0], int(r[1])): (*r[2:6], bytes(r[6])) for r in rows}
+
+
+def ray_ingest(docs: int, embedder: str, workers: int, work: Path, url: str) -> dict[str, Any]:
+    """The MedQuAD sample's first ``docs`` documents: embedded ingest, and ingest into
+    PostgreSQL through ``workers`` Ray workers; times and equal chunks."""
+    from medverify.executor import RayExecutor
+    from medverify.kb import sample_kb_path
+
+    corpus = list(iter_documents([sample_kb_path()], LoadReport()))[:docs]
+    settings = KBSettings(embedder=embedder)
+    started = time.perf_counter()
+    embedded = KnowledgeBase.open_or_create(work / "medquad", settings)
+    embedded.ingest(corpus)
+    embedded_s = time.perf_counter() - started
+    executor = RayExecutor(num_cpus=workers)
+    executor._connect()
+    try:
+        started = time.perf_counter()
+        pg = PostgresKB.open(url, settings)
+        pg.ingest(corpus, executor=executor)
+        ray_s = time.perf_counter() - started
+    finally:
+        executor.close()
+    ours, theirs = _stored(pg), _stored(embedded)
+    result = {"documents": len(corpus), "chunks": len(theirs), "embedder": pg.embedder_id,
+              "workers": workers, "ingest_s": {"embedded": round(embedded_s, 1),
+                                               "postgresql_ray": round(ray_s, 1)},
+              "equal_chunks": sum(ours.get(k) == v for k, v in theirs.items()),
+              "postgresql_chunks": len(ours)}
+    embedded.close()
+    pg.close()
     return result
 
 
@@ -258,20 +334,23 @@ def markdown(results: dict[str, Any]) -> str:
         lines.append(f"| {r['dataset']} | dense top-10 overlap | {r['dense_overlap_at_10']} "
                      "| | | | | |")
     if results.get("scale"):
-        lines += ["", "## At scale (CitInt's corpus copied; its dev claims as queries)", "",
-                  "| passages | store | ingest s | lexical p50 ms | p95 ms | hybrid search p50 "
-                  "ms | p95 ms |", "|---|---|---|---|---|---|---|"]
-        for r in results["scale"]:
-            for name in ("embedded", "postgresql"):
-                lex, hyb = r[name]["lexical"], r[name]["hybrid_search"]
-                lines.append(f"| {r['chunks']} | {name} | {r['ingest_s'][name]} | "
-                             f"{lex['p50_ms']} | {lex['p95_ms']} | {hyb['p50_ms']} | "
-                             f"{hyb['p95_ms']} |")
+        lines += _scale_lines(results["scale"])
+    if results.get("ray"):
+        r = results["ray"]
+        lines += ["", "## The MedQuAD sample ingested through Ray workers into PostgreSQL", "",
+                  "| documents | chunks | embedder | Ray workers | embedded ingest s | "
+                  "PostgreSQL ingest on Ray s | chunks equal (text, offsets, vector bytes) |",
+                  "|---|---|---|---|---|---|---|",
+                  f"| {r['documents']} | {r['chunks']} | {r['embedder']} | {r['workers']} | "
+                  f"{r['ingest_s']['embedded']} | {r['ingest_s']['postgresql_ray']} | "
+                  f"{r['equal_chunks']} of {r['chunks']} ({r['postgresql_chunks']} stored) |",
+                  "", "Ray's start excluded; each worker embeds the embedded ingest's calls "
+                  "and writes its unit in one transaction."]
     lines += ["", "## Teaching and reverting on replica A, searched on replica B", "",
               "| generation_poll_s | trials | what | found/gone p50 ms | p95 ms | max ms | "
               "B's index at A's generation p50 ms | p95 ms | max ms |",
               "|---|---|---|---|---|---|---|---|---|"]
-    for p in results["propagation"]:
+    for p in results.get("propagation", []):
         for what in ("taught", "reverted"):
             t, v = p[what], p[f"{what}_index"]
             lines.append(f"| {p['generation_poll_s']} | {p['trials']} | {what} | "
@@ -279,10 +358,32 @@ def markdown(results: dict[str, Any]) -> str:
                          f"{v['p95_ms']} | {v['max_ms']} |")
     lines += ["", "From the return of A's ingest (or removal) until B's dense search finds "
               "the taught chunk (or no longer does), and until B's vector index has A's "
-              "generation (B searching every 10 ms). B's lexical search and chunks read the "
-              "tables and see the change at once, so a reverted chunk is gone from B's "
-              "results before its index drops it.", ""]
+              "generation (B searching every 10 ms). B's chunks are read from the tables, "
+              "so a reverted chunk is gone from B's results (its passages) at once, before "
+              "B's indexes drop it.", "",
+              f"Load average before / after: {results.get('load', '?')}.", ""]
     return "\n".join(lines)
+
+
+def _scale_lines(scaled: list[dict[str, Any]]) -> list[str]:
+    lines = ["", "## At scale (CitInt's corpus copied; its dev claims as queries)", "",
+             "| passages | store | vector index | ingest s | lexical p50 ms | p95 ms | "
+             "hybrid search p50 ms | p95 ms |", "|---|---|---|---|---|---|---|---|"]
+    for r in scaled:
+        for name in ("embedded", "postgresql"):
+            lex, hyb = r[name]["lexical"], r[name]["hybrid_search"]
+            lines.append(f"| {r['chunks']} | {name} | {r['index'][name]} | "
+                         f"{r['ingest_s'][name]} | {lex['p50_ms']} | {lex['p95_ms']} | "
+                         f"{hyb['p50_ms']} | {hyb['p95_ms']} |")
+    lines += ["", "| passages | top-10 overlap lexical | dense | replica build from the "
+              "tables s | replica FTS5 MB | vectors MB | RSS growth MB |",
+              "|---|---|---|---|---|---|---|"]
+    for r in scaled:
+        rep = r["replica"]
+        lines.append(f"| {r['chunks']} | {r['lexical_overlap_at_10']} | "
+                     f"{r['dense_overlap_at_10']} | {rep['build_s']} | {rep['lexical_bytes']} "
+                     f"| {rep['vector_bytes']} | {rep['rss_growth_mb']} |")
+    return lines
 
 
 def main() -> None:
@@ -292,7 +393,13 @@ def main() -> None:
     parser.add_argument("--trials", type=int, default=20)
     parser.add_argument("--scale", type=int, nargs="*", default=[],
                         help="Also time search on CitInt copied to these many passages.")
+    parser.add_argument("--ray-docs", type=int, default=300,
+                        help="MedQuAD sample documents ingested through Ray (0: skipped).")
+    parser.add_argument("--ray-embedder", default="hash")
+    parser.add_argument("--ray-workers", type=int, default=2)
+    parser.add_argument("--name", default="kb_postgres", help="Results file name.")
     args = parser.parse_args()
+    load = [Path("/proc/loadavg").read_text().split()[:3]]
     cluster = start_cluster()
     try:
         with tempfile.TemporaryDirectory() as tmp:
@@ -301,17 +408,21 @@ def main() -> None:
             print(json.dumps(datasets, indent=1), file=sys.stderr)
             scaled = [at_scale(n, args.embedder, Path(tmp) / str(n), cluster.create_schema())
                       for n in args.scale]
+            ray = (ray_ingest(args.ray_docs, args.ray_embedder, args.ray_workers, Path(tmp),
+                              cluster.create_schema()) if args.ray_docs else None)
         spread = [propagation(cluster.create_schema(), poll, args.trials)
-                  for poll in (1.0, 0.0)]
+                  for poll in ((1.0, 0.0) if args.trials else ())]
     finally:
         cluster.remove()
+    load.append(Path("/proc/loadavg").read_text().split()[:3])
     results = {"command": "python benchmarks/bench_kb_postgres.py " + " ".join(sys.argv[1:]),
-               "machine": f"{platform.machine()}, {platform.python_version()}",
-               "date": time.strftime("%Y-%m-%d"), "datasets": datasets,
-               "scale": scaled, "propagation": spread}
+               "machine": f"{platform.machine()}, {os.cpu_count()} CPUs, "
+                          f"{platform.python_version()}",
+               "date": time.strftime("%Y-%m-%d"), "load": " / ".join(" ".join(x) for x in load),
+               "datasets": datasets, "scale": scaled, "ray": ray, "propagation": spread}
     RESULTS.mkdir(parents=True, exist_ok=True)
-    (RESULTS / "kb_postgres.json").write_text(json.dumps(results, indent=2) + "\n")
-    (RESULTS / "kb_postgres.md").write_text(markdown(results))
+    (RESULTS / f"{args.name}.json").write_text(json.dumps(results, indent=2) + "\n")
+    (RESULTS / f"{args.name}.md").write_text(markdown(results))
     print(markdown(results))
 
 

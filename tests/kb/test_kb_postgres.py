@@ -62,13 +62,12 @@ def test_query_words_carry_no_tsquery_syntax() -> None:
     assert tsquery_text("") == ""
 
 
-def test_lexical_query_ranks_by_bm25_with_the_words_as_a_parameter() -> None:
-    sql = lexical_sql()
-    assert "ln((s.n - df + 0.5) / (df + 0.5))" in sql
-    assert sql.count("?") == 3 and "JOIN kb_postings" in sql and sql.endswith("LIMIT ?")
-    assert "p.lexeme = ANY(?)" in sql
-    other = lexical_sql("ts_rank_cd", 1)
-    assert "ts_rank_cd(c.tsv, q.q, 1)" in other and other.count("?") == 2
+def test_sql_lexical_query_takes_the_words_as_a_parameter() -> None:
+    sql = lexical_sql("ts_rank_cd", 1)
+    assert "ts_rank_cd(c.tsv, q.q, 1)" in sql and sql.count("?") == 2
+    assert "plainto_tsquery('english', ?)" in sql and sql.endswith("LIMIT ?")
+    with pytest.raises(KBError, match="unknown lexical ranking"):
+        lexical_sql("bm25; DROP TABLE kb_chunks", 1)
 
 
 def test_metadata_condition_refuses_keys_that_are_not_names() -> None:
@@ -128,7 +127,7 @@ def test_search_reads_and_writes(kb_pair: tuple[PostgresKB, PostgresKB]) -> None
     [(best, score)] = a.lexical_candidates("metformin twice daily?", 1)
     assert a.chunks([best])[best].doc_id == "metformin" and score > 0
     assert a.lexical_candidates("!!! &&", 5) == []
-    for rank in ("ts_rank_cd", "bm25", "fts5"):
+    for rank in ("ts_rank_cd", "fts5"):
         a.rank_function = rank
         assert a.lexical_candidates("metformin twice daily?", 1)[0][0] == best
         assert len(a.lexical_candidates("metformin asthma", 5)) == 2
@@ -136,8 +135,8 @@ def test_search_reads_and_writes(kb_pair: tuple[PostgresKB, PostgresKB]) -> None
             continue  # (no budget)
         a.lexical_budget = 1  # the rarest words within 1 posting (at least one word)
         [(only, _)] = a.lexical_candidates("metformin asthma", 5)
-        # df 1 each: the first word (SQL: by lexeme; FTS5: in the query, as embedded)
-        assert a.chunks([only])[only].doc_id == {"bm25": "asthma"}.get(rank, "metformin")
+        # df 1 each: the first word in the query (as the embedded store)
+        assert a.chunks([only])[only].doc_id == "metformin"
         a.lexical_budget = 5000
     assert _dense_ids(a, DOCS[1].title + "\n" + DOCS[1].text)[0] == "asthma"
     assert a.ingest(DOCS).documents_unchanged == 3  # unchanged: skipped, same generation

@@ -294,3 +294,16 @@ def test_cli_ingest_into_postgresql(pg_url: str, tmp_path: Path) -> None:
         stats = kb.stats()
         assert (stats.documents, stats.chunks, stats.chunk_tokens) == (1, 1, 64)
         assert stats.size_bytes > 0 and stats.embedder_id == kb.embedder_id
+
+
+@database
+def test_a_document_given_twice_in_one_ingest_keeps_the_later_copy(
+        pg_url: str, tmp_path: Path) -> None:
+    docs = documents(6)
+    later = docs[2].model_copy(update={"text": "Warfarin and bleeding. " * 30})
+    pg = on_postgres(pg_url, [*docs, later], "hash-64", flush_chunks=8)
+    local = embedded(tmp_path / "kb", [*docs, later], "hash-64", flush_chunks=8)
+    assert stored(pg) == stored(local)
+    assert pg.counts() == (6, len(stored(local)))
+    pg.close()
+    local.close()

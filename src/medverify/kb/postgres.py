@@ -9,14 +9,15 @@ What is searched how: PostgreSQL holds documents, chunks and vectors (float32 ``
 pgvector is not used), the source of truth; each replica searches indexes derived from
 them in memory (:mod:`medverify.kb.postgres_replica`):
 
-* lexical: by default the embedded store's own FTS5 index and BM25 ranking, fed from the
-  chunk rows, so the candidates and scores are the embedded store's (same chunk ids:
-  same order). ``rank_function`` ``bm25`` ranks in PostgreSQL instead: each chunk's
-  ``tsv`` is ``to_tsvector('english', title || text)`` (GIN), the query's words OR-ed
-  into a tsquery, BM25 computed in SQL from stored statistics (``kb_terms``,
-  ``kb_postings``: FTS5's formula and constants) with PostgreSQL's Snowball stemmer, not
-  FTS5's porter, so its order differs a little (``ts_rank_cd`` / ``ts_rank``: far more;
-  all measured in ``benchmarks/results/kb_postgres.md``).
+* lexical: by default (``rank_function`` ``fts5``) the embedded store's own FTS5 index
+  and BM25 ranking, fed from the chunk rows, so the candidates and scores are the
+  embedded store's (same chunk ids: same order). ``ts_rank_cd`` / ``ts_rank`` rank in
+  PostgreSQL instead (each chunk's ``tsv`` is ``to_tsvector('english', title || text)``,
+  GIN-indexed; the query's words OR-ed into a tsquery): no replica memory, but their
+  top 5 agrees with the embedded BM25's far less (measured in
+  ``benchmarks/results/kb_postgres.md``). BM25 computed in SQL from stored postings
+  (schema 1 and 2) agreed on 0.75-0.79 of the top 5 (PostgreSQL's Snowball stemmer is not
+  FTS5's porter) and cost a third of an ingest's time: dropped in schema 3.
 * dense: a faiss index of the kind the embedded KB would choose at this size (exact
   below ``[kb_settings] index_threshold`` chunks, IVF-flat above).
 
@@ -55,7 +56,7 @@ from medverify.kb.database import (
     recorded_settings,
 )
 from medverify.kb.embed import Embedder, get_embedder
-from medverify.kb.fts import LEXICAL_BUDGET, query_terms, select_terms
+from medverify.kb.fts import LEXICAL_BUDGET, query_terms
 from medverify.kb.ingest_batches import IngestStats
 from medverify.kb.loaders import KBInput
 from medverify.kb.postgres_ingest import PgIngester, unit_task
@@ -90,30 +91,17 @@ def tsquery_text(query: str) -> str:
 
 _OR_QUERY = (f"(SELECT replace(plainto_tsquery('{TS_CONFIG}', ?)::text, '&', '|')::tsquery "
              "AS q) q")  # any of the words, as a tsquery (the words are a parameter)
-BM25_K1, BM25_B = 1.2, 0.75  # FTS5's bm25() defaults
+SQL_RANKINGS = ("ts_rank_cd", "ts_rank")  # the rankings done in PostgreSQL
 
 
-def lexical_sql(rank: str = "bm25", normalization: int = 1) -> str:
-    """The lexical candidates query (parameters: the query's words, or for BM25 its chosen
-    lexemes twice, and the depth).
-    ``bm25``: FTS5's formula over the stored statistics, reading the postings of the
-    chosen lexemes only (idf from ``kb_terms``' document frequency, floored at 1e-6 as
-    FTS5 does; term frequency from the tsvector's positions; the chunk's length in words
-    against the mean in ``kb_meta``); ``ts_rank_cd`` / ``ts_rank``: PostgreSQL's own
-    ranking of the chunks whose tsvector matches (GIN), with that normalization."""
-    if rank != "bm25":
-        return (f"SELECT c.id, {rank}(c.tsv, q.q, {int(normalization)}) AS score FROM "
-                f"kb_chunks c, {_OR_QUERY} WHERE c.tsv @@ q.q ORDER BY score DESC, c.id "
-                "LIMIT ?")
-    return (
-        "WITH s AS (SELECT max(CASE WHEN key = 'fts_chunks' THEN value::float END) AS n, "
-        "max(CASE WHEN key = 'fts_tokens' THEN value::float END) AS tokens FROM kb_meta), "
-        "t AS (SELECT lexeme, greatest(ln((s.n - df + 0.5) / (df + 0.5)), 1e-6) AS idf "
-        "FROM kb_terms, s WHERE lexeme = ANY(?)) "
-        f"SELECT p.chunk_id, sum(t.idf * p.tf * {BM25_K1 + 1} / (p.tf + {BM25_K1} * "
-        f"(1 - {BM25_B} + {BM25_B} * p.len / greatest(s.tokens / greatest(s.n, 1), 1)))) "
-        "AS score FROM t JOIN kb_postings p ON p.lexeme = t.lexeme CROSS JOIN s WHERE "
-        "p.lexeme = ANY(?) GROUP BY p.chunk_id ORDER BY score DESC, p.chunk_id LIMIT ?")
+def lexical_sql(rank: str = "ts_rank_cd", normalization: int = 1) -> str:
+    """The lexical candidates query ranked in PostgreSQL (parameters: the query's words
+    and the depth): the chunks whose tsvector matches one of the words (GIN), ranked by
+    ``ts_rank_cd`` or ``ts_rank`` with that normalization."""
+    if rank not in SQL_RANKINGS:
+        raise KBError(f"unknown lexical ranking {rank!r}: fts5 or one of {SQL_RANKINGS}")
+    return (f"SELECT c.id, {rank}(c.tsv, q.q, {int(normalization)}) AS score FROM "
+            f"kb_chunks c, {_OR_QUERY} WHERE c.tsv @@ q.q ORDER BY score DESC, c.id LIMIT ?")
 
 
 def metadata_condition(where: Mapping[str, str]) -> tuple[str, list[Any]]:
@@ -392,12 +380,12 @@ class PostgresKB:
             yield
 
     def lexical_candidates(self, query: str, depth: int) -> list[Candidate]:
-        """Up to ``depth`` (chunk id, BM25 score) of the chunks holding one of the query's
-        words, best first (ties by chunk id): by default (``rank_function`` ``fts5``) this
-        replica's FTS5 index ranks them exactly as the embedded store does (following the
-        KB's generation first); ``bm25``, ``ts_rank_cd``, ``ts_rank``: ranked in
-        PostgreSQL (:func:`lexical_sql`). The most common words are dropped past
-        ``lexical_budget`` postings (all fit on a small KB)."""
+        """Up to ``depth`` (chunk id, score) of the chunks holding one of the query's words,
+        best first (ties by chunk id): by default (``rank_function`` ``fts5``) this
+        replica's FTS5 index ranks them by BM25 exactly as the embedded store does
+        (following the KB's generation first; the most common words dropped past
+        ``lexical_budget`` postings); ``ts_rank_cd`` / ``ts_rank``: ranked in PostgreSQL
+        (:func:`lexical_sql`)."""
         words = tsquery_text(query)
         if not words or depth <= 0:
             return []
@@ -405,18 +393,8 @@ class PostgresKB:
             if self.rank_function == "fts5":
                 self.follow()
                 return self._index.lexical(query, depth, self.lexical_budget)
-            if self.rank_function != "bm25":
-                params: tuple[Any, ...] = (words,)
-            else:
-                df = dict(self._db.execute(
-                    "SELECT lexeme, df FROM kb_terms WHERE lexeme = ANY(tsvector_to_array("
-                    f"to_tsvector('{TS_CONFIG}', ?)))", (words,)).fetchall())
-                if not df:
-                    return []
-                chosen = select_terms(sorted(df), df, self.lexical_budget)
-                params = (chosen, chosen)
             rows = self._db.execute(lexical_sql(self.rank_function, self.rank_normalization),
-                                    (*params, depth)).fetchall()
+                                    (words, depth)).fetchall()
         return [(int(i), float(s)) for i, s in rows]
 
     def dense_candidates(self, queries: Sequence[str], depth: int) -> list[list[Candidate]]:

@@ -35,6 +35,7 @@ from collections import deque
 from collections.abc import Callable, Iterable, Sequence
 from concurrent.futures import Future
 from dataclasses import dataclass
+from itertools import islice
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -49,13 +50,14 @@ from medverify.kb.postgres_schema import (
     TS_CONFIG,
     begin_write,
     delete_document,
-    index_generation,
     words_of,
 )
 
 if TYPE_CHECKING:
     from medverify.executor import Executor
     from medverify.kb.embed import Embedder
+
+READ_AHEAD = 256  # documents whose stored hash is read in one query
 
 
 @dataclass(frozen=True)
@@ -87,17 +89,20 @@ def store_unit(db: PostgresDatabase, rows: Sequence[UnitRow], vectors: np.ndarra
     under another hash by a later ingest)."""
     generation = begin_write(db)
     try:
-        firsts = {row.doc_id: row for row in reversed(rows)}  # each document's first row
+        firsts: dict[str, UnitRow] = {}  # each document's first row, in order
+        for row in rows:
+            firsts.setdefault(row.doc_id, row)
         held = {str(r[0]): (int(r[1]), str(r[2])) for r in db.execute(
             "SELECT doc_id, id, content_hash FROM kb_documents WHERE doc_id = ANY(?)",
             (list(firsts),))}
         docs: dict[str, int | None] = {}
-        changed = False
-        for row in rows:
-            if row.doc_id not in docs:
-                docs[row.doc_id], replaced = _document_row(db, firsts[row.doc_id],
-                                                           held.get(row.doc_id), generation)
-                changed = changed or replaced
+        new: list[UnitRow] = []
+        for doc_id, first in firsts.items():
+            docs[doc_id] = _document_row(db, first, held.get(doc_id), generation)
+            if docs[doc_id] == -1:
+                new.append(first)
+        docs.update(_insert_documents(db, new))
+        changed = bool(new)
         live = [d for d in docs.values() if d is not None]
         present = {(int(d), int(o)) for d, o in db.execute(
             "SELECT doc, ord FROM kb_chunks WHERE doc = ANY(?)", (live,))} if live else set()
@@ -108,7 +113,6 @@ def store_unit(db: PostgresDatabase, rows: Sequence[UnitRow], vectors: np.ndarra
             return [0] * len(rows)
         _insert_chunks(db, [(rows[n], docs[rows[n].doc_id], vectors[n]) for n in keep],
                        generation)
-        index_generation(db, generation)
         written = {rows[n].doc_id: rows[n] for n in keep}.values()
         db.execute(  # the documents whose last chunk this unit stored: whole
             "UPDATE kb_documents d SET content_hash = v.digest FROM (SELECT "
@@ -124,21 +128,31 @@ def store_unit(db: PostgresDatabase, rows: Sequence[UnitRow], vectors: np.ndarra
 
 
 def _document_row(db: PostgresDatabase, row: UnitRow, found: tuple[int, str] | None,
-                  generation: int) -> tuple[int | None, bool]:
-    """(the row id the unit's chunks of this document go to, or None to skip them;
-    whether a row was inserted or deleted). ``found``: the document's (row id, hash) held."""
+                  generation: int) -> int | None:
+    """The row id the unit's chunks of this document go to; None to skip them; -1 for a
+    row to insert (an older version, ``found``: its row id and hash, deleted first)."""
     if found is not None and found[1] == row.digest:
-        return None, False  # stored whole (by a rerun or another ingest)
+        return None  # stored whole (by a rerun or another ingest)
     if found is not None and found[1] == PARTIAL + row.digest:
-        return int(found[0]), False
+        return found[0]
     if found is not None:
-        delete_document(db, int(found[0]), generation)  # another version
-    new = db.insert_id(
+        delete_document(db, found[0], generation)  # another version
+    return -1
+
+
+def _insert_documents(db: PostgresDatabase, rows: list[UnitRow]) -> dict[str, int]:
+    """Insert the documents of ``rows`` as partial (one statement); their row ids."""
+    if not rows:
+        return {}
+    now = time.time()
+    inserted = db.execute(
         "INSERT INTO kb_documents (doc_id, content_hash, title, url, source, meta, n_chunks, "
-        "added_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
-        (row.doc_id, PARTIAL + row.digest, row.title, row.url, row.source, row.meta,
-         row.n_chunks, time.time()))
-    return new, True
+        "added_at) SELECT * FROM unnest(?::text[], ?::text[], ?::text[], ?::text[], "
+        "?::text[], ?::jsonb[], ?::int[], ?::float8[]) RETURNING doc_id, id",
+        ([r.doc_id for r in rows], [PARTIAL + r.digest for r in rows],
+         [r.title for r in rows], [r.url for r in rows], [r.source for r in rows],
+         [r.meta for r in rows], [r.n_chunks for r in rows], [now] * len(rows))).fetchall()
+    return {str(d): int(i) for d, i in inserted}
 
 
 def _insert_chunks(db: PostgresDatabase, rows: list[tuple[UnitRow, int | None, np.ndarray]],
@@ -200,10 +214,13 @@ class PgIngester:
             progress: Callable[[IngestStats], None] | None = None) -> IngestStats:
         stats, started = IngestStats(), time.perf_counter()
         try:
-            for doc in documents:
-                self._one(doc, stats)
-                if progress is not None:
-                    progress(stats)
+            docs = iter(documents)
+            while block := list(islice(docs, READ_AHEAD)):
+                held = self._held([doc.doc_id for doc in block])
+                for doc in block:
+                    self._one(doc, stats, held)
+                    if progress is not None:
+                        progress(stats)
             self._settle(stats)
         except BaseException:
             for future in self._out:
@@ -214,13 +231,20 @@ class PgIngester:
             stats.seconds = time.perf_counter() - started
         return stats
 
-    def _one(self, doc: KBInput, stats: IngestStats) -> None:
+    def _held(self, doc_ids: list[str]) -> dict[str, tuple[int, str]]:
+        """(row id, content hash) of the documents of ``doc_ids`` the KB holds."""
+        return {str(r[0]): (int(r[1]), str(r[2])) for r in self.db.execute(
+            "SELECT doc_id, id, content_hash FROM kb_documents WHERE doc_id = ANY(?)",
+            (doc_ids,))}
+
+    def _one(self, doc: KBInput, stats: IngestStats, held: dict[str, tuple[int, str]]) -> None:
         stats.documents_seen += 1
         if doc.doc_id in self._since_settled:
             self._settle(stats)  # an earlier copy in this run is stored first
+            held.pop(doc.doc_id, None)
+            held.update(self._held([doc.doc_id]))  # as the earlier copy left it
         digest = document_hash(doc)
-        found = self.db.execute("SELECT id, content_hash FROM kb_documents WHERE doc_id = ?",
-                                (doc.doc_id,)).fetchone()
+        found = held.get(doc.doc_id)
         if found is not None and found[1] == digest:
             stats.documents_unchanged += 1
             return

@@ -1,6 +1,6 @@
 """The tables of a knowledge base on PostgreSQL: versioned migrations, the settings rows,
-the write transaction (the KB's lock, a new generation), the SQL BM25 statistics a write
-keeps, and removal. Ingest is :mod:`medverify.kb.postgres_ingest`.
+the write transaction (the KB's lock, a new generation) and removal. Ingest is
+:mod:`medverify.kb.postgres_ingest`.
 
 Tables (all ``kb_``-prefixed, so a KB can share a database or schema with the run store)::
 
@@ -8,15 +8,11 @@ Tables (all ``kb_``-prefixed, so a KB can share a database or schema with the ru
     kb_documents  one row per document (doc_id unique, content hash, metadata as jsonb)
     kb_chunks     text, offsets, float32 vector (bytea), the generation that added it,
                   once per (document, order),
-                  tsv: to_tsvector('english', title || text), GIN-indexed, and fts_len:
-                  its words (title and text), the length BM25 normalises by
-    kb_terms      per lexeme, the chunks whose tsv holds it (BM25's document frequency);
-                  with kb_meta's fts_chunks and fts_tokens, the statistics BM25 reads
-    kb_postings   per lexeme and chunk, its frequency there (the tsvector's positions)
-                  and the chunk's length: what a BM25 query reads, by lexeme
+                  tsv: to_tsvector('english', title || text), GIN-indexed (the SQL
+                  rankings ts_rank_cd / ts_rank), and fts_len: its words (title and text)
     kb_removed    tombstones: chunk ids removed, with the generation that removed them
 
-A replica keeps its in-memory vector index in step by reading the chunks added and the
+A replica keeps its in-memory indexes in step by reading the chunks added and the
 tombstones written after the generation it has (:mod:`medverify.kb.postgres`).
 
 Writers are serialised by a transaction-scoped advisory lock of their own (not the run
@@ -35,7 +31,7 @@ from medverify.connections import PostgresDatabase
 from medverify.kb.database import spec_of
 from medverify.kb.embed import Embedder, precision_of
 
-SCHEMA_VERSION = 2
+SCHEMA_VERSION = 3
 KB_LOCK = 0x6D65_646B_6277  # "medkbw": the KB's write lock (the run store has its own)
 TS_CONFIG = "english"  # the text search configuration of tsv and of every query
 WORD = re.compile(r"\w+")  # the words a chunk's BM25 length counts
@@ -66,6 +62,12 @@ MIGRATIONS: list[tuple[int, list[str]]] = [
     (2, [  # a chunk once per (document, order): a task run twice writes nothing twice
         "CREATE UNIQUE INDEX IF NOT EXISTS kb_chunks_doc_ord ON kb_chunks(doc, ord)",
         "DROP INDEX IF EXISTS kb_chunks_doc",
+    ]),
+    (3, [  # BM25 in SQL dropped: each replica ranks with the embedded store's FTS5 index
+        # (its statistics cost a third of an ingest's time: benchmarks/results/kb_postgres.md)
+        "DROP TABLE IF EXISTS kb_postings",
+        "DROP TABLE IF EXISTS kb_terms",
+        "DELETE FROM kb_meta WHERE key IN ('fts_chunks', 'fts_tokens')",
     ]),
 ]
 
@@ -139,41 +141,9 @@ def begin_write(db: PostgresDatabase) -> int:
     return int(row[0])
 
 
-def add_statistics(db: PostgresDatabase, chunks: int, tokens: int) -> None:
-    """In a write transaction: the chunk count and word total SQL BM25 reads, moved by
-    this write's chunks added (or, negative, removed)."""
-    sql = ("INSERT INTO kb_meta (key, value) VALUES (?, ?) ON CONFLICT (key) DO UPDATE SET "
-           "value = (kb_meta.value::bigint + excluded.value::bigint)::text")
-    db.execute(sql, ("fts_chunks", str(chunks)))
-    db.execute(sql, ("fts_tokens", str(tokens)))
-
-
-def index_generation(db: PostgresDatabase, generation: int) -> None:
-    """In a write transaction: the SQL BM25 postings and document frequencies of the
-    chunks this generation inserted."""
-    db.execute("INSERT INTO kb_postings (lexeme, chunk_id, tf, len) SELECT u.lexeme, c.id, "
-               "cardinality(u.positions), c.fts_len FROM kb_chunks c, unnest(c.tsv) u "
-               "WHERE c.generation = ?", (generation,))
-    db.execute("INSERT INTO kb_terms (lexeme, df) SELECT u.lexeme, count(*) FROM kb_chunks "
-               "c, unnest(c.tsv) u WHERE c.generation = ? GROUP BY u.lexeme ORDER BY "
-               "u.lexeme ON CONFLICT (lexeme) DO UPDATE SET df = kb_terms.df + excluded.df",
-               (generation,))
-    chunks, tokens = db.execute("SELECT count(*), coalesce(sum(fts_len), 0) FROM kb_chunks "
-                                "WHERE generation = ?", (generation,)).fetchone()
-    add_statistics(db, int(chunks), int(tokens))
-
-
 def delete_document(db: PostgresDatabase, row: int, generation: int) -> None:
     """In a write transaction: delete a document (by row id) and its chunks, leaving
-    tombstones and taking its chunks out of the SQL BM25 statistics."""
-    db.execute(
-        "UPDATE kb_terms t SET df = t.df - s.n FROM (SELECT u.lexeme, count(*) AS n FROM "
-        "kb_chunks c, unnest(c.tsv) u WHERE c.doc = ? GROUP BY u.lexeme) s WHERE "
-        "t.lexeme = s.lexeme", (row,))
-    db.execute("DELETE FROM kb_terms WHERE df <= 0")
-    chunks, tokens = db.execute("SELECT count(*), coalesce(sum(fts_len), 0) FROM kb_chunks "
-                                "WHERE doc = ?", (row,)).fetchone()
-    add_statistics(db, -int(chunks), -int(tokens))
+    tombstones."""
     db.execute("INSERT INTO kb_removed (chunk_id, generation) SELECT id, ? FROM kb_chunks "
                "WHERE doc = ? ON CONFLICT (chunk_id) DO UPDATE SET generation = "
                "excluded.generation", (generation, row))
