@@ -36,7 +36,9 @@ SLOW_CI_TESTS = tests/verifier/test_verifier_finetune.py tests/service/test_metr
 test-slow: setup
 	$(BIN)/pytest -q -m slow $(SLOW_CI_TESTS)
 
-# The stores on a throwaway PostgreSQL server (Debian's postgresql; docs/scale.md).
+# The stores on a throwaway PostgreSQL server (Debian's postgresql; docs/scale.md). With Ray
+# installed (`make test-ray` installs it; .ci/run runs that first) this includes the KB's
+# ingest through 2 Ray workers into PostgreSQL (tests/kb/test_kb_postgres_ingest.py).
 test-db: setup
 	$(BIN)/pytest -q -m database
 
