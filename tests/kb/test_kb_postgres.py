@@ -10,6 +10,7 @@ import time
 from collections.abc import Iterator
 from pathlib import Path
 
+import numpy as np
 import pytest
 from pydantic import ValidationError
 
@@ -18,6 +19,7 @@ from medverify.config import Config, KBSettings
 from medverify.errors import KBError
 from medverify.kb import KB_STORES, open_store
 from medverify.kb.postgres import PostgresKB, lexical_sql, metadata_condition, tsquery_text
+from medverify.kb.postgres_replica import ChunkRow, ReplicaIndexes
 from medverify.kb.protocol import KBStore
 from medverify.kit import FlowKit
 from medverify.llm.facade import Model
@@ -93,6 +95,50 @@ def test_a_location_opens_the_postgresql_store(monkeypatch: pytest.MonkeyPatch) 
     open_store(config)
     assert opened == [("postgresql", "postgresql://u@h/db")]
     assert "postgresql" in KB_STORES.names()
+
+
+def _rows(n: int, start: int = 1) -> list[ChunkRow]:
+    rng = np.random.default_rng(start)
+    vectors = rng.standard_normal((n, 16)).astype(np.float32)
+    return [ChunkRow(start + i, f"Title {i % 7}", f"text {i} word{i % 13} common", v.tobytes())
+            for i, v in enumerate(vectors)]
+
+
+def test_replica_indexes_follow_adds_and_removals_of_every_kind() -> None:
+    rows = _rows(100)
+    for kind in ("flat", "ivf", "hnsw"):
+        replica = ReplicaIndexes(16, KBSettings(index=kind))  # type: ignore[arg-type]
+        replica.build(rows)
+        assert replica.spec.kind == kind and replica.size == 100
+        query = np.frombuffer(rows[5].vector, dtype=np.float32)[None, :]
+        assert replica.dense(query, 1)[0][0][0] == 6  # itself, by chunk id
+        assert replica.lexical("word5 common", 3, 5000)[0][0] in {6, 19, 32}
+        replica.remove([6, 999])
+        assert 6 not in [i for i, _ in replica.dense(query, 10)[0]]
+        assert 6 not in [i for i, _ in replica.lexical("text 5", 50, 5000)]
+        assert replica.size == 99 and len(replica.dense(query, 10)[0]) == 10
+        replica.add(_rows(5, start=1000))
+        assert replica.size == 104 and not replica.outgrown()
+        replica.close()
+
+
+def test_replica_indexes_outgrow_as_the_embedded_index_does() -> None:
+    replica = ReplicaIndexes(16, KBSettings(index_threshold=100))
+    replica.build(_rows(60))
+    assert replica.spec.kind == "flat" and not replica.outgrown()
+    replica.add(_rows(60, start=100))
+    assert replica.outgrown()  # auto crossed the threshold: rebuilt approximate
+    replica.rebuild_vectors(_rows(120))
+    assert replica.spec.kind != "flat" and not replica.outgrown()
+    hnsw = ReplicaIndexes(16, KBSettings(index="hnsw"))
+    hnsw.build(_rows(50))
+    hnsw.dead_limit = 5
+    hnsw.remove(range(1, 6))
+    assert not hnsw.outgrown()
+    hnsw.remove([6])  # more removed than it holds apart: rebuilt
+    assert hnsw.outgrown()
+    for done in (replica, hnsw):
+        done.close()
 
 
 # ---- on a throwaway server ------------------------------------------------------------

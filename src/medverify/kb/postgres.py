@@ -19,7 +19,7 @@ them in memory (:mod:`medverify.kb.postgres_replica`):
   (schema 1 and 2) agreed on 0.75-0.79 of the top 5 (PostgreSQL's Snowball stemmer is not
   FTS5's porter) and cost a third of an ingest's time: dropped in schema 3.
 * dense: a faiss index of the kind the embedded KB would choose at this size (exact
-  below ``[kb_settings] index_threshold`` chunks, IVF-flat above).
+  below ``[kb_settings] index_threshold`` chunks, ``auto``'s approximate kind from it).
 
 A replica checks the KB's generation on a read at most every ``[kb_settings]
 generation_poll_s`` seconds; when it moved, the chunks added and removed since the
@@ -354,11 +354,7 @@ class PostgresKB:
         gone = [r[0] for r in self._db.execute(
             "SELECT chunk_id FROM kb_removed WHERE generation > ? AND generation <= ?",
             (since, generation))]
-        try:
-            self._index.remove(gone)
-        except RuntimeError:  # an index kind that cannot remove ids (hnsw): rebuilt
-            self._build(generation)
-            return
+        self._index.remove(gone)
         self._index.add(self._rows(since, generation))
         if self._index.outgrown():
             self._index.rebuild_vectors(self._rows(-1, generation))

@@ -12,12 +12,15 @@ PostgreSQL holds the documents, chunks and vectors (the source of truth); each r
   same chunk ids it gives the embedded store's candidates and scores exactly.
 * dense: a faiss index of the kind the embedded KB would choose at this size
   (:func:`medverify.kb.index.choose_spec` with ``[kb_settings] index``, ``index_threshold``,
-  ``nprobe``, ``ef_search``): exact below the threshold, IVF-flat above, trained as the
-  embedded index is (the same strided sample, k-means iterations and seed).
+  ``nprobe``, ``ef_search``): exact below the threshold, approximate from it (``auto``'s
+  kind), an IVF one trained as the embedded index is (the same strided sample, k-means
+  iterations and seed).
 
-Changes are applied incrementally: chunks added, chunk ids removed. An index whose kind no
-longer fits the KB's size (``auto`` crossing the threshold, an IVF grown 4x past what it
-was trained on) is rebuilt from the rows, as the embedded one is.
+Changes are applied incrementally: chunks added, chunk ids removed (an HNSW index, which
+cannot remove, leaves them out of its results instead). An index whose kind no longer fits
+the KB's size (``auto`` crossing the threshold, an IVF grown 4x past what it was trained
+on, an HNSW index holding more removed vectors than a tenth of its size) is rebuilt from
+the rows, as the embedded one is.
 
 Memory per replica: the FTS5 table holds each chunk's title and text and their postings
 (:meth:`ReplicaIndexes.memory` reads SQLite's page count), the vector index ``dim * 4 + 8``
@@ -80,6 +83,8 @@ class ReplicaIndexes:
         self.vectors: Any = None  # the faiss index
         self.spec = IndexSpec()
         self.trained_at = 0  # vectors an IVF index was trained on
+        self._dead: set[int] = set()  # ids removed that the vector index cannot drop (hnsw)
+        self.dead_limit = 1000  # ... rebuilt past this many, or a tenth of the index
 
     # ---- building and applying changes ---------------------------------------------
 
@@ -101,7 +106,7 @@ class ReplicaIndexes:
         if len(ids):
             index.add_with_ids(vectors, ids)
         self._apply_knobs(index)
-        self.vectors, self.trained_at = index, len(rows)
+        self.vectors, self.trained_at, self._dead = index, len(rows), set()
 
     def add(self, rows: Sequence[ChunkRow]) -> None:
         """Index chunks added to the KB (ids not indexed yet)."""
@@ -114,8 +119,7 @@ class ReplicaIndexes:
     def remove(self, ids: Iterable[int]) -> None:
         """Drop chunks removed from the KB (ids not indexed are skipped)."""
         wanted = sorted({int(i) for i in ids})
-        if not wanted:
-            return
+        held: list[int] = []  # the ids indexed (both indexes hold the same ids)
         for start in range(0, len(wanted), 500):
             part = wanted[start:start + 500]
             marks = ",".join("?" * len(part))
@@ -123,17 +127,27 @@ class ReplicaIndexes:
                                       f"rowid IN ({marks})", part).fetchall()
             self._count_terms([(r[1], r[2]) for r in rows], -1)
             self._conn.execute(f"DELETE FROM chunks_fts WHERE rowid IN ({marks})", part)
+            held += [int(r[0]) for r in rows]
         self._conn.execute("DELETE FROM terms WHERE df <= 0")
-        self.vectors.remove_ids(np.asarray(wanted, dtype=np.int64))
+        if not held:
+            return
+        try:
+            self.vectors.remove_ids(np.asarray(held, dtype=np.int64))
+        except RuntimeError:  # hnsw removes nothing: filtered from its results instead,
+            self._dead.update(held)  # until outgrown() asks for a rebuild
 
     def outgrown(self) -> bool:
         """Whether the vector index no longer fits the KB's size (``auto`` crossed its
-        threshold, with the embedded index's hysteresis; IVF grown 4x since training)."""
-        count = int(self.vectors.ntotal)
+        threshold, with the embedded index's hysteresis; IVF grown 4x since training), or
+        holds more removed vectors it could not drop than a tenth of its size."""
+        count = self.size
+        if len(self._dead) > max(self.dead_limit, count // 10):
+            return True
         kind: str = self.policy
-        if self.policy == "auto":
+        if self.policy == "auto":  # back to exact only below half the threshold
+            approximate = auto_kind(max(count, self.threshold), self.threshold)
             kind = (auto_kind(count, self.threshold) if self.spec.kind == "flat"
-                    else self.spec.kind if count >= self.threshold // 2 else "flat")
+                    else approximate if count >= self.threshold // 2 else "flat")
         wanted = choose_spec(kind, count, self.dim, self.threshold)
         return wanted.kind != self.spec.kind or (
             wanted.kind in ("ivf", "ivfpq") and count > RETRAIN_GROWTH * max(self.trained_at, 1))
@@ -177,16 +191,18 @@ class ReplicaIndexes:
 
     def dense(self, vectors: np.ndarray, depth: int) -> list[list[Candidate]]:
         """Per query vector, up to ``depth`` (chunk id, inner product), best first."""
-        if self.vectors is None or self.vectors.ntotal == 0 or not len(vectors):
+        if self.size == 0 or not len(vectors):
             return [[] for _ in range(len(vectors))]
-        scores, ids = faiss_search(self.vectors, vectors, min(depth, self.vectors.ntotal))
-        return [[(int(i), float(s)) for i, s in zip(row_ids, row, strict=True) if i >= 0]
+        deeper = min(depth + len(self._dead), int(self.vectors.ntotal))
+        scores, ids = faiss_search(self.vectors, vectors, deeper)
+        return [[(int(i), float(s)) for i, s in zip(row_ids, row, strict=True)
+                 if i >= 0 and int(i) not in self._dead][:depth]
                 for row_ids, row in zip(ids, scores, strict=True)]
 
     @property
     def size(self) -> int:
-        """Chunks indexed."""
-        return 0 if self.vectors is None else int(self.vectors.ntotal)
+        """Chunks indexed (removed ones left out)."""
+        return 0 if self.vectors is None else int(self.vectors.ntotal) - len(self._dead)
 
     def memory(self) -> dict[str, int]:
         """Bytes held: the in-memory SQLite's pages (the FTS5 table with its text and
@@ -216,7 +232,11 @@ def _make(spec: IndexSpec, dim: int) -> Any:
     if spec.kind == "ivfpq":
         return faiss.IndexIVFPQ(faiss.IndexFlatIP(dim), dim, spec.nlist, spec.pq_m, 8, ip)
     if spec.kind == "hnsw":
-        return faiss.IndexIDMap2(faiss.IndexHNSWFlat(dim, spec.hnsw_m, ip))
+        hnsw = faiss.IndexHNSWFlat(dim, spec.hnsw_m, ip)
+        efc = getattr(spec, "hnsw_efc", 0)  # (an IndexSpec that records efConstruction)
+        if efc:
+            hnsw.hnsw.efConstruction = efc
+        return faiss.IndexIDMap2(hnsw)
     return faiss.IndexIDMap2(faiss.IndexFlatIP(dim))
 
 
