@@ -17,10 +17,17 @@ from medverify.config import Config, KBSettings
 from medverify.errors import KBError
 from medverify.kb import KnowledgeBase
 from medverify.kb.database import DB_NAME, connect, create_database
-from medverify.kb.index import IndexSpec, VectorIndex, choose_spec
+from medverify.kb.index import (
+    HNSW_EF_CONSTRUCTION,
+    HNSW_M,
+    IndexSpec,
+    VectorIndex,
+    choose_spec,
+)
 from medverify.records import Document
 from medverify.retrieve import Retriever
 
+HNSW = IndexSpec("hnsw", hnsw_m=HNSW_M, hnsw_efc=HNSW_EF_CONSTRUCTION)  # what auto builds
 TINY = KBSettings(chunk_tokens=32, chunk_overlap=4, embedder="hash-64", index_threshold=60)
 WORDS = (
     "warfarin", "metformin", "statin", "asthma", "measles", "insulin", "aspirin", "fever",
@@ -42,14 +49,19 @@ def text_of(i: int) -> str:
 
 
 def test_choose_spec_by_size_and_policy() -> None:
+    # auto: exact below the threshold, HNSW from it (docs/scale.md, bench_ann_peers.py)
     assert choose_spec("auto", 99_999, 384).kind == "flat"
-    big = choose_spec("auto", 1_000_000, 384)
+    assert choose_spec("auto", 100_000, 384) == HNSW
+    assert choose_spec("auto", 1_000_000, 384) == HNSW
+    assert choose_spec("auto", 500, 384, threshold=100).kind == "hnsw"
+    assert choose_spec("auto", 99, 384, threshold=100).kind == "flat"
+    big = choose_spec("ivf", 1_000_000, 384)
     assert (big.kind, big.nlist) == ("ivf", 4096)
-    assert choose_spec("auto", 500, 384, threshold=100).nlist <= 500 // 39
+    assert choose_spec("ivf", 500, 384).nlist <= 500 // 39
     assert choose_spec("ivfpq", 100_000, 384).pq_m == 48
     assert choose_spec("ivfpq", 5_000, 384).kind == "flat"  # too few to train PQ codebooks
     assert choose_spec("ivf", 20, 64).kind == "flat"
-    assert choose_spec("hnsw", 10, 64).describe() == "hnsw (M 32)"
+    assert choose_spec("hnsw", 10, 64).describe() == HNSW.describe()
     assert choose_spec("ivf", 10_000, 64, nlist=77).nlist == 77
     with pytest.raises(KBError, match="unknown vector index 'annoy'"):
         choose_spec("annoy", 10, 64)
@@ -60,23 +72,24 @@ def test_index_follows_size_is_recorded_and_reloads_mapped(tmp_path: Path) -> No
     with KnowledgeBase.create(kb_dir, TINY) as kb:
         kb.ingest(corpus(40))
         assert kb.stats().index_kind == "flat"  # below the (tiny) threshold: exact
-        kb.ingest(corpus(80, start=40))  # crosses it: rebuilt as IVF at the end
+        kb.ingest(corpus(80, start=40))  # crosses it: rebuilt as HNSW at the end
         stats = kb.stats()
-        assert stats.index_kind.startswith("ivf (nlist ") and stats.index_policy == "auto"
+        assert stats.index_kind == HNSW.describe() and stats.index_policy == "auto"
         before = Retriever(kb).search(text_of(7), k=3, mode="dense")
     record = json.loads((kb_dir / "vectors.json").read_text())
-    assert record["kind"] == "ivf" and record["embedder_id"] == "hash-64"
+    assert record["kind"] == "hnsw" and record["embedder_id"] == "hash-64"
     assert record["dim"] == 64 and record["ntotal"] == stats.chunks
     with KnowledgeBase.open(kb_dir) as kb:
         index = kb.vector_index.ensure()
-        assert kb.vector_index.mapped and isinstance(index, faiss.IndexIVFFlat)
-        assert index.nprobe == min(32, index.nlist)
+        assert kb.vector_index.mapped and isinstance(index, faiss.IndexIDMap2)
+        inner = faiss.downcast_index(index.index)
+        assert isinstance(inner, faiss.IndexHNSWFlat) and inner.hnsw.efSearch == 128
         after = Retriever(kb).search(text_of(7), k=3, mode="dense")
         assert [p.id for p in after] == [p.id for p in before]
         # writes go to an in-memory copy (faiss aborts on a write to a mapped index)
         kb.ingest(corpus(5, start=200))
         assert not kb.vector_index.mapped
-        assert kb.remove_documents(["d0", "d201"]) == 2
+        assert kb.remove_documents(["d0", "d201"]) == 2  # (HNSW: rebuilt without them)
         assert kb.vector_index.loaded.ntotal == kb.stats().chunks
     with KnowledgeBase.open(kb_dir) as kb:
         assert kb.stats().vector_index == "fresh"
@@ -99,18 +112,18 @@ def test_flat_index_is_memory_mapped_too(tmp_path: Path) -> None:
 def test_reindex_records_the_kind_and_a_mismatch_is_refused(tmp_path: Path) -> None:
     kb_dir = tmp_path / "kb"
     with KnowledgeBase.create(kb_dir, TINY) as kb:
-        kb.ingest(corpus(200))  # (auto: IVF above the tiny threshold)
+        kb.ingest(corpus(200))  # (auto: HNSW above the tiny threshold)
         spec = kb.rebuild_index("hnsw")
-        assert spec == IndexSpec("hnsw", hnsw_m=32)
+        assert spec == HNSW
         assert Retriever(kb).search(text_of(5), k=1, mode="dense")[0].doc_id == "d5"
     with KnowledgeBase.open(kb_dir, settings=KBSettings(index="hnsw")) as kb:
         assert kb.stats().index_policy == "hnsw"
     with KnowledgeBase.open(kb_dir, settings=KBSettings(index="auto")) as kb:
-        assert kb.stats().index_kind == "hnsw (M 32)"
+        assert kb.stats().index_kind == HNSW.describe()
     with pytest.raises(KBError) as caught:
         KnowledgeBase.from_config(kb_dir, Config(kb_settings=KBSettings(index="ivf")))
     message = str(caught.value)
-    assert "has a hnsw (M 32) vector index" in message and "not 'ivf'" in message
+    assert f"has a {HNSW.describe()} vector index" in message and "not 'ivf'" in message
     assert f"medverify kb reindex --kb {kb_dir} --index ivf" in message
     result = CliRunner().invoke(main, ["kb", "reindex", "--kb", str(kb_dir), "--index", "ivf",
                                        "--nlist", "4"])
@@ -165,18 +178,58 @@ def _clustered(n: int, dim: int, seed: int = 0) -> np.ndarray:
     return x / np.linalg.norm(x, axis=1, keepdims=True)
 
 
-@pytest.mark.parametrize("policy", ["ivf", "hnsw"])
-def test_approximate_recall_against_exact(tmp_path: Path, policy: str) -> None:
-    n, dim = 6000, 32
-    base = _clustered(n, dim)
-    create_database(tmp_path / DB_NAME, {"schema_version": "1", "generation": "1"})
-    conn = connect(tmp_path / DB_NAME)
+def _stored(path: Path, base: np.ndarray) -> sqlite3.Connection:
+    """A KB database holding ``base`` as the vectors of one document's chunks 1..n."""
+    create_database(path / DB_NAME, {"schema_version": "1", "generation": "1"})
+    conn = connect(path / DB_NAME)
     with conn:
         conn.execute("INSERT INTO documents (id, doc_id, content_hash, n_chunks, added_at) "
-                     "VALUES (1, 'd', 'h', ?, 0)", (n,))
+                     "VALUES (1, 'd', 'h', ?, 0)", (len(base),))
         conn.executemany('INSERT INTO chunks (id, doc, ord, text, start, "end", n_tokens, '
                          "vector) VALUES (?, 1, ?, '', 0, 0, 0, ?)",
                          [(i + 1, i, v.tobytes()) for i, v in enumerate(base)])
+    return conn
+
+
+def _recall(found: list[list[tuple[int, float]]], truth: list[list[tuple[int, float]]]) -> float:
+    return float(np.mean([len({i for i, _ in f} & {i for i, _ in t}) / 10
+                          for f, t in zip(found, truth, strict=True)]))
+
+
+def test_auto_picks_by_size_and_its_index_reaches_the_recall(tmp_path: Path) -> None:
+    n, dim = 3000, 32
+    conn = _stored(tmp_path, _clustered(n, dim))
+    queries = _clustered(100, dim, seed=1)
+    assert VectorIndex(tmp_path, dim, conn, threshold=n + 1).wanted_spec().kind == "flat"
+    exact = VectorIndex(tmp_path, dim, conn, policy="flat")
+    exact.rebuild()
+    chosen = VectorIndex(tmp_path, dim, conn, policy="auto", threshold=n)
+    chosen.rebuild()
+    assert chosen.spec == HNSW  # from the threshold: HNSW
+    recall = _recall(chosen.search(queries, 10), exact.search(queries, 10))
+    assert recall >= 0.95, recall  # at the default ef_search (128)
+    conn.close()
+
+
+def test_auto_moves_an_ivf_index_to_hnsw_and_back_to_flat_when_small(tmp_path: Path) -> None:
+    n, dim = 800, 32
+    conn = _stored(tmp_path, _clustered(n, dim))
+    index = VectorIndex(tmp_path, dim, conn, policy="auto", threshold=400)
+    index.rebuild(IndexSpec("ivf", nlist=8))  # as auto built it before it chose HNSW
+    assert index.outgrown() == HNSW
+    index.rebuild(index.outgrown())
+    assert index.outgrown() is None
+    index.threshold = 1200  # above half the threshold: HNSW is kept (hysteresis)
+    assert index.outgrown() is None
+    index.threshold = 2000  # below half of it: exact again
+    assert index.outgrown() == IndexSpec("flat")
+    conn.close()
+
+
+@pytest.mark.parametrize("policy", ["ivf", "hnsw"])
+def test_approximate_recall_against_exact(tmp_path: Path, policy: str) -> None:
+    n, dim = 6000, 32
+    conn = _stored(tmp_path, _clustered(n, dim))
     queries = _clustered(100, dim, seed=1)
     exact = VectorIndex(tmp_path, dim, conn, policy="flat")
     exact.rebuild()

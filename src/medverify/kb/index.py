@@ -47,10 +47,12 @@ IndexState = Literal["fresh", "stale", "missing"]
 IndexKind = Literal["flat", "ivf", "ivfpq", "hnsw"]
 INDEX_KINDS: tuple[IndexKind, ...] = ("flat", "ivf", "ivfpq", "hnsw")
 INDEX_POLICIES = ("auto", *INDEX_KINDS)
-EXACT_BELOW = 100_000  # auto: a flat (exact) index below this many chunks, IVF-flat above
+EXACT_BELOW = 100_000  # auto: a flat (exact) index below this many chunks, HNSW from it
 RETRAIN_GROWTH = 4  # auto: an IVF index is retrained once the KB is this many times larger
 TRAIN_PER_LIST = 40  # k-means training vectors per IVF list
-HNSW_M = 32
+HNSW_M = 32  # hnsw: neighbours per node
+HNSW_EF_CONSTRUCTION = 40  # hnsw: candidate list while building (faiss's default is 40)
+AUTO_APPROXIMATE: IndexKind = "hnsw"  # auto's kind from EXACT_BELOW chunks (measured: scale.md)
 MIN_TRAIN = {"ivf": 39, "ivfpq": 256 * 39}  # vectors k-means needs (one list; PQ codebooks)
 
 
@@ -62,15 +64,17 @@ class IndexSpec:
     nlist: int = 0  # ivf, ivfpq: k-means lists
     pq_m: int = 0  # ivfpq: sub-quantisers (8 bits each)
     hnsw_m: int = 0  # hnsw: neighbours per node
+    hnsw_efc: int = 0  # hnsw: efConstruction (0: faiss's default, 40)
 
     def describe(self) -> str:
+        efc = f", efConstruction {self.hnsw_efc}" if self.hnsw_efc else ""
         extra = {"ivf": f"nlist {self.nlist}", "ivfpq": f"nlist {self.nlist}, PQ{self.pq_m}",
-                 "hnsw": f"M {self.hnsw_m}"}.get(self.kind)
+                 "hnsw": f"M {self.hnsw_m}{efc}"}.get(self.kind)
         return f"{self.kind} ({extra})" if extra else self.kind
 
     def record(self) -> dict[str, Any]:
         return {"kind": self.kind, "nlist": self.nlist, "pq_m": self.pq_m,
-                "hnsw_m": self.hnsw_m}
+                "hnsw_m": self.hnsw_m, "hnsw_efc": self.hnsw_efc}
 
     @classmethod
     def from_record(cls, record: dict[str, Any]) -> IndexSpec:
@@ -79,11 +83,14 @@ class IndexSpec:
         if kind not in INDEX_KINDS:
             raise ValueError(f"unknown vector index kind {kind!r}")
         return cls(kind=kind, nlist=int(record.get("nlist", 0)),
-                   pq_m=int(record.get("pq_m", 0)), hnsw_m=int(record.get("hnsw_m", 0)))
+                   pq_m=int(record.get("pq_m", 0)), hnsw_m=int(record.get("hnsw_m", 0)),
+                   hnsw_efc=int(record.get("hnsw_efc", 0)))
 
 
 def auto_kind(count: int, threshold: int = EXACT_BELOW) -> IndexKind:
-    return "flat" if count < threshold else "ivf"
+    """``auto``'s kind at ``count`` chunks: exact below ``threshold``, HNSW from it (the
+    fastest at equal recall against IVF, hnswlib and chromadb: docs/scale.md)."""
+    return "flat" if count < threshold else AUTO_APPROXIMATE
 
 
 def choose_spec(policy: str, count: int, dim: int, threshold: int = EXACT_BELOW,
@@ -105,7 +112,7 @@ def choose_spec(policy: str, count: int, dim: int, threshold: int = EXACT_BELOW,
         pq_m = next((m for m in (dim // 8, dim // 4, dim // 2, dim) if m and dim % m == 0), dim)
         return IndexSpec(kind, nlist=nlist, pq_m=pq_m if kind == "ivfpq" else 0)
     if kind == "hnsw":
-        return IndexSpec("hnsw", hnsw_m=HNSW_M)
+        return IndexSpec("hnsw", hnsw_m=HNSW_M, hnsw_efc=HNSW_EF_CONSTRUCTION)
     return IndexSpec("flat")
 
 
@@ -269,17 +276,7 @@ class VectorIndex:
         return index
 
     def _make(self, spec: IndexSpec) -> Any:
-        import faiss
-
-        ip = faiss.METRIC_INNER_PRODUCT
-        if spec.kind == "ivf":
-            return faiss.IndexIVFFlat(faiss.IndexFlatIP(self.dim), self.dim, spec.nlist, ip)
-        if spec.kind == "ivfpq":
-            return faiss.IndexIVFPQ(faiss.IndexFlatIP(self.dim), self.dim, spec.nlist,
-                                    spec.pq_m, 8, ip)
-        if spec.kind == "hnsw":
-            return faiss.IndexIDMap2(faiss.IndexHNSWFlat(self.dim, spec.hnsw_m, ip))
-        return faiss.IndexIDMap2(faiss.IndexFlatIP(self.dim))
+        return make_index(spec, self.dim)
 
     def _train(self, index: Any) -> None:
         """k-means on an evenly spaced sample of the stored vectors (one pass over them).
@@ -310,17 +307,9 @@ class VectorIndex:
             yield ids[keep], vectors[keep]
 
     def _apply_knobs(self, index: Any = None) -> None:
-        import faiss
-
         index = self.loaded if index is None else index
-        if index is None:
-            return
-        if isinstance(index, faiss.IndexIVF):
-            index.nprobe = min(self.knobs.nprobe, index.nlist)
-        elif isinstance(index, faiss.IndexIDMap2):
-            inner = faiss.downcast_index(index.index)
-            if isinstance(inner, faiss.IndexHNSW):
-                inner.hnsw.efSearch = self.knobs.ef_search
+        if index is not None:
+            set_query_knob(index, self.knobs.nprobe, self.knobs.ef_search)
 
     def set_knobs(self, nprobe: int | None = None, ef_search: int | None = None) -> None:
         """Change the query-time parameters of the loaded index (and later loads)."""
@@ -362,14 +351,15 @@ class VectorIndex:
 
     def outgrown(self) -> IndexSpec | None:
         """The index the policy now asks for, when the loaded one no longer fits the KB's
-        size (``auto`` crossed the threshold, or an IVF index's lists were trained for a
-        KB four times smaller); None when it still fits."""
+        size (``auto`` crossed the threshold, an ``auto`` KB holds an approximate index of
+        another kind than auto's, as an IVF index written before auto chose HNSW, or an IVF
+        index's lists were trained for a KB four times smaller); None when it still fits."""
         count = self._count()
         current = self.spec or self.recorded_spec() or IndexSpec()
         kind: str = self.policy
         if self.policy == "auto":  # hysteresis: back to exact only below half the threshold
             kind = (auto_kind(count, self.threshold) if current.kind == "flat"
-                    else current.kind if count >= self.threshold // 2 else "flat")
+                    else AUTO_APPROXIMATE if count >= self.threshold // 2 else "flat")
         wanted = choose_spec(kind, count, self.dim, self.threshold)
         if wanted.kind != current.kind:
             return wanted
@@ -402,6 +392,36 @@ class VectorIndex:
         scores, ids = faiss_search(index, vectors, depth)
         return [[(int(i), float(s)) for i, s in zip(row_ids, row_scores, strict=True) if i >= 0]
                 for row_ids, row_scores in zip(ids, scores, strict=True)]
+
+
+def make_index(spec: IndexSpec, dim: int) -> Any:
+    """An empty faiss index of ``spec`` over ``dim``-dimensional vectors (inner product)."""
+    import faiss
+
+    ip = faiss.METRIC_INNER_PRODUCT
+    if spec.kind == "ivf":
+        return faiss.IndexIVFFlat(faiss.IndexFlatIP(dim), dim, spec.nlist, ip)
+    if spec.kind == "ivfpq":
+        return faiss.IndexIVFPQ(faiss.IndexFlatIP(dim), dim, spec.nlist, spec.pq_m, 8, ip)
+    if spec.kind == "hnsw":
+        hnsw = faiss.IndexHNSWFlat(dim, spec.hnsw_m, ip)
+        if spec.hnsw_efc:
+            hnsw.hnsw.efConstruction = spec.hnsw_efc
+        return faiss.IndexIDMap2(hnsw)
+    return faiss.IndexIDMap2(faiss.IndexFlatIP(dim))
+
+
+def set_query_knob(index: Any, nprobe: int | None = None, ef_search: int | None = None) -> None:
+    """Set an approximate index's query-time parameter (IVF lists probed, HNSW candidate
+    list size); other indexes have none."""
+    import faiss
+
+    if isinstance(index, faiss.IndexIVF) and nprobe is not None:
+        index.nprobe = min(nprobe, index.nlist)
+    elif isinstance(index, faiss.IndexIDMap2) and ef_search is not None:
+        inner = faiss.downcast_index(index.index)
+        if isinstance(inner, faiss.IndexHNSW):
+            inner.hnsw.efSearch = ef_search
 
 
 def _is_kind(index: Any, spec: IndexSpec) -> bool:
