@@ -96,3 +96,30 @@ def test_a_replica_killed_behind_nginx_loses_no_job_and_teaching_reaches_the_oth
     assert gauges["medverify_knowledge_base_generation"] == ready["kb_generation"]
     assert gauges["medverify_knowledge_base_documents"] >= 300
     assert read_access_log(d.nginx.access_log)  # nginx logged what it balanced
+
+
+def test_the_shipped_example_is_the_tested_config(tmp_path: Path) -> None:
+    """examples/nginx: the replica's TOML loads with the store and KB on PostgreSQL, the
+    nginx snippet has the balancing the test runs, and the generated config is one nginx
+    accepts (``nginx -t``, where nginx is installed)."""
+    import subprocess
+
+    from medverify.config import Config
+
+    config = Config.load(ROOT / "examples" / "nginx" / "replica.toml")
+    assert str(config.store_location).startswith("postgresql://")
+    assert config.kb_settings.location == config.store_location
+    example = (ROOT / "examples" / "nginx" / "medverify.conf").read_text()
+    generated = nginx_config(tmp_path, 8080, ["127.0.0.1:1", "127.0.0.1:2"])
+    for directive in ("max_fails=1 fail_timeout=5s;", "proxy_next_upstream error timeout;",
+                      "proxy_next_upstream_tries 2;", "proxy_connect_timeout 2s;",
+                      "proxy_read_timeout 120s;", "client_max_body_size 2m;"):
+        assert directive in example and directive in generated, directive
+    nginx = find_nginx()
+    if nginx is None:
+        pytest.skip("no nginx to check the generated config with")
+    (tmp_path / "tmp").mkdir()
+    (tmp_path / "nginx.conf").write_text(generated)
+    checked = subprocess.run([nginx, "-t", "-c", str(tmp_path / "nginx.conf"), "-p",
+                              str(tmp_path)], capture_output=True, text=True, timeout=30)
+    assert checked.returncode == 0, checked.stderr
