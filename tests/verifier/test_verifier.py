@@ -171,9 +171,9 @@ def test_round_trip_predicts_probabilities(tiny_weights: Path, quantize: bool) -
 def test_shipped_mode_scores_a_pair_alike_alone_and_in_a_batch(
     tiny_weights: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """The shipped int8 mode (one window at a time, short ones on PER_WINDOW_THREADS
-    threads, long ones on torch's) gives a pair the same probabilities alone and among
-    others, and leaves torch's threads as they were (issue 45)."""
+    """The shipped int8 modes (per-window activation scales in batches, issue 45; one
+    window at a time, issue 27) give a pair the same probabilities alone and among others,
+    and leave torch's threads as they were."""
     import torch
 
     from medverify.verifier import infer
@@ -182,16 +182,18 @@ def test_shipped_mode_scores_a_pair_alike_alone_and_in_a_batch(
     monkeypatch.setattr(infer, "SHORT_WINDOW_CHARS", 120)  # the tiny model's windows: both
 
     verifier = Verifier.load(tiny_weights)
-    assert verifier.per_window and verifier.threads == PER_WINDOW_THREADS
+    assert verifier.scoring == "window_scales" and verifier.threads == PER_WINDOW_THREADS
     pair = ("Aspirin lowers fever in adults.", "In adults, aspirin lowered fever within hours.")
     others = [(f"Drug {i} raises blood pressure.", "Drug 1 lowered blood pressure. " * i)
               for i in range(1, 12)]
     threads = torch.get_num_threads()
-    alone = verifier.predict([pair])[0]
-    batched = verifier.predict([*others[:5], pair, *others[5:]], batch_size=4)
-    assert torch.get_num_threads() == threads
-    assert np.abs(batched[5] - alone).max() <= 1e-6
-    verifier.per_window = False  # batched dynamic int8: the pair moves with its companions
+    for scoring in ("window_scales", "per_window"):
+        verifier.scoring = scoring
+        alone = verifier.predict([pair])[0]
+        batched = verifier.predict([*others[:5], pair, *others[5:]], batch_size=4)
+        assert torch.get_num_threads() == threads
+        assert np.abs(batched[5] - alone).max() <= 1e-6
+    verifier.scoring = "batched"  # batched dynamic int8: the pair moves with its companions
     assert np.abs(verifier.predict([*others[:5], pair, *others[5:]], batch_size=12)[5]
                   - alone).max() > 1e-6
 

@@ -20,6 +20,7 @@ import torch
 
 from medverify.verdict_rules import passage_label
 from medverify.verifier.model import LABELS, CrossEncoder, load_model, load_tokenizer
+from medverify.verifier.quantized import Int8Encoder, score_windows_int8
 from medverify.verifier.windows import MAX_CLAIM_TOKENS, make_windows
 
 DEFAULT_WEIGHTS = Path(__file__).resolve().parent / "weights"
@@ -148,15 +149,23 @@ class Verifier:
         # A dynamically quantised model scales activations per batch tensor, so a window's
         # probabilities depend on what it is batched with (up to 0.46 apart, 15-18 % of
         # one-passage labels changed: benchmarks/bench_verifier_batch_dependence.py). Such a
-        # model scores every window on its own, which is also no slower on 2 cores.
-        self.per_window: bool = _is_quantized(model)
-        # Intra-op threads while scoring a short window one at a time (None: torch's).
+        # model scores windows in fixed-shape batches with one activation scale per window
+        # (:mod:`medverify.verifier.quantized`, issue 45): "window_scales". "per_window"
+        # (one window per pass, issue 27) and "batched" (torch's dynamic int8 in batches,
+        # before issue 27; the only mode of a float model) remain for comparisons.
+        self.int8: Int8Encoder | None = Int8Encoder(model) if _is_quantized(model) else None
+        self.scoring: str = "window_scales" if self.int8 is not None else "batched"
+        # Intra-op threads while scoring short windows one at a time, or any windows with
+        # per-window scales (None: torch's).
         self.threads: int | None = PER_WINDOW_THREADS
 
     def _score(self, pairs: Sequence[tuple[str, str]], batch_size: int) -> np.ndarray:
-        """Windows batched, or (per_window) scored one at a time: short ones on ``threads``
-        threads, longer ones on torch's."""
-        if not self.per_window:
+        """Probabilities of already-windowed pairs in the verifier's scoring mode."""
+        if self.scoring == "window_scales" and self.int8 is not None:
+            with torch_threads(self.threads):
+                return score_windows_int8(self.int8, self.tokenizer, pairs, self.max_tokens,
+                                          batch_size)
+        if self.scoring != "per_window":
             return score_windows(self.model, self.tokenizer, pairs, self.max_tokens, batch_size)
         out = np.zeros((len(pairs), len(LABELS)), dtype=np.float32)
         short = [len(c) + len(w) <= SHORT_WINDOW_CHARS for c, w in pairs]

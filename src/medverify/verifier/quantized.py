@@ -1,0 +1,171 @@
+"""Batched int8 scoring of verifier windows whose scores do not depend on the batch (issue 45).
+
+Torch's dynamic int8 Linear picks one activation scale for its whole input, so in a batch a
+window's scores moved with its companions (issue 27). Here every window's activations get
+their own scale and zero point, chosen over its real tokens the way the dynamic Linear
+chooses them for a window scored alone (7-bit unsigned range, fbgemm's ``reduce_range``),
+and the products are integer (``torch._int_mm``: int8 x int8 summed in int32, exact, so a
+row's result does not depend on the other rows). Windows are padded to a fixed length
+bucket (a multiple of :data:`BUCKET_STEP` word pieces, whatever their companions) and
+batched only with windows of the same bucket, so the float parts (embeddings, attention,
+layer norms) see the same shapes too. The query, key and value projections share one
+quantised input and run as one product.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+
+from medverify.verifier.windows import MAX_CLAIM_TOKENS
+
+BUCKET_STEP = 16  # windows are padded to a multiple of this many word pieces
+# Rows per integer product: torch's int8 product ran at 1.6-1.8 us of CPU a row (K=384,
+# N=1536) for 64-112 rows a call and at 4 us for 3,584 rows (exploratory timings on the
+# 2-core machine); the rows' results are exact integers whatever the chunk.
+_ROWS_PER_PRODUCT = 128
+_QMAX = 127  # the dynamic Linear's activation range with reduce_range: 0..127
+
+
+def _dynamic_weight(linear: torch.nn.Module) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """(int8 weight (N, K), its scale (1,), float bias (N,)) of a dynamic int8 Linear."""
+    weight = linear.weight()
+    n = weight.shape[0]
+    bias = linear.bias()
+    bias = torch.zeros(n) if bias is None else bias.detach().float()
+    return weight.int_repr(), torch.tensor([float(weight.q_scale())]), bias
+
+
+class Int8Linear:
+    """One or more dynamic int8 Linears of the same input, fused into one integer product."""
+
+    def __init__(self, linears: Sequence[torch.nn.Module]) -> None:
+        parts = [_dynamic_weight(linear) for linear in linears]
+        weight = torch.cat([p[0] for p in parts]).contiguous()
+        self.weight_t = weight.t()  # a (K, N) view: the layout _int_mm runs fastest on
+        self.scale = torch.cat([p[1] for p in parts])  # (parts,)
+        self.bias = torch.cat([p[2] for p in parts]).view(len(parts), -1)
+
+    def __call__(self, q: torch.Tensor, row_scale: torch.Tensor) -> torch.Tensor:
+        """Float (M, N) outputs of int8 rows ``q`` (M, K) quantised with ``row_scale`` (M, 1)."""
+        acc = torch.empty(q.shape[0], self.weight_t.shape[1], dtype=torch.int32)
+        for start in range(0, q.shape[0], _ROWS_PER_PRODUCT):
+            stop = start + _ROWS_PER_PRODUCT
+            torch._int_mm(q[start:stop], self.weight_t, out=acc[start:stop])
+        parts = self.scale.shape[0]  # one weight scale per fused Linear
+        scale = (row_scale[:, None, :] * self.scale[None, :, None])  # (M, parts, 1)
+        out = acc.float().view(q.shape[0], parts, -1).mul_(scale).add_(self.bias)
+        return out.view(q.shape[0], -1)
+
+
+def quantize_windows(x: torch.Tensor, real: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """Int8 rows of ``x`` (B, L, K) with one scale per window, over its ``real`` (B, L) rows.
+
+    The range always holds 0 (as the dynamic Linear's does), so padded rows cannot widen
+    it; the zero point is folded in (values minus zero point fit in int8)."""
+    low, high = x.amin(dim=-1), x.amax(dim=-1)  # faster than aminmax(dim=-1)
+    low = torch.where(real, low, 0.0).amin(dim=1).clamp(max=0.0)
+    high = torch.where(real, high, 0.0).amax(dim=1).clamp(min=0.0)
+    scale = (high.double() - low.double()) / _QMAX
+    scale = torch.where(scale.float() == 0, 0.1, scale)
+    zero = torch.round(-low.double() / scale).clamp(0, _QMAX).float()[:, None, None]
+    scale = scale.float()[:, None, None]
+    q = torch.addcmul(zero, x, 1.0 / scale).round_().clamp_(0, _QMAX).sub_(zero)
+    rows = x.shape[0] * x.shape[1]
+    return q.to(torch.int8).view(rows, -1), scale.expand(-1, x.shape[1], 1).reshape(rows, 1)
+
+
+class Int8Layer:
+    """One encoder layer of a dynamically quantised BERT with per-window activation scales."""
+
+    def __init__(self, layer: torch.nn.Module, heads: int) -> None:
+        attention = layer.attention
+        self.qkv = Int8Linear([attention.self.query, attention.self.key, attention.self.value])
+        self.attention_out = Int8Linear([attention.output.dense])
+        self.norm1 = attention.output.LayerNorm
+        self.up = Int8Linear([layer.intermediate.dense])
+        self.down = Int8Linear([layer.output.dense])
+        self.norm2 = layer.output.LayerNorm
+        self.heads = heads
+
+    def __call__(self, h: torch.Tensor, real: torch.Tensor, keys: torch.Tensor) -> torch.Tensor:
+        b, n, width = h.shape
+        q, s = quantize_windows(h, real)
+        qkv = self.qkv(q, s).view(b, n, 3, self.heads, width // self.heads)
+        query, key, value = qkv.permute(2, 0, 3, 1, 4).unbind(0)
+        att = F.scaled_dot_product_attention(query, key, value, attn_mask=keys)
+        att = att.transpose(1, 2).reshape(b, n, width)
+        h = self.norm1(self.attention_out(*quantize_windows(att, real)).view(b, n, width) + h)
+        up = F.gelu(self.up(*quantize_windows(h, real)).view(b, n, -1))
+        return self.norm2(self.down(*quantize_windows(up, real)).view(b, n, width) + h)
+
+
+class Int8Encoder:
+    """A dynamically quantised :class:`~medverify.verifier.model.CrossEncoder` run in fixed
+    shape batches with per-window activation scales: logits of a window never depend on
+    the windows it is batched with."""
+
+    def __init__(self, model: torch.nn.Module) -> None:
+        encoder = model.encoder
+        heads = int(encoder.config.num_attention_heads)
+        self.embeddings = encoder.embeddings
+        self.layers = [Int8Layer(layer, heads) for layer in encoder.encoder.layer]
+        self.head = Int8Linear([model.head])
+
+    def logits(self, ids: torch.Tensor, types: torch.Tensor, lengths: torch.Tensor) -> torch.Tensor:
+        """(B, 3) logits of windows padded to one length, ``lengths`` real tokens each."""
+        real = torch.arange(ids.shape[1])[None, :] < lengths[:, None]
+        keys = real[:, None, None, :]
+        h = self.embeddings(input_ids=ids, token_type_ids=types)
+        for layer in self.layers:
+            h = layer(h, real, keys)
+        mask = real.unsqueeze(-1).to(h.dtype)
+        pooled = ((h * mask).sum(1) / mask.sum(1).clamp(min=1.0))[:, None, :]
+        q, s = quantize_windows(pooled, torch.ones(pooled.shape[:2], dtype=torch.bool))
+        return self.head(q, s)
+
+
+def tokenize_windows(tokenizer: Any, pairs: Sequence[tuple[str, str]], max_tokens: int) -> list:
+    """Token ids and type ids of (claim, window) pairs, the claim capped, no padding."""
+    claims = [
+        tokenizer.convert_tokens_to_string(tokenizer.tokenize(c)[:MAX_CLAIM_TOKENS])
+        for c, _ in pairs
+    ]
+    enc = tokenizer(claims, [w for _, w in pairs], truncation="only_second",
+                    max_length=max_tokens)
+    return list(zip(enc["input_ids"], enc["token_type_ids"], strict=True))
+
+
+def bucket_batches(lengths: Sequence[int], batch_size: int, max_tokens: int) -> list:
+    """(padded length, window indices) batches: windows of one length bucket together."""
+    groups: dict[int, list[int]] = {}
+    for i, n in enumerate(lengths):
+        groups.setdefault(min(max_tokens, -(-n // BUCKET_STEP) * BUCKET_STEP), []).append(i)
+    return [(size, members[start : start + batch_size])
+            for size, members in sorted(groups.items())
+            for start in range(0, len(members), batch_size)]
+
+
+def score_windows_int8(encoder: Int8Encoder, tokenizer: Any, pairs: Sequence[tuple[str, str]],
+                       max_tokens: int, batch_size: int = 32) -> np.ndarray:
+    """(n, 3) float32 probabilities of already-windowed pairs, batch-independent."""
+    out = np.zeros((len(pairs), 3), dtype=np.float32)
+    if not pairs:
+        return out
+    encoded = tokenize_windows(tokenizer, pairs, max_tokens)
+    lengths = [len(ids) for ids, _ in encoded]
+    with torch.inference_mode():
+        for size, idx in bucket_batches(lengths, batch_size, max_tokens):
+            ids = np.zeros((len(idx), size), dtype=np.int64)
+            types = np.zeros_like(ids)
+            for row, i in enumerate(idx):
+                ids[row, : lengths[i]] = encoded[i][0]
+                types[row, : lengths[i]] = encoded[i][1]
+            logits = encoder.logits(torch.from_numpy(ids), torch.from_numpy(types),
+                                    torch.tensor([lengths[i] for i in idx]))
+            out[idx] = torch.softmax(logits, dim=-1).numpy()
+    return out
