@@ -51,6 +51,8 @@ from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+
 from medverify.config import KBSettings
 from medverify.evals.retrieval import load_queries, score_mode
 from medverify.files import data_dir
@@ -197,10 +199,13 @@ def at_scale(chunks: int, embedder: str, work: Path, url: str) -> dict[str, Any]
     lexical = [_lexical_lists(kb, texts)[0] for kb in stores.values()]
     dense = [[_keys(kb, [i for i, _ in found]) for found in kb.dense_candidates(texts, 10)]
              for kb in stores.values()]
+    exact = _exact_top10(embedded, texts)
     result: dict[str, Any] = {
         "chunks": pg.counts()[1], "queries": len(texts), "ingest_s": ingest,
         "replica": replica, "lexical_overlap_at_10": _overlap(*lexical, 10),
         "dense_overlap_at_10": _overlap(*dense, 10),
+        "dense_recall_at_10_vs_exact": {"embedded": _overlap(exact, dense[0], 10),
+                                        "postgresql": _overlap(exact, dense[1], 10)},
         "index": {"embedded": embedded.vector_index.current_spec().describe(),
                   "postgresql": pg.stats().index_kind}}
     for name, kb in stores.items():
@@ -211,6 +216,21 @@ def at_scale(chunks: int, embedder: str, work: Path, url: str) -> dict[str, Any]
                                         texts))}
         kb.close()
     return result
+
+
+def _exact_top10(kb: KnowledgeBase, texts: list[str]) -> list[list[tuple[str, int]]]:
+    """The exact top 10 (by inner product over every stored vector) of each text."""
+    blocks = list(kb.vector_index.stored_vectors())
+    ids = np.concatenate([i for i, _ in blocks])
+    vectors = np.concatenate([v for _, v in blocks])
+    queries = np.asarray(kb.embedder.embed(texts), dtype=np.float32)
+    out = []
+    for query in queries:
+        scores = vectors @ query
+        top = np.argpartition(-scores, 10)[:10]
+        top = top[np.argsort(-scores[top], kind="stable")]
+        out.append(_keys(kb, [int(ids[j]) for j in top]))
+    return out
 
 
 def _stored(kb: Any) -> dict[tuple[str, int], tuple[Any, ...]]:
@@ -375,13 +395,15 @@ def _scale_lines(scaled: list[dict[str, Any]]) -> list[str]:
             lines.append(f"| {r['chunks']} | {name} | {r['index'][name]} | "
                          f"{r['ingest_s'][name]} | {lex['p50_ms']} | {lex['p95_ms']} | "
                          f"{hyb['p50_ms']} | {hyb['p95_ms']} |")
-    lines += ["", "| passages | top-10 overlap lexical | dense | replica build from the "
-              "tables s | replica FTS5 MB | vectors MB | RSS growth MB |",
-              "|---|---|---|---|---|---|---|"]
+    lines += ["", "| passages | top-10 overlap lexical | dense | dense recall@10 vs exact, "
+              "embedded / PostgreSQL | replica build from the tables s | replica SQLite "
+              "(FTS5, postings) MB | vectors MB | RSS growth MB |",
+              "|---|---|---|---|---|---|---|---|"]
     for r in scaled:
-        rep = r["replica"]
+        rep, exact = r["replica"], r["dense_recall_at_10_vs_exact"]
         lines.append(f"| {r['chunks']} | {r['lexical_overlap_at_10']} | "
-                     f"{r['dense_overlap_at_10']} | {rep['build_s']} | {rep['lexical_bytes']} "
+                     f"{r['dense_overlap_at_10']} | {exact['embedded']} / "
+                     f"{exact['postgresql']} | {rep['build_s']} | {rep['lexical_bytes']} "
                      f"| {rep['vector_bytes']} | {rep['rss_growth_mb']} |")
     return lines
 

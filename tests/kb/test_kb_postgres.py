@@ -122,6 +122,25 @@ def test_replica_indexes_follow_adds_and_removals_of_every_kind() -> None:
         replica.close()
 
 
+def test_replica_stored_postings_rank_as_bm25_and_follow_changes() -> None:
+    plain = ReplicaIndexes(16, KBSettings(lexical_postings_from=None))
+    stored = ReplicaIndexes(16, KBSettings(lexical_postings_from=10))
+    queries = ["word5 common", "title 3 text", "word12 word1 nothing"]
+    for replica in (plain, stored):
+        replica.build(_rows(80))
+    assert stored._postings.ranker() is not None  # built: ranked in numpy
+    assert [stored.lexical(q, 20, 5000) for q in queries] == [
+        plain.lexical(q, 20, 5000) for q in queries]
+    for replica in (plain, stored):
+        replica.remove([6, 7])
+    assert stored._postings.ranker() is None  # stale after a change: bm25() ranks
+    assert stored.follow_postings() and stored._postings.ranker() is not None
+    assert [stored.lexical(q, 20, 5000) for q in queries] == [
+        plain.lexical(q, 20, 5000) for q in queries]
+    plain.close()
+    stored.close()
+
+
 def test_replica_indexes_outgrow_as_the_embedded_index_does() -> None:
     replica = ReplicaIndexes(16, KBSettings(index_threshold=100))
     replica.build(_rows(60))

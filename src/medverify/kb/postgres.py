@@ -358,6 +358,7 @@ class PostgresKB:
         self._index.add(self._rows(since, generation))
         if self._index.outgrown():
             self._index.rebuild_vectors(self._rows(-1, generation))
+        self._index.follow_postings()
 
     def replica_memory(self) -> dict[str, int]:
         """Bytes this replica's indexes hold (:meth:`ReplicaIndexes.memory`; zeros before

@@ -22,9 +22,14 @@ the KB's size (``auto`` crossing the threshold, an IVF grown 4x past what it was
 on, an HNSW index holding more removed vectors than a tenth of its size) is rebuilt from
 the rows, as the embedded one is.
 
-Memory per replica: the FTS5 table holds each chunk's title and text and their postings
-(:meth:`ReplicaIndexes.memory` reads SQLite's page count), the vector index ``dim * 4 + 8``
-bytes a chunk (flat or IVF-flat) plus the IVF centroids.
+From ``[kb_settings] lexical_postings_from`` chunks (100,000) the replica also builds the
+embedded KB's stored postings (:mod:`medverify.kb.postings_build`) after each change, as
+the embedded KB does after each write, and ranks from them in numpy (the same scores).
+
+Memory per replica: the FTS5 table holds each chunk's title and text and their postings,
+plus the stored postings on a large KB (:meth:`ReplicaIndexes.memory` reads SQLite's page
+count); the vector index ``dim * 4 + 8`` bytes a chunk (flat or IVF-flat) plus the IVF
+centroids, or plus about ``2 * M * 4`` bytes of links (HNSW).
 """
 
 from __future__ import annotations
@@ -37,7 +42,13 @@ from typing import Any
 import numpy as np
 
 from medverify.config import KBSettings
-from medverify.kb.fts import LexicalKnobs, chunk_terms, rank_lexical
+from medverify.kb.fts import (
+    LexicalKnobs,
+    StoredPostings,
+    chunk_terms,
+    last_chunk_id,
+    rank_lexical,
+)
 from medverify.kb.index import (
     RETRAIN_GROWTH,
     TRAIN_PER_LIST,
@@ -47,12 +58,16 @@ from medverify.kb.index import (
     choose_spec,
     faiss_search,
 )
+from medverify.kb.postings_build import build_postings
 from medverify.kb.protocol import Candidate
 from medverify.kb.store_indexes import LEXICAL_EXACT
 
 # the embedded KB's lexical tables (medverify.kb.database.SCHEMA), in memory
 FTS_TOKENIZE = "porter unicode61 remove_diacritics 2"
 LEXICAL_SCHEMA = f"""
+CREATE TABLE meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
+INSERT INTO meta (key, value) VALUES ('generation', '0');
+CREATE TABLE chunks (id INTEGER PRIMARY KEY);
 CREATE TABLE terms (term TEXT PRIMARY KEY, df INTEGER NOT NULL) WITHOUT ROWID;
 CREATE VIRTUAL TABLE chunks_fts USING fts5(title, body, tokenize = '{FTS_TOKENIZE}');
 """
@@ -77,9 +92,12 @@ class ReplicaIndexes:
         self.policy = settings.index
         self.threshold = settings.index_threshold
         self.knobs = SearchKnobs(settings.nprobe, settings.ef_search)
+        self.postings_from = settings.lexical_postings_from  # as the embedded KB: stored
+        # postings (FTS5's bm25 in numpy) rank lexical queries from this many chunks
         self._conn = sqlite3.connect(":memory:", isolation_level=None,
                                      check_same_thread=False)
         self._conn.executescript(LEXICAL_SCHEMA)
+        self._postings = StoredPostings(self._conn)
         self.vectors: Any = None  # the faiss index
         self.spec = IndexSpec()
         self.trained_at = 0  # vectors an IVF index was trained on
@@ -91,9 +109,11 @@ class ReplicaIndexes:
     def build(self, rows: Sequence[ChunkRow]) -> None:
         """Both indexes from scratch over ``rows`` (ascending ids)."""
         self._conn.execute("DELETE FROM chunks_fts")
+        self._conn.execute("DELETE FROM chunks")
         self._conn.execute("DELETE FROM terms")
         self._add_lexical(rows)
         self.rebuild_vectors(rows)
+        self.follow_postings()
 
     def rebuild_vectors(self, rows: Sequence[ChunkRow]) -> None:
         """The vector index over ``rows`` (ascending ids), of the kind the policy asks for
@@ -127,8 +147,10 @@ class ReplicaIndexes:
                                       f"rowid IN ({marks})", part).fetchall()
             self._count_terms([(r[1], r[2]) for r in rows], -1)
             self._conn.execute(f"DELETE FROM chunks_fts WHERE rowid IN ({marks})", part)
+            self._conn.execute(f"DELETE FROM chunks WHERE id IN ({marks})", part)
             held += [int(r[0]) for r in rows]
         self._conn.execute("DELETE FROM terms WHERE df <= 0")
+        self._changed()
         if not held:
             return
         try:
@@ -157,11 +179,37 @@ class ReplicaIndexes:
         try:
             self._conn.executemany("INSERT INTO chunks_fts (rowid, title, body) VALUES "
                                    "(?, ?, ?)", [(r.id, r.title or "", r.text) for r in rows])
+            self._conn.executemany("INSERT INTO chunks (id) VALUES (?)", [(r.id,) for r in rows])
             self._count_terms([(r.title, r.text) for r in rows], +1)
+            self._changed()
             self._conn.execute("COMMIT")
         except BaseException:
             self._conn.execute("ROLLBACK")
             raise
+
+    def _changed(self) -> None:
+        """A new lexical generation: stored postings built before are stale (not read)."""
+        self._conn.execute("UPDATE meta SET value = CAST(value AS INTEGER) + 1 "
+                           "WHERE key = 'generation'")
+
+    def follow_postings(self) -> bool:
+        """As the embedded KB after a write: on an index of ``postings_from`` chunks or more
+        whose stored postings are stale, build them (seconds at 100k chunks: measured in
+        benchmarks/results/kb_postgres.md). Returns whether they were built."""
+        if (self.postings_from is None or last_chunk_id(self._conn) < self.postings_from
+                or self._postings.ranker() is not None):
+            return False
+        generation = int(self._conn.execute(
+            "SELECT value FROM meta WHERE key = 'generation'").fetchone()[0])
+        self._conn.execute("BEGIN")
+        try:
+            build_postings(self._conn, generation)
+            self._conn.execute("COMMIT")
+        except BaseException:
+            self._conn.execute("ROLLBACK")
+            raise
+        self._postings.forget()
+        return True
 
     def _count_terms(self, texts: Sequence[tuple[str | None, str]], sign: int) -> None:
         counts: dict[str, int] = {}
@@ -184,10 +232,11 @@ class ReplicaIndexes:
     # ---- searching ----------------------------------------------------------------
 
     def lexical(self, query: str, depth: int, budget: int) -> list[Candidate]:
-        """The embedded store's lexical candidates (bm25() over the FTS5 table; the most
-        common words dropped past ``budget`` postings)."""
-        knobs = LexicalKnobs(budget, LEXICAL_EXACT, None, None)
-        return rank_lexical(self._conn, query, depth, knobs, lambda terms, depth: None)
+        """The embedded store's lexical candidates (bm25() over the FTS5 table, or the same
+        scores from fresh stored postings from ``postings_from`` chunks; the most common
+        words dropped past ``budget`` postings)."""
+        knobs = LexicalKnobs(budget, LEXICAL_EXACT, None, self.postings_from)
+        return rank_lexical(self._conn, query, depth, knobs, self._postings.ranked)
 
     def dense(self, vectors: np.ndarray, depth: int) -> list[list[Candidate]]:
         """Per query vector, up to ``depth`` (chunk id, inner product), best first."""
@@ -206,10 +255,14 @@ class ReplicaIndexes:
 
     def memory(self) -> dict[str, int]:
         """Bytes held: the in-memory SQLite's pages (the FTS5 table with its text and
-        postings, the terms) and the vector index (stored vectors, ids, IVF centroids)."""
+        postings, the terms, the stored postings) and the vector index (stored vectors,
+        ids, IVF centroids, HNSW links: estimated from its kind)."""
         pages = self._conn.execute("PRAGMA page_count").fetchone()[0]
         page = self._conn.execute("PRAGMA page_size").fetchone()[0]
-        vectors = self.size * (self.dim * 4 + 8) + self.spec.nlist * self.dim * 4
+        total = 0 if self.vectors is None else int(self.vectors.ntotal)
+        links = 2 * self.spec.hnsw_m * 4 * 1.07  # level 0 and (~1/M of nodes) upper levels
+        vectors = (total * (self.dim * 4 + 8 + (links if self.spec.kind == "hnsw" else 0))
+                   + self.spec.nlist * self.dim * 4)
         return {"lexical_bytes": int(pages * page), "vector_bytes": int(vectors)}
 
     def close(self) -> None:
