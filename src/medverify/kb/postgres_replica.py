@@ -57,6 +57,8 @@ from medverify.kb.index import (
     auto_kind,
     choose_spec,
     faiss_search,
+    make_index,
+    set_query_knob,
 )
 from medverify.kb.postings_build import build_postings
 from medverify.kb.protocol import Candidate
@@ -119,7 +121,7 @@ class ReplicaIndexes:
         """The vector index over ``rows`` (ascending ids), of the kind the policy asks for
         at their count."""
         self.spec = choose_spec(self.policy, len(rows), self.dim, self.threshold)
-        index = _make(self.spec, self.dim)
+        index = make_index(self.spec, self.dim)
         ids, vectors = _arrays(rows, self.dim)
         if not index.is_trained:
             _train(index, vectors)
@@ -220,14 +222,7 @@ class ReplicaIndexes:
                                "DO UPDATE SET df = df + excluded.df", counts.items())
 
     def _apply_knobs(self, index: Any) -> None:
-        import faiss
-
-        if isinstance(index, faiss.IndexIVF):
-            index.nprobe = min(self.knobs.nprobe, index.nlist)
-        elif isinstance(index, faiss.IndexIDMap2):
-            inner = faiss.downcast_index(index.index)
-            if isinstance(inner, faiss.IndexHNSW):
-                inner.hnsw.efSearch = self.knobs.ef_search
+        set_query_knob(index, self.knobs.nprobe, self.knobs.ef_search)
 
     # ---- searching ----------------------------------------------------------------
 
@@ -273,24 +268,6 @@ def _arrays(rows: Sequence[ChunkRow], dim: int) -> tuple[np.ndarray, np.ndarray]
     ids = np.fromiter((r.id for r in rows), dtype=np.int64, count=len(rows))
     vectors = np.frombuffer(b"".join(r.vector for r in rows), dtype=np.float32)
     return ids, vectors.reshape(len(rows), dim)
-
-
-def _make(spec: IndexSpec, dim: int) -> Any:
-    """The empty faiss index of ``spec`` (as the embedded KB's ``VectorIndex._make``)."""
-    import faiss
-
-    ip = faiss.METRIC_INNER_PRODUCT
-    if spec.kind == "ivf":
-        return faiss.IndexIVFFlat(faiss.IndexFlatIP(dim), dim, spec.nlist, ip)
-    if spec.kind == "ivfpq":
-        return faiss.IndexIVFPQ(faiss.IndexFlatIP(dim), dim, spec.nlist, spec.pq_m, 8, ip)
-    if spec.kind == "hnsw":
-        hnsw = faiss.IndexHNSWFlat(dim, spec.hnsw_m, ip)
-        efc = getattr(spec, "hnsw_efc", 0)  # (an IndexSpec that records efConstruction)
-        if efc:
-            hnsw.hnsw.efConstruction = efc
-        return faiss.IndexIDMap2(hnsw)
-    return faiss.IndexIDMap2(faiss.IndexFlatIP(dim))
 
 
 def _train(index: Any, vectors: np.ndarray) -> None:
