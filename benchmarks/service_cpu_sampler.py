@@ -1,16 +1,17 @@
 """A CPU-time sampler inside a server process, for ``bench_service_cpu.py``.
 
-``install()`` sets the signal handlers; ``SIGUSR1`` clears what was gathered and arms
-``ITIMER_PROF`` (a ``SIGPROF`` each :data:`INTERVAL_S` of the process's CPU, all threads
-together); ``SIGUSR2`` disarms it and writes the stacks to ``$BENCH_SERVICE_CPU_SAMPLES``.
-At each signal every thread's own CPU clock is read; the CPU a thread used since the last
-signal is added to its stack as it stands then (the main thread's: the frame the signal
-interrupted); a thread pool's work item (``asyncio.to_thread``) is timed whole on its
-thread's clock and counted to its function. So the weights are CPU seconds, not wall
-time: a thread waiting for a core or for the GIL adds nothing (a wall-clock sampler such as
-py-spy counts a thread that a socket write has just made wait for a core as busy at that
-write). The stacks are written in the collapsed format (``frame;frame;... µs``, outermost
-first, a frame ``qualname (path:line)`` with the path from the package).
+``install()`` sets the signal handlers. ``SIGUSR1`` clears what was gathered and arms a timer
+on the main thread's own CPU clock (``timer_create`` with ``CLOCK_THREAD_CPUTIME_ID``, its
+``SIGPROF`` sent to that thread) each :data:`INTERVAL_S` of its CPU: the main thread's CPU
+since the last sample goes to the frame the signal interrupted, which is where it was
+running. The event loop runs there; a thread pool's work item (``asyncio.to_thread``: the
+retrieval) is timed whole on its thread's clock and counted to its function. So the weights
+are CPU seconds, not wall time: a thread waiting for a core or for the GIL adds nothing (a
+wall-clock sampler such as py-spy counts a thread that a socket write has just made wait for
+a core as busy at that write, and a process-wide CPU timer lands on the main thread when it
+wakes, not where it spent its CPU). ``SIGUSR2`` disarms the timer and writes the stacks to
+``$BENCH_SERVICE_CPU_SAMPLES`` in the collapsed format (``frame;frame;... µs``, outermost
+first, a frame ``qualname (path:line)`` with the path from the package). Linux only.
 
 Used as the server's entry point: ``python service_cpu_sampler.py serve --kb ...`` runs
 ``medverify`` with these arguments, the sampler installed.
@@ -19,6 +20,7 @@ Used as the server's entry point: ``python service_cpu_sampler.py serve --kb ...
 from __future__ import annotations
 
 import contextvars
+import ctypes
 import os
 import runpy
 import signal
@@ -31,15 +33,14 @@ from functools import partial
 from types import FrameType
 from typing import Any
 
-INTERVAL_S = 0.002
-"""CPU seconds (the process's, all threads) between two samples."""
+INTERVAL_S = 0.001
+"""CPU seconds of the main thread between two samples."""
 
 _ROOTS = ("/site-packages/", "/src/", f"/python{sys.version_info[0]}.{sys.version_info[1]}/")
 
 _POOL = "ThreadPoolExecutor (concurrent/futures/thread.py:0)"
 _run_item = thread._WorkItem.run
-_pool_threads: set[int] = set()
-_MAIN = threading.main_thread().ident
+_MAIN = threading.main_thread().ident  # the key of its clock reading in _last
 _armed = False
 _weights: Counter[str] = Counter()
 _last: dict[int, float] = {}
@@ -68,13 +69,6 @@ def _stack(frame: FrameType | None) -> str:
     return ";".join(reversed(names))
 
 
-def _thread_cpu_s(ident: int) -> float | None:
-    try:
-        return time.clock_gettime(time.pthread_getcpuclockid(ident))
-    except (OSError, ProcessLookupError):
-        return None
-
-
 def _pool_run(item: Any) -> None:
     """A thread pool's work item, its CPU (the thread's clock) counted to its function."""
     func = item.fn
@@ -83,7 +77,6 @@ def _pool_run(item: Any) -> None:
         func = func.args[0] if runs_in_context and func.args else func.func
     module = getattr(func, "__module__", None) or "?"
     name = f"{getattr(func, '__qualname__', '?')} ({module.replace('.', '/')}.py:0)"
-    _pool_threads.add(threading.get_ident())
     started = time.thread_time()
     try:
         _run_item(item)
@@ -93,17 +86,45 @@ def _pool_run(item: Any) -> None:
 
 
 def _sample(_signum: int, frame: FrameType | None) -> None:
-    main = _MAIN
-    for ident, current in sys._current_frames().items():
-        if ident in _pool_threads:
-            continue  # counted per work item (_pool_run)
-        now = _thread_cpu_s(ident)
-        if now is None:
-            continue
-        used = now - _last.get(ident, now)
-        _last[ident] = now
-        if used > 0:
-            _weights[_stack(frame if ident == main else current)] += used
+    """The main thread's CPU since the last sample, to the frame the signal interrupted."""
+    now = time.thread_time()  # the handler runs on the main thread
+    used = now - _last.get(_MAIN, now)
+    _last[_MAIN] = now
+    if used > 0:
+        _weights[_stack(frame)] += used
+
+
+class _SigEvent(ctypes.Structure):
+    _fields_ = [("value", ctypes.c_void_p), ("signo", ctypes.c_int),
+                ("notify", ctypes.c_int), ("tid", ctypes.c_int), ("pad", ctypes.c_int * 11)]
+
+
+class _TimeSpec(ctypes.Structure):
+    _fields_ = [("sec", ctypes.c_long), ("nsec", ctypes.c_long)]
+
+
+class _ITimerSpec(ctypes.Structure):
+    _fields_ = [("interval", _TimeSpec), ("value", _TimeSpec)]
+
+
+_libc = ctypes.CDLL(None, use_errno=True)
+_timer = ctypes.c_void_p()
+_CLOCK_THREAD_CPUTIME_ID, _SIGEV_THREAD_ID = 3, 4
+
+
+def _arm(interval_s: float) -> None:
+    """A timer on the main thread's own CPU clock, its signal sent to the main thread:
+    a sample falls where the main thread is running (Linux ``timer_create``)."""
+    if not _timer.value:
+        event = _SigEvent(signo=signal.SIGPROF, notify=_SIGEV_THREAD_ID,
+                          tid=threading.get_native_id())
+        if _libc.timer_create(_CLOCK_THREAD_CPUTIME_ID, ctypes.byref(event),
+                              ctypes.byref(_timer)) != 0:
+            raise OSError(ctypes.get_errno(), "timer_create")
+    sec, nsec = int(interval_s), round((interval_s % 1) * 1e9)
+    spec = _ITimerSpec(_TimeSpec(sec, nsec), _TimeSpec(sec, nsec))
+    if _libc.timer_settime(_timer, 0, ctypes.byref(spec), None) != 0:
+        raise OSError(ctypes.get_errno(), "timer_settime")
 
 
 def _start(_signum: int, _frame: FrameType | None) -> None:
@@ -111,12 +132,12 @@ def _start(_signum: int, _frame: FrameType | None) -> None:
     _weights.clear()
     _last.clear()
     _armed = True
-    signal.setitimer(signal.ITIMER_PROF, INTERVAL_S, INTERVAL_S)
+    _arm(INTERVAL_S)
 
 
 def _write(_signum: int, _frame: FrameType | None) -> None:
     global _armed
-    signal.setitimer(signal.ITIMER_PROF, 0, 0)
+    _arm(0.0)
     _armed = False
     path = os.environ.get("BENCH_SERVICE_CPU_SAMPLES")
     if path:
