@@ -39,9 +39,11 @@ Stages (child processes, so each peak RSS is its own; results cached in ``--work
    (``embed_runtime = "onnx"``) and ONNX Runtime int8 (the exported model quantised
    dynamically with ``onnxruntime.quantization`` here: a benchmark-only encoder, not a
    setting) at nprobe 16, 32 (the default) and 64; torch fp32 (the default encoder) at
-   32. For each: recall@10 of the KB's dense top 10 against the exact flat scan of the
-   same query vectors, and the hybrid top 7 against the one on the exact index (same
-   vectors, and the first encoder's).
+   32; on request (``--encoders``) ``onnx-int8-smooth`` and ``onnx-int8-smooth-all``, the
+   SmoothQuant-style int8 query encoders of ``medverify.kb.onnx_quant`` (issue 45; see
+   bench_query_path.py). For each: recall@10 of the KB's dense top 10 against the exact
+   flat scan of the same query vectors, and the hybrid top 7 against the one on the exact
+   index (same vectors, and the first encoder's).
 
     .venv/bin/python benchmarks/bench_search_e2e.py --n 1000000 [--work /tmp/e2e]
 
@@ -289,6 +291,23 @@ def int8_encoder(onnx_embedder: Any, work: Path) -> Any:
     return encoder
 
 
+def smooth_encoder(onnx_embedder: Any, work: Path, alpha: float, all_int8: bool) -> Any:
+    """The ONNX embedder on the SmoothQuant-style int8 file of ``medverify.kb.onnx_quant``
+    (calibrated on 300 training claims of each set, as bench_query_path.py builds it):
+    ``alpha`` 0.8 with the FFN down-projections fp32, or every MatMul int8."""
+    from bench_query_path import calibration
+
+    from medverify.kb import onnx_quant, onnx_runtime
+
+    target = work / f"int8-smooth-{alpha}-{'all' if all_int8 else 'ffn32'}.onnx"
+    if not target.is_file():
+        onnx_quant.build(onnx_embedder._model, target, calibration(onnx_embedder, 300), alpha,
+                         (lambda name: False) if all_int8 else onnx_quant.ffn_down)
+    encoder = copy.copy(onnx_embedder)
+    encoder._onnx = onnx_runtime.OnnxEncoder(target)
+    return encoder
+
+
 class FixedVectors:
     """An embedder stand-in returning vectors computed before (to time ranking alone)."""
 
@@ -444,6 +463,8 @@ def stage_search(args: argparse.Namespace) -> dict[str, Any]:
                             faiss.IO_FLAG_MMAP_IFC)
     onnx = kb.embedder
     makers = {"onnx-fp32": lambda: onnx, "onnx-int8": lambda: int8_encoder(onnx, args.work),
+              "onnx-int8-smooth": lambda: smooth_encoder(onnx, args.work, 0.8, False),
+              "onnx-int8-smooth-all": lambda: smooth_encoder(onnx, args.work, 0.9, True),
               "torch-fp32": lambda: get_embedder(EMBEDDER, "fp32", "cpu")}
     encoders = {name: makers[name]() for name in args.encoders}
     configs = [(name, nprobe) for name in args.encoders
