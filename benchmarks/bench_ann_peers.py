@@ -84,6 +84,13 @@ def pct(values: Sequence[float]) -> dict[str, float]:
             "mean": round(float(ordered.mean()), 3)}
 
 
+def anon_mb() -> float:
+    """This process's anonymous resident memory (not the page cache a mapped file uses)."""
+    with open("/proc/self/status", encoding="ascii") as handle:
+        found = next((line for line in handle if line.startswith("RssAnon:")), "0 0")
+    return int(found.split()[1]) / 1024
+
+
 def tree_bytes(path: Path) -> int:
     if path.is_file():
         return path.stat().st_size
@@ -352,9 +359,12 @@ def stage_search(args: argparse.Namespace) -> dict[str, Any]:
     queries, truth = query_vectors(work, args.queries), np.load(work / f"truth_{args.n}.npy")
     loaders = {"ivf": faiss_configs, "faiss-hnsw": faiss_configs, "hnswlib": hnswlib_configs,
                "chromadb": chromadb_configs}
-    built = ["flat", *configs(args)]
-    every = [c for build in built
-             for c in loaders.get(family(build), faiss_configs)(work, args.n, build, args)]
+    every: list[Config] = []
+    anon: dict[str, float] = {}  # anonymous memory each index took to open (mapped: ~0)
+    for build in ["flat", *configs(args)]:
+        before = anon_mb()
+        every += loaders.get(family(build), faiss_configs)(work, args.n, build, args)
+        anon[build] = round(anon_mb() - before, 1)
     blocks = [range(s, min(s + args.block, len(queries)))
               for s in range(0, len(queries), args.block)]
     for config in every:  # warm: page cache, lazily loaded segments
@@ -375,7 +385,7 @@ def stage_search(args: argparse.Namespace) -> dict[str, Any]:
     rows = [{"system": c.system, "build": c.build, "setting": c.setting,
              "recall_at_10": recall(found[c.name], truth), **pct(times[c.name])}
             for c in every]
-    return {"rows": rows, "queries": len(queries), "block": args.block,
+    return {"rows": rows, "queries": len(queries), "block": args.block, "open_anon_mb": anon,
             "load_before": load_before, "load_after": load(), "peak_rss_mb": peak_mb()}
 
 
@@ -429,12 +439,15 @@ def size_lines(n: int, entry: dict[str, Any], target: float) -> list[str]:
     missing = sorted({r["system"] for r in search["rows"]} - set(best))
     if missing:
         lines.append(f"\nNo setting reached {target}: {', '.join(missing)}.")
-    lines += ["", "| build | seconds | threads | peak RSS growth MB | bytes on disk | detail |",
-              "|---|---|---|---|---|---|"]
+    opened = search.get("open_anon_mb", {})
+    lines += ["", "| build | seconds | threads | peak RSS growth MB | bytes on disk | "
+              "anonymous MB to open | detail |", "|---|---|---|---|---|---|---|"]
     for build in builds.values():
-        detail = build.get("spec") or build.get("hnsw") or f"M {build.get('M')}"
+        detail = (build.get("spec") or build.get("hnsw")
+                  or f"M {build.get('M')}, ef_construction {build.get('ef_construction')}")
         lines.append(f"| {build['config']} | {build['build_s']} | {build['build_threads']} | "
-                     f"{build['rss_growth_mb']} | {build['index_bytes']:,} | {detail} |")
+                     f"{build['rss_growth_mb']} | {build['index_bytes']:,} | "
+                     f"{opened.get(build['config'], '-')} | {detail} |")
     lines += ["", "| every setting | recall@10 | p50 ms | p95 ms |", "|---|---|---|---|"]
     lines += [f"| {r['build']} {r['setting']} | {r['recall_at_10']} | {r['p50']} | {r['p95']} |"
               for r in search["rows"]]
@@ -477,6 +490,8 @@ def parse(argv: Sequence[str] | None) -> argparse.Namespace:
     parser.add_argument("--block", type=int, default=20, help="queries per interleaved block")
     parser.add_argument("--recall", type=float, default=0.95)
     parser.add_argument("--stages", nargs="+", default=["vectors", "build", "search"])
+    parser.add_argument("--report", action="store_true",
+                        help="only write ann_peers.md again from ann_peers.json")
     parser.add_argument("--stage", help=argparse.SUPPRESS)
     parser.add_argument("--config", default="", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
@@ -490,6 +505,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         "vectors": stage_vectors, "build": stage_build, "search": stage_search}
     if args.stage:
         print(json.dumps(stages[args.stage](args)))
+        return 0
+    if args.report:
+        result = json.loads((RESULTS / "ann_peers.json").read_text())
+        (RESULTS / "ann_peers.md").write_text(markdown(result))
         return 0
     args.work.mkdir(parents=True, exist_ok=True)
     partial = args.work / f"ann_peers_{args.n}.json"

@@ -409,7 +409,7 @@ def stats(kb_dir: Path, as_json: bool) -> None:
 @click.option("--kb", "kb_dir", required=True, type=KB_DIR, help="Knowledge base directory.")
 @click.option("--index", "policy", type=click.Choice(INDEX_POLICIES),
               help="Record this vector index in the KB before rebuilding: auto (exact below "
-              "100,000 chunks, IVF above), flat, ivf, ivfpq or hnsw. Default: the KB's own.")
+              "100,000 chunks, HNSW above), flat, ivf, ivfpq or hnsw. Default: the KB's own.")
 @click.option("--nlist", type=click.IntRange(1), help="IVF lists (default ~4 sqrt(chunks)).")
 @config_option
 @WAIT

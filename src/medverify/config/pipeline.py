@@ -65,7 +65,7 @@ class KBSettings(Section):
     # 'medverify[onnx]'`; exported once into $MEDVERIFY_HOME/onnx; fp32 only; the same
     # vectors, a query about 2x faster: docs/kb.md)
     embed_runtime: Literal["torch", "onnx"] = "torch"
-    # the vector index (docs/scale.md): auto = exact below index_threshold chunks, IVF above;
+    # the vector index (docs/scale.md): auto = exact below index_threshold chunks, HNSW from it;
     # a KB records its choice, and one built with another kind is refused (kb reindex)
     index: Literal["auto", "flat", "ivf", "ivfpq", "hnsw"] = "auto"
     index_threshold: int = Field(100_000, ge=1)
