@@ -189,41 +189,65 @@ def steady_load(d: Deployment, clients: int, duration_s: float) -> tuple[threadi
 
 
 def run_kill(d: Deployment, jobs: int, clients: int, down_s: float, finish_timeout_s: float,
-             load_s: float = 20.0) -> dict[str, Any]:
-    """Jobs and ``load_s`` seconds of steady traffic through nginx; replica A killed after
-    a quarter of the jobs and started again ``down_s`` later; the audit."""
+             load_s: float = 20.0, kills: int = 1, rejoin: bool = True) -> dict[str, Any]:
+    """Jobs and ``load_s`` seconds of steady traffic through nginx; ``kills`` SIGKILLs, A
+    first (after a quarter of the jobs), then B, A, ... evenly up to three quarters of the
+    jobs finished, each replica started again ``down_s`` later and, with ``rejoin``, the
+    next kill only once nginx sends the restarted one requests again (without: as soon as
+    the restarted one answers /readyz); the audit."""
     load_before = load_average()
     began = time.perf_counter()
     submitted = submit_jobs(d, jobs)
     submit_s = time.perf_counter() - began
-    a = d.replicas[0]
     thread, load = steady_load(d, clients, duration_s=load_s)
-    wait_until(lambda: terminal_jobs(d.url) >= jobs // 4, finish_timeout_s, 0.05)
-    finished_at_kill = terminal_jobs(d.url)
-    killed_at = a.kill()
-    time.sleep(down_s)
-    a.start()
-    restarted_at = time.time()
+    killed: list[dict[str, Any]] = []
+    for n in range(kills):
+        victim = d.replicas[n % 2]
+        point = jobs // 4 + n * (jobs // 2) // max(1, kills - 1)  # within [1/4, 3/4]
+        if rejoin or n == 0:  # without rejoin: the next kill as soon as the last is up
+            wait_until(lambda p=point: terminal_jobs(d.url) >= p, finish_timeout_s, 0.05)
+        finished_at = terminal_jobs(d.url)
+        at = victim.kill()
+        time.sleep(down_s)
+        victim.start()
+        restarted = time.time()
+        back = rejoined(d, victim.address, restarted) if rejoin and n + 1 < kills else None
+        killed.append({"replica": victim.name, "address": victim.address, "at": at,
+                       "restarted": restarted, "finished_at_kill": finished_at,
+                       "rejoined_after_s": back})
     finished = wait_until(lambda: terminal_jobs(d.url) >= jobs, finish_timeout_s, 0.1)
     thread.join(finish_timeout_s)
     wall = time.perf_counter() - began
     assert d.nginx is not None
     seen = job_states(d, submitted)
     audit = audit_jobs_pg(d.url, submitted, seen)
-    audit.update(five_xx(read_access_log(d.nginx.access_log), a.address, killed_at,
-                         restarted_at))
+    audit.update(five_xx(read_access_log(d.nginx.access_log), killed))
     duplicates = (audit["duplicates_in_a_job"] + audit["duplicates_across_jobs"]
                   + audit["duplicates_in_run_store"] + audit["runs_shared_by_jobs"])
     met = (audit["lost"] == 0 and duplicates == 0 and audit["results"] == jobs
            and audit["five_xx_not_in_flight"] == 0)
     audit.update({
         "jobs": jobs, "clients": clients, "down_s": down_s, "all_finished": finished,
-        "finished_at_kill": finished_at_kill, "submit_s": round(submit_s, 2),
+        "kills": killed, "finished_at_kill": killed[0]["finished_at_kill"] if killed else None,
+        "submit_s": round(submit_s, 2),
         "wall_s": round(wall, 2), "replica_starts_s": {r.name: [round(s, 2) for s in r.starts]
                                                        for r in d.replicas},
         "load": load, "duplicates": duplicates, "load_average_before": load_before,
         "load_average_after": load_average(), "met": met})
     return audit
+
+
+def rejoined(d: Deployment, address: str, since: float, timeout_s: float = 30.0) -> float | None:
+    """Seconds after ``since`` until nginx's log shows a request answered by ``address``
+    (nginx tries a replica it marked failed again only after ``fail_timeout``)."""
+    assert d.nginx is not None
+    log = d.nginx.access_log
+
+    def answered() -> bool:
+        return any(r.start >= since and r.upstreams and r.upstreams[-1] == address
+                   and r.status < 500 for r in read_access_log(log))
+
+    return time.time() - since if wait_until(answered, timeout_s, 0.1) else None
 
 
 def job_states(d: Deployment, submitted: dict[str, str]) -> dict[str, dict[str, Any] | None]:
@@ -280,13 +304,17 @@ def audit_jobs_pg(url: str, submitted: dict[str, str],
     }
 
 
-def five_xx(logged: list[Logged], killed: str, killed_at: float,
-            restarted_at: float) -> dict[str, Any]:
-    """Every 5xx nginx answered, and which were in flight on the killed replica (sent to
-    it before the kill, ended after it); requests by the replica that answered them."""
+def five_xx(logged: list[Logged], killed: list[dict[str, Any]]) -> dict[str, Any]:
+    """Every 5xx nginx answered, and which were in flight on a replica when it was killed
+    (sent to it before the kill, ended after it); requests by the replica that answered."""
     errors = [r for r in logged if r.status >= 500 and r.status != 503]  # 503: a refusal
-    in_flight = [r for r in errors if r.upstreams and r.upstreams[-1] == killed
-                 and r.start <= killed_at + 0.05 and r.end >= killed_at]
+
+    def in_flight_on_killed(r: Logged) -> bool:
+        return any(r.upstreams and r.upstreams[-1] == k["address"]
+                   and r.start <= k["at"] + 0.05 and r.end >= k["at"] for k in killed)
+
+    in_flight = [r for r in errors if in_flight_on_killed(r)]
+    first = killed[0]["at"] if killed else 0.0
     retried = [r for r in logged if len(r.upstreams) > 1]
     by_replica: Counter[str] = Counter(r.upstreams[-1] if r.upstreams else "-" for r in logged)
     return {
@@ -295,10 +323,11 @@ def five_xx(logged: list[Logged], killed: str, killed_at: float,
         "five_xx_not_in_flight": len(errors) - len(in_flight),
         "refused_503": sum(1 for r in logged if r.status == 503),
         "five_xx_samples": [f"{r.method} {r.path} {r.status} via {','.join(r.upstreams)} "
-                            f"{r.start - killed_at:+.2f}..{r.end - killed_at:+.2f} s"
+                            f"{r.start - first:+.2f}..{r.end - first:+.2f} s"
                             for r in errors[:10]],
         "passed_to_the_other_replica": len(retried),
-        "passed_on_after_restart": sum(1 for r in retried if r.start >= restarted_at),
+        # nginx had marked every replica failed (max_fails within fail_timeout): 502 at once
+        "no_live_replica": sum(1 for r in logged if r.upstreams == ("medverify",)),
     }
 
 
@@ -414,6 +443,7 @@ def run_teach(d: Deployment, trials: int, watch_s: float) -> dict[str, Any]:
 
 def render(r: dict[str, Any]) -> str:
     k, t = r["kill"], r["teach"]
+    lat = k["load"].get("latency", {})
     lines = [
         "# Two replicas behind nginx, one killed (issue 46 item 4)", "",
         f"{r['date']}; {r['machine']['cpus']} CPUs ({r['machine']['cpu_model']}), shared "
@@ -424,27 +454,36 @@ def render(r: dict[str, Any]) -> str:
         f"the MedQuAD sample, hash embedder), nginx {r['nginx']} in front (round robin, "
         "`max_fails=1 fail_timeout=5s`, `proxy_next_upstream error timeout`). Judge: an LLM "
         f"at a local fake endpoint, {r['latency_s'] * 1000:g} ms a call; rules decomposer.",
-        "", f"## 1. Kill -9 of replica A during {k['jobs']} queued jobs and steady traffic: "
+        "", f"## 1. Kill -9 of a replica ({len(k['kills'])} times) during {k['jobs']} queued "
+        "jobs and steady traffic: "
         f"{met_word(k['met'])}", "",
         f"{k['clients']} closed-loop clients posted `/v1/check` through nginx for "
-        f"{k['load'].get('duration_s')} s; A was killed with {k['finished_at_kill']} of "
-        f"{k['jobs']} jobs finished and started again {k['down_s']:g} s later "
+        f"{k['load'].get('duration_s')} s; "
+        + "; ".join(f"{x['replica'].upper()} was killed with {x['finished_at_kill']} of "
+                    f"{k['jobs']} jobs finished" for x in k["kills"])
+        + f", each started again {k['down_s']:g} s later; nginx sent the restarted replica "
+        f"requests again after {_seconds([x['rejoined_after_s'] for x in k['kills']])} "
         f"(starts took {k['replica_starts_s']}).", "",
         "| | value | target |", "|---|---|---|",
         f"| jobs finished with their answer's result | {k['results']} / {k['jobs']} | all |",
         f"| jobs lost | {k['lost']} | 0 |",
         f"| jobs run twice (in a job, across jobs, in the run store, a run shared) | "
         f"{k['duplicates']} | 0 |",
-        f"| job attempts (attempts: jobs) | {k['attempts']} | |",
+        f"| job attempts (attempts: jobs; 2: taken again after its replica was killed, "
+        f"the first attempt's run left interrupted) | {k['attempts']} | |",
         f"| 5xx answered by nginx (502/504; 503 refusals apart: {k['refused_503']}) | "
         f"{k['five_xx']} | |",
-        f"| of those, in flight on A when it was killed | {k['five_xx_in_flight_on_killed']} | |",
-        f"| 5xx not in flight on A | {k['five_xx_not_in_flight']} | 0 |",
-        f"| requests nginx passed to the other replica (A refused the connection) | "
+        f"| of those, in flight on the replica when it was killed | "
+        f"{k['five_xx_in_flight_on_killed']} | |",
+        f"| 5xx not in flight on a killed replica | {k['five_xx_not_in_flight']} | 0 |",
+        f"| 502 at once because nginx had marked both replicas failed (no live upstream) | "
+        f"{k['no_live_replica']} | |",
+        f"| requests nginx passed to the other replica (connection refused) | "
         f"{k['passed_to_the_other_replica']} | |",
         f"| check requests: answered / all (client side) | {k['load'].get('ok')} / "
         f"{k['load'].get('requests')} | |",
-        f"| check latency p50 / p95 / p99 (answered) | {k['load'].get('latency', {})} | |",
+        f"| check latency p50 / p95 / p99 (answered) | {lat.get('p50_ms')} / "
+        f"{lat.get('p95_ms')} / {lat.get('p99_ms')} ms | |",
         "", f"Requests by the replica that answered: {k['requests_by_replica']}. 5xx: "
         f"{k['five_xx_samples'] or 'none'} (times from the kill).", "",
         f"## 2. Taught on A, used by B's checks: {met_word(t['met'])}", "",
@@ -466,12 +505,21 @@ def render(r: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
+def _seconds(values: list[float | None]) -> str:
+    """Seconds for the report ("-": not waited for, the last kill or ``--no-rejoin``)."""
+    return ", ".join("-" if v is None else f"{v:.1f} s" for v in values)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--jobs", type=int, default=200)
     parser.add_argument("--clients", type=int, default=4)
     parser.add_argument("--down", type=float, default=3.0, help="seconds A stays down")
-    parser.add_argument("--load", type=float, default=25.0, help="seconds of check traffic")
+    parser.add_argument("--load", type=float, default=40.0, help="seconds of check traffic")
+    parser.add_argument("--name", default="replicas", help="results/<name>.md and .json")
+    parser.add_argument("--kills", type=int, default=2, help="SIGKILLs: A, then B, ...")
+    parser.add_argument("--no-rejoin", action="store_true", help="kill the next replica as "
+                        "soon as the last one is up, before nginx sends it requests again")
     parser.add_argument("--latency", type=float, default=0.2, help="judge call seconds")
     parser.add_argument("--trials", type=int, default=20)
     parser.add_argument("--watch", type=float, default=3.5, help="seconds B is probed")
@@ -484,8 +532,8 @@ def main() -> None:
     print(render(result))
     if not args.quick:
         RESULTS.mkdir(parents=True, exist_ok=True)
-        (RESULTS / "replicas.json").write_text(json.dumps(result, indent=2) + "\n")
-        (RESULTS / "replicas.md").write_text(render(result))
+        (RESULTS / f"{args.name}.json").write_text(json.dumps(result, indent=2) + "\n")
+        (RESULTS / f"{args.name}.md").write_text(render(result))
 
 
 def run(args: argparse.Namespace) -> dict[str, Any]:
@@ -495,7 +543,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         try:
             d.open()
             kill = run_kill(d, args.jobs, args.clients, args.down, finish_timeout_s=600.0,
-                            load_s=args.load)
+                            load_s=args.load, kills=args.kills, rejoin=not args.no_rejoin)
             teach = run_teach(d, args.trials, args.watch)
         finally:
             d.close()
