@@ -414,7 +414,9 @@ def _stage_table(arms: dict[str, Any]) -> list[str]:
     names = list(arms)
     order = list(dict.fromkeys(s for a in arms.values() for s in a["stages_cpu_ms_per_answer"]))
     lines = ["CPU ms per answer by stage (the CPU-time sampler's shares in one more round "
-             "per server, applied to the timed CPU per answer; samples: " +
+             "per server, applied to the timed CPU per answer: one round's shares, so a "
+             "stage's figure moves by a tenth or two of a ms between runs; the totals above "
+             "are the before/after comparison; CPU µs sampled: " +
              ", ".join(f"{n} {arms[n]['samples']}" for n in names) + "):", "",
              "| stage | " + " | ".join(names) + " |", "|---|" + "---|" * len(names)]
     for stage in order:
