@@ -368,17 +368,21 @@ class Bench:
     def timed_pass(self, whats: Sequence[str]) -> dict[str, dict[tuple[str, int], list[float]]]:
         """Per query, per configuration (rotated), each of ``whats``: ``end_to_end``
         (search_many with the encoder), ``rank`` (rank_many with the vectors computed
-        before), ``rank_and_fetch`` (search_many with them)."""
+        before), ``rank_and_fetch`` (search_many with them), ``dense`` and ``lexical``
+        (rank_many of one list alone, at the depth hybrid fuses: the parts of ``rank``)."""
         times = {what: {c: [] for c in self.configs} for what in whats}
         for i, q in enumerate(self.queries):
             for name, nprobe in self.rotated(i):
                 for what in whats:
                     encoder = self.encoders[name] if what == "end_to_end" else self.fixed[name]
                     self.use(encoder, nprobe)
-                    call = (self.retriever.rank_many if what == "rank"
-                            else self.retriever.search_many)
-                    times[what][(name, nprobe)].append(timed(lambda q=q, call=call: call(
-                        [q], 7, "hybrid"))[0])
+                    call = (self.retriever.search_many if what in ("end_to_end",
+                                                                   "rank_and_fetch")
+                            else self.retriever.rank_many)
+                    k, mode = ((7, "hybrid") if what not in ("dense", "lexical")
+                               else (max(7, self.retriever.settings.candidates), what))
+                    times[what][(name, nprobe)].append(timed(
+                        lambda q=q, call=call, k=k, mode=mode: call([q], k, mode))[0])
         return times
 
     def quality(self, name: str, nprobe: int, flat: Any, exact_hybrid: list[list[str]],
@@ -422,7 +426,7 @@ def measure(bench: Bench, flat: Any, ivf: Any) -> dict[str, Any]:
     out: dict[str, Any] = {"load_before": load()}
     out["embed"] = bench.embed_all()
     bench.timed_pass(["end_to_end"])  # warm: page cache, ONNX sessions, every configuration
-    passes = bench.timed_pass(["end_to_end", "rank", "rank_and_fetch"])
+    passes = bench.timed_pass(["end_to_end", "rank", "rank_and_fetch", "dense", "lexical"])
     out["load_after_timing"] = load()
     exact = {name: bench.exact_hybrid(name, flat, ivf) for name in bench.encoders}
     rows = []
@@ -542,6 +546,7 @@ def _model_lines(r: dict[str, Any]) -> list[str]:
 
 
 def _search_lines(sr: dict[str, Any]) -> list[str]:
+    parts = "dense" in sr["configs"][0]  # runs before issue 45 did not time the parts
     lines = ["## Search", "",
              f"Index {sr['index']} (memory-mapped: {sr['mapped']}), opened in {sr['open_ms']} "
              f"ms; {sr['queries']} real claims one at a time, k = 7; every configuration "
@@ -553,8 +558,9 @@ def _search_lines(sr: dict[str, Any]) -> list[str]:
              f"{sr['configs'][0]['encoder']}'s query vectors on the exact (flat) index.", "",
              "| encoder | nprobe | **end to end** p50 / p95 ms | query embedding p50 / p95 | "
              "rank p50 / p95 | rank + fetch p50 / p95 | **recall@10** (tie-aware) | "
-             "hybrid top 7 = exact index's | hybrid top 7 shared with the reference |",
-             "|---|---|---|---|---|---|---|---|---|"]
+             "hybrid top 7 = exact index's | hybrid top 7 shared with the reference |"
+             + (" dense list alone p50 | lexical list alone p50 |" if parts else ""),
+             "|---|---|---|---|---|---|---|---|---|" + ("---|---|" if parts else "")]
     for row in sr["configs"]:
         e = sr["embed"][row["encoder"]]
         lines.append(
@@ -564,7 +570,8 @@ def _search_lines(sr: dict[str, Any]) -> list[str]:
             f"{row['rank_and_fetch']['p95']} | **{row['recall_at_10']}** "
             f"({row['recall_at_10_tie_aware']}) | {row['hybrid_top7_equal_to_exact']} of "
             f"{sr['queries']} (overlap {row['hybrid_top7_overlap']}) | "
-            f"{row['hybrid_top7_overlap_with_reference']} |")
+            f"{row['hybrid_top7_overlap_with_reference']} |"
+            + (f" {row['dense']['p50']} | {row['lexical']['p50']} |" if parts else ""))
     for key, value in sr.items():
         if key.startswith("cosine_to_") and value:
             lines += ["", f"Query vectors against {key[len('cosine_to_'):]}'s: " + "; ".join(
