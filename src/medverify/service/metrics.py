@@ -203,13 +203,13 @@ class ServiceMetrics:
     def watch_kb(self, kb: Any) -> None:
         """Report the KB this worker searches: a KB on PostgreSQL gets
         ``medverify_knowledge_base_replica_generation`` (the generation this worker's
-        vector index has, read after each check and at each scrape; several workers: the
+        search indexes have, read after each check and at each scrape; several workers: the
         lowest live one; 0 until its first search) and its database's size and generation
         (read at each scrape through this worker's connection)."""
         self._kb = self.store.kb = kb
         if self._replica is None and hasattr(kb, "replica_generation"):
             self._replica = Gauge("medverify_knowledge_base_replica_generation", "The KB "
-                                  "generation this worker's vector index has (it follows "
+                                  "generation this worker's search indexes have (it follows "
                                   "the KB's within [kb_settings] generation_poll_s of a "
                                   "search; 0: not built yet)", registry=self.registry,
                                   multiprocess_mode="livemin")

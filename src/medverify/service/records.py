@@ -171,9 +171,10 @@ class Readiness(Record):
         None, description="the KB's generation (bumped by every ingest batch and every change "
         "review teaches or reverts); on PostgreSQL the database's. None: no KB loaded")
     kb_replica_generation: int | None = Field(
-        None, description="a KB on PostgreSQL: the generation this replica's vector index "
-        "has (it follows the database's within [kb_settings] generation_poll_s of a search); "
-        "None: not built yet, or an embedded KB (no index of its own per replica)")
+        None, description="a KB on PostgreSQL: the generation this replica's search indexes "
+        "have (lexical and vector; they follow the database's within [kb_settings] "
+        "generation_poll_s of a search); None: not built yet, or an embedded KB (no index "
+        "of its own per replica)")
     kb_generation_lag: int | None = Field(
         None, description="kb_generation - kb_replica_generation (0: this replica searches "
         "every committed change); None when either is")

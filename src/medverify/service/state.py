@@ -167,8 +167,8 @@ class ServiceState:
         return checks
 
     def kb_generations(self) -> dict[str, int | None]:
-        """``/readyz``'s KB fields: the KB's generation, the one this replica's vector index
-        has (a KB on PostgreSQL) and the lag between them; None where unknown (no KB
+        """``/readyz``'s KB fields: the KB's generation, the one this replica's search indexes
+        have (a KB on PostgreSQL) and the lag between them; None where unknown (no KB
         loaded, a database that does not answer, no index of its own per replica). Reads
         the KB (one query on PostgreSQL), so not on the event loop."""
         kb = self.checker.kb if self.checker is not None else None
