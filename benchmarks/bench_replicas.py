@@ -469,8 +469,8 @@ def render(r: dict[str, Any]) -> str:
         f"| jobs lost | {k['lost']} | 0 |",
         f"| jobs run twice (in a job, across jobs, in the run store, a run shared) | "
         f"{k['duplicates']} | 0 |",
-        f"| job attempts (attempts: jobs; 2: taken again after its replica was killed, "
-        f"the first attempt's run left interrupted) | {k['attempts']} | |",
+        f"| job attempts (attempts: jobs; 2: taken again after its replica was killed) | "
+        f"{k['attempts']} | |",
         f"| 5xx answered by nginx (502/504; 503 refusals apart: {k['refused_503']}) | "
         f"{k['five_xx']} | |",
         f"| of those, in flight on the replica when it was killed | "
