@@ -12,19 +12,21 @@ measured in alternating rounds of ``--answers`` / ``--rounds`` answers each, so 
 the same machine load: the ratio is within one run.
 
 Stages: after the timed rounds, one more round per server with a CPU-time sampler in the
-server process (``service_cpu_sampler.py``, the server's entry point: each ``SIGPROF`` of
-``ITIMER_PROF``, every thread's CPU since the last one is added to its stack); each
-sample's CPU goes to the stage of :data:`STAGES` its stack shows (request parsing and the
-HTTP server, the middleware, auth, admission, decomposition, retrieval, the LLM judge's
-prompt, the call through the model facade, the HTTP client, the request cache, the judge
-output's parsing, quote checks, exact checks, arbitration, run-store writes, the review
-queue, report building, metrics, logs, ...), and the timed CPU per answer is split in those
-proportions (so the stages add up to the measured total; the sampled round is not in it).
+server process (``service_cpu_sampler.py``, the server's entry point: a timer on the main
+thread's CPU clock samples the event loop's stack where it spends its CPU; the thread
+pool's work, the retrieval, is timed whole on its thread's clock); each sample's CPU goes
+to the stage of :data:`STAGES` its stack shows (request parsing and the HTTP server, the
+middleware, auth, admission, decomposition, retrieval, the LLM judge's prompt, the call
+through the model facade, the HTTP client, the request cache, the judge output's parsing,
+quote checks, exact checks, arbitration, run-store writes, the review queue, report
+building, metrics, logs, ...), and the timed CPU per answer is split in those proportions
+(so the stages add up to the measured total; the sampled round is not in it).
 
 Guard: before the timed rounds, the same fixed answers are checked on both servers (with
 ``detail=full`` and the default compact response) and the responses compared byte for byte
 after the fields that differ by nature are blanked (the run id, the answer's created time
-when the run store stamps it); any other difference fails the benchmark.
+when the run store stamps it, each server's store, home and port in the full report's
+config); any other difference fails the benchmark.
 
 Usage::
 
