@@ -28,6 +28,7 @@ import re
 import unicodedata
 from collections.abc import Iterator, Mapping
 from dataclasses import replace
+from functools import lru_cache
 from itertools import pairwise
 
 from medverify.records import Analysis, Passage
@@ -137,11 +138,24 @@ def _from_header(text: str, passages: Mapping[str, Passage]) -> Passage | None:
     return found[0]
 
 
+@lru_cache(maxsize=512)
 def normalise(text: str) -> str:
     """Text folded for quote matching: Unicode compatibility forms (NFKC: full-width
     letters, ligatures), invisible format characters (zero-width spaces, soft hyphens,
     direction marks) removed, typographic quotes and dashes, whitespace and case.
-    Look-alike letters of other scripts are *not* folded: they do not match."""
+    Look-alike letters of other scripts are *not* folded: they do not match.
+
+    Cached (a passage is normalised for :func:`quote_in_text` and again for
+    :func:`check_quote`). ASCII text takes a fast path with the same result: NFKC leaves
+    ASCII as it is, no ASCII character is a format character (Cf) or in the typographic
+    table, so only whitespace and case fold (:func:`_normalise_unicode` is the full path;
+    a test checks both agree)."""
+    if text.isascii():
+        return " ".join(text.split()).casefold()
+    return _normalise_unicode(text)
+
+
+def _normalise_unicode(text: str) -> str:
     text = unicodedata.normalize("NFKC", text)
     text = "".join(c for c in text if unicodedata.category(c) != "Cf")
     return " ".join(text.translate(_TRANSLATE).split()).casefold()
