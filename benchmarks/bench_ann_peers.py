@@ -439,6 +439,12 @@ def size_lines(n: int, entry: dict[str, Any], target: float) -> list[str]:
     missing = sorted({r["system"] for r in search["rows"]} - set(best))
     if missing:
         lines.append(f"\nNo setting reached {target}: {', '.join(missing)}.")
+    for earlier in entry.get("earlier_searches", []):
+        found = at_recall(earlier["rows"], target)
+        lines.append(f"\nAn earlier run of the search stage (load {earlier['load_before']}): "
+                     + "; ".join(f"{system} {row['build']} {row['setting']} {row['p50']} ms at "
+                                 f"{row['recall_at_10']}" for system, row in
+                                 sorted(found.items(), key=lambda kv: kv[1]["p50"])) + ".")
     opened = search.get("open_anon_mb", {})
     lines += ["", "| build | seconds | threads | peak RSS growth MB | bytes on disk | "
               "anonymous MB to open | detail |", "|---|---|---|---|---|---|---|"]
@@ -520,6 +526,8 @@ def main(argv: Sequence[str] | None = None) -> int:
                 builds[config] = run_stage("build", args, config)
                 partial.write_text(json.dumps(entry, indent=1))
         else:
+            if name == "search" and "search" in entry:  # a rerun: the earlier one is kept
+                entry.setdefault("earlier_searches", []).append(entry["search"])
             entry[name] = run_stage(name, args)
         partial.write_text(json.dumps(entry, indent=1))
     command = " ".join(["nice -n 5 .venv/bin/python benchmarks/bench_ann_peers.py",
