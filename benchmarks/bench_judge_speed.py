@@ -4,8 +4,10 @@ verifier scoring 32 windows per batch), in one run.
 
     .venv/bin/python benchmarks/bench_judge_speed.py [--n 300] [--rounds 5]
 
-Since issue 45 the per-window verifier scores on one intra-op thread
-(``Verifier.threads``); the full judge on torch's own threads (2 here) is timed too.
+Since issue 45 the int8 verifier scores windows in fixed-shape batches with one activation
+scale per window (``Verifier.scoring`` "window_scales", on ``Verifier.threads`` = 1 intra-op
+thread); the full judge with one window at a time (issue 27's "per_window", short windows
+on one thread) is timed too.
 All sides judge the same pairs (the first --n of healthver_dev and of checkcovid_dev: short
 and long evidence; made-up pairs when the data folder is absent), one passage per claim,
 quotes off, as `eval pairs` does. Rounds alternate the two so the machine's load hits both
@@ -20,6 +22,7 @@ import argparse
 import asyncio
 import json
 import os
+import platform
 import statistics
 import time
 from pathlib import Path
@@ -32,7 +35,8 @@ from medverify.judge.builtin import BuiltinJudge
 from medverify.judge.quotes import is_verbatim
 from medverify.records import Claim, Passage
 from medverify.verdict_rules import passage_label
-from medverify.verifier.infer import PER_WINDOW_THREADS
+
+SHIPPED = "window_scales"
 
 ROOT = Path(__file__).resolve().parents[1]
 DATA = data_dir() / "pairs"
@@ -66,20 +70,20 @@ def verifier_only(judge: BuiltinJudge, batch: list[tuple[str, str]]) -> None:
 def before_issue(judge: BuiltinJudge, batch: list[tuple[str, str]]) -> None:
     """The judge's work before issue 27: the verifier's batched windows (its int8 model
     scored 32 windows at a time then), the verbatim rule and the per-passage label."""
-    judge.verifier.per_window = False  # type: ignore[attr-defined]
+    judge.verifier.scoring = "batched"  # type: ignore[attr-defined]
     try:
         verifier_only(judge, batch)
     finally:
-        judge.verifier.per_window = True  # type: ignore[attr-defined]
+        judge.verifier.scoring = SHIPPED  # type: ignore[attr-defined]
 
 
-def full_judge_two_threads(judge: BuiltinJudge, batch: list[tuple[str, str]]) -> None:
-    """The full judge as before issue 45: per-window scoring on torch's threads (2 here)."""
-    judge.verifier.threads = None  # type: ignore[attr-defined]
+def full_judge_per_window(judge: BuiltinJudge, batch: list[tuple[str, str]]) -> None:
+    """The full judge before issue 45's batched scoring: one window at a time."""
+    judge.verifier.scoring = "per_window"  # type: ignore[attr-defined]
     try:
         full_judge(judge, batch)
     finally:
-        judge.verifier.threads = PER_WINDOW_THREADS  # type: ignore[attr-defined]
+        judge.verifier.scoring = SHIPPED  # type: ignore[attr-defined]
 
 
 def full_judge(judge: BuiltinJudge, batch: list[tuple[str, str]]) -> None:
@@ -95,39 +99,43 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=5)
     args = parser.parse_args()
     judge = BuiltinJudge(quotes=False)
+    assert judge.verifier.scoring == SHIPPED  # type: ignore[attr-defined]
     result: dict = {"judge": judge.judge_id, "calibration": judge.calibration,
-                    "cpus": os.cpu_count(), "sets": {}}
-    lines = ["# Built-in judge speed: before issue 27, before issue 45, the verifier alone, "
+                    "cpus": os.cpu_count(), "machine": platform.processor() or platform.machine(),
+                    "sets": {}}
+    lines = ["# Built-in judge speed: before issue 27, one window at a time, the verifier alone, "
              "the full judge", "",
-             "| set | pairs | before issue 27 (batched int8), pairs/s | full judge before issue 45 "
-             "(per window, 2 threads), pairs/s | verifier only (per window, 1 thread), pairs/s | "
-             "full judge, pairs/s | full / before issue 27 | full / before issue 45 |",
+             "| set | pairs | before issue 27 (batched int8, torch's threads), pairs/s | full "
+             "judge, one window at a time (issue 27), pairs/s | verifier only (per-window "
+             "scales in batches, 1 thread), pairs/s | full judge, pairs/s | full / before "
+             "issue 27 | full / one window at a time |",
              "|---|---|---|---|---|---|---|---|"]
     load_before = os.getloadavg()
     result["load_before"] = load_before
     for name, batch in pairs(args.n).items():
         times: dict[str, list[float]] = {"before": [], "verifier_only": [], "full_judge": [],
-                                         "full_judge_two_threads": []}
+                                         "full_judge_per_window": []}
         full_judge(judge, batch[:16])  # warm-up: model, caches, lazy loads
         for _ in range(args.rounds):
             for label, fn in (("before", before_issue), ("verifier_only", verifier_only),
                               ("full_judge", full_judge),
-                              ("full_judge_two_threads", full_judge_two_threads)):
+                              ("full_judge_per_window", full_judge_per_window)):
                 started = time.perf_counter()
                 fn(judge, batch)
                 times[label].append(time.perf_counter() - started)
         rate = {k: len(batch) / statistics.median(v) for k, v in times.items()}
         ratio = rate["full_judge"] / rate["before"]
-        vs_two = rate["full_judge"] / rate["full_judge_two_threads"]
+        vs_one = rate["full_judge"] / rate["full_judge_per_window"]
         result["sets"][name] = {"pairs": len(batch), "seconds": times, "pairs_per_s": rate,
-                                "ratio": round(ratio, 3), "ratio_vs_two_threads": round(vs_two, 3)}
+                                "ratio": round(ratio, 3), "ratio_vs_per_window": round(vs_one, 3)}
         lines.append(f"| {name} | {len(batch)} | {rate['before']:.1f} | "
-                     f"{rate['full_judge_two_threads']:.1f} | "
+                     f"{rate['full_judge_per_window']:.1f} | "
                      f"{rate['verifier_only']:.1f} | {rate['full_judge']:.1f} | {ratio:.2f} | "
-                     f"{vs_two:.2f} |")
+                     f"{vs_one:.2f} |")
     result["load_average"] = os.getloadavg()
     lines += ["", f"Median of {args.rounds} alternating rounds; load average after: "
-              f"{result['load_average'][0]:.2f} (before: {load_before[0]:.2f}). Target (issue 45): "
+              f"{result['load_average'][0]:.2f} (before: {load_before[0]:.2f}) on "
+              f"{result['cpus']} CPUs ({result['machine']}). Target (issue 45): "
               "full / before issue 27 >= 1.5.", ""]
     RESULTS.mkdir(parents=True, exist_ok=True)
     (RESULTS / "judge_speed.json").write_text(json.dumps(result, indent=1) + "\n")

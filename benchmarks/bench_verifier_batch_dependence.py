@@ -9,10 +9,12 @@ companions). Reports the largest change of
 any probability, how many pairs change their one-passage label (the judge's rule with the
 verifier's thresholds), and pairs/s at batch size 32 and 1. The shipped model is dynamically
 quantised to int8, which scales activations per batch tensor: a pair's result depends on
-its companions. That is measured with ``Verifier.per_window`` switched off (the behaviour
-before issue 27); the last column checks that with it on (the default for an int8 model)
-a pair gets the same probabilities whatever it is batched with, alone or in batches, and
-(issue 45) the same on one intra-op thread (the shipped ``Verifier.threads``) as on two.
+its companions. That is measured with ``Verifier.scoring`` = "batched" (the behaviour
+before issue 27); the last columns check that with the shipped "window_scales" (issue 45:
+batches of one padded length, one activation scale per window) a pair gets the same
+probabilities whatever it is batched with, alone or in batches, the same on one intra-op
+thread (the shipped ``Verifier.threads``) as on two, and how far they are from issue 27's
+"per_window" scoring (one window at a time).
 Writes benchmarks/results/verifier_batch_dependence.{json,md}.
 """
 
@@ -20,6 +22,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import time
 from pathlib import Path
 
@@ -31,6 +34,7 @@ from medverify.verifier import get_verifier
 from medverify.verifier.infer import PER_WINDOW_THREADS
 
 ROOT = Path(__file__).resolve().parents[1]
+SHIPPED = "window_scales"
 RESULTS = ROOT / "benchmarks" / "results"
 
 
@@ -40,15 +44,17 @@ def main() -> None:
     args = parser.parse_args()
     verifier = get_verifier()
     thresholds = (verifier.thresholds["support"], verifier.thresholds["contradict"])
-    result: dict = {"verifier": verifier.id, "sets": {}}
+    assert verifier.scoring == SHIPPED
+    result: dict = {"verifier": verifier.id, "load_before": os.getloadavg(), "sets": {}}
     lines = ["# Verifier: batch dependence of one pair's probabilities", "",
              "| set | pairs | max abs change, alone vs batched | label changes | max abs change, "
              "batched vs other companions | label changes | pairs/s batch 32 | pairs/s batch 1 | "
-             "per_window on: max abs change vs other companions | per_window on: alone vs "
-             "batched | label changes | per_window, 1 thread vs 2 threads | label changes |",
-             "|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
+             "shipped: max abs change vs other companions | shipped: alone vs "
+             "batched | label changes | shipped, 1 thread vs 2 threads | label changes | "
+             "shipped vs one window at a time | label changes |",
+             "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for name, pairs in load(args.n).items():
-        verifier.per_window = False  # the behaviour before issue 27: batched windows
+        verifier.scoring = "batched"  # the behaviour before issue 27: batched windows
         started = time.perf_counter()
         alone = verifier.predict(pairs, batch_size=1)
         single_s = time.perf_counter() - started
@@ -56,11 +62,13 @@ def main() -> None:
         batched = verifier.predict(pairs, batch_size=32)
         batch_s = time.perf_counter() - started
         others = verifier.predict(pairs[::-1], batch_size=32)[::-1]
-        verifier.per_window = True  # shipped: one window at a time, on one thread
+        verifier.scoring = "per_window"  # issue 27: one window at a time
+        per_window = verifier.predict(pairs, batch_size=32)
+        verifier.scoring = SHIPPED  # per-window scales in batches
         shipped = verifier.predict(pairs, batch_size=32)
         fixed = float(np.abs(shipped - verifier.predict(pairs[::-1], batch_size=32)[::-1]).max())
         shipped_alone = float(np.abs(shipped - verifier.predict(pairs, batch_size=1)).max())
-        verifier.threads = None  # per window on torch's threads (2): before issue 45
+        verifier.threads = None  # on torch's threads (2)
         two_threads = verifier.predict(pairs, batch_size=32)
         verifier.threads = PER_WINDOW_THREADS
 
@@ -79,7 +87,9 @@ def main() -> None:
                "per_window_alone_vs_batched": shipped_alone,
                "per_window_label_changes": flips(shipped, verifier.predict(pairs[::-1])[::-1]),
                "one_vs_two_threads": float(np.abs(shipped - two_threads).max()),
-               "one_vs_two_threads_label_changes": flips(shipped, two_threads)}
+               "one_vs_two_threads_label_changes": flips(shipped, two_threads),
+               "vs_per_window": float(np.abs(shipped - per_window).max()),
+               "vs_per_window_label_changes": flips(shipped, per_window)}
         result["sets"][name] = row
         lines.append(f"| {name} | {len(pairs)} | {row['alone_vs_batched']:.4f} | "
                      f"{row['alone_vs_batched_label_changes']} | {row['batched_vs_others']:.4f} | "
@@ -87,7 +97,12 @@ def main() -> None:
                      f"{row['pairs_per_s_batch_32']:.1f} | {row['pairs_per_s_batch_1']:.1f} | "
                      f"{fixed:.2e} | {shipped_alone:.2e} | {row['per_window_label_changes']} | "
                      f"{row['one_vs_two_threads']:.2e} | "
-                     f"{row['one_vs_two_threads_label_changes']} |")
+                     f"{row['one_vs_two_threads_label_changes']} | "
+                     f"{row['vs_per_window']:.2e} | {row['vs_per_window_label_changes']} |")
+    result["load_after"] = os.getloadavg()
+    lines += ["", f"Load average before {result['load_before'][0]:.2f}, after "
+              f"{result['load_after'][0]:.2f}, on {os.cpu_count()} CPUs. Guarantee (issue 27, "
+              "45): the shipped columns 0 label changes and changes <= 1e-6."]
     RESULTS.mkdir(parents=True, exist_ok=True)
     (RESULTS / "verifier_batch_dependence.json").write_text(json.dumps(result, indent=1) + "\n")
     (RESULTS / "verifier_batch_dependence.md").write_text("\n".join(lines) + "\n")

@@ -58,8 +58,9 @@ def test_a_windows_scores_do_not_depend_on_its_batch(tiny) -> None:
     alone = score_windows_int8(encoder, tokenizer, [PAIR], 64)[0]
     for batch_size in (3, 32):
         for pairs in ([*OTHERS[:5], PAIR, *OTHERS[5:]], [PAIR, *OTHERS[::-1]]):
-            scores = score_windows_int8(encoder, tokenizer, pairs, 64, batch_size)
-            assert np.array_equal(scores[pairs.index(PAIR)], alone)
+            for workers in (1, 2):
+                scores = score_windows_int8(encoder, tokenizer, pairs, 64, batch_size, workers)
+                assert np.array_equal(scores[pairs.index(PAIR)], alone)
     assert np.allclose(alone.sum(), 1.0, atol=1e-5)
     # torch's dynamic int8 in one batch does move the pair (what the above guards against)
     batched = score_windows(model, tokenizer, [*OTHERS[:5], PAIR, *OTHERS[5:]], 64, 32)[5]
@@ -77,3 +78,4 @@ def test_close_to_dynamic_int8_one_window_at_a_time(tiny) -> None:
 def test_buckets_hold_one_padded_length() -> None:
     batches = bucket_batches([3, 17, 16, 40, 200, 5], batch_size=2, max_tokens=64)
     assert batches == [(16, [0, 2]), (16, [5]), (32, [1]), (48, [3]), (64, [4])]
+    assert [len(b[1]) for b in bucket_batches([250] * 9, 32, 256)] == [4, 4, 1]  # 1,024 tokens

@@ -158,13 +158,16 @@ class Verifier:
         # Intra-op threads while scoring short windows one at a time, or any windows with
         # per-window scales (None: torch's).
         self.threads: int | None = PER_WINDOW_THREADS
+        # Threads scoring batches side by side in "window_scales" (each on ``threads``
+        # intra-op threads); the scores are the same with any number.
+        self.workers: int = 1
 
     def _score(self, pairs: Sequence[tuple[str, str]], batch_size: int) -> np.ndarray:
         """Probabilities of already-windowed pairs in the verifier's scoring mode."""
         if self.scoring == "window_scales" and self.int8 is not None:
             with torch_threads(self.threads):
                 return score_windows_int8(self.int8, self.tokenizer, pairs, self.max_tokens,
-                                          batch_size)
+                                          batch_size, self.workers)
         if self.scoring != "per_window":
             return score_windows(self.model, self.tokenizer, pairs, self.max_tokens, batch_size)
         out = np.zeros((len(pairs), len(LABELS)), dtype=np.float32)

@@ -15,6 +15,7 @@ quantised input and run as one product.
 from __future__ import annotations
 
 from collections.abc import Sequence
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import numpy as np
@@ -28,6 +29,11 @@ BUCKET_STEP = 16  # windows are padded to a multiple of this many word pieces
 # N=1536) for 64-112 rows a call and at 4 us for 3,584 rows (exploratory timings on the
 # 2-core machine); the rows' results are exact integers whatever the chunk.
 _ROWS_PER_PRODUCT = 128
+# Padded tokens per batch (beyond one window): with 1,024, Check-COVID's 256-token windows
+# scored at 34 windows per CPU second against 29-31 with 2,048 or 8,192 (HealthVer's short
+# ones 77-82 either way; exploratory CPU-time runs, 40 pairs each, on the busy 2-core machine):
+# smaller batches keep each step's tensors in cache.
+TOKENS_PER_BATCH = 1024
 _QMAX = 127  # the dynamic Linear's activation range with reduce_range: 0..127
 
 
@@ -141,31 +147,48 @@ def tokenize_windows(tokenizer: Any, pairs: Sequence[tuple[str, str]], max_token
 
 
 def bucket_batches(lengths: Sequence[int], batch_size: int, max_tokens: int) -> list:
-    """(padded length, window indices) batches: windows of one length bucket together."""
+    """(padded length, window indices) batches: windows of one length bucket together, at
+    most ``batch_size`` of them and (beyond one window) TOKENS_PER_BATCH padded tokens."""
     groups: dict[int, list[int]] = {}
     for i, n in enumerate(lengths):
         groups.setdefault(min(max_tokens, -(-n // BUCKET_STEP) * BUCKET_STEP), []).append(i)
-    return [(size, members[start : start + batch_size])
-            for size, members in sorted(groups.items())
-            for start in range(0, len(members), batch_size)]
+    out = []
+    for size, members in sorted(groups.items()):
+        step = max(1, min(batch_size, TOKENS_PER_BATCH // size))
+        out.extend((size, members[start : start + step]) for start in range(0, len(members), step))
+    return out
+
+
+def _score_batch(encoder: Int8Encoder, encoded: list, size: int, idx: list[int]) -> np.ndarray:
+    """Probabilities of one batch of windows padded to ``size`` tokens."""
+    ids = np.zeros((len(idx), size), dtype=np.int64)
+    types = np.zeros_like(ids)
+    for row, i in enumerate(idx):
+        n = len(encoded[i][0])
+        ids[row, :n] = encoded[i][0]
+        types[row, :n] = encoded[i][1]
+    lengths = torch.tensor([len(encoded[i][0]) for i in idx])
+    with torch.inference_mode():
+        logits = encoder.logits(torch.from_numpy(ids), torch.from_numpy(types), lengths)
+        return torch.softmax(logits, dim=-1).numpy()
 
 
 def score_windows_int8(encoder: Int8Encoder, tokenizer: Any, pairs: Sequence[tuple[str, str]],
-                       max_tokens: int, batch_size: int = 32) -> np.ndarray:
-    """(n, 3) float32 probabilities of already-windowed pairs, batch-independent."""
+                       max_tokens: int, batch_size: int = 32, workers: int = 1) -> np.ndarray:
+    """(n, 3) float32 probabilities of already-windowed pairs, batch-independent.
+
+    ``workers`` > 1 scores batches on that many threads at once (each batch on the calling
+    thread's torch threads): a batch's result is the same on whichever thread."""
     out = np.zeros((len(pairs), 3), dtype=np.float32)
     if not pairs:
         return out
     encoded = tokenize_windows(tokenizer, pairs, max_tokens)
-    lengths = [len(ids) for ids, _ in encoded]
-    with torch.inference_mode():
-        for size, idx in bucket_batches(lengths, batch_size, max_tokens):
-            ids = np.zeros((len(idx), size), dtype=np.int64)
-            types = np.zeros_like(ids)
-            for row, i in enumerate(idx):
-                ids[row, : lengths[i]] = encoded[i][0]
-                types[row, : lengths[i]] = encoded[i][1]
-            logits = encoder.logits(torch.from_numpy(ids), torch.from_numpy(types),
-                                    torch.tensor([lengths[i] for i in idx]))
-            out[idx] = torch.softmax(logits, dim=-1).numpy()
+    batches = bucket_batches([len(ids) for ids, _ in encoded], batch_size, max_tokens)
+    if workers > 1 and len(batches) > 1:
+        with ThreadPoolExecutor(workers) as pool:
+            results = list(pool.map(lambda b: _score_batch(encoder, encoded, *b), batches))
+    else:
+        results = [_score_batch(encoder, encoded, *b) for b in batches]
+    for (_, idx), probs in zip(batches, results, strict=True):
+        out[idx] = probs
     return out

@@ -1,0 +1,107 @@
+"""Accuracy of the built-in judge with per-window activation scales in batches (issue 45,
+shipped) against one window at a time (issue 27, before), on the four dev sets, in one run.
+
+    .venv/bin/python benchmarks/bench_verifier_int8_batched.py [--limit N]
+
+Judges every pair of checkcovid_dev, citint_dev, healthver_dev and expertqa_val exactly as
+``medverify eval pairs --judge builtin`` does (:func:`medverify.evals.pairs.pairs_judge`, quotes
+off), once with ``Verifier.scoring`` = "window_scales" and once with "per_window", alternating
+per file, and writes per file: 3-way macro-F1, the confident precision of each category
+(``eval pairs``' confidence), their differences, label changes between the two runs, and
+pairs/s. The load average is recorded. Writes
+benchmarks/results/verifier_int8_batched.{json,md}.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import platform
+import time
+from pathlib import Path
+
+from bench_verifier_threads_eval import SETS, summary
+
+from medverify.config import Config
+from medverify.evals.pairs import judge_pairs, load_pairs, pairs_judge, predicted_label, score_pairs
+from medverify.files import data_dir
+
+RESULTS = Path(__file__).resolve().parents[1] / "benchmarks" / "results"
+MODES = (("new", "window_scales"), ("old", "per_window"))
+
+
+def run_set(judge, name: str, limit: int | None) -> dict:
+    """Both scorings on one dev file: summaries, differences, label changes."""
+    pairs = load_pairs(data_dir() / "pairs" / f"{name}.jsonl", limit)
+    verifier = judge.verifier
+    runs, labels = {}, {}
+    for key, scoring in MODES:
+        verifier.scoring = scoring
+        started = time.perf_counter()
+        verdicts = asyncio.run(judge_pairs(judge, pairs))
+        runs[key] = summary(score_pairs(name, pairs, verdicts, time.perf_counter() - started))
+        labels[key] = [predicted_label(v) if v is not None else "ERROR" for v in verdicts]
+    verifier.scoring = MODES[0][1]
+    new, old = runs["new"], runs["old"]
+    precision_diff = {k: (v - old["confident_precision"][k]
+                          if v is not None and old["confident_precision"].get(k) is not None
+                          else None)
+                      for k, v in new["confident_precision"].items()}
+    f1_diff = (new["macro_f1"] - old["macro_f1"]
+               if new["macro_f1"] is not None and old["macro_f1"] is not None else None)
+    return {"pairs": len(pairs), "new": new, "old": old, "macro_f1_diff": f1_diff,
+            "confident_precision_diff": precision_diff,
+            "label_changes": sum(a != b for a, b in zip(labels["new"], labels["old"],
+                                                        strict=True))}
+
+
+def _num(value: float | None, fmt: str = ".4f") -> str:
+    return format(value, fmt) if value is not None else "-"
+
+
+def _precisions(row: dict, fmt: str = ".3f") -> str:
+    return ", ".join(f"{k} {_num(v, fmt)}" for k, v in sorted(row.items()))
+
+
+def line(name: str, row: dict) -> str:
+    new, old = row["new"], row["old"]
+    return (f"| {name} | {row['pairs']} | {_num(new['macro_f1'])} | {_num(old['macro_f1'])} | "
+            f"{_num(row['macro_f1_diff'], '+.4f')} | "
+            f"{_precisions(new['confident_precision'])} | "
+            f"{_precisions(old['confident_precision'])} | "
+            f"{_precisions(row['confident_precision_diff'], '+.4f')} | {row['label_changes']} | "
+            f"{new['pairs_per_s']:.1f} | {old['pairs_per_s']:.1f} |")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--limit", type=int, default=None)
+    args = parser.parse_args()
+    judge = pairs_judge(Config(judge="builtin"), None)
+    result: dict = {"judge": judge.judge_id, "machine": platform.processor() or platform.machine(),
+                    "cpus": os.cpu_count(), "load_before": os.getloadavg(), "sets": {}}
+    lines = ["# Built-in judge on the dev sets: int8 with per-window scales in batches (new) vs "
+             "one window at a time (old)", "",
+             "| set | pairs | macro-F1, new | macro-F1, old | difference | confident precision, "
+             "new | confident precision, old | difference | label changes | pairs/s, new | "
+             "pairs/s, old |", "|---|---|---|---|---|---|---|---|---|---|---|"]
+    for name in SETS:
+        if (data_dir() / "pairs" / f"{name}.jsonl").exists():
+            result["sets"][name] = run_set(judge, name, args.limit)
+            lines.append(line(name, result["sets"][name]))
+            print(lines[-1], flush=True)
+    result["load_after"] = os.getloadavg()
+    lines += ["", f"Full files{'' if args.limit is None else f' (first {args.limit})'}; "
+              f"{result['cpus']} CPUs; load average before {result['load_before'][0]:.2f}, after "
+              f"{result['load_after'][0]:.2f}. The pairs/s are timed on a shared machine, one "
+              "run each: see judge_speed.md for the speed comparison.", ""]
+    RESULTS.mkdir(parents=True, exist_ok=True)
+    (RESULTS / "verifier_int8_batched.json").write_text(json.dumps(result, indent=1) + "\n")
+    (RESULTS / "verifier_int8_batched.md").write_text("\n".join(lines))
+    print("\n".join(lines))
+
+
+if __name__ == "__main__":
+    main()
