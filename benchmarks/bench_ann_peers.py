@@ -35,8 +35,12 @@ count. The N-vector set is the first N passages of the seeded generator (the 100
 the 1M set's prefix). The queries are 200 real claims (Check-COVID and Citation-Integrity
 dev) embedded with real MiniLM (ONNX Runtime fp32).
 
+    mkdir -p /tmp/annpeers && .venv/bin/python benchmarks/bench_search_e2e.py \
+        --pool 8000 --work /tmp/annpeers --stage pool   # once: the pool's MiniLM vectors
     .venv/bin/python benchmarks/bench_ann_peers.py --n 100000 [--work /tmp/annpeers]
-    .venv/bin/python benchmarks/bench_ann_peers.py --n 1000000 --systems ivf faiss-hnsw hnswlib
+    .venv/bin/python benchmarks/bench_ann_peers.py --n 1000000 --systems faiss-hnsw hnswlib \
+        ivf --faiss-hnsw M16C100 --hnswlib M16C100 --build-threads 1
+    .venv/bin/python benchmarks/bench_ann_peers.py --report   # the md again from the json
 
 Writes benchmarks/results/ann_peers.json and .md (one entry per size; a run of one size
 keeps the other sizes' entries).
@@ -482,12 +486,13 @@ def parse(argv: Sequence[str] | None) -> argparse.Namespace:
                         help="pool sentences (bench_search_e2e.py --stage pool --pool N)")
     parser.add_argument("--queries", type=int, default=200)
     parser.add_argument("--systems", nargs="+", default=list(SYSTEMS), choices=SYSTEMS)
-    parser.add_argument("--faiss-hnsw", nargs="+", default=["M16C40", "M32C40", "M16C100"],
+    parser.add_argument("--faiss-hnsw", nargs="+",
+                        default=["M16C40", "M32C40", "M16C100", "M32C100", "M16C200"],
                         help="faiss HNSW graphs: M (neighbours) and C (efConstruction)")
     parser.add_argument("--hnswlib", nargs="+", default=["M16C100", "M16C200"],
                         help="hnswlib graphs: M and C (ef_construction)")
-    parser.add_argument("--efs", type=int, nargs="+", default=[16, 24, 32, 48, 64, 96, 128])
-    parser.add_argument("--chroma-efs", type=int, nargs="+", default=[100, 32],
+    parser.add_argument("--efs", type=int, nargs="+", default=[16, 24, 32, 48, 64, 96, 128, 192])
+    parser.add_argument("--chroma-efs", type=int, nargs="+", default=[100],
                         help="a chromadb collection built for each ef_search (100: default)")
     parser.add_argument("--nprobes", type=int, nargs="+", default=[8, 16, 32, 64])
     parser.add_argument("--chroma-max", type=int, default=100_000,
