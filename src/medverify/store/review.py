@@ -96,12 +96,21 @@ class ReviewStore:
         """Add items to the queue; an item whose id is there already is left as it is, and
         so is one whose claim (normalised text) already waits for review in the same KB
         lineage (the same claim is never reviewed twice at once). Returns how many were
-        added."""
+        added.
+
+        When every item's claim already waits (the service's repeated claims), nothing is
+        written and no write lock is taken: that read is as if the add ran at its moment,
+        when each would have been left as it is. Otherwise the checks and inserts run
+        again under the write lock."""
+        items = list(items)
+        for item in items:
+            if item.labels_needed not in (1, 2):
+                raise InputError(f"labels_needed is 1 or 2, not {item.labels_needed}")
+        if items and not self._db.in_transaction and all(map(self._waiting, items)):
+            return 0  # each already waits: no write lock (see the docstring)
         added = 0
         with self.runs.immediate():
             for item in items:
-                if item.labels_needed not in (1, 2):
-                    raise InputError(f"labels_needed is 1 or 2, not {item.labels_needed}")
                 if self._waiting(item):
                     continue
                 body = item.model_dump_json(exclude=_STATE_FIELDS)
