@@ -108,7 +108,9 @@ _ARENA_SET: bool | None = None
 # thread and 12 on two (benchmarks/results/verifier_modes.md). Long windows (abstracts) gain
 # from torch's threads (bench_verifier_threads_eval.py), so windows over SHORT_WINDOW_CHARS
 # characters (claim + window, about 130 word pieces) keep them. The scores do not depend on
-# the thread count (bench_verifier_batch_dependence.py compares them).
+# the thread count (bench_verifier_batch_dependence.py compares them). The batched
+# "window_scales" scoring (issue 45) runs every window on these threads too: on the busy
+# 2-core machine two threads crawled (a tiny model's 11 windows: 2.5 s on two, 0.03 on one).
 PER_WINDOW_THREADS = 1
 SHORT_WINDOW_CHARS = 600
 
