@@ -80,7 +80,7 @@ def test_index_follows_size_is_recorded_and_reloads_mapped(tmp_path: Path) -> No
     record = json.loads((kb_dir / "vectors.json").read_text())
     assert record["kind"] == "hnsw" and record["embedder_id"] == "hash-64"
     assert record["dim"] == 64 and record["ntotal"] == stats.chunks
-    with KnowledgeBase.open(kb_dir) as kb:
+    with KnowledgeBase.open(kb_dir, settings=TINY) as kb:  # (its threshold: still HNSW)
         index = kb.vector_index.ensure()
         assert kb.vector_index.mapped and isinstance(index, faiss.IndexIDMap2)
         inner = faiss.downcast_index(index.index)
@@ -90,13 +90,44 @@ def test_index_follows_size_is_recorded_and_reloads_mapped(tmp_path: Path) -> No
         # writes go to an in-memory copy (faiss aborts on a write to a mapped index)
         kb.ingest(corpus(5, start=200))
         assert not kb.vector_index.mapped
-        assert kb.remove_documents(["d0", "d201"]) == 2  # (HNSW: rebuilt without them)
-        assert kb.vector_index.loaded.ntotal == kb.stats().chunks
-    with KnowledgeBase.open(kb_dir) as kb:
+        assert kb.remove_documents(["d0", "d201"]) == 2  # (HNSW: recorded as removed)
+        removed = set(kb.vector_index.removed)
+        assert removed and kb.vector_index.loaded.ntotal == kb.stats().chunks + len(removed)
+    with KnowledgeBase.open(kb_dir, settings=TINY) as kb:
         assert kb.stats().vector_index == "fresh"
-        assert kb.vector_index.ensure().ntotal == kb.stats().chunks
+        assert kb.vector_index.ensure().ntotal == kb.stats().chunks + len(removed)
+        assert kb.vector_index.removed == removed  # read back from vectors.json
         hits = Retriever(kb).search("marker203", k=1, mode="hybrid")
         assert hits[0].doc_id == "d203"
+        for i in (0, 201):  # a removed document's own text no longer finds it
+            found = Retriever(kb).search(text_of(i), k=5, mode="dense")
+            assert f"d{i}" not in {p.doc_id for p in found} and len(found) == 5
+
+
+def test_hnsw_removal_leaves_ids_out_and_rebuilds_past_the_limit(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """faiss's HNSW removes nothing in place: a removal records the ids (no rebuild, so a
+    reverted teaching is cheap on a big KB), every search skips them, and past the limit
+    (or a tenth of the KB) the index is rebuilt without them."""
+    import medverify.kb.index as index_module
+
+    kb_dir = tmp_path / "kb"
+    with KnowledgeBase.create(kb_dir, TINY) as kb:
+        kb.ingest(corpus(150))
+        assert kb.stats().index_kind == HNSW.describe()
+        built = kb.vector_index.loaded
+        assert kb.remove_documents(["d3"]) == 1
+        assert kb.vector_index.loaded is built  # not rebuilt
+        held = {int(i) for i in faiss.vector_to_array(faiss.downcast_index(
+            kb.vector_index.loaded).id_map)}
+        assert kb.vector_index.removed <= held
+        found = kb.vector_index.search(kb.embedder.embed([text_of(3)]), 150)[0]
+        assert not {i for i, _ in found} & kb.vector_index.removed
+        assert len(found) == kb.stats().chunks  # the search is as deep as the KB, all live
+        monkeypatch.setattr(index_module, "REMOVED_LIMIT", 0)
+        assert kb.remove_documents([f"d{i}" for i in range(10, 30)]) == 20  # > a tenth
+        assert kb.vector_index.removed == set()  # rebuilt without them
+        assert kb.vector_index.loaded.ntotal == kb.stats().chunks
 
 
 def test_flat_index_is_memory_mapped_too(tmp_path: Path) -> None:

@@ -16,7 +16,9 @@ The graph sets the recall at a given ``ef_search``: faiss's default efConstructi
 never reached 0.95 at M 16, efConstruction 100 does at ef 96. hnswlib on a graph of the
 same parameters is still 1.3-1.4x faster per query at that ef (issue 45's 1.1x: missed).
 HNSW's costs: building (67 s per 100k on two loaded cores, 4x IVF's) and removal (faiss's
-HNSW removes nothing in place: a removal rebuilds the index from SQLite). A KB of auto's
+HNSW removes nothing in place: removed ids are recorded in ``vectors.json`` and skipped
+inside every search, and the index is rebuilt from SQLite once they pass
+:data:`REMOVED_LIMIT` or a tenth of the KB). A KB of auto's
 policy that holds an IVF index (built before auto chose HNSW) is rebuilt as HNSW by its
 next ingest or removal.
 
@@ -38,7 +40,6 @@ from __future__ import annotations
 import json
 import logging
 import os
-import re
 import sqlite3
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -49,13 +50,18 @@ import numpy as np
 
 from medverify.errors import KBError
 from medverify.kb.database import BUILD_HINT, DB_NAME, count_rows, read_generation
+from medverify.kb.faiss_ops import (  # noqa: F401  (re-exported: one import for callers)
+    SMALL_BATCH,
+    faiss_search,
+    first_line,
+    make_index,
+    set_query_knob,
+)
 
 log = logging.getLogger(__name__)
 
 INDEX_NAME = "vectors.faiss"
 INDEX_META = "vectors.json"
-SMALL_BATCH = 8  # query batches below this size search the vector index on one thread
-_FAISS_WHERE = re.compile(r"^Error in .*? at \S+:\d+: (?:Error: )?")  # faiss's C++ location
 
 IndexState = Literal["fresh", "stale", "missing"]
 IndexKind = Literal["flat", "ivf", "ivfpq", "hnsw"]
@@ -67,6 +73,7 @@ TRAIN_PER_LIST = 40  # k-means training vectors per IVF list
 HNSW_M = 16  # hnsw: neighbours per node (M 32: 13 MB more per 100k, no faster at 0.95)
 HNSW_EF_CONSTRUCTION = 100  # hnsw: candidates while building (faiss's 40: ef 96 -> 0.89)
 AUTO_APPROXIMATE: IndexKind = "hnsw"  # auto's kind from EXACT_BELOW chunks (measured: scale.md)
+REMOVED_LIMIT = 1000  # hnsw: removed vectors left in the graph before a rebuild (or a tenth)
 MIN_TRAIN = {"ivf": 39, "ivfpq": 256 * 39}  # vectors k-means needs (one list; PQ codebooks)
 
 
@@ -161,6 +168,7 @@ class VectorIndex:
         self.spec: IndexSpec | None = None  # what the loaded index is
         self.mapped = False  # whether the loaded index is memory-mapped (read-only)
         self.trained_at = 0  # vectors an IVF index was trained for (its nlist's basis)
+        self.removed: set[int] = set()  # chunk ids an HNSW index holds but the KB removed
 
     def _generation(self) -> int:
         return read_generation(self._conn)
@@ -253,9 +261,12 @@ class VectorIndex:
             problem = f"cannot be read ({first_line(exc)})"
         else:
             chunks = self._count()
-            if (_is_kind(index, spec) and index.d == self.dim and index.ntotal == chunks):
+            removed = {int(i) for i in (self.recorded() or {}).get("removed", ())}
+            if (_is_kind(index, spec) and index.d == self.dim
+                    and index.ntotal == chunks + len(removed)):
                 self.loaded, self.spec, self.mapped = index, spec, bool(flags)
                 self.trained_at = int((self.recorded() or {}).get("trained_at", chunks))
+                self.removed = removed
                 self._apply_knobs()
                 return index
             problem = (f"holds {index.ntotal} vectors of dimension {index.d} "
@@ -285,7 +296,7 @@ class VectorIndex:
             raise KBError(f"the vector index of {self.path} cannot be rebuilt from {DB_NAME} "
                           f"({first_line(exc)}): delete {self.path} and "
                           + BUILD_HINT.format(path=self.path)) from exc
-        self.spec, self.trained_at = spec, self._count()
+        self.spec, self.trained_at, self.removed = spec, self._count(), set()
         self._apply_knobs(index)
         return index
 
@@ -363,13 +374,37 @@ class VectorIndex:
         self.writable().add_with_ids(np.asarray(vectors, dtype=np.float32),
                                      np.asarray(ids, dtype=np.int64))
 
+    def remove(self, ids: list[int]) -> None:
+        """Drop removed chunks' vectors, and save. faiss's HNSW removes nothing in place:
+        its ids are recorded as removed instead (``vectors.json``) and left out of every
+        search, until :meth:`outgrown` asks for a rebuild (more than :data:`REMOVED_LIMIT`
+        or a tenth of the index). Another kind that cannot remove them is rebuilt."""
+        if not ids:
+            return
+        self.ensure()
+        if (self.spec or IndexSpec()).kind == "hnsw":
+            self.removed.update(int(i) for i in ids)
+            self.save()
+            return
+        try:
+            self.writable().remove_ids(np.asarray(ids, dtype=np.int64))
+        except RuntimeError as exc:
+            log.warning("could not remove %d vectors from the faiss index (%s): rebuilding "
+                        "it from SQLite", len(ids), first_line(exc))
+            self.rebuild()
+        else:
+            self.save()
+
     def outgrown(self) -> IndexSpec | None:
         """The index the policy now asks for, when the loaded one no longer fits the KB's
         size (``auto`` crossed the threshold, an ``auto`` KB holds an approximate index of
         another kind than auto's, as an IVF index written before auto chose HNSW, or an IVF
-        index's lists were trained for a KB four times smaller); None when it still fits."""
+        index's lists were trained for a KB four times smaller), or holds too many removed
+        vectors (HNSW: more than :data:`REMOVED_LIMIT` or a tenth); None when it fits."""
         count = self._count()
         current = self.spec or self.recorded_spec() or IndexSpec()
+        if len(self.removed) > max(REMOVED_LIMIT, count // 10):
+            return current
         kind: str = self.policy
         if self.policy == "auto":  # hysteresis: back to exact only below half the threshold
             kind = (auto_kind(count, self.threshold) if current.kind == "flat"
@@ -386,15 +421,15 @@ class VectorIndex:
 
         if self.loaded is None:
             return
-        if self.mapped:  # a mapped index is the saved file itself
-            return
-        tmp = self.path / (INDEX_NAME + ".tmp")
-        faiss.write_index(self.loaded, str(tmp))
-        os.replace(tmp, self.path / INDEX_NAME)
+        if not self.mapped:  # a mapped index is the saved file itself: its record only
+            tmp = self.path / (INDEX_NAME + ".tmp")
+            faiss.write_index(self.loaded, str(tmp))
+            os.replace(tmp, self.path / INDEX_NAME)
         spec = self.spec or IndexSpec()
-        meta = {"generation": self._generation(), "ntotal": int(self.loaded.ntotal),
+        meta = {"generation": self._generation(),
+                "ntotal": int(self.loaded.ntotal) - len(self.removed),
                 **spec.record(), "embedder_id": self.embedder_id, "dim": self.dim,
-                "trained_at": self.trained_at}
+                "trained_at": self.trained_at, "removed": sorted(self.removed)}
         (self.path / (INDEX_META + ".tmp")).write_text(json.dumps(meta), "utf-8")
         os.replace(self.path / (INDEX_META + ".tmp"), self.path / INDEX_META)
 
@@ -403,39 +438,9 @@ class VectorIndex:
         index = self.ensure()
         if index.ntotal == 0 or not len(vectors):
             return [[] for _ in range(len(vectors))]
-        scores, ids = faiss_search(index, vectors, depth)
+        scores, ids = faiss_search(index, vectors, depth, self.removed)
         return [[(int(i), float(s)) for i, s in zip(row_ids, row_scores, strict=True) if i >= 0]
                 for row_ids, row_scores in zip(ids, scores, strict=True)]
-
-
-def make_index(spec: IndexSpec, dim: int) -> Any:
-    """An empty faiss index of ``spec`` over ``dim``-dimensional vectors (inner product)."""
-    import faiss
-
-    ip = faiss.METRIC_INNER_PRODUCT
-    if spec.kind == "ivf":
-        return faiss.IndexIVFFlat(faiss.IndexFlatIP(dim), dim, spec.nlist, ip)
-    if spec.kind == "ivfpq":
-        return faiss.IndexIVFPQ(faiss.IndexFlatIP(dim), dim, spec.nlist, spec.pq_m, 8, ip)
-    if spec.kind == "hnsw":
-        hnsw = faiss.IndexHNSWFlat(dim, spec.hnsw_m, ip)
-        if spec.hnsw_efc:
-            hnsw.hnsw.efConstruction = spec.hnsw_efc
-        return faiss.IndexIDMap2(hnsw)
-    return faiss.IndexIDMap2(faiss.IndexFlatIP(dim))
-
-
-def set_query_knob(index: Any, nprobe: int | None = None, ef_search: int | None = None) -> None:
-    """Set an approximate index's query-time parameter (IVF lists probed, HNSW candidate
-    list size); other indexes have none."""
-    import faiss
-
-    if isinstance(index, faiss.IndexIVF) and nprobe is not None:
-        index.nprobe = min(nprobe, index.nlist)
-    elif isinstance(index, faiss.IndexIDMap2) and ef_search is not None:
-        inner = faiss.downcast_index(index.index)
-        if isinstance(inner, faiss.IndexHNSW):
-            inner.hnsw.efSearch = ef_search
 
 
 def _is_kind(index: Any, spec: IndexSpec) -> bool:
@@ -451,24 +456,3 @@ def _is_kind(index: Any, spec: IndexSpec) -> bool:
     if spec.kind == "hnsw":
         return isinstance(inner, faiss.IndexHNSWFlat)
     return isinstance(inner, faiss.IndexFlat)
-
-
-def faiss_search(index: Any, vectors: np.ndarray, depth: int) -> tuple[np.ndarray, np.ndarray]:
-    """Search; a few queries run on one thread (a flat scan of one query is bound by memory
-    bandwidth, and OpenMP start-up and spinning cost more than a second core gains)."""
-    import faiss
-
-    if len(vectors) >= SMALL_BATCH:
-        return index.search(vectors, depth)
-    threads = faiss.omp_get_max_threads()
-    faiss.omp_set_num_threads(1)
-    try:
-        return index.search(vectors, depth)
-    finally:
-        faiss.omp_set_num_threads(threads)
-
-
-def first_line(exc: BaseException) -> str:
-    """An exception's message on one line (faiss errors carry a multi-line C++ trace)."""
-    line = next((x.strip() for x in str(exc).splitlines() if x.strip()), type(exc).__name__)
-    return _FAISS_WHERE.sub("", line)

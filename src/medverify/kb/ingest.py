@@ -359,8 +359,10 @@ class Ingester:
         their vectors from the faiss index, which is saved in step; ids the KB does not
         hold are skipped. Returns how many documents were removed.
 
-        faiss's flat index removes ids in place (``remove_ids``); should that fail, the
-        index is rebuilt from the vectors in SQLite, the source of truth."""
+        faiss's flat and IVF indexes remove ids in place; an HNSW index records them as
+        removed and leaves them out of its results (:meth:`VectorIndex.remove`); should
+        a removal fail, the index is rebuilt from the vectors in SQLite, the source of
+        truth."""
         wanted = list(dict.fromkeys(doc_ids))
         index = self.kb.vector_index
         index.ensure()
@@ -379,17 +381,8 @@ class Ingester:
             if removed:
                 self.conn.execute("UPDATE meta SET value = CAST(value AS INTEGER) + 1 "
                                   "WHERE key='generation'")
-        if not removed:
-            return 0
-        try:
-            if chunk_ids:
-                index.loaded.remove_ids(np.asarray(chunk_ids, dtype=np.int64))
-        except RuntimeError as exc:
-            log.warning("could not remove %d vectors from the faiss index (%s): rebuilding "
-                        "it from SQLite", len(chunk_ids), exc)
-            index.rebuild()
-        else:
-            index.save()
+        if removed:
+            index.remove(chunk_ids)
         return removed
 
     def _delete_document(self, doc_id: str) -> None:

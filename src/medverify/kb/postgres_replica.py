@@ -237,10 +237,8 @@ class ReplicaIndexes:
         """Per query vector, up to ``depth`` (chunk id, inner product), best first."""
         if self.size == 0 or not len(vectors):
             return [[] for _ in range(len(vectors))]
-        deeper = min(depth + len(self._dead), int(self.vectors.ntotal))
-        scores, ids = faiss_search(self.vectors, vectors, deeper)
-        return [[(int(i), float(s)) for i, s in zip(row_ids, row, strict=True)
-                 if i >= 0 and int(i) not in self._dead][:depth]
+        scores, ids = faiss_search(self.vectors, vectors, depth, self._dead)
+        return [[(int(i), float(s)) for i, s in zip(row_ids, row, strict=True) if i >= 0]
                 for row_ids, row in zip(ids, scores, strict=True)]
 
     @property

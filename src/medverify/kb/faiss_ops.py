@@ -1,0 +1,102 @@
+"""The faiss side of a vector index: making an empty index of a spec, setting its
+query-time parameter, searching it (a few queries on one thread; ids left out), and faiss's
+errors on one line. :mod:`medverify.kb.index` keeps the index of a KB directory in step with
+SQLite; the PostgreSQL replica's indexes (:mod:`medverify.kb.postgres_replica`) and the
+benchmarks use the same functions."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Collection
+from typing import Any, Protocol
+
+import numpy as np
+
+
+class IndexShape(Protocol):
+    """What :func:`make_index` reads of a :class:`medverify.kb.index.IndexSpec`."""
+
+    kind: str
+    nlist: int
+    pq_m: int
+    hnsw_m: int
+    hnsw_efc: int
+
+SMALL_BATCH = 8  # query batches below this size search the vector index on one thread
+_FAISS_WHERE = re.compile(r"^Error in .*? at \S+:\d+: (?:Error: )?")  # faiss's C++ location
+
+
+def make_index(spec: IndexShape, dim: int) -> Any:
+    """An empty faiss index of ``spec`` over ``dim``-dimensional vectors (inner product)."""
+    import faiss
+
+    ip = faiss.METRIC_INNER_PRODUCT
+    if spec.kind == "ivf":
+        return faiss.IndexIVFFlat(faiss.IndexFlatIP(dim), dim, spec.nlist, ip)
+    if spec.kind == "ivfpq":
+        return faiss.IndexIVFPQ(faiss.IndexFlatIP(dim), dim, spec.nlist, spec.pq_m, 8, ip)
+    if spec.kind == "hnsw":
+        hnsw = faiss.IndexHNSWFlat(dim, spec.hnsw_m, ip)
+        if spec.hnsw_efc:
+            hnsw.hnsw.efConstruction = spec.hnsw_efc
+        return faiss.IndexIDMap2(hnsw)
+    return faiss.IndexIDMap2(faiss.IndexFlatIP(dim))
+
+
+def set_query_knob(index: Any, nprobe: int | None = None, ef_search: int | None = None) -> None:
+    """Set an approximate index's query-time parameter (IVF lists probed, HNSW candidate
+    list size); other indexes have none."""
+    import faiss
+
+    if isinstance(index, faiss.IndexIVF) and nprobe is not None:
+        index.nprobe = min(nprobe, index.nlist)
+    elif isinstance(index, faiss.IndexIDMap2) and ef_search is not None:
+        inner = faiss.downcast_index(index.index)
+        if isinstance(inner, faiss.IndexHNSW):
+            inner.hnsw.efSearch = ef_search
+
+
+
+def faiss_search(index: Any, vectors: np.ndarray, depth: int,
+                 excluded: Collection[int] = ()) -> tuple[np.ndarray, np.ndarray]:
+    """Search; a few queries run on one thread (a flat scan of one query is bound by memory
+    bandwidth, and OpenMP start-up and spinning cost more than a second core gains).
+
+    ``excluded``: ids the index still holds but must never return (chunks removed from a
+    KB whose HNSW index cannot drop them); they are skipped inside the search, so the
+    results are ``depth`` deep all the same."""
+    import faiss
+
+    params = _without(index, excluded) if excluded else None
+    if len(vectors) >= SMALL_BATCH:
+        return index.search(vectors, depth, params=params)
+    threads = faiss.omp_get_max_threads()
+    faiss.omp_set_num_threads(1)
+    try:
+        return index.search(vectors, depth, params=params)
+    finally:
+        faiss.omp_set_num_threads(threads)
+
+
+def _without(index: Any, excluded: Collection[int]) -> Any:
+    """Search parameters that leave ``excluded`` ids out (an HNSW index keeps its efSearch;
+    an ``IndexIDMap2`` translates the selector to its own ids)."""
+    import faiss
+
+    drop = faiss.IDSelectorNot(faiss.IDSelectorBatch(np.fromiter(
+        excluded, dtype=np.int64, count=len(excluded))))
+    inner = faiss.downcast_index(index.index) if isinstance(index, faiss.IndexIDMap2) else index
+    if isinstance(inner, faiss.IndexHNSW):
+        params = faiss.SearchParametersHNSW(sel=drop, efSearch=inner.hnsw.efSearch)
+    elif isinstance(inner, faiss.IndexIVF):
+        params = faiss.SearchParametersIVF(sel=drop, nprobe=inner.nprobe)
+    else:
+        params = faiss.SearchParameters(sel=drop)
+    params.keep = drop  # type: ignore[attr-defined]  # the selector lives as long as params
+    return params
+
+
+def first_line(exc: BaseException) -> str:
+    """An exception's message on one line (faiss errors carry a multi-line C++ trace)."""
+    line = next((x.strip() for x in str(exc).splitlines() if x.strip()), type(exc).__name__)
+    return _FAISS_WHERE.sub("", line)
