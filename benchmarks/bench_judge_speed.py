@@ -6,8 +6,8 @@ verifier scoring 32 windows per batch), in one run.
 
 Since issue 45 the int8 verifier scores windows in fixed-shape batches with one activation
 scale per window (``Verifier.scoring`` "window_scales", on ``Verifier.threads`` = 1 intra-op
-thread); the full judge with one window at a time (issue 27's "per_window", short windows
-on one thread) is timed too.
+thread, WINDOW_WORKERS = 2 batches side by side); the full judge with one window at a time
+(issue 27's "per_window", short windows on one thread) is timed too.
 All sides judge the same pairs (the first --n of healthver_dev and of checkcovid_dev: short
 and long evidence; made-up pairs when the data folder is absent), one passage per claim,
 quotes off, as `eval pairs` does. Rounds alternate the two so the machine's load hits both
@@ -107,8 +107,8 @@ def main() -> None:
              "the full judge", "",
              "| set | pairs | before issue 27 (batched int8, torch's threads), pairs/s | full "
              "judge, one window at a time (issue 27), pairs/s | verifier only (per-window "
-             "scales in batches, 1 thread), pairs/s | full judge, pairs/s | full / before "
-             "issue 27 | full / one window at a time |",
+             "scales in batches, 2 workers of 1 thread), pairs/s | full judge, pairs/s | "
+             "full / before issue 27 | full / one window at a time |",
              "|---|---|---|---|---|---|---|---|"]
     load_before = os.getloadavg()
     result["load_before"] = load_before

@@ -113,6 +113,11 @@ _ARENA_SET: bool | None = None
 # 2-core machine two threads crawled (a tiny model's 11 windows: 2.5 s on two, 0.03 on one).
 PER_WINDOW_THREADS = 1
 SHORT_WINDOW_CHARS = 600
+# Batches scored side by side ("window_scales", each worker on PER_WINDOW_THREADS): on the
+# quiet 2-core machine (load 1.4) 100 HealthVer pairs ran at 195-202 pairs/s on two workers,
+# 120-127 on one, 179-189 on torch's two intra-op threads; Check-COVID 35-36 vs 20 vs 31-33
+# (exploratory run, issue 45). On the overloaded machine (load 11) two workers were no faster.
+WINDOW_WORKERS = 2
 
 
 @contextlib.contextmanager
@@ -162,7 +167,7 @@ class Verifier:
         self.threads: int | None = PER_WINDOW_THREADS
         # Threads scoring batches side by side in "window_scales" (each on ``threads``
         # intra-op threads); the scores are the same with any number.
-        self.workers: int = 1
+        self.workers: int = WINDOW_WORKERS
 
     def _score(self, pairs: Sequence[tuple[str, str]], batch_size: int) -> np.ndarray:
         """Probabilities of already-windowed pairs in the verifier's scoring mode."""
