@@ -54,7 +54,7 @@ from bench_service_common import (
     percentiles,
     stamp,
 )
-from bench_service_load import _fake_judge_server, drive, late_limit
+from bench_service_load import _fake_judge_server, count_jobs, drive, late_limit
 
 from medverify.config import KBSettings
 from medverify.kb import iter_documents, sample_kb_path
@@ -262,46 +262,16 @@ def job_states(d: Deployment, submitted: dict[str, str]) -> dict[str, dict[str, 
 
 def audit_jobs_pg(url: str, submitted: dict[str, str],
                   seen: dict[str, dict[str, Any] | None]) -> dict[str, Any]:
-    """bench_service_load.audit_jobs's counts (section 3's definitions) on PostgreSQL:
-    lost (not finished), failed, a result that is not its answer, an answer twice in a job,
-    in two jobs or in the run store, a run shared by two jobs."""
-    statuses: Counter[str] = Counter()
-    attempts: Counter[int] = Counter()
-    across: Counter[str] = Counter()
-    run_ids: Counter[str] = Counter()
-    lost, failures, mismatched, dup_in_job, dup_in_store = [], [], [], [], []
-    results = 0
+    """bench_service_load's job counts (section 3's definitions) on the PostgreSQL run
+    store: lost, failed, mismatched, an answer twice in a job, in two jobs or in the run
+    store, a run shared by two jobs."""
     with RunStore(url) as runs:
-        for job_id, text in submitted.items():
-            job = seen.get(job_id)
-            if job is None or job["status"] not in TERMINAL:
-                lost.append(job_id)
-                continue
-            statuses[job["status"]] += 1
-            attempts[int(job["attempts"])] += 1
-            if job["status"] != "done":
-                failures.append({"id": job_id, "status": job["status"], "error": job["error"]})
-                continue
-            got = [r["answer"]["text"] for r in (job.get("result") or {}).get("reports") or []]
-            across.update(got)
-            dup_in_job += [job_id] if len(got) != len(set(got)) else []
-            mismatched += [job_id] if got != [text] else []
-            results += int(got == [text])
-            if job.get("run_id"):
-                run_ids[job["run_id"]] += 1
-                rows = runs._db.execute("SELECT position, answer FROM answers WHERE run_id = ?"
-                                        " ORDER BY position", (job["run_id"],)).fetchall()
-                if [json.loads(a)["text"] for _, a in rows] != [text]:
-                    dup_in_store.append(job_id)
-    return {
-        "results": results, "statuses": dict(statuses), "failures": failures[:10],
-        "lost": len(lost), "lost_ids": lost[:10], "mismatched_results": mismatched[:10],
-        "duplicates_in_a_job": len(dup_in_job),
-        "duplicates_across_jobs": sum(1 for n in across.values() if n > 1),
-        "duplicates_in_run_store": len(dup_in_store),
-        "runs_shared_by_jobs": sum(1 for n in run_ids.values() if n > 1),
-        "attempts": {str(k): v for k, v in sorted(attempts.items())},
-    }
+        audit = count_jobs({job: [text] for job, text in submitted.items()}, seen,
+                           lambda run_id: runs._db.execute(
+                               "SELECT position, answer FROM answers WHERE run_id = ? "
+                               "ORDER BY position", (run_id,)).fetchall())
+    audit.pop("run_ids")
+    return audit
 
 
 def five_xx(logged: list[Logged], killed: list[dict[str, Any]]) -> dict[str, Any]:

@@ -440,45 +440,50 @@ def kill_chain(*, kb: Path, store: Path, home: Path, log: Path, model: str, jobs
 def audit_jobs(store: Path, submitted: dict[str, list[str]],
                seen: dict[str, dict[str, Any] | None]) -> dict[str, Any]:
     """Results, failures, duplicates and lost jobs, from the API's view of each job and the
-    run store's records."""
+    run store's records (a SQLite run store)."""
+    with sqlite3.connect(store) as db:
+        audit = count_jobs(submitted, seen, lambda run_id: db.execute(
+            "SELECT position, answer FROM answers WHERE run_id = ? ORDER BY position",
+            (run_id,)).fetchall())
+        runs = db.execute("SELECT id, status FROM runs WHERE kind = 'check'").fetchall()
+    referenced = set(audit.pop("run_ids"))
+    audit["runs_of_interrupted_attempts"] = dict(Counter(
+        status for run_id, status in runs if run_id not in referenced))
+    return audit
+
+
+def count_jobs(submitted: dict[str, list[str]], seen: dict[str, dict[str, Any] | None],
+               stored: Callable[[str], list[tuple[int, str]]]) -> dict[str, Any]:
+    """Section 3's counts: lost (not finished), failed, a result that is not its answers, an
+    answer twice in a job, in two jobs or in the run store (``stored``: a run's (position,
+    answer JSON) rows), a run shared by two jobs; ``run_ids``: the runs the jobs name."""
     statuses: Counter[str] = Counter()
     attempts: Counter[int] = Counter()
     lost, failures, mismatched, dup_in_job, dup_in_store = [], [], [], [], []
     across: Counter[str] = Counter()
     run_ids: Counter[str] = Counter()
     results = 0
-    with sqlite3.connect(store) as db:
-        for job_id, texts in submitted.items():
-            job = seen.get(job_id)
-            if job is None or job["status"] not in TERMINAL:
-                lost.append(job_id)
-                continue
-            statuses[job["status"]] += 1
-            attempts[int(job["attempts"])] += 1
-            if job["status"] != "done":
-                failures.append({"id": job_id, "status": job["status"], "error": job["error"]})
-                continue
-            reports = (job.get("result") or {}).get("reports") or []
-            got = [r["answer"]["text"] for r in reports]
-            across.update(got)
-            if len(got) != len(set(got)):
-                dup_in_job.append(job_id)
-            if sorted(got) != sorted(texts):
-                mismatched.append(job_id)
-            else:
-                results += 1
-            run_id = job.get("run_id")
-            if run_id:
-                run_ids[run_id] += 1
-                rows = db.execute("SELECT position, answer FROM answers WHERE run_id = ?"
-                                  " ORDER BY position", (run_id,)).fetchall()
-                stored = [json.loads(answer)["text"] for _, answer in rows]
-                if sorted(stored) != sorted(texts) or [p for p, _ in rows] != list(
-                        range(len(texts))):
-                    dup_in_store.append(job_id)
-        referenced = set(run_ids)
-        runs = db.execute("SELECT id, status FROM runs WHERE kind = 'check'").fetchall()
-    orphans = Counter(status for run_id, status in runs if run_id not in referenced)
+    for job_id, texts in submitted.items():
+        job = seen.get(job_id)
+        if job is None or job["status"] not in TERMINAL:
+            lost.append(job_id)
+            continue
+        statuses[job["status"]] += 1
+        attempts[int(job["attempts"])] += 1
+        if job["status"] != "done":
+            failures.append({"id": job_id, "status": job["status"], "error": job["error"]})
+            continue
+        got = [r["answer"]["text"] for r in (job.get("result") or {}).get("reports") or []]
+        across.update(got)
+        dup_in_job += [job_id] if len(got) != len(set(got)) else []
+        mismatched += [job_id] if sorted(got) != sorted(texts) else []
+        results += int(sorted(got) == sorted(texts))
+        if job.get("run_id"):
+            run_ids[job["run_id"]] += 1
+            rows = stored(job["run_id"])
+            if (sorted(json.loads(a)["text"] for _, a in rows) != sorted(texts)
+                    or [p for p, _ in rows] != list(range(len(texts)))):
+                dup_in_store.append(job_id)
     return {
         "results": results, "statuses": dict(statuses), "failures": failures,
         "lost": len(lost), "lost_ids": lost[:10], "mismatched_results": mismatched[:10],
@@ -487,7 +492,7 @@ def audit_jobs(store: Path, submitted: dict[str, list[str]],
         "duplicates_in_run_store": len(dup_in_store),
         "runs_shared_by_jobs": sum(1 for n in run_ids.values() if n > 1),
         "attempts": {str(k): v for k, v in sorted(attempts.items())},
-        "runs_of_interrupted_attempts": dict(orphans),
+        "run_ids": list(run_ids),
     }
 
 
