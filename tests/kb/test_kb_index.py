@@ -19,11 +19,15 @@ from medverify.errors import KBError
 from medverify.kb import KnowledgeBase
 from medverify.kb.database import DB_NAME, connect, create_database
 from medverify.kb.index import (
+    EXACT_BELOW,
+    HNSW_BELOW,
     HNSW_EF_CONSTRUCTION,
     HNSW_M,
     IndexSpec,
     VectorIndex,
+    auto_next,
     choose_spec,
+    hnsw_ef,
 )
 from medverify.records import Document
 from medverify.retrieve import Retriever
@@ -53,7 +57,19 @@ def test_choose_spec_by_size_and_policy() -> None:
     # auto: exact below the threshold, HNSW from it (docs/scale.md, bench_ann_peers.py)
     assert choose_spec("auto", 99_999, 384).kind == "flat"
     assert choose_spec("auto", 100_000, 384) == HNSW
-    assert choose_spec("auto", 1_000_000, 384) == HNSW
+    assert choose_spec("auto", HNSW_BELOW - 1, 384) == HNSW
+    at_1m = choose_spec("auto", 1_000_000, 384)  # HNSW no faster than IVF there (scale.md)
+    assert (at_1m.kind, at_1m.nlist) == ("ivf", 4096)
+    # HNSW's ef grows with the graph (a fixed 128 fell to recall 0.81 at 1M); a larger
+    # configured ef_search is kept
+    assert [hnsw_ef(128, n) for n in (0, 100_000, 100_001, 300_000, 999_999)] == [
+        128, 128, 256, 384, 1280]
+    assert hnsw_ef(2000, 300_000) == 2000
+    # hysteresis: an HNSW KB turns IVF at HNSW_BELOW, an IVF one back only below half of it
+    assert auto_next("hnsw", HNSW_BELOW - 1) == "hnsw" and auto_next("hnsw", HNSW_BELOW) == "ivf"
+    assert auto_next("ivf", HNSW_BELOW // 2) == "ivf"
+    assert auto_next("ivf", HNSW_BELOW // 2 - 1) == "hnsw"
+    assert auto_next("hnsw", EXACT_BELOW // 2) == "hnsw" and auto_next("ivf", 10) == "flat"
     assert choose_spec("auto", 500, 384, threshold=100).kind == "hnsw"
     assert choose_spec("auto", 99, 384, threshold=100).kind == "flat"
     big = choose_spec("ivf", 1_000_000, 384)

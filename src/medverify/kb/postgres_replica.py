@@ -54,9 +54,10 @@ from medverify.kb.index import (
     TRAIN_PER_LIST,
     IndexSpec,
     SearchKnobs,
-    auto_kind,
+    auto_next,
     choose_spec,
     faiss_search,
+    hnsw_ef,
     make_index,
     set_query_knob,
 )
@@ -137,6 +138,7 @@ class ReplicaIndexes:
         self._add_lexical(rows)
         ids, vectors = _arrays(rows, self.dim)
         self.vectors.add_with_ids(vectors, ids)
+        self._apply_knobs(self.vectors)  # (an HNSW index's ef follows its size)
 
     def remove(self, ids: Iterable[int]) -> None:
         """Drop chunks removed from the KB (ids not indexed are skipped)."""
@@ -168,10 +170,8 @@ class ReplicaIndexes:
         if len(self._dead) > max(self.dead_limit, count // 10):
             return True
         kind: str = self.policy
-        if self.policy == "auto":  # back to exact only below half the threshold
-            approximate = auto_kind(max(count, self.threshold), self.threshold)
-            kind = (auto_kind(count, self.threshold) if self.spec.kind == "flat"
-                    else approximate if count >= self.threshold // 2 else "flat")
+        if self.policy == "auto":  # the embedded index's hysteresis
+            kind = auto_next(self.spec.kind, count, self.threshold)
         wanted = choose_spec(kind, count, self.dim, self.threshold)
         return wanted.kind != self.spec.kind or (
             wanted.kind in ("ivf", "ivfpq") and count > RETRAIN_GROWTH * max(self.trained_at, 1))
@@ -222,7 +222,8 @@ class ReplicaIndexes:
                                "DO UPDATE SET df = df + excluded.df", counts.items())
 
     def _apply_knobs(self, index: Any) -> None:
-        set_query_knob(index, self.knobs.nprobe, self.knobs.ef_search)
+        set_query_knob(index, self.knobs.nprobe, hnsw_ef(self.knobs.ef_search,
+                                                         int(index.ntotal)))
 
     # ---- searching ----------------------------------------------------------------
 
