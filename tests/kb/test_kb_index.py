@@ -334,3 +334,17 @@ def test_lexical_ranking_past_the_exact_postings_is_bounded(tmp_path: Path) -> N
         assert 0 < len(common) <= 3
         hits = Retriever(kb).search("marker12 warfarin", k=3, mode="hybrid")
         assert hits[0].doc_id == "d12"
+
+
+def test_exclusions_build_the_selector_once_per_change() -> None:
+    """The selector leaving removed ids out is built again only when the set changes."""
+    from medverify.kb.faiss_ops import Exclusions
+
+    exclusions, removed = Exclusions(), {3, 5}
+    assert exclusions.selector(set()) is None
+    first = exclusions.selector(removed)
+    assert exclusions.selector(removed) is first  # unchanged: reused
+    removed.add(7)
+    grown = exclusions.selector(removed)
+    assert grown is not first and not grown.is_member(7) and grown.is_member(8)
+    assert exclusions.selector({3, 5, 7}) is not grown  # another set: built for it

@@ -33,7 +33,7 @@ PRECISION_KEY = "embed_precision"  # meta: fp32 or int8, the precision of the st
 DOC_ID_PREFIX = "doc_id_prefix"  # a where key over document ids, not metadata
 CHUNK_COLUMNS = ('c.id, c.ord, c.text, c.start, c."end", d.doc_id, d.title, d.url, '
                  "d.source")  # a StoredChunk's, from chunks c JOIN documents d
-_META_KEY = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,63}")
+META_KEY = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,63}")  # a metadata filter key
 BUILD_HINT = "build one with `medverify kb ingest PATH... --kb {path}`"
 
 class KBStats(BaseModel):
@@ -277,7 +277,7 @@ def metadata_condition(where: Mapping[str, str]) -> tuple[str, list[str]]:
             clauses.append("d.doc_id >= ? AND d.doc_id < ?")
             params += [value, value + "\U0010ffff"]
             continue
-        if not _META_KEY.fullmatch(key):
+        if not META_KEY.fullmatch(key):
             raise KBError(f"bad metadata key {key!r}: letters, digits and _ only")
         wanted = {"true": "1", "false": "0"}.get(value.lower(), value)
         path = f"$.{key}"

@@ -57,17 +57,36 @@ def set_query_knob(index: Any, nprobe: int | None = None, ef_search: int | None 
 
 
 
+class Exclusions:
+    """The faiss selector that leaves a set of ids out of a search, built again only when
+    the set changes (it only grows in place, or is replaced): building one costs time in
+    the number of ids (thousands of ids may be held), paid per query otherwise."""
+
+    def __init__(self) -> None:
+        self._of: Collection[int] | None = None  # the set the selector was built from
+        self._size = -1
+        self._selector: Any = None
+
+    def selector(self, ids: Collection[int]) -> Any:
+        """The selector leaving ``ids`` out, or None when there are none."""
+        if not ids:
+            return None
+        if ids is not self._of or len(ids) != self._size:
+            self._of, self._size, self._selector = ids, len(ids), _not_in(ids)
+        return self._selector
+
+
 def faiss_search(index: Any, vectors: np.ndarray, depth: int,
-                 excluded: Collection[int] = ()) -> tuple[np.ndarray, np.ndarray]:
+                 excluded: Any = None) -> tuple[np.ndarray, np.ndarray]:
     """Search; a few queries run on one thread (a flat scan of one query is bound by memory
     bandwidth, and OpenMP start-up and spinning cost more than a second core gains).
 
-    ``excluded``: ids the index still holds but must never return (chunks removed from a
-    KB whose HNSW index cannot drop them); they are skipped inside the search, so the
-    results are ``depth`` deep all the same."""
+    ``excluded``: a selector (:meth:`Exclusions.selector`) of ids the index still holds but
+    must never return (chunks removed from a KB whose HNSW index cannot drop them); they
+    are skipped inside the search, so the results are ``depth`` deep all the same."""
     import faiss
 
-    params = _without(index, excluded) if excluded else None
+    params = _without(index, excluded) if excluded is not None else None
     if len(vectors) >= SMALL_BATCH:
         return index.search(vectors, depth, params=params)
     threads = faiss.omp_get_max_threads()
@@ -78,13 +97,21 @@ def faiss_search(index: Any, vectors: np.ndarray, depth: int,
         faiss.omp_set_num_threads(threads)
 
 
-def _without(index: Any, excluded: Collection[int]) -> Any:
-    """Search parameters that leave ``excluded`` ids out (an HNSW index keeps its efSearch;
-    an ``IndexIDMap2`` translates the selector to its own ids)."""
+def _not_in(ids: Collection[int]) -> Any:
+    """A faiss selector of every id but ``ids`` (it keeps the batch it wraps alive)."""
     import faiss
 
-    drop = faiss.IDSelectorNot(faiss.IDSelectorBatch(np.fromiter(
-        excluded, dtype=np.int64, count=len(excluded))))
+    batch = faiss.IDSelectorBatch(np.fromiter(ids, dtype=np.int64, count=len(ids)))
+    drop = faiss.IDSelectorNot(batch)
+    drop.keep = batch  # type: ignore[attr-defined]
+    return drop
+
+
+def _without(index: Any, drop: Any) -> Any:
+    """Search parameters with the selector ``drop`` (an HNSW index keeps its efSearch, an
+    IVF its nprobe; an ``IndexIDMap2`` translates the selector to its own ids)."""
+    import faiss
+
     inner = faiss.downcast_index(index.index) if isinstance(index, faiss.IndexIDMap2) else index
     if isinstance(inner, faiss.IndexHNSW):
         params = faiss.SearchParametersHNSW(sel=drop, efSearch=inner.hnsw.efSearch)

@@ -52,6 +52,7 @@ from medverify.errors import KBError
 from medverify.kb.database import BUILD_HINT, DB_NAME, count_rows, read_generation
 from medverify.kb.faiss_ops import (  # noqa: F401  (re-exported: one import for callers)
     SMALL_BATCH,
+    Exclusions,
     faiss_search,
     first_line,
     make_index,
@@ -196,6 +197,7 @@ class VectorIndex:
         self.mapped = False  # whether the loaded index is memory-mapped (read-only)
         self.trained_at = 0  # vectors an IVF index was trained for (its nlist's basis)
         self.removed: set[int] = set()  # chunk ids an HNSW index holds but the KB removed
+        self._exclusions = Exclusions()  # the search selector leaving them out
 
     def _generation(self) -> int:
         return read_generation(self._conn)
@@ -465,7 +467,8 @@ class VectorIndex:
         index = self.ensure()
         if index.ntotal == 0 or not len(vectors):
             return [[] for _ in range(len(vectors))]
-        scores, ids = faiss_search(index, vectors, depth, self.removed)
+        scores, ids = faiss_search(index, vectors, depth,
+                                   self._exclusions.selector(self.removed))
         return [[(int(i), float(s)) for i, s in zip(row_ids, row_scores, strict=True) if i >= 0]
                 for row_ids, row_scores in zip(ids, scores, strict=True)]
 

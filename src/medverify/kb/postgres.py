@@ -51,6 +51,7 @@ from medverify.connections import PostgresDatabase, display
 from medverify.errors import KBError
 from medverify.kb.database import (
     DOC_ID_PREFIX,
+    META_KEY,
     KBStats,
     recorded_embedder,
     recorded_settings,
@@ -79,7 +80,6 @@ if TYPE_CHECKING:
 MAX_FILTERED = 20_000  # chunks a metadata filter may match (as the embedded store)
 _CHUNK_COLUMNS = ('c.id, c.ord, c.text, c.start, c."end", d.doc_id, d.title, d.url, '
                   "d.source")
-_META_KEY_CHARS = frozenset("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_")
 
 
 def tsquery_text(query: str) -> str:
@@ -115,7 +115,7 @@ def metadata_condition(where: Mapping[str, str]) -> tuple[str, list[Any]]:
             clauses.append("d.doc_id >= ? AND d.doc_id < ?")
             params += [value, value + "\U0010ffff"]
             continue
-        if not key or len(key) > 64 or not set(key) <= _META_KEY_CHARS or key[0].isdigit():
+        if not META_KEY.fullmatch(key):
             raise KBError(f"bad metadata key {key!r}: letters, digits and _ only")
         clauses.append(
             "(CASE jsonb_typeof(d.meta -> ?) WHEN 'array' THEN EXISTS (SELECT 1 FROM "

@@ -52,6 +52,7 @@ from medverify.kb.fts import (
 from medverify.kb.index import (
     RETRAIN_GROWTH,
     TRAIN_PER_LIST,
+    Exclusions,
     IndexSpec,
     SearchKnobs,
     auto_next,
@@ -105,6 +106,7 @@ class ReplicaIndexes:
         self.spec = IndexSpec()
         self.trained_at = 0  # vectors an IVF index was trained on
         self._dead: set[int] = set()  # ids removed that the vector index cannot drop (hnsw)
+        self._exclusions = Exclusions()  # the search selector leaving them out
         self.dead_limit = 1000  # ... rebuilt past this many, or a tenth of the index
 
     # ---- building and applying changes ---------------------------------------------
@@ -238,7 +240,8 @@ class ReplicaIndexes:
         """Per query vector, up to ``depth`` (chunk id, inner product), best first."""
         if self.size == 0 or not len(vectors):
             return [[] for _ in range(len(vectors))]
-        scores, ids = faiss_search(self.vectors, vectors, depth, self._dead)
+        scores, ids = faiss_search(self.vectors, vectors, depth,
+                                   self._exclusions.selector(self._dead))
         return [[(int(i), float(s)) for i, s in zip(row_ids, row, strict=True) if i >= 0]
                 for row_ids, row in zip(ids, scores, strict=True)]
 
