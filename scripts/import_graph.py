@@ -53,6 +53,7 @@ LAYERS: dict[str, int] = {
     # used by config and the llm cache
     "connections": 0,
     "stats": 0,  # the Wilson interval of a proportion (pure math)
+    "bf16": 0,  # packed bfloat16 Linear layers for AMX CPUs (torch only)
     "executor": 0,  # local or Ray: maps a picklable function over chunks (imports errors only)
     # 1 infrastructure: models, prompts, fetched sources, the knowledge base, the verifier.
     "llm": 1,

@@ -1,0 +1,64 @@
+"""bfloat16 Linear layers for CPUs with AMX: weights packed once, rows computed independently.
+
+Intel CPUs from Sapphire Rapids on have AMX tiles that multiply bfloat16 matrices (summing
+in float32) many times faster than float32 arithmetic. Torch reaches them through oneDNN,
+but an ordinary ``F.linear`` on bfloat16 re-packs the weight on every call, which dominates
+small products (a 26-token query). :class:`PackedBf16Linear` packs the weight once
+(``torch.ops.mkldnn._reorder_linear_weight``) and multiplies with
+``torch.ops.mkldnn._linear_pointwise``.
+
+Measured on the project's 2-core machine (one thread, K 384, N 1536): 512 rows 0.57 ms
+against 4.3 ms in float32 and 0.91 ms for ``torch._int_mm``; 26 rows 0.08 ms against 0.33
+ms in float32. A row's result is bitwise the same whatever other rows share the call, and on
+one or two threads (``tests/test_bf16.py`` checks both), so batching never changes a score.
+
+The inputs and the outputs are bfloat16 (8 significant bits), so results differ from
+float32 by about 0.4 % per product; each caller measures what that does to its own
+quality (the verifier's labels, the query vectors' neighbours) before using it. These are
+private torch operators: :func:`amx_available` says whether they and the hardware are
+here, and callers fall back to their float32 or int8 paths when not.
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Sequence
+
+import torch
+
+ROWS_HINT = 64  # rows the packed layout is tuned for (any row count gives the same results)
+
+
+@functools.cache
+def amx_available() -> bool:
+    """True when the CPU has AMX bfloat16 tiles and torch has the packed-weight operators."""
+    try:
+        if not torch.backends.mkldnn.is_available():
+            return False
+        if not (torch.cpu._is_amx_tile_supported() and torch.cpu._is_avx512_bf16_supported()):
+            return False
+        ops = torch.ops.mkldnn
+        return callable(ops._reorder_linear_weight) and callable(ops._linear_pointwise)
+    except (AttributeError, RuntimeError):
+        return False
+
+
+class PackedBf16Linear:
+    """One or more ``nn.Linear`` of the same input, fused into one packed bfloat16 product:
+    float inputs (M, K) give float32 outputs (M, sum of N), the parts side by side."""
+
+    def __init__(self, linears: Sequence[torch.nn.Linear], rows_hint: int = ROWS_HINT) -> None:
+        weight = torch.cat([lin.weight.detach().float() for lin in linears])
+        biases = [lin.bias.detach().float() if lin.bias is not None
+                  else torch.zeros(lin.weight.shape[0]) for lin in linears]
+        self.out_features = int(weight.shape[0])
+        self.in_features = int(weight.shape[1])
+        self.bias = torch.cat(biases).to(torch.bfloat16)
+        self.weight = torch.ops.mkldnn._reorder_linear_weight(
+            weight.to(torch.bfloat16).contiguous(), rows_hint)
+
+    def __call__(self, x: torch.Tensor) -> torch.Tensor:
+        """float32 (..., N) of ``x`` (..., K), computed in bfloat16 with float32 sums."""
+        rows = x.reshape(-1, self.in_features).to(torch.bfloat16)
+        out = torch.ops.mkldnn._linear_pointwise(rows, self.weight, self.bias, "none", [], "")
+        return out.float().view(*x.shape[:-1], self.out_features)

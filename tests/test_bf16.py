@@ -1,0 +1,55 @@
+"""The packed bfloat16 Linear: close to float32, and a row's result never depends on the
+other rows of the call or on the thread count (what the verifier's batches rely on)."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from medverify.bf16 import PackedBf16Linear, amx_available
+
+pytestmark = pytest.mark.skipif(not amx_available(), reason="this CPU has no AMX bfloat16")
+
+
+def _linears(seed: int = 0) -> list[torch.nn.Linear]:
+    torch.manual_seed(seed)
+    return [torch.nn.Linear(384, 384), torch.nn.Linear(384, 384, bias=False),
+            torch.nn.Linear(384, 96)]
+
+
+def test_close_to_float32_and_parts_side_by_side() -> None:
+    linears = _linears()
+    fused = PackedBf16Linear(linears)
+    x = torch.randn(3, 7, 384)
+    out = fused(x)
+    assert out.shape == (3, 7, 864) and out.dtype == torch.float32
+    want = torch.cat([lin(x) for lin in linears], dim=-1)
+    scale = want.abs().mean()
+    assert (out - want).abs().max() / scale < 0.05
+    assert (out - want).abs().mean() / scale < 0.01
+
+
+def test_rows_do_not_depend_on_their_companions_or_threads() -> None:
+    fused = PackedBf16Linear(_linears(1))
+    x = torch.randn(1024, 384)
+    full = fused(x)
+    for start, stop in [(0, 1), (5, 6), (0, 26), (100, 126), (3, 515), (64, 1024)]:
+        assert torch.equal(full[start:stop], fused(x[start:stop].contiguous()))
+    before = torch.get_num_threads()
+    try:
+        for threads in (1, 2):
+            torch.set_num_threads(threads)
+            assert torch.equal(full, fused(x))
+    finally:
+        torch.set_num_threads(before)
+
+
+def test_a_changed_companion_changes_nothing_else() -> None:
+    fused = PackedBf16Linear(_linears(2))
+    x = torch.randn(48, 384)
+    y = x.clone()
+    y[17] = torch.randn(384) * 100  # a wild neighbour
+    a, b = fused(x), fused(y)
+    keep = [i for i in range(48) if i != 17]
+    assert torch.equal(a[keep], b[keep])
+    assert not torch.equal(a[17], b[17])
