@@ -8,6 +8,12 @@ On the SAME base vectors and the SAME query vectors, in one run per KB size:
 - faiss HNSW as medverify builds it (``IndexIDMap2(IndexHNSWFlat)``) for each graph of
   ``--faiss-hnsw`` (``M16C100``: M 16, efConstruction 100), ``efSearch`` swept,
 - hnswlib (``ip`` space) for each graph of ``--hnswlib``, ``ef`` swept,
+- ``medverify`` (``--systems medverify``): the index medverify's own code builds for a KB of
+  that size under ``auto`` (``VectorIndex.rebuild`` over a KB SQLite holding the vectors:
+  hnswlib when installed, faiss otherwise), read back and searched through
+  ``VectorIndex.search`` (its wrapper's overhead included): ``auto`` with the default
+  ``ef_search`` (the ef rule), then each ``--efs`` value as ``ef_search`` (the rule's floor
+  applies: values below it search at the rule's ef),
 - chromadb (an on-disk ``PersistentClient`` collection with its default HNSW settings,
   ``space = "ip"``), one collection per ``--chroma-efs`` ef_search (chromadb reads it when
   it loads the index; ``collection.modify`` does not reach an index already loaded), only up
@@ -68,7 +74,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 RESULTS = ROOT / "benchmarks" / "results"
 EMBEDDER = "all-MiniLM-L6-v2"
 K = 10
-SYSTEMS = ("ivf", "faiss-hnsw", "hnswlib", "chromadb")
+SYSTEMS = ("ivf", "faiss-hnsw", "hnswlib", "chromadb", "medverify")
+MEDVERIFY = "medverify-auto"  # the build configuration of the medverify system
 
 from bench_kb_scale import load_queries, peak_mb, rss_mb  # noqa: E402
 
@@ -168,6 +175,8 @@ def configs(args: argparse.Namespace) -> list[str]:
             out += [f"hnswlib-{graph}" for graph in args.hnswlib]
         elif system == "chromadb":
             out += [f"chromadb-E{e}" for e in args.chroma_efs if args.n <= args.chroma_max]
+        elif system == "medverify":
+            out.append(MEDVERIFY)
         else:
             out.append(system)
     return out
@@ -207,9 +216,11 @@ def stage_build(args: argparse.Namespace) -> dict[str, Any]:
     detail = BUILDERS[family(config)](base, path, config, args)
     seconds = time.perf_counter() - started
     gc.collect()
+    index_bytes = detail.pop("index_bytes", None) or tree_bytes(path)
+    seconds -= detail.pop("untimed_s", 0.0)
     return {"config": config, "build_s": round(seconds, 1),
             "rss_growth_mb": round(peak_mb() - before, 1), "peak_rss_mb": peak_mb(),
-            "base_mb": round(base.nbytes / 2**20, 1), "index_bytes": tree_bytes(path),
+            "base_mb": round(base.nbytes / 2**20, 1), "index_bytes": index_bytes,
             "build_threads": args.build_threads, "load_after": load(), **detail}
 
 
@@ -285,9 +296,58 @@ def build_chromadb(base: np.ndarray, path: Path, config: str, args: argparse.Nam
     return {"version": chromadb.__version__, "hnsw": dict(hnsw), "batch": batch}
 
 
+def kb_connection(path: Path, base: np.ndarray | None = None) -> Any:
+    """A KB SQLite of the vectors (what ``VectorIndex`` reads: ``meta``'s generation, the
+    ``documents`` and ``chunks`` tables), chunk ids 0..n-1 as the exact index's positions;
+    written first when ``base`` is given."""
+    import sqlite3
+
+    from medverify.kb.database import DB_NAME
+
+    if base is not None:
+        path.mkdir(parents=True)
+        conn = sqlite3.connect(path / DB_NAME)
+        conn.executescript("PRAGMA journal_mode=OFF; PRAGMA synchronous=OFF;"
+                           "CREATE TABLE meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);"
+                           "INSERT INTO meta VALUES ('generation', '1');"
+                           "CREATE TABLE documents (id INTEGER PRIMARY KEY);"
+                           "CREATE TABLE chunks (id INTEGER PRIMARY KEY, vector BLOB NOT NULL);")
+        for start in range(0, len(base), 50_000):
+            block = base[start:start + 50_000]
+            conn.executemany("INSERT INTO chunks VALUES (?, ?)",
+                             ((start + i, row.tobytes()) for i, row in enumerate(block)))
+        conn.commit()
+        return conn
+    return sqlite3.connect(f"file:{path / DB_NAME}?mode=ro", uri=True)
+
+
+def medverify_index(path: Path, conn: Any) -> Any:
+    from medverify.kb.index import VectorIndex
+
+    return VectorIndex(path, 384, conn, policy="auto", embedder_id=EMBEDDER)
+
+
+def build_medverify(base: np.ndarray, path: Path, config: str,
+                    args: argparse.Namespace) -> dict:
+    """The index medverify builds for a KB of this size under ``auto`` (VectorIndex.rebuild:
+    read from the KB's SQLite, built, saved as vectors.faiss + vectors.json); the time to
+    write the SQLite first is not counted."""
+    from medverify.kb.index import INDEX_NAME
+
+    started = time.perf_counter()
+    conn = kb_connection(path, base)
+    fill_s = time.perf_counter() - started
+    index = medverify_index(path, conn)
+    index.rebuild()
+    spec = index.current_spec()
+    return {"spec": f"medverify auto: {spec.describe()}", "kind": spec.kind,
+            "index_bytes": (path / INDEX_NAME).stat().st_size, "untimed_s": fill_s,
+            "sqlite_fill_s": round(fill_s, 1)}
+
+
 BUILDERS: dict[str, Callable[..., dict]] = {
     "ivf": build_ivf, "faiss-hnsw": build_faiss_hnsw, "hnswlib": build_hnswlib,
-    "chromadb": build_chromadb}
+    "chromadb": build_chromadb, MEDVERIFY: build_medverify}
 
 
 # ---- the search (one process, every index of the size, interleaved) -----------------------------
@@ -355,6 +415,33 @@ def chromadb_configs(work: Path, n: int, build: str, args: argparse.Namespace) -
     return [Config("chromadb", build, f"ef {ef}", lambda: None, search)]
 
 
+def medverify_configs(work: Path, n: int, build: str, args: argparse.Namespace) -> list[Config]:
+    """The index medverify built, opened and searched as a KB does (VectorIndex.ensure:
+    trusted when vectors.json matches, memory-mapped if its backend maps; .search)."""
+    path = index_path(work, n, build)
+    index = medverify_index(path, kb_connection(path))
+    if index.state() != "fresh":
+        raise SystemExit(f"{path}: the saved index is {index.state()}: build it again")
+    index.ensure()
+
+    def search(query: np.ndarray) -> np.ndarray:
+        return np.array([i for i, _ in index.search(query[None, :], K)[0]], dtype=np.int64)
+
+    def ef_of(ef_search: int) -> str:
+        index.set_knobs(ef_search=ef_search)
+        ef = getattr(index.loaded, "ef", None)  # hnswlib's wrapper; faiss's HNSW below
+        inner = getattr(index.loaded, "index", None)
+        ef = ef if ef is not None else getattr(getattr(inner, "hnsw", None), "efSearch", "-")
+        return f"ef {ef}"
+
+    kind = index.current_spec().kind
+    out = [Config("medverify", build, f"auto {kind} ({ef_of(128)})",
+                  lambda: index.set_knobs(ef_search=128), search)]
+    return out + [Config("medverify", build, f"ef_search {e} ({ef_of(e)})",
+                         lambda e=e: index.set_knobs(ef_search=e), search)
+                  for e in args.efs if ef_of(e) != ef_of(128)]
+
+
 def stage_search(args: argparse.Namespace) -> dict[str, Any]:
     import faiss
 
@@ -362,7 +449,7 @@ def stage_search(args: argparse.Namespace) -> dict[str, Any]:
     work = Path(args.work)
     queries, truth = query_vectors(work, args.queries), np.load(work / f"truth_{args.n}.npy")
     loaders = {"ivf": faiss_configs, "faiss-hnsw": faiss_configs, "hnswlib": hnswlib_configs,
-               "chromadb": chromadb_configs}
+               "chromadb": chromadb_configs, MEDVERIFY: medverify_configs}
     every: list[Config] = []
     anon: dict[str, float] = {}  # anonymous memory each index took to open (mapped: ~0)
     for build in ["flat", *configs(args)]:
@@ -526,7 +613,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     entry: dict[str, Any] = json.loads(partial.read_text()) if partial.is_file() else {}
     for name in args.stages:
         if name == "build":
-            builds = entry["builds"] = {}
+            builds = entry.setdefault("builds", {})  # earlier builds of other configs kept
             for config in configs(args):
                 builds[config] = run_stage("build", args, config)
                 partial.write_text(json.dumps(entry, indent=1))

@@ -1,4 +1,6 @@
-"""The vector index a KB chooses, records, memory-maps, rebuilds and refuses (docs/scale.md)."""
+"""The vector index a KB chooses, records, memory-maps, rebuilds and refuses (docs/scale.md),
+with faiss's kinds only: ``auto`` here is what it is without hnswlib installed (the hnswlib
+backend and auto's choice with it: test_kb_hnswlib.py)."""
 
 from __future__ import annotations
 
@@ -29,8 +31,18 @@ from medverify.kb.index import (
     choose_spec,
     hnsw_ef,
 )
+from medverify.kb.index_policy import AUTO_GRAPHS
 from medverify.records import Document
 from medverify.retrieve import Retriever
+
+
+@pytest.fixture(autouse=True)
+def faiss_graphs_only(monkeypatch: pytest.MonkeyPatch) -> None:
+    """auto as without hnswlib: faiss's HNSW its graph kind (IVF from HNSW_BELOW)."""
+    import medverify.kb.index_policy as policy
+
+    monkeypatch.setattr(policy, "AUTO_GRAPHS", tuple(g for g in AUTO_GRAPHS if g[0] == "hnsw"))
+
 
 HNSW = IndexSpec("hnsw", hnsw_m=HNSW_M, hnsw_efc=HNSW_EF_CONSTRUCTION)  # what auto builds
 TINY = KBSettings(chunk_tokens=32, chunk_overlap=4, embedder="hash-64", index_threshold=60)

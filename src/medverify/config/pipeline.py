@@ -65,10 +65,12 @@ class KBSettings(Section):
     # 'medverify[onnx]'`; exported once into $MEDVERIFY_HOME/onnx; fp32 only; the same
     # vectors, a query about 2x faster: docs/kb.md)
     embed_runtime: Literal["torch", "onnx"] = "torch"
-    # the vector index (docs/scale.md): auto = exact below index_threshold chunks, HNSW from it,
-    # IVF from 1M chunks (where HNSW is no faster at recall 0.95 and builds 3x slower);
-    # a KB records its choice, and one built with another kind is refused (kb reindex)
-    index: Literal["auto", "flat", "ivf", "ivfpq", "hnsw"] = "auto"
+    # the vector index (docs/scale.md): auto = exact below index_threshold chunks, a graph from
+    # it: hnswlib when installed (`pip install 'medverify[hnswlib]'`: faster per query, but each
+    # process reads the whole graph into memory), else faiss's HNSW up to 1M chunks and IVF
+    # from there; "hnswlib" without the package fails; a KB records its choice, and one built
+    # with another kind is refused (kb reindex)
+    index: Literal["auto", "flat", "ivf", "ivfpq", "hnsw", "hnswlib"] = "auto"
     index_threshold: int = Field(100_000, ge=1)
     nprobe: int = Field(32, ge=1)  # IVF lists scanned per query
     # HNSW candidate list size, at least: raised to 128 per started 100k vectors so recall@10

@@ -1,12 +1,17 @@
 """The vector index of a KB directory: a faiss file kept in step with SQLite.
 
-``vectors.faiss`` is a faiss index over the chunk vectors, keyed by chunk id, of one of
+``vectors.faiss`` is the index over the chunk vectors, keyed by chunk id, of one of
 :data:`INDEX_KINDS`: ``flat`` (exact, ``IndexIDMap2(IndexFlatIP)``), ``ivf`` (IVF-flat:
 exact inner products inside the ``nprobe`` nearest of ``nlist`` k-means lists), ``ivfpq``
-(IVF with product-quantised codes, 8x smaller, lossy) or ``hnsw`` (``IndexIDMap2`` over
-``IndexHNSWFlat``, M :data:`HNSW_M`, efConstruction :data:`HNSW_EF_CONSTRUCTION`). The KB's
-policy (SQLite meta ``vector_index``: ``auto`` or a kind) chooses it; ``auto`` is exact below
-:data:`EXACT_BELOW` chunks and HNSW from there.
+(IVF with product-quantised codes, 8x smaller, lossy), ``hnsw`` (``IndexIDMap2`` over
+``IndexHNSWFlat``, M :data:`HNSW_M`, efConstruction :data:`HNSW_EF_CONSTRUCTION`) or
+``hnswlib`` (an hnswlib graph of the same parameters, written by hnswlib under the same name;
+optional package). Each kind's library is its backend in :data:`INDEX_BACKENDS` (faiss:
+:class:`~medverify.kb.faiss_ops.FaissBackend`, hnswlib:
+:class:`~medverify.kb.hnswlib_index.HnswlibBackend`). The KB's policy (SQLite meta
+``vector_index``: ``auto`` or a kind) chooses it; ``auto`` is exact below :data:`EXACT_BELOW`
+chunks and a graph from there: the first kind of :data:`AUTO_GRAPHS` whose package imports
+(hnswlib: 1.2-2x faster per query than faiss's HNSW, and than IVF at 1M; docs/scale.md).
 
 Why HNSW (``benchmarks/bench_ann_peers.py``, one vector set, queries on one thread; see
 docs/scale.md "HNSW where it wins"): at recall@10 >= 0.95 it answers a query 5x faster
@@ -15,12 +20,12 @@ exact scan, which stays below the threshold (exact, free to build, removes in pl
 The graph sets the recall at a given ``ef_search``: faiss's default efConstruction (40)
 never reached 0.95 at M 16, efConstruction 100 does at ef 96. hnswlib on a graph of the
 same parameters is still 1.3-1.4x faster per query at that ef (issue 45's 1.1x: missed).
-HNSW's costs: building (67 s per 100k on two loaded cores, 4x IVF's) and removal (faiss's
-HNSW removes nothing in place: removed ids are recorded in ``vectors.json`` and skipped
-inside every search, and the index is rebuilt from SQLite once they pass
-:data:`REMOVED_LIMIT` or a tenth of the KB). A KB of auto's
-policy that holds an IVF index (built before auto chose HNSW) is rebuilt as HNSW by its
-next ingest or removal.
+HNSW's costs: building (67 s per 100k on two loaded cores, 4x IVF's) and removal (neither
+graph removes in place: removed ids are recorded in ``vectors.json`` and left out of every
+search, faiss by a selector, hnswlib marked deleted, and the index is rebuilt from SQLite
+once they pass :data:`REMOVED_LIMIT` or a tenth of the KB). A KB of auto's policy holding
+another kind than auto now picks (IVF from before, faiss's HNSW once hnswlib is installed)
+is rebuilt as that kind by its next ingest or removal.
 
 ``vectors.json`` records what the file is: the SQLite generation and size it was written
 at, its kind and parameters, and the embedder and dimension of its vectors. The file is
@@ -28,11 +33,12 @@ trusted only when that record matches SQLite and it reads back as an index of th
 dimension and size; otherwise it is rebuilt from the vectors stored in SQLite, so an
 interrupted ingest or a damaged file never leaves the two out of step.
 
-A trusted file is read memory-mapped (faiss ``IO_FLAG_MMAP`` for IVF inverted lists,
+A trusted faiss file is read memory-mapped (faiss ``IO_FLAG_MMAP`` for IVF inverted lists,
 ``IO_FLAG_MMAP_IFC`` for flat and HNSW storage, the HNSW graph included: opening one takes
 no anonymous memory, measured): opening a KB of millions of chunks costs milliseconds and
 pages come from the OS page cache, shared between processes. A mapped
 index is read-only, so it is loaded into memory before anything is added or removed.
+An hnswlib file is read whole (hnswlib maps nothing): each process holds all of it.
 """
 
 from __future__ import annotations
@@ -42,7 +48,6 @@ import logging
 import os
 import sqlite3
 from collections.abc import Iterator
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
@@ -53,10 +58,33 @@ from medverify.kb.database import BUILD_HINT, DB_NAME, count_rows, read_generati
 from medverify.kb.faiss_ops import (  # noqa: F401  (re-exported: one import for callers)
     SMALL_BATCH,
     Exclusions,
+    IndexBackend,
     faiss_search,
     first_line,
     make_index,
     set_query_knob,
+)
+from medverify.kb.index_policy import (  # noqa: F401  (re-exported)
+    AUTO_GRAPHS,
+    EF_PER_100K,
+    EXACT_BELOW,
+    GRAPH_KINDS,
+    HNSW_BELOW,
+    HNSW_EF_CONSTRUCTION,
+    HNSW_M,
+    INDEX_BACKENDS,
+    INDEX_KINDS,
+    INDEX_POLICIES,
+    MIN_TRAIN,
+    IndexKind,
+    IndexSpec,
+    SearchKnobs,
+    auto_graph,
+    auto_kind,
+    auto_next,
+    choose_spec,
+    hnsw_ef,
+    index_backend,
 )
 
 log = logging.getLogger(__name__)
@@ -65,112 +93,9 @@ INDEX_NAME = "vectors.faiss"
 INDEX_META = "vectors.json"
 
 IndexState = Literal["fresh", "stale", "missing"]
-IndexKind = Literal["flat", "ivf", "ivfpq", "hnsw"]
-INDEX_KINDS: tuple[IndexKind, ...] = ("flat", "ivf", "ivfpq", "hnsw")
-INDEX_POLICIES = ("auto", *INDEX_KINDS)
-EXACT_BELOW = 100_000  # auto: a flat (exact) index below this many chunks, HNSW from it
-HNSW_BELOW = 1_000_000  # auto: HNSW below this many chunks, IVF from it (equal speed there)
-EF_PER_100K = 128  # hnsw: efSearch raised to this per 100k vectors (recall@10 >= 0.95 kept)
 RETRAIN_GROWTH = 4  # auto: an IVF index is retrained once the KB is this many times larger
 TRAIN_PER_LIST = 40  # k-means training vectors per IVF list
-HNSW_M = 16  # hnsw: neighbours per node (M 32: 13 MB more per 100k, no faster at 0.95)
-HNSW_EF_CONSTRUCTION = 100  # hnsw: candidates while building (faiss's 40: ef 96 -> 0.89)
 REMOVED_LIMIT = 1000  # hnsw: removed vectors left in the graph before a rebuild (or a tenth)
-MIN_TRAIN = {"ivf": 39, "ivfpq": 256 * 39}  # vectors k-means needs (one list; PQ codebooks)
-
-
-@dataclass(frozen=True)
-class IndexSpec:
-    """What a vector index is: its kind and the parameters it was built with."""
-
-    kind: IndexKind = "flat"
-    nlist: int = 0  # ivf, ivfpq: k-means lists
-    pq_m: int = 0  # ivfpq: sub-quantisers (8 bits each)
-    hnsw_m: int = 0  # hnsw: neighbours per node
-    hnsw_efc: int = 0  # hnsw: efConstruction (0: faiss's default, 40)
-
-    def describe(self) -> str:
-        efc = f", efConstruction {self.hnsw_efc}" if self.hnsw_efc else ""
-        extra = {"ivf": f"nlist {self.nlist}", "ivfpq": f"nlist {self.nlist}, PQ{self.pq_m}",
-                 "hnsw": f"M {self.hnsw_m}{efc}"}.get(self.kind)
-        return f"{self.kind} ({extra})" if extra else self.kind
-
-    def record(self) -> dict[str, Any]:
-        return {"kind": self.kind, "nlist": self.nlist, "pq_m": self.pq_m,
-                "hnsw_m": self.hnsw_m, "hnsw_efc": self.hnsw_efc}
-
-    @classmethod
-    def from_record(cls, record: dict[str, Any]) -> IndexSpec:
-        """The spec a ``vectors.json`` records (one written before index kinds: flat)."""
-        kind = record.get("kind", "flat")
-        if kind not in INDEX_KINDS:
-            raise ValueError(f"unknown vector index kind {kind!r}")
-        return cls(kind=kind, nlist=int(record.get("nlist", 0)),
-                   pq_m=int(record.get("pq_m", 0)), hnsw_m=int(record.get("hnsw_m", 0)),
-                   hnsw_efc=int(record.get("hnsw_efc", 0)))
-
-
-def auto_kind(count: int, threshold: int = EXACT_BELOW) -> IndexKind:
-    """``auto``'s kind at ``count`` chunks: exact below ``threshold``, HNSW from it (the
-    fastest at recall@10 >= 0.95 against IVF, hnswlib and chromadb at 100k-300k, with
-    :func:`hnsw_ef`) up to :data:`HNSW_BELOW`, IVF from there (at 1M HNSW needs ef 1,024
-    and is no faster than IVF at nprobe 32 while it builds 3x slower: docs/scale.md)."""
-    if count < threshold:
-        return "flat"
-    return "hnsw" if count < HNSW_BELOW else "ivf"
-
-
-def hnsw_ef(ef_search: int, ntotal: int) -> int:
-    """The efSearch an HNSW index of ``ntotal`` vectors searches with: the configured
-    ``ef_search`` or :data:`EF_PER_100K` per started 100k vectors, whichever is larger. A
-    fixed ef loses recall as the graph grows (ef 128, M 16, efConstruction 100: recall@10
-    0.964 at 100k, 0.928 at 200k, 0.908 at 300k, 0.808 at 1M; bench_ann_peers.py)."""
-    return max(ef_search, EF_PER_100K * -(-max(ntotal, 1) // 100_000))
-
-
-def auto_next(current: str, count: int, threshold: int = EXACT_BELOW) -> IndexKind:
-    """``auto``'s kind for a KB of ``count`` chunks whose index is of kind ``current``,
-    with hysteresis at both boundaries: exact again only below half the threshold, and an
-    IVF index back to HNSW only below half of :data:`HNSW_BELOW` (a KB that grows and
-    shrinks around a boundary is not rebuilt at every change)."""
-    if current == "flat":
-        return auto_kind(count, threshold)
-    if count < threshold // 2:
-        return "flat"
-    if current in ("ivf", "ivfpq"):
-        return "ivf" if count >= HNSW_BELOW // 2 else "hnsw"
-    return auto_kind(max(count, threshold), threshold)
-
-
-def choose_spec(policy: str, count: int, dim: int, threshold: int = EXACT_BELOW,
-                nlist: int | None = None) -> IndexSpec:
-    """The index for ``count`` vectors of dimension ``dim`` under ``policy`` (``auto`` or
-    a kind). IVF lists: about 4 sqrt(count), a power of two, with at least 39 training
-    vectors per list (faiss's minimum for k-means). An IVF kind asked for a KB too small
-    to train one is built flat (exact) until the KB has grown enough."""
-    if policy not in INDEX_POLICIES:
-        raise KBError(f"unknown vector index {policy!r}: use one of {', '.join(INDEX_POLICIES)}")
-    kind: IndexKind = auto_kind(count, threshold) if policy == "auto" else policy  # type: ignore[assignment]
-    if kind in ("ivf", "ivfpq") and count < MIN_TRAIN[kind]:
-        return IndexSpec("flat")  # too few vectors to train: exact until there are enough
-    if kind in ("ivf", "ivfpq"):
-        if nlist is None:
-            target = max(1.0, 4 * count ** 0.5)
-            nlist = 1 << max(0, round(np.log2(target)))
-        nlist = max(1, min(nlist, max(1, count // 39), 1 << 16))
-        pq_m = next((m for m in (dim // 8, dim // 4, dim // 2, dim) if m and dim % m == 0), dim)
-        return IndexSpec(kind, nlist=nlist, pq_m=pq_m if kind == "ivfpq" else 0)
-    if kind == "hnsw":
-        return IndexSpec("hnsw", hnsw_m=HNSW_M, hnsw_efc=HNSW_EF_CONSTRUCTION)
-    return IndexSpec("flat")
-
-
-@dataclass
-class SearchKnobs:
-    """Query-time parameters of the approximate indexes (recall against latency)."""
-
-    nprobe: int = 32  # ivf, ivfpq: lists scanned per query
-    ef_search: int = 128  # hnsw: candidate list size
 
 
 class VectorIndex:
@@ -277,23 +202,20 @@ class VectorIndex:
         """Load the saved faiss index (sets ``loaded``), or None (with a warning) when it
         cannot be used: a truncated, empty or foreign file, or one whose kind, dimension or
         size is not the recorded one."""
-        import faiss
-
         path = self.path / INDEX_NAME
         spec = self.recorded_spec() or IndexSpec()
-        flags = 0
-        if mmap:
-            flags = faiss.IO_FLAG_MMAP if spec.kind in ("ivf", "ivfpq") else faiss.IO_FLAG_MMAP_IFC
+        backend = index_backend(spec.kind)
+        mmap = mmap and backend.mappable
         try:
-            index = faiss.read_index(str(path), flags)
+            index = backend.read(str(path), spec, self.dim, mmap)
         except RuntimeError as exc:
             problem = f"cannot be read ({first_line(exc)})"
         else:
             chunks = self._count()
             removed = {int(i) for i in (self.recorded() or {}).get("removed", ())}
-            if (_is_kind(index, spec) and index.d == self.dim
+            if (backend.holds(index, spec) and index.d == self.dim
                     and index.ntotal == chunks + len(removed)):
-                self.loaded, self.spec, self.mapped = index, spec, bool(flags)
+                self.loaded, self.spec, self.mapped = index, spec, mmap
                 self.trained_at = int((self.recorded() or {}).get("trained_at", chunks))
                 self.removed = removed
                 self._apply_knobs()
@@ -330,7 +252,12 @@ class VectorIndex:
         return index
 
     def _make(self, spec: IndexSpec) -> Any:
-        return make_index(spec, self.dim)
+        return index_backend(spec.kind).make(spec, self.dim, self._count())
+
+    @property
+    def backend(self) -> IndexBackend:
+        """The library of the loaded (else the saved, else the wanted) index."""
+        return index_backend(self.current_spec().kind)
 
     def _train(self, index: Any) -> None:
         """k-means on an evenly spaced sample of the stored vectors (one pass over them).
@@ -362,9 +289,9 @@ class VectorIndex:
 
     def _apply_knobs(self, index: Any = None) -> None:
         index = self.loaded if index is None else index
-        if index is not None:
-            set_query_knob(index, self.knobs.nprobe, hnsw_ef(self.knobs.ef_search,
-                                                             int(index.ntotal)))
+        if index is not None and self.spec is not None:
+            index_backend(self.spec.kind).set_knobs(index, self.knobs.nprobe,
+                                                    self.knobs.ef_search)
 
     def set_knobs(self, nprobe: int | None = None, ef_search: int | None = None) -> None:
         """Change the query-time parameters of the loaded index (and later loads)."""
@@ -397,8 +324,9 @@ class VectorIndex:
                         "memory", self.path, first_line(exc))
 
     def add(self, ids: list[int], vectors: np.ndarray, rebuild: bool) -> None:
-        """Add committed chunks (``rebuild``: chunks were also deleted, so rebuild)."""
-        if rebuild:
+        """Add committed chunks (``rebuild``: chunks were also deleted, so rebuild; so is an
+        index still holding a removed chunk's id that SQLite gave to a new chunk)."""
+        if rebuild or not self.removed.isdisjoint(int(i) for i in ids):
             self.rebuild(self.spec)
             return
         self.writable().add_with_ids(np.asarray(vectors, dtype=np.float32),
@@ -406,25 +334,26 @@ class VectorIndex:
         self._apply_knobs()  # (an HNSW index's ef follows its size)
 
     def remove(self, ids: list[int]) -> None:
-        """Drop removed chunks' vectors, and save. faiss's HNSW removes nothing in place:
-        its ids are recorded as removed instead (``vectors.json``) and left out of every
-        search, until :meth:`outgrown` asks for a rebuild (more than :data:`REMOVED_LIMIT`
-        or a tenth of the index). Another kind that cannot remove them is rebuilt."""
+        """Drop removed chunks' vectors, and save. A graph removes nothing in place (faiss's
+        HNSW; hnswlib marks them deleted): its ids are recorded as removed (``vectors.json``)
+        and left out of every search, until :meth:`outgrown` asks for a rebuild (more than
+        :data:`REMOVED_LIMIT` or a tenth of the index). A kind that fails to remove them is
+        rebuilt."""
         if not ids:
             return
         self.ensure()
-        if (self.spec or IndexSpec()).kind == "hnsw":
-            self.removed.update(int(i) for i in ids)
-            self.save()
-            return
+        wanted = np.asarray(ids, dtype=np.int64)
         try:
-            self.writable().remove_ids(np.asarray(ids, dtype=np.int64))
+            dropped = index_backend(self.current_spec().kind).drop(
+                self.writable, self.current_spec(), wanted)
         except RuntimeError as exc:
-            log.warning("could not remove %d vectors from the faiss index (%s): rebuilding "
+            log.warning("could not remove %d vectors from the vector index (%s): rebuilding "
                         "it from SQLite", len(ids), first_line(exc))
             self.rebuild()
-        else:
-            self.save()
+            return
+        if not dropped:
+            self.removed.update(int(i) for i in ids)
+        self.save()
 
     def outgrown(self) -> IndexSpec | None:
         """The index the policy now asks for, when the loaded one no longer fits the KB's
@@ -446,15 +375,13 @@ class VectorIndex:
         return None
 
     def save(self) -> None:
-        import faiss
-
         if self.loaded is None:
             return
+        spec = self.spec or IndexSpec()
         if not self.mapped:  # a mapped index is the saved file itself: its record only
             tmp = self.path / (INDEX_NAME + ".tmp")
-            faiss.write_index(self.loaded, str(tmp))
+            index_backend(spec.kind).write(self.loaded, str(tmp))
             os.replace(tmp, self.path / INDEX_NAME)
-        spec = self.spec or IndexSpec()
         meta = {"generation": self._generation(),
                 "ntotal": int(self.loaded.ntotal) - len(self.removed),
                 **spec.record(), "embedder_id": self.embedder_id, "dim": self.dim,
@@ -467,22 +394,8 @@ class VectorIndex:
         index = self.ensure()
         if index.ntotal == 0 or not len(vectors):
             return [[] for _ in range(len(vectors))]
-        scores, ids = faiss_search(index, vectors, depth,
-                                   self._exclusions.selector(self.removed))
+        scores, ids = index_backend(self.current_spec().kind).search(
+            index, vectors, depth, self.removed, self._exclusions)
         return [[(int(i), float(s)) for i, s in zip(row_ids, row_scores, strict=True) if i >= 0]
                 for row_ids, row_scores in zip(ids, scores, strict=True)]
 
-
-def _is_kind(index: Any, spec: IndexSpec) -> bool:
-    """Whether a faiss index read back is of the recorded kind (ids kept either way)."""
-    import faiss
-
-    if spec.kind in ("ivf", "ivfpq"):
-        cls = faiss.IndexIVFFlat if spec.kind == "ivf" else faiss.IndexIVFPQ
-        return isinstance(index, cls) and index.nlist == spec.nlist
-    if not isinstance(index, faiss.IndexIDMap2):
-        return False
-    inner = faiss.downcast_index(index.index)
-    if spec.kind == "hnsw":
-        return isinstance(inner, faiss.IndexHNSWFlat)
-    return isinstance(inner, faiss.IndexFlat)

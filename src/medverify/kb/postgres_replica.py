@@ -10,14 +10,16 @@ PostgreSQL holds the documents, chunks and vectors (the source of truth); each r
   by the PostgreSQL chunk id. A lexical query is ranked by the embedded store's ranking
   (:func:`medverify.kb.fts.rank_lexical`: bm25(), the same lexical budget), so with the
   same chunk ids it gives the embedded store's candidates and scores exactly.
-* dense: a faiss index of the kind the embedded KB would choose at this size
+* dense: a vector index of the kind the embedded KB would choose at this size
   (:func:`medverify.kb.index.choose_spec` with ``[kb_settings] index``, ``index_threshold``,
-  ``nprobe``, ``ef_search``): exact below the threshold, approximate from it (``auto``'s
-  kind), an IVF one trained as the embedded index is (the same strided sample, k-means
-  iterations and seed).
+  ``nprobe``, ``ef_search``), made by that kind's backend (``INDEX_BACKENDS``: faiss, or
+  hnswlib when installed, as the embedded KB): exact below the threshold, approximate from
+  it (``auto``'s kind), an IVF one trained as the embedded index is (the same strided
+  sample, k-means iterations and seed).
 
-Changes are applied incrementally: chunks added, chunk ids removed (an HNSW index, which
-cannot remove, leaves them out of its results instead). An index whose kind no longer fits
+Changes are applied incrementally: chunks added, chunk ids removed (a graph, which cannot
+remove in place, leaves them out of its results instead: faiss's HNSW by a selector,
+hnswlib marked deleted). An index whose kind no longer fits
 the KB's size (``auto`` crossing the threshold, an IVF grown 4x past what it was trained
 on, an HNSW index holding more removed vectors than a tenth of its size) is rebuilt from
 the rows, as the embedded one is.
@@ -29,7 +31,7 @@ the embedded KB does after each write, and ranks from them in numpy (the same sc
 Memory per replica: the FTS5 table holds each chunk's title and text and their postings,
 plus the stored postings on a large KB (:meth:`ReplicaIndexes.memory` reads SQLite's page
 count); the vector index ``dim * 4 + 8`` bytes a chunk (flat or IVF-flat) plus the IVF
-centroids, or plus about ``2 * M * 4`` bytes of links (HNSW).
+centroids, or plus about ``2 * M * 4`` bytes of links (HNSW, faiss's or hnswlib's).
 """
 
 from __future__ import annotations
@@ -50,6 +52,7 @@ from medverify.kb.fts import (
     rank_lexical,
 )
 from medverify.kb.index import (
+    GRAPH_KINDS,
     RETRAIN_GROWTH,
     TRAIN_PER_LIST,
     Exclusions,
@@ -57,10 +60,7 @@ from medverify.kb.index import (
     SearchKnobs,
     auto_next,
     choose_spec,
-    faiss_search,
-    hnsw_ef,
-    make_index,
-    set_query_knob,
+    index_backend,
 )
 from medverify.kb.postings_build import build_postings
 from medverify.kb.protocol import Candidate
@@ -102,7 +102,7 @@ class ReplicaIndexes:
                                      check_same_thread=False)
         self._conn.executescript(LEXICAL_SCHEMA)
         self._postings = StoredPostings(self._conn)
-        self.vectors: Any = None  # the faiss index
+        self.vectors: Any = None  # the vector index (faiss's, or the hnswlib wrapper)
         self.spec = IndexSpec()
         self.trained_at = 0  # vectors an IVF index was trained on
         self._dead: set[int] = set()  # ids removed that the vector index cannot drop (hnsw)
@@ -124,7 +124,7 @@ class ReplicaIndexes:
         """The vector index over ``rows`` (ascending ids), of the kind the policy asks for
         at their count."""
         self.spec = choose_spec(self.policy, len(rows), self.dim, self.threshold)
-        index = make_index(self.spec, self.dim)
+        index = index_backend(self.spec.kind).make(self.spec, self.dim, len(rows))
         ids, vectors = _arrays(rows, self.dim)
         if not index.is_trained:
             _train(index, vectors)
@@ -160,8 +160,11 @@ class ReplicaIndexes:
         if not held:
             return
         try:
-            self.vectors.remove_ids(np.asarray(held, dtype=np.int64))
-        except RuntimeError:  # hnsw removes nothing: filtered from its results instead,
+            dropped = index_backend(self.spec.kind).drop(
+                lambda: self.vectors, self.spec, np.asarray(held, dtype=np.int64))
+        except RuntimeError:
+            dropped = False
+        if not dropped:  # a graph removes nothing in place: left out of its results instead,
             self._dead.update(held)  # until outgrown() asks for a rebuild
 
     def outgrown(self) -> bool:
@@ -224,8 +227,7 @@ class ReplicaIndexes:
                                "DO UPDATE SET df = df + excluded.df", counts.items())
 
     def _apply_knobs(self, index: Any) -> None:
-        set_query_knob(index, self.knobs.nprobe, hnsw_ef(self.knobs.ef_search,
-                                                         int(index.ntotal)))
+        index_backend(self.spec.kind).set_knobs(index, self.knobs.nprobe, self.knobs.ef_search)
 
     # ---- searching ----------------------------------------------------------------
 
@@ -240,8 +242,8 @@ class ReplicaIndexes:
         """Per query vector, up to ``depth`` (chunk id, inner product), best first."""
         if self.size == 0 or not len(vectors):
             return [[] for _ in range(len(vectors))]
-        scores, ids = faiss_search(self.vectors, vectors, depth,
-                                   self._exclusions.selector(self._dead))
+        scores, ids = index_backend(self.spec.kind).search(self.vectors, vectors, depth,
+                                                           self._dead, self._exclusions)
         return [[(int(i), float(s)) for i, s in zip(row_ids, row, strict=True) if i >= 0]
                 for row_ids, row in zip(ids, scores, strict=True)]
 
@@ -258,7 +260,7 @@ class ReplicaIndexes:
         page = self._conn.execute("PRAGMA page_size").fetchone()[0]
         total = 0 if self.vectors is None else int(self.vectors.ntotal)
         links = 2 * self.spec.hnsw_m * 4 * 1.07  # level 0 and (~1/M of nodes) upper levels
-        vectors = (total * (self.dim * 4 + 8 + (links if self.spec.kind == "hnsw" else 0))
+        vectors = (total * (self.dim * 4 + 8 + (links if self.spec.kind in GRAPH_KINDS else 0))
                    + self.spec.nlist * self.dim * 4)
         return {"lexical_bytes": int(pages * page), "vector_bytes": int(vectors)}
 
