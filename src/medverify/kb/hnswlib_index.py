@@ -93,24 +93,26 @@ class HnswlibIndex:
     def search(self, vectors: np.ndarray, depth: int,
                live: int) -> tuple[np.ndarray, np.ndarray]:
         """(scores, ids) ``depth`` wide, padded with -1 ids past the ``live`` vectors."""
-        rows = len(vectors)
-        scores = np.full((rows, depth), -np.inf, dtype=np.float32)
-        ids = np.full((rows, depth), -1, dtype=np.int64)
-        k = min(depth, live)
+        rows, k = len(vectors), min(depth, live)
         if k <= 0 or not rows:
-            return scores, ids
+            return (np.full((rows, depth), -np.inf, dtype=np.float32),
+                    np.full((rows, depth), -1, dtype=np.int64))
         queries = np.ascontiguousarray(vectors, dtype=np.float32)
         threads = 1 if rows < SMALL_BATCH else _threads()
         try:
             labels, distances = self.index.knn_query(queries, k=k, num_threads=threads)
         except RuntimeError:  # fewer than k found (a graph with many deleted): one by one
-            return self._one_by_one(queries, depth, k, scores, ids)
-        ids[:, :k] = labels.astype(np.int64)
-        scores[:, :k] = 1.0 - distances  # hnswlib's ip distance is 1 - inner product
+            return self._one_by_one(queries, depth, k)
+        ids, scores = labels.astype(np.int64), 1.0 - distances  # ip distance: 1 - product
+        if k < depth:
+            ids = np.pad(ids, ((0, 0), (0, depth - k)), constant_values=-1)
+            scores = np.pad(scores, ((0, 0), (0, depth - k)), constant_values=-np.inf)
         return scores, ids
 
-    def _one_by_one(self, queries: np.ndarray, depth: int, k: int, scores: np.ndarray,
-                    ids: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    def _one_by_one(self, queries: np.ndarray, depth: int,
+                    k: int) -> tuple[np.ndarray, np.ndarray]:
+        scores = np.full((len(queries), depth), -np.inf, dtype=np.float32)
+        ids = np.full((len(queries), depth), -1, dtype=np.int64)
         for row, query in enumerate(queries):
             for want in range(k, 0, -1):
                 try:

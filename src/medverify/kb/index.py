@@ -396,6 +396,6 @@ class VectorIndex:
             return [[] for _ in range(len(vectors))]
         scores, ids = index_backend(self.current_spec().kind).search(
             index, vectors, depth, self.removed, self._exclusions)
-        return [[(int(i), float(s)) for i, s in zip(row_ids, row_scores, strict=True) if i >= 0]
-                for row_ids, row_scores in zip(ids, scores, strict=True)]
+        return [[(i, s) for i, s in zip(row_ids, row_scores, strict=True) if i >= 0]
+                for row_ids, row_scores in zip(ids.tolist(), scores.tolist(), strict=True)]
 

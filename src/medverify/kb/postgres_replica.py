@@ -244,8 +244,8 @@ class ReplicaIndexes:
             return [[] for _ in range(len(vectors))]
         scores, ids = index_backend(self.spec.kind).search(self.vectors, vectors, depth,
                                                            self._dead, self._exclusions)
-        return [[(int(i), float(s)) for i, s in zip(row_ids, row, strict=True) if i >= 0]
-                for row_ids, row in zip(ids, scores, strict=True)]
+        return [[(i, s) for i, s in zip(row_ids, row, strict=True) if i >= 0]
+                for row_ids, row in zip(ids.tolist(), scores.tolist(), strict=True)]
 
     @property
     def size(self) -> int:
