@@ -73,8 +73,9 @@ class KBSettings(Section):
     index: Literal["auto", "flat", "ivf", "ivfpq", "hnsw", "hnswlib"] = "auto"
     index_threshold: int = Field(100_000, ge=1)
     nprobe: int = Field(32, ge=1)  # IVF lists scanned per query
-    # HNSW candidate list size, at least: raised to 128 per started 100k vectors so recall@10
-    # stays >= 0.95 as the graph grows (a fixed 128 gave 0.81 at 1M); more: slower, surer
+    # HNSW candidate list size, at least: raised as the graph grows so recall@10 stays >= 0.95
+    # (faiss: 128 per started 100k vectors, a fixed 128 gave 0.81 at 1M; hnswlib: 128 x
+    # (started 100ks)^0.8); more: slower, surer
     ef_search: int = Field(128, ge=1)
     # rank lexical queries past 1,000 postings without bm25() on KBs of at least this many
     # chunks (fast, but its top 10 agrees poorly with bm25's: docs/scale.md); None: off

@@ -1,8 +1,8 @@
 """The indexes of a :class:`~medverify.kb.store.KnowledgeBase` and the primitive searches
-over them: the faiss vector index kept in step with SQLite (and rebuilt), the stored lexical
-postings (built, dropped, their state), and the candidates the retrieval stage combines
-(lexical, dense, a metadata subset, chunks by id). Ranking (modes, fusion, passages with
-scores) is :class:`medverify.retrieve.Retriever`'s.
+over them: the vector index (faiss's or hnswlib's) kept in step with SQLite (and rebuilt),
+the stored lexical postings (built, dropped, their state), and the candidates the retrieval
+stage combines (lexical, dense, a metadata subset, chunks by id). Ranking (modes, fusion,
+passages with scores) is :class:`medverify.retrieve.Retriever`'s.
 
 :class:`KBIndexes` is a mixin of :class:`~medverify.kb.store.KnowledgeBase`: it uses the
 store's connection, metadata, embedder and its ``reading``/``writing`` locks.
@@ -61,12 +61,12 @@ class KBIndexes:
 
     @property
     def vector_index(self) -> VectorIndex:
-        """The faiss index kept in step with the stored vectors."""
+        """The vector index kept in step with the stored vectors."""
         return self._vectors
 
     @property
     def _index(self) -> Any:
-        """The loaded faiss index (None until first used)."""
+        """The loaded vector index (None until first used)."""
         return self._vectors.loaded
 
     def rebuild_index(self, policy: str | None = None, nlist: int | None = None) -> IndexSpec:
