@@ -75,7 +75,7 @@ def parse(output: str) -> dict[str, Any]:
 
 
 def run_suite(rev: str, data: Path | None, timeout_s: float,
-              tests: list[str] | None = None) -> dict[str, Any]:
+              tests: list[str] | None = None, log: Path | None = None) -> dict[str, Any]:
     """The default suite (or only ``tests``) on a fresh clone of ``rev``: its parsed output
     and wall time."""
     with tempfile.TemporaryDirectory(prefix="bench-test-suite-") as tmp:
@@ -95,6 +95,8 @@ def run_suite(rev: str, data: Path | None, timeout_s: float,
                               env=env, capture_output=True, text=True, timeout=timeout_s,
                               check=False)
         wall = time.perf_counter() - started
+    if log is not None:
+        log.write_text(done.stdout + done.stderr)
     result = parse(done.stdout + done.stderr)
     result.update({"rev": rev, "commit": commit, "exit_code": done.returncode,
                    "tests": tests or "the default suite",
@@ -144,13 +146,16 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--tests", nargs="+", metavar="PATH",
                         help="only these test files (the same files at both revisions: a "
                         "before/after comparison of what changed, less exposed to load)")
+    parser.add_argument("--log", type=Path, metavar="FILE",
+                        help="also write pytest's whole output there (every duration)")
     parser.add_argument("--render", action="store_true", help="test_suite.md from the JSON")
     parser.add_argument("--out", default="test_suite", help="results name (.json and .md)")
     args = parser.parse_args(argv)
     out = RESULTS / f"{args.out}.json"
     runs: dict[str, dict[str, Any]] = json.loads(out.read_text()) if out.exists() else {}
     if not args.render:
-        result = run_suite(args.rev, args.with_data, args.timeout, args.tests)
+        result = run_suite(args.rev, args.with_data, args.timeout, args.tests,
+                           args.log)
         runs[args.label or result["commit"]] = result
         RESULTS.mkdir(parents=True, exist_ok=True)
         out.write_text(json.dumps(runs, indent=1) + "\n")

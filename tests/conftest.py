@@ -3,6 +3,8 @@ the optional services, and the real-data hooks of :mod:`data_paths`."""
 
 from __future__ import annotations
 
+# First: each xdist worker's share of the cores as its thread count, before numpy loads.
+import worker_threads  # noqa: F401  # isort: skip
 from collections.abc import Iterator
 from pathlib import Path
 
