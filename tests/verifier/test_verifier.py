@@ -171,23 +171,26 @@ def test_round_trip_predicts_probabilities(tiny_weights: Path, quantize: bool) -
 def test_shipped_mode_scores_a_pair_alike_alone_and_in_a_batch(
     tiny_weights: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """The shipped int8 modes (per-window activation scales in batches, issue 45; one
-    window at a time, issue 27) give a pair the same probabilities alone and among others,
-    and leave torch's threads as they were."""
+    """The shipped modes (bfloat16 on AMX and int8 with per-window activation scales, in
+    batches, issue 45; one window at a time, issue 27) give a pair the same probabilities
+    alone and among others, and leave torch's threads as they were."""
     import torch
 
+    from medverify.bf16 import amx_available
     from medverify.verifier import infer
     from medverify.verifier.infer import PER_WINDOW_THREADS
 
     monkeypatch.setattr(infer, "SHORT_WINDOW_CHARS", 120)  # the tiny model's windows: both
+    monkeypatch.delenv(infer.SCORING_ENV, raising=False)
 
     verifier = Verifier.load(tiny_weights)
-    assert verifier.scoring == "window_scales" and verifier.threads == PER_WINDOW_THREADS
+    auto = "bf16" if amx_available() else "window_scales"
+    assert verifier.scoring == auto and verifier.threads == PER_WINDOW_THREADS
     pair = ("Aspirin lowers fever in adults.", "In adults, aspirin lowered fever within hours.")
     others = [(f"Drug {i} raises blood pressure.", "Drug 1 lowered blood pressure. " * i)
               for i in range(1, 12)]
     threads = torch.get_num_threads()
-    for scoring in ("window_scales", "per_window"):
+    for scoring in (*(("bf16",) if amx_available() else ()), "window_scales", "per_window"):
         verifier.scoring = scoring
         alone = verifier.predict([pair])[0]
         batched = verifier.predict([*others[:5], pair, *others[5:]], batch_size=4)

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import ctypes
+import os
 import threading
 from collections.abc import Iterator, Sequence
 from pathlib import Path
@@ -18,9 +19,11 @@ from typing import Any
 import numpy as np
 import torch
 
+from medverify.bf16 import amx_available
+from medverify.errors import ConfigError
 from medverify.verdict_rules import passage_label
 from medverify.verifier.model import LABELS, CrossEncoder, load_model, load_tokenizer
-from medverify.verifier.quantized import Int8Encoder, score_windows_int8
+from medverify.verifier.quantized import Bf16Encoder, Int8Encoder, score_windows_fixed
 from medverify.verifier.windows import MAX_CLAIM_TOKENS, make_windows
 
 DEFAULT_WEIGHTS = Path(__file__).resolve().parent / "weights"
@@ -119,6 +122,33 @@ SHORT_WINDOW_CHARS = 600
 # (exploratory run, issue 45). On the overloaded machine (load 11) two workers were no faster.
 WINDOW_WORKERS = 2
 
+# How windows are scored (``Verifier.scoring``): "auto" picks "bf16" (packed bfloat16 on
+# AMX, :class:`~medverify.verifier.quantized.Bf16Encoder`) where :func:`amx_available`,
+# else "window_scales" (int8 with per-window scales); both are batch-independent. A float
+# model without AMX (``quantize=False``) gets "batched". The environment variable forces a
+# mode; its consequence: scores differ slightly between the arithmetics (a machine with AMX
+# and one without give a pair slightly different probabilities under "auto"), so force one
+# mode everywhere when runs on different machines must agree to the last digit.
+SCORING_ENV = "MEDVERIFY_VERIFIER_SCORING"
+SCORINGS = ("auto", "bf16", "window_scales", "per_window", "batched")
+
+
+def resolve_scoring(requested: str, *, int8: bool, bf16: bool) -> str:
+    """The scoring mode ``requested`` stands for, given the encoders that exist (int8: a
+    quantised model; bf16: a float model on a CPU with AMX); ConfigError if impossible."""
+    if requested not in SCORINGS:
+        raise ConfigError(f"unknown verifier scoring {requested!r} ({SCORING_ENV}); "
+                          f"choose one of {', '.join(SCORINGS)}")
+    if requested == "auto":
+        return "bf16" if bf16 else "window_scales" if int8 else "batched"
+    needs = {"bf16": (bf16, "a CPU with AMX bfloat16 and a float model"),
+             "window_scales": (int8, "an int8 model (quantize=True on the CPU)"),
+             "per_window": (True, ""), "batched": (True, "")}
+    have, what = needs[requested]
+    if not have:
+        raise ConfigError(f"verifier scoring {requested!r} needs {what}; use 'auto'")
+    return requested
+
 
 @contextlib.contextmanager
 def torch_threads(threads: int | None) -> Iterator[None]:
@@ -145,36 +175,57 @@ def _is_quantized(model: torch.nn.Module) -> bool:
 class Verifier:
     """The built-in claim verifier (load with :meth:`load` or :func:`get_verifier`)."""
 
-    def __init__(self, model: torch.nn.Module, tokenizer: Any, metadata: dict[str, Any]) -> None:
+    def __init__(self, model: torch.nn.Module, tokenizer: Any, metadata: dict[str, Any], *,
+                 float_model: torch.nn.Module | None = None, scoring: str | None = None) -> None:
         self.model = model
         self.tokenizer = tokenizer
         self.metadata = metadata
         self.max_tokens: int = int(metadata.get("max_tokens", 256))
         self.thresholds: dict[str, float] = dict(metadata.get("thresholds", DEFAULT_THRESHOLDS))
         short = str(metadata.get("weights_sha256", ""))[:8]
+        # The weights' identity (what the judge's calibration is tied to); the arithmetic
+        # that scored a run is ``scoring`` (see :attr:`provenance`).
         self.id: str = f"{metadata.get('name', 'medverify-verifier-v1')}+{short}"
         # A dynamically quantised model scales activations per batch tensor, so a window's
         # probabilities depend on what it is batched with (up to 0.46 apart, 15-18 % of
-        # one-passage labels changed: benchmarks/bench_verifier_batch_dependence.py). Such a
-        # model scores windows in fixed-shape batches with one activation scale per window
-        # (:mod:`medverify.verifier.quantized`, issue 45): "window_scales". "per_window"
-        # (one window per pass, issue 27) and "batched" (torch's dynamic int8 in batches,
-        # before issue 27; the only mode of a float model) remain for comparisons.
+        # one-passage labels changed: benchmarks/bench_verifier_batch_dependence.py). The
+        # batch-independent modes score windows in fixed-shape batches
+        # (:mod:`medverify.verifier.quantized`, issue 45): "bf16" (packed bfloat16 on AMX,
+        # from the float weights) or "window_scales" (int8, one activation scale per
+        # window); "auto" picks (:data:`SCORING_ENV` forces one). "per_window" (one window
+        # per pass, issue 27) and "batched" (torch's dynamic int8 in batches, before issue
+        # 27; the only batched mode of a float model without AMX) remain for comparisons.
         self.int8: Int8Encoder | None = Int8Encoder(model) if _is_quantized(model) else None
-        self.scoring: str = "window_scales" if self.int8 is not None else "batched"
-        # Intra-op threads while scoring short windows one at a time, or any windows with
-        # per-window scales (None: torch's).
+        source = float_model if float_model is not None else (
+            None if self.int8 is not None else model)
+        cpu = source is not None and all(p.device.type == "cpu" for p in source.parameters())
+        self.bf16: Bf16Encoder | None = Bf16Encoder(source) if cpu and amx_available() else None
+        self.scoring: str = resolve_scoring(scoring or os.environ.get(SCORING_ENV) or "auto",
+                                            int8=self.int8 is not None,
+                                            bf16=self.bf16 is not None)
+        # Intra-op threads while scoring short windows one at a time, or any windows in
+        # fixed-shape batches (None: torch's).
         self.threads: int | None = PER_WINDOW_THREADS
-        # Threads scoring batches side by side in "window_scales" (each on ``threads``
-        # intra-op threads); the scores are the same with any number.
+        # Threads scoring batches side by side in "bf16" and "window_scales" (each on
+        # ``threads`` intra-op threads); the scores are the same with any number.
         self.workers: int = WINDOW_WORKERS
+
+    @property
+    def provenance(self) -> dict[str, str]:
+        """What produced this verifier's scores: the weights and the arithmetic
+        ("bf16", "window_scales", ...), which moves a score by up to a few hundredths."""
+        return {"verifier": self.id, "scoring": self.scoring}
 
     def _score(self, pairs: Sequence[tuple[str, str]], batch_size: int) -> np.ndarray:
         """Probabilities of already-windowed pairs in the verifier's scoring mode."""
-        if self.scoring == "window_scales" and self.int8 is not None:
+        fixed = {"bf16": self.bf16, "window_scales": self.int8}
+        if self.scoring in fixed:
+            encoder = fixed[self.scoring]
+            if encoder is None:
+                raise ConfigError(f"verifier scoring {self.scoring!r} is not available here")
             with torch_threads(self.threads):
-                return score_windows_int8(self.int8, self.tokenizer, pairs, self.max_tokens,
-                                          batch_size, self.workers)
+                return score_windows_fixed(encoder, self.tokenizer, pairs, self.max_tokens,
+                                           batch_size, self.workers)
         if self.scoring != "per_window":
             return score_windows(self.model, self.tokenizer, pairs, self.max_tokens, batch_size)
         out = np.zeros((len(pairs), len(LABELS)), dtype=np.float32)
@@ -189,14 +240,23 @@ class Verifier:
 
     @classmethod
     def load(
-        cls, path: str | Path | None = None, *, device: str = "cpu", quantize: bool = True
+        cls, path: str | Path | None = None, *, device: str = "cpu", quantize: bool = True,
+        scoring: str | None = None,
     ) -> Verifier:
-        """Load weights from ``path`` (default: the shipped weights) onto ``device``."""
-        if device == "cpu":
-            one_malloc_arena()
+        """Load weights from ``path`` (default: the shipped weights) onto ``device``.
+
+        On the CPU the int8 model is made from the float one (a copy), and the float
+        weights also feed the bfloat16 encoder where AMX is present; ``scoring`` (default:
+        :data:`SCORING_ENV`, else "auto") picks the mode."""
+        if device != "cpu":
+            model, meta = load_model(path or DEFAULT_WEIGHTS)
+            return cls(model.to(device).eval(), load_tokenizer(), meta, scoring=scoring)
+        one_malloc_arena()
         model, meta = load_model(path or DEFAULT_WEIGHTS)
-        model = quantize_model(model) if quantize and device == "cpu" else model.to(device)
-        return cls(model.eval(), load_tokenizer(), meta)
+        if not quantize:
+            return cls(model.eval(), load_tokenizer(), meta, scoring=scoring)
+        return cls(quantize_model(model).eval(), load_tokenizer(), meta,
+                   float_model=model.eval(), scoring=scoring)
 
     def predict(self, pairs: Sequence[tuple[str, str]], batch_size: int = 32) -> np.ndarray:
         """(n, 3) float32 probabilities in LABELS order; windows aggregated per pair."""

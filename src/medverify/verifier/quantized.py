@@ -1,6 +1,11 @@
-"""Batched int8 scoring of verifier windows whose scores do not depend on the batch (issue 45).
+"""Batched scoring of verifier windows whose scores do not depend on the batch (issue 45):
+int8 with one activation scale per window ("window_scales"), or bfloat16 on AMX ("bf16").
 
-Torch's dynamic int8 Linear picks one activation scale for its whole input, so in a batch a
+Both run one lean encoder (:class:`WindowEncoder`: fixed length buckets, fused query, key and
+value projections, attention with the key mask, mean pooling over real tokens, the head) and
+differ only in their Linear layers: :class:`Int8Linear` or :class:`Bf16Linear`.
+
+Int8: torch's dynamic int8 Linear picks one activation scale for its whole input, so in a batch a
 window's scores moved with its companions (issue 27). Here every window's activations get
 their own scale and zero point, chosen over its real tokens the way the dynamic Linear
 chooses them for a window scored alone (7-bit unsigned range, fbgemm's ``reduce_range``),
@@ -10,6 +15,10 @@ bucket (a multiple of :data:`BUCKET_STEP` word pieces, whatever their companions
 batched only with windows of the same bucket, so the float parts (embeddings, attention,
 layer norms) see the same shapes too. The query, key and value projections share one
 quantised input and run as one product.
+
+bfloat16 (:class:`Bf16Linear`, :class:`~medverify.bf16.PackedBf16Linear`): the float weights
+packed once for the CPU's AMX tiles; every row is multiplied alone (bitwise the same whatever
+the other rows and the thread count), with no per-window quantisation at all.
 """
 
 from __future__ import annotations
@@ -22,6 +31,7 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
+from medverify.bf16 import PackedBf16Linear
 from medverify.verifier.windows import MAX_CLAIM_TOKENS
 
 BUCKET_STEP = 16  # windows are padded to a multiple of this many word pieces
@@ -34,6 +44,13 @@ _ROWS_PER_PRODUCT = 128
 # ones 77-82 either way; exploratory CPU-time runs, 40 pairs each, on the busy 2-core machine):
 # smaller batches keep each step's tensors in cache.
 TOKENS_PER_BATCH = 1024
+# Rows of every packed bfloat16 product (see Bf16Linear). One thread, the four products
+# of a layer over 4,096 rows: 16 rows a product 340 ms, 32 321, 64 231, 128 132, 256 116,
+# 512 116, one call 114 (exploratory timing at load 7 on the 2-core machine).
+BF16_ROWS = 128
+# bfloat16 batches (AMX multiplies many rows at once far faster than few): TUNING
+BF16_TOKENS_PER_BATCH = 4096
+BF16_WINDOWS_PER_BATCH = 128
 _QMAX = 127  # the dynamic Linear's activation range with reduce_range: 0..127
 
 
@@ -56,7 +73,7 @@ class Int8Linear:
         self.scale = torch.cat([p[1] for p in parts])  # (parts,)
         self.bias = torch.cat([p[2] for p in parts]).view(len(parts), -1)
 
-    def __call__(self, q: torch.Tensor, row_scale: torch.Tensor) -> torch.Tensor:
+    def product(self, q: torch.Tensor, row_scale: torch.Tensor) -> torch.Tensor:
         """Float (M, N) outputs of int8 rows ``q`` (M, K) quantised with ``row_scale`` (M, 1)."""
         acc = torch.empty(q.shape[0], self.weight_t.shape[1], dtype=torch.int32)
         for start in range(0, q.shape[0], _ROWS_PER_PRODUCT):
@@ -66,6 +83,33 @@ class Int8Linear:
         scale = (row_scale[:, None, :] * self.scale[None, :, None])  # (M, parts, 1)
         out = acc.float().view(q.shape[0], parts, -1).mul_(scale).add_(self.bias)
         return out.view(q.shape[0], -1)
+
+    def __call__(self, x: torch.Tensor, real: torch.Tensor) -> torch.Tensor:
+        """Float (B, L, N) of windows ``x`` (B, L, K), each quantised over its ``real`` rows."""
+        return self.product(*quantize_windows(x, real)).view(*x.shape[:-1], -1)
+
+
+class Bf16Linear:
+    """One or more float Linears of the same input as one packed bfloat16 product (AMX).
+
+    Rows are multiplied in products of exactly :data:`BF16_ROWS` rows (the last one padded
+    with zeros): oneDNN picks its kernel by the row count, and with K 1,536 (the
+    feed-forward's down projection) 48 to 256 rows summed in another order than 2,048 (up
+    to 2.4e-4 apart), which moved a window's probabilities by up to 0.003 between alone and
+    batched. With one row count every row takes the same path whatever its companions."""
+
+    def __init__(self, linears: Sequence[torch.nn.Module]) -> None:
+        self.packed = PackedBf16Linear(linears, rows_hint=BF16_ROWS)
+
+    def __call__(self, x: torch.Tensor, real: torch.Tensor) -> torch.Tensor:
+        """Float32 (B, L, N) of ``x`` (B, L, K), computed in bfloat16 with float32 sums."""
+        rows = x.reshape(-1, x.shape[-1]).to(torch.bfloat16)
+        m = rows.shape[0]
+        if m % BF16_ROWS:
+            rows = F.pad(rows, (0, 0, 0, BF16_ROWS - m % BF16_ROWS))
+        out = torch.cat([self.packed(rows[start : start + BF16_ROWS])
+                         for start in range(0, rows.shape[0], BF16_ROWS)])
+        return out[:m].view(*x.shape[:-1], -1)
 
 
 def quantize_windows(x: torch.Tensor, real: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
@@ -85,42 +129,46 @@ def quantize_windows(x: torch.Tensor, real: torch.Tensor) -> tuple[torch.Tensor,
     return q.to(torch.int8).view(rows, -1), scale.expand(-1, x.shape[1], 1).reshape(rows, 1)
 
 
-class Int8Layer:
-    """One encoder layer of a dynamically quantised BERT with per-window activation scales."""
+class WindowLayer:
+    """One BERT encoder layer whose Linears are ``linear`` (:class:`Int8Linear` or
+    :class:`Bf16Linear`) built from the model's layers; the rest stays the model's float."""
 
-    def __init__(self, layer: torch.nn.Module, heads: int) -> None:
+    def __init__(self, layer: torch.nn.Module, heads: int, linear: type) -> None:
         attention = layer.attention
-        self.qkv = Int8Linear([attention.self.query, attention.self.key, attention.self.value])
-        self.attention_out = Int8Linear([attention.output.dense])
+        self.qkv = linear([attention.self.query, attention.self.key, attention.self.value])
+        self.attention_out = linear([attention.output.dense])
         self.norm1 = attention.output.LayerNorm
-        self.up = Int8Linear([layer.intermediate.dense])
-        self.down = Int8Linear([layer.output.dense])
+        self.up = linear([layer.intermediate.dense])
+        self.down = linear([layer.output.dense])
         self.norm2 = layer.output.LayerNorm
         self.heads = heads
 
     def __call__(self, h: torch.Tensor, real: torch.Tensor, keys: torch.Tensor) -> torch.Tensor:
         b, n, width = h.shape
-        q, s = quantize_windows(h, real)
-        qkv = self.qkv(q, s).view(b, n, 3, self.heads, width // self.heads)
+        qkv = self.qkv(h, real).view(b, n, 3, self.heads, width // self.heads)
         query, key, value = qkv.permute(2, 0, 3, 1, 4).unbind(0)
         att = F.scaled_dot_product_attention(query, key, value, attn_mask=keys)
         att = att.transpose(1, 2).reshape(b, n, width)
-        h = self.norm1(self.attention_out(*quantize_windows(att, real)).view(b, n, width) + h)
-        up = F.gelu(self.up(*quantize_windows(h, real)).view(b, n, -1))
-        return self.norm2(self.down(*quantize_windows(up, real)).view(b, n, width) + h)
+        h = self.norm1(self.attention_out(att, real) + h)
+        up = F.gelu(self.up(h, real))
+        return self.norm2(self.down(up, real) + h)
 
 
-class Int8Encoder:
-    """A dynamically quantised :class:`~medverify.verifier.model.CrossEncoder` run in fixed
-    shape batches with per-window activation scales: logits of a window never depend on
-    the windows it is batched with."""
+class WindowEncoder:
+    """A :class:`~medverify.verifier.model.CrossEncoder` run in fixed-shape batches with
+    Linears of kind :attr:`linear`: logits of a window never depend on the windows it is
+    batched with (subclasses pick the kind and the padded tokens per batch)."""
+
+    linear: type = Int8Linear
+    tokens_per_batch: int = TOKENS_PER_BATCH
+    windows_per_batch: int | None = None  # None: the caller's batch size
 
     def __init__(self, model: torch.nn.Module) -> None:
         encoder = model.encoder
         heads = int(encoder.config.num_attention_heads)
         self.embeddings = encoder.embeddings
-        self.layers = [Int8Layer(layer, heads) for layer in encoder.encoder.layer]
-        self.head = Int8Linear([model.head])
+        self.layers = [WindowLayer(layer, heads, self.linear) for layer in encoder.encoder.layer]
+        self.head = self.linear([model.head])
 
     def logits(self, ids: torch.Tensor, types: torch.Tensor, lengths: torch.Tensor) -> torch.Tensor:
         """(B, 3) logits of windows padded to one length, ``lengths`` real tokens each."""
@@ -131,8 +179,22 @@ class Int8Encoder:
             h = layer(h, real, keys)
         mask = real.unsqueeze(-1).to(h.dtype)
         pooled = ((h * mask).sum(1) / mask.sum(1).clamp(min=1.0))[:, None, :]
-        q, s = quantize_windows(pooled, torch.ones(pooled.shape[:2], dtype=torch.bool))
-        return self.head(q, s)
+        return self.head(pooled, torch.ones(pooled.shape[:2], dtype=torch.bool))[:, 0]
+
+
+class Int8Encoder(WindowEncoder):
+    """A dynamically quantised cross-encoder with per-window activation scales ("window_scales")."""
+
+    linear = Int8Linear
+
+
+class Bf16Encoder(WindowEncoder):
+    """A float cross-encoder with packed bfloat16 Linears on AMX ("bf16"; needs
+    :func:`medverify.bf16.amx_available`)."""
+
+    linear = Bf16Linear
+    tokens_per_batch = BF16_TOKENS_PER_BATCH
+    windows_per_batch = BF16_WINDOWS_PER_BATCH
 
 
 def tokenize_windows(tokenizer: Any, pairs: Sequence[tuple[str, str]], max_tokens: int) -> list:
@@ -146,20 +208,21 @@ def tokenize_windows(tokenizer: Any, pairs: Sequence[tuple[str, str]], max_token
     return list(zip(enc["input_ids"], enc["token_type_ids"], strict=True))
 
 
-def bucket_batches(lengths: Sequence[int], batch_size: int, max_tokens: int) -> list:
+def bucket_batches(lengths: Sequence[int], batch_size: int, max_tokens: int,
+                   tokens_per_batch: int = TOKENS_PER_BATCH) -> list:
     """(padded length, window indices) batches: windows of one length bucket together, at
-    most ``batch_size`` of them and (beyond one window) TOKENS_PER_BATCH padded tokens."""
+    most ``batch_size`` of them and (beyond one window) ``tokens_per_batch`` padded tokens."""
     groups: dict[int, list[int]] = {}
     for i, n in enumerate(lengths):
         groups.setdefault(min(max_tokens, -(-n // BUCKET_STEP) * BUCKET_STEP), []).append(i)
     out = []
     for size, members in sorted(groups.items()):
-        step = max(1, min(batch_size, TOKENS_PER_BATCH // size))
+        step = max(1, min(batch_size, tokens_per_batch // size))
         out.extend((size, members[start : start + step]) for start in range(0, len(members), step))
     return out
 
 
-def _score_batch(encoder: Int8Encoder, encoded: list, size: int, idx: list[int]) -> np.ndarray:
+def _score_batch(encoder: WindowEncoder, encoded: list, size: int, idx: list[int]) -> np.ndarray:
     """Probabilities of one batch of windows padded to ``size`` tokens."""
     ids = np.zeros((len(idx), size), dtype=np.int64)
     types = np.zeros_like(ids)
@@ -173,17 +236,22 @@ def _score_batch(encoder: Int8Encoder, encoded: list, size: int, idx: list[int])
         return torch.softmax(logits, dim=-1).numpy()
 
 
-def score_windows_int8(encoder: Int8Encoder, tokenizer: Any, pairs: Sequence[tuple[str, str]],
-                       max_tokens: int, batch_size: int = 32, workers: int = 1) -> np.ndarray:
+def score_windows_fixed(encoder: WindowEncoder, tokenizer: Any,
+                        pairs: Sequence[tuple[str, str]], max_tokens: int, batch_size: int = 32,
+                        workers: int = 1) -> np.ndarray:
     """(n, 3) float32 probabilities of already-windowed pairs, batch-independent.
 
-    ``workers`` > 1 scores batches on that many threads at once (each batch on the calling
-    thread's torch threads): a batch's result is the same on whichever thread."""
+    ``batch_size`` caps the windows of a batch unless the encoder sets its own
+    (``windows_per_batch``); ``workers`` > 1 scores batches on that many threads at once
+    (each batch on the calling thread's torch threads): a batch's result is the same on
+    whichever thread."""
     out = np.zeros((len(pairs), 3), dtype=np.float32)
     if not pairs:
         return out
     encoded = tokenize_windows(tokenizer, pairs, max_tokens)
-    batches = bucket_batches([len(ids) for ids, _ in encoded], batch_size, max_tokens)
+    batches = bucket_batches([len(ids) for ids, _ in encoded],
+                             encoder.windows_per_batch or batch_size, max_tokens,
+                             encoder.tokens_per_batch)
     if workers > 1 and len(batches) > 1:
         with ThreadPoolExecutor(workers) as pool:
             results = list(pool.map(lambda b: _score_batch(encoder, encoded, *b), batches))
@@ -192,3 +260,6 @@ def score_windows_int8(encoder: Int8Encoder, tokenizer: Any, pairs: Sequence[tup
     for (_, idx), probs in zip(batches, results, strict=True):
         out[idx] = probs
     return out
+
+
+score_windows_int8 = score_windows_fixed  # the name of issue 45's first (int8) version
