@@ -155,7 +155,10 @@ class HnswlibBackend:
         except KBError as exc:
             raise RuntimeError(str(exc)) from exc
         index = hnswlib.Index(space="ip", dim=dim)
-        index.load_index(path)  # RuntimeError for a truncated or foreign file
+        try:  # hnswlib checks the sizes its header implies against the file's
+            index.load_index(path)
+        except (MemoryError, ValueError, OSError) as exc:  # (a header asking for too much)
+            raise RuntimeError(f"not an hnswlib index ({type(exc).__name__}: {exc})") from exc
         if index.get_max_elements() > index.get_current_count() + 16:
             index.resize_index(index.get_current_count() + 16)  # no spare capacity held
         return HnswlibIndex(index, dim)
