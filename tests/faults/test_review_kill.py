@@ -10,8 +10,12 @@ server's process group is SIGKILLed twice, at seeded moments while labels are in
 and restarted on the same store and port; the reviewers carry on.
 
 A request refused before it reached the server (connection refused while the server is
-down) is sent again; a request that died with its connection is *unsure* (it may or may
-not have been written) and is not sent again. At the end, in the store:
+down) is sent again once the test has seen the server back up (``Reviewers.up``): sent
+blindly every 50 ms, the requests reached the new server before the test's health poll did,
+and the reviewers could finish every label before the test looked, so the next kill found
+nothing in flight (issue 45: a faster request path made that likely). A request that died
+with its connection is *unsure* (it may or may not have been written) and is not sent
+again. At the end, in the store:
 
 * every label answered 2xx is there exactly once, as it was answered (id, role, label);
 * every unsure label is either there whole (and counted in its item's status) or absent;
@@ -81,6 +85,8 @@ class Reviewers:
         self.in_flight = 0
         self.ok = 0
         self.errors: list[str] = []
+        self.up = threading.Event()  # cleared from a kill until the test saw the restart
+        self.up.set()
 
     def run(self, reviewer: str, secret: str, seed: int) -> None:
         rng = random.Random(seed)
@@ -105,6 +111,8 @@ class Reviewers:
               note: str) -> Sent:
         deadline = time.monotonic() + DOWN_WAIT_S
         while True:
+            if not self.up.wait(max(0.0, deadline - time.monotonic())):
+                raise TimeoutError("the server did not come back")
             with self.lock:
                 self.in_flight += 1
             try:
@@ -196,7 +204,9 @@ def test_sigkill_while_labelling_loses_no_submitted_label(tmp_path: Path) -> Non
                 time.sleep(rng.uniform(0.0, 0.01))
                 in_flight_at_kill.append(reviewers.in_flight)
                 server.kill()
+                reviewers.up.clear()  # no request reaches the new server before the test
                 server.start()  # the same store and port; the reviewers carry on
+                reviewers.up.set()
             for thread in threads:
                 thread.join(90.0)
             assert not any(thread.is_alive() for thread in threads), "a reviewer hung"

@@ -15,13 +15,14 @@ import asyncio
 import inspect
 import json
 import os
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
+from collections.abc import AsyncIterator, Iterator
 from contextlib import asynccontextmanager, contextmanager
 from pathlib import Path
 from typing import Any
 
-from fastapi import APIRouter, FastAPI, Request, Response
+from fastapi import APIRouter, FastAPI, Request
 from fastapi.routing import APIRoute
+from starlette.datastructures import MutableHeaders
 
 from medverify.config import Config, ServiceSettings
 from medverify.connections import create_private_folders
@@ -32,7 +33,7 @@ from medverify.service.errors import BodyGuard, install_error_handlers
 from medverify.service.jobs import JobRunner
 from medverify.service.logs import configure_logging
 from medverify.service.metrics import ServiceMetrics, multiprocess, serve_metrics
-from medverify.service.observe import RequestObserver
+from medverify.service.observe import Message, Receive, RequestObserver, Scope, Send
 from medverify.service.records import ErrorResponse
 from medverify.service.routes import ROUTERS
 from medverify.service.state import ServiceState
@@ -108,8 +109,7 @@ def create_app(config: Config, *, run_jobs: bool = True) -> FastAPI:
                   description="Checks what medical LLM answers claim. Every request but the "
                   "health checks needs an API key: `Authorization: Bearer <key>`.")
     install_error_handlers(app)
-    app.middleware("http")(audit_writes)
-    app.middleware("http")(every_allowed_method)
+    app.add_middleware(WriteAudit)  # plain ASGI: no task and streams per request
     app.add_middleware(BodyGuard, max_bytes=config.service.max_body_bytes)
     app.add_middleware(RequestObserver, metrics=metrics,  # outermost: sees every request
                        access_log=config.service.access_log)
@@ -187,17 +187,78 @@ def app_from_env() -> FastAPI:
     return create_app(config)
 
 
-async def every_allowed_method(request: Request,
-                               call_next: Callable[[Request], Awaitable[Response]]) -> Response:
-    """A 405 names in ``Allow`` every method the path takes (Starlette names only those of
-    the first route whose path matched: ``DELETE /v1/keys`` said ``Allow: GET`` though
-    ``POST`` exists)."""
-    response = await call_next(request)
-    if response.status_code == 405:
-        methods = _methods_of(request.app, request.url.path)
-        if methods:
-            response.headers["Allow"] = ", ".join(methods)
-    return response
+class WriteAudit:
+    """ASGI middleware (plain, so a request costs it one wrapped ``send``, not the task,
+    streams and copies of ``BaseHTTPMiddleware``): every write (and every refused key) goes
+    to the audit log, recorded as the response starts and before it is sent: key id,
+    action, target, status. Refusals of requests without a valid key (401, the per-address
+    429, a write to an unknown path) are counted per address and minute, not written one
+    row each (:mod:`medverify.service.refusals`: at most two rows an address a minute). A
+    405 names in ``Allow`` every method the path takes (Starlette names only those of the
+    first route whose path matched: ``DELETE /v1/keys`` said ``Allow: GET`` though ``POST``
+    exists). An audit write that fails raises its own error out of the app (answered 500
+    ``internal`` by :class:`~medverify.service.observe.RequestObserver`, the response
+    unsent), as the ``BaseHTTPMiddleware`` it replaced did."""
+
+    def __init__(self, app: Any) -> None:
+        self.app = app
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        failed: list[Exception] = []
+
+        async def sending(message: Message) -> None:
+            if message["type"] == "http.response.start":
+                status = message["status"]
+                try:
+                    _audit(scope, status)
+                except Exception as exc:
+                    failed.append(exc)  # the app's exception layer must not answer it
+                    raise
+                if status == 405:
+                    _allow_every_method(scope, message)
+            await send(message)
+
+        try:
+            await self.app(scope, receive, sending)
+        except Exception:
+            if failed:  # not the RuntimeError a handled error becomes once a response started
+                raise failed[0] from None
+            raise
+
+
+def _url_path(scope: Scope) -> str:
+    """The request's path as ``request.url.path`` gives it (``?``, ``#``, ``\\`` escaped)."""
+    return Request(scope).url.path
+
+
+def _audit(scope: Scope, status: int) -> None:
+    """The audit log's row (or the refusal tally's count) of a response with ``status``."""
+    state = getattr(scope["app"].state, "service", None)
+    write = scope["method"] != "GET"
+    key = scope.get("state", {}).get("key")
+    if state is None or not (write or (key is None and status in (401, 429))):
+        return
+    route = scope.get("route")
+    action = f"{scope['method']} {route.path if hasattr(route, 'path') else _url_path(scope)}"
+    if key is None and status >= 400:
+        state.refusals.refused(client_address(Request(scope)), action, status)
+    else:
+        state.audit.record(key.id if key else None, action,
+                           target=scope.get("state", {}).get("target"), status=status)
+
+
+def _allow_every_method(scope: Scope, message: Message) -> None:
+    """``Allow`` set as Starlette's ``response.headers["Allow"] = ...`` sets it: in the
+    place of the first one, the others dropped."""
+    methods = _methods_of(scope["app"], _url_path(scope))
+    if not methods:
+        return
+    headers = MutableHeaders(raw=list(message.get("headers", ())))
+    headers["Allow"] = ", ".join(methods)
+    message["headers"] = headers.raw
 
 
 def _methods_of(app: FastAPI, path: str) -> list[str]:
@@ -211,25 +272,3 @@ def _methods_of(app: FastAPI, path: str) -> list[str]:
     template = getattr(first, "path", None)
     return sorted({m for r in routes if getattr(r, "path", None) == template
                    for m in (getattr(r, "methods", None) or ())})
-
-
-async def audit_writes(request: Request,
-                       call_next: Callable[[Request], Awaitable[Response]]) -> Response:
-    """Every write (and every refused key) goes to the audit log: key id, action, target,
-    status. Refusals of requests without a valid key (401, the per-address 429, a write
-    to an unknown path) are counted per address and minute, not written one row each
-    (:mod:`medverify.service.refusals`: at most two rows an address a minute)."""
-    response = await call_next(request)
-    state = getattr(request.app.state, "service", None)
-    status, write = response.status_code, request.method != "GET"
-    key = getattr(request.state, "key", None)
-    if state is None or not (write or (key is None and status in (401, 429))):
-        return response
-    route = request.scope.get("route")
-    action = f"{request.method} {getattr(route, 'path', request.url.path)}"
-    if key is None and status >= 400:
-        state.refusals.refused(client_address(request), action, status)
-    else:
-        state.audit.record(key.id if key else None, action,
-                           target=getattr(request.state, "target", None), status=status)
-    return response
