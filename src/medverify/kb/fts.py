@@ -23,6 +23,7 @@ from typing import Literal
 
 import numpy as np
 
+from medverify.kb.fts_memory import held
 from medverify.kb.protocol import Candidate
 
 MAX_QUERY_TERMS = 32
@@ -269,17 +270,23 @@ def rank_lexical(conn: sqlite3.Connection, query: str, depth: int, knobs: Lexica
     current generation (``KnowledgeBase.build_lexical_postings``), the same bm25 is computed
     from them in numpy (``postings``: :meth:`StoredPostings.ranked` of the budgeted terms,
     None when not fresh): the same scores and order as bm25() (a word FTS5 splits into
-    several tokens adds FTS5's bm25() of that phrase alone). Without fresh postings, bm25()
-    ranks; with ``knobs.large`` set (``lexical_bounded_from``, opt-in), a query past
-    ``knobs.exact`` postings on a KB that large is ranked by the bounded rank query instead
-    (summed idf: fast, but it agrees poorly with bm25)."""
+    several tokens adds FTS5's bm25() of that phrase alone). A KB below that size (up to
+    ``fts_memory.MEMORY_ROWS`` chunks) is ranked the same way from posting lists read from
+    FTS5's index and held in memory per generation, unless ``knobs.postings_from`` is None
+    (always bm25()). Without fresh postings, bm25() ranks; with ``knobs.large`` set
+    (``lexical_bounded_from``, opt-in), a query past ``knobs.exact`` postings on a KB
+    that large is ranked by the bounded rank query instead (summed idf: fast, but it
+    agrees poorly with bm25)."""
     terms = query_terms(query)
     if not terms:
         return []
     df = document_frequencies(conn, terms)
     terms = select_terms(terms, df, knobs.budget)
-    if knobs.postings_from is not None and last_chunk_id(conn) >= knobs.postings_from:
-        ranked = postings(terms, depth)
+    if knobs.postings_from is not None:
+        if last_chunk_id(conn) >= knobs.postings_from:
+            ranked = postings(terms, depth)
+        else:  # a small KB: the same from posting lists held in memory
+            ranked = memory_ranked(conn, terms, depth)
         if ranked is not None:
             return ranked
     if (knobs.large is not None and sum(df.get(t, 0) for t in terms) > knobs.exact
@@ -289,6 +296,28 @@ def rank_lexical(conn: sqlite3.Connection, query: str, depth: int, knobs: Lexica
         "SELECT rowid, bm25(chunks_fts) AS s FROM chunks_fts WHERE chunks_fts MATCH ? "
         "ORDER BY s, rowid LIMIT ?", (fts_match(terms), depth)).fetchall()
     return [(int(r[0]), -float(r[1])) for r in rows]
+
+
+def memory_ranked(conn: sqlite3.Connection, terms: Sequence[str],
+                  depth: int) -> list[Candidate] | None:
+    """bm25 over ``conn``'s posting lists held in memory (:mod:`medverify.kb.fts_memory`);
+    None when the KB is too large for them, changed meanwhile, or a query word has no
+    FTS5 token (then bm25() ranks)."""
+    memory = held(conn)
+    try:
+        generation = memory.now()
+        if memory.generation != generation or memory.ranker is None:
+            found = memory.lengths(generation)
+            if found is None:
+                return None
+            lengths, rows = found
+            memory.ranker = Bm25Ranker(rows, lengths, float(int(lengths.sum())) / max(rows, 1))
+        if memory.stored is None:
+            memory.stored = StoredPostings(conn)  # its tokenizer and phrases
+        return memory.stored.rank_lists(memory.ranker, memory.postings, generation, terms,
+                                        depth)
+    except sqlite3.OperationalError:  # (a store without these tables: bm25() ranks)
+        return None
 
 
 def idf_ranked(conn: sqlite3.Connection, terms: Sequence[str], depth: int,
@@ -317,7 +346,7 @@ class StoredPostings:
         self._conn = conn
         self._tokenizer: FtsTokenizer | None = None
         self._at: tuple[int, Bm25Ranker] | None = None  # (generation, ranker)
-        self._phrases_at: tuple[int, set[str]] = (-1, set())  # phrases matching nothing
+        self._phrases_at: tuple[str | None, set[str]] = (None, set())  # matching nothing
 
     def forget(self) -> None:
         """Drop the cached ranker (after the postings were built again or dropped)."""
@@ -335,10 +364,11 @@ class StoredPostings:
             return "missing"
         return "fresh" if self.ranker() is not None else "stale"
 
-    def ranker(self) -> Bm25Ranker | None:
+    def ranker(self, meta: dict[str, str] | None = None) -> Bm25Ranker | None:
         """The ranker of the stored postings (their rows' lengths) when they were built at
-        the KB's current generation; None when stale or absent."""
-        meta = self.meta()
+        the KB's current generation (``meta``: :meth:`meta`, read now if not given); None
+        when stale or absent."""
+        meta = self.meta() if meta is None else meta
         built = meta.get(POSTINGS_GENERATION)
         if built is None or built != meta.get("generation"):
             return None
@@ -358,13 +388,23 @@ class StoredPostings:
 
     def ranked(self, terms: Sequence[str], depth: int) -> list[Candidate] | None:
         """bm25 over the stored postings (see :class:`Bm25Ranker`); None when there are no
-        fresh postings (or a query word has no FTS5 token). A word FTS5 splits into several
-        tokens is a phrase: its share of each row's score is FTS5's bm25() of that phrase
-        alone (the same double), and a phrase that matches nothing (the usual case,
-        remembered for the generation) adds nothing."""
-        ranker = self.ranker()
+        fresh postings (or a query word has no FTS5 token)."""
+        meta = self.meta()
+        ranker = self.ranker(meta)
         if ranker is None:
             return None
+        return self.rank_lists(ranker, self._stored, meta.get("generation"), terms, depth)
+
+    def rank_lists(self, ranker: Bm25Ranker,
+                   lookup: Callable[[str], tuple[np.ndarray, np.ndarray] | bool | None],
+                   generation: str | None, terms: Sequence[str],
+                   depth: int) -> list[Candidate] | None:
+        """The top ``depth`` over the posting lists ``lookup`` gives for the terms' FTS5
+        tokens (None: the token is in no row; False: the lists cannot be read, and None is
+        returned); None when a query word has no FTS5 token. A word FTS5 splits into
+        several tokens is a phrase: its share of each row's score is FTS5's bm25() of that
+        phrase alone (the same double), and a phrase that matches nothing (the usual case,
+        remembered for ``generation``) adds nothing."""
         if self._tokenizer is None:
             self._tokenizer = FtsTokenizer(tokenizer_spec(self._conn))
         phrases = []
@@ -372,24 +412,32 @@ class StoredPostings:
             if not tokens:
                 return None
             if len(tokens) > 1:
-                parts = self._phrase_parts(term)
+                parts = self._phrase_parts(term, generation)
                 if parts is not None:
                     phrases.append(parts)
                 continue
-            try:
-                row = self._conn.execute("SELECT docs, tfs FROM lexical_postings WHERE "
-                                         "term = ?", tokens).fetchone()
-            except sqlite3.OperationalError:
+            found = lookup(tokens[0])
+            if found is False:
                 return None
-            if row is not None:
-                phrases.append((np.frombuffer(row[0], dtype=DOC_DTYPE),
-                                np.frombuffer(row[1], dtype=TF_DTYPE)))
+            if found is not None and found is not True:
+                phrases.append(found)
         return ranker.top(phrases, depth)
 
-    def _phrase_parts(self, term: str) -> tuple[np.ndarray, np.ndarray] | None:
+    def _stored(self, token: str) -> tuple[np.ndarray, np.ndarray] | bool | None:
+        """``token``'s stored posting list (None: none; False: the tables are gone)."""
+        try:
+            row = self._conn.execute("SELECT docs, tfs FROM lexical_postings WHERE "
+                                     "term = ?", (token,)).fetchone()
+        except sqlite3.OperationalError:
+            return False
+        if row is None:
+            return None
+        return np.frombuffer(row[0], dtype=DOC_DTYPE), np.frombuffer(row[1], dtype=TF_DTYPE)
+
+    def _phrase_parts(self, term: str,
+                      generation: str | None) -> tuple[np.ndarray, np.ndarray] | None:
         """(row ids, bm25 parts) of a word FTS5 reads as a phrase of several tokens, from
         FTS5's bm25() of that phrase alone; None when it matches no row."""
-        generation = self._at[0] if self._at is not None else -1
         if self._phrases_at[0] != generation:
             self._phrases_at = (generation, set())
         if term in self._phrases_at[1]:
