@@ -9,8 +9,12 @@ small products (a 26-token query). :class:`PackedBf16Linear` packs the weight on
 
 Measured on the project's 2-core machine (one thread, K 384, N 1536): 512 rows 0.57 ms
 against 4.3 ms in float32 and 0.91 ms for ``torch._int_mm``; 26 rows 0.08 ms against 0.33
-ms in float32. A row's result is bitwise the same whatever other rows share the call, and on
-one or two threads (``tests/test_bf16.py`` checks both), so batching never changes a score.
+ms in float32. In a product of a given number of rows, a row's result is bitwise the same
+whatever the other rows hold and wherever it sits, on one or two threads. Across row counts
+it is not always: with K 1536 (BERT's FFN down-projection) oneDNN sums in another order for
+48-300 rows than for 1-16 or 512 and more (K 384 agreed at every count tried). A caller that
+needs batch-independent results (the verifier) multiplies in products of one fixed row count
+(``tests/test_bf16.py`` checks both facts, so a torch that changes them is noticed).
 
 The inputs and the outputs are bfloat16 (8 significant bits), so results differ from
 float32 by about 0.4 % per product; each caller measures what that does to its own
