@@ -1,6 +1,7 @@
 """The packed bfloat16 Linear: close to float32; in a product of a fixed row count a row's
 result never depends on the other rows or the thread count (what the verifier's batches rely
-on); with K 1536 the row count itself changes the summation (why the verifier fixes it)."""
+on); (with K 1536 the row count itself changed the summation on the project's machine: why
+the verifier fixes it; not asserted, as other CPUs may dispatch otherwise)."""
 
 from __future__ import annotations
 
@@ -66,12 +67,3 @@ def test_k1536_fixed_row_count_products_are_independent() -> None:
         mixed[pos] = x[5]
         assert torch.equal(fused(mixed)[pos], alone[5])
 
-
-def test_k1536_row_count_changes_the_sum_order() -> None:
-    """The fact that makes the verifier multiply in fixed row counts: if torch/oneDNN
-    ever sums alike at every count, this fails and the padding could go."""
-    torch.manual_seed(4)
-    fused = PackedBf16Linear([torch.nn.Linear(1536, 384)], rows_hint=128)
-    x = torch.randn(1024, 1536)
-    full = fused(x)
-    assert any(not torch.equal(full[:m], fused(x[:m].contiguous())) for m in (48, 64, 128, 256))

@@ -14,7 +14,7 @@ whatever the other rows hold and wherever it sits, on one or two threads. Across
 it is not always: with K 1536 (BERT's FFN down-projection) oneDNN sums in another order for
 48-300 rows than for 1-16 or 512 and more (K 384 agreed at every count tried). A caller that
 needs batch-independent results (the verifier) multiplies in products of one fixed row count
-(``tests/test_bf16.py`` checks both facts, so a torch that changes them is noticed).
+(``tests/test_bf16.py`` checks the first fact; the second is what made the verifier pad).
 
 The inputs and the outputs are bfloat16 (8 significant bits), so results differ from
 float32 by about 0.4 % per product; each caller measures what that does to its own
