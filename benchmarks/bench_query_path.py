@@ -14,13 +14,17 @@ Citation-Integrity dev, as bench_query_embedding.py) one at a time:
    vectors to ~1e-7); ``int8 dynamic`` (every MatMul, per-channel weights: the encoder
    bench_search_e2e.py measured); ``int8 smooth a=0.8, FFN-down fp32`` and ``int8 smooth
    a=0.9, all`` (:mod:`medverify.kb.onnx_quant`, calibrated on ``--calibration`` training
-   claims of each set). Latency p50 / p95 and the cosine of each query vector to fp32's.
+   claims of each set); ``bf16`` (the default ``embed_runtime = "auto"`` on a CPU with AMX:
+   :mod:`medverify.kb.bf16_encoder`; left out without AMX). Latency p50 / p95 and the
+   cosine of each query vector to fp32's. ``--encoders`` picks some (the first one listed
+   must be ``onnx fp32``, the reference).
 3. **Quality** (``--quality``): recall@5 and MRR of the dev claims on the Check-COVID and
    Citation-Integrity corpora (``eval retrieval``'s data and scoring), the documents
    embedded once in fp32 (the KB's embedder) and the queries, one at a time, by each
    encoder; hybrid and dense. The issue's bar: recall@5 within 0.005 of fp32.
 
     .venv/bin/python benchmarks/bench_query_path.py [--queries 200] [--quality]
+        [--encoders "onnx fp32" bf16 ...]
 
 Writes benchmarks/results/query_path.json and .md.
 """
@@ -88,22 +92,37 @@ def fused_fp32(embedder: Any, target: Path) -> Path:
     return target
 
 
-def encoder_files(embedder: Any, work: Path, per_set: int) -> dict[str, Path]:
-    """Every encoder's ONNX file (built into ``work`` once)."""
+INT8: dict[str, tuple[float | None, Callable[[str], bool]]] = {
+    "int8 dynamic": (None, lambda name: False),
+    "int8 smooth a=0.8, FFN-down fp32": (0.8, onnx_quant.ffn_down),
+    "int8 smooth a=0.9, all": (0.9, lambda name: False)}
+ENCODERS = ("onnx fp32", "onnx fp32 fused", *INT8, "bf16")
+
+
+def encoder_files(embedder: Any, work: Path, per_set: int,
+                  names: tuple[str, ...] = ENCODERS) -> dict[str, Path]:
+    """The ONNX file of each encoder of ``names`` that runs on one (built into ``work``
+    once)."""
     work.mkdir(parents=True, exist_ok=True)
-    batches = calibration(embedder, per_set)
-    files = {"onnx fp32": embedder._onnx.path,
-             "onnx fp32 fused": fused_fp32(embedder, work / "fused.onnx")}
-    specs: dict[str, tuple[float | None, Callable[[str], bool]]] = {
-        "int8 dynamic": (None, lambda name: False),
-        "int8 smooth a=0.8, FFN-down fp32": (0.8, onnx_quant.ffn_down),
-        "int8 smooth a=0.9, all": (0.9, lambda name: False)}
-    for i, (name, (alpha, keep)) in enumerate(specs.items()):
+    files = {"onnx fp32": embedder._onnx.path}
+    if "onnx fp32 fused" in names:
+        files["onnx fp32 fused"] = fused_fp32(embedder, work / "fused.onnx")
+    batches = calibration(embedder, per_set) if set(INT8) & set(names) else []
+    for i, (name, (alpha, keep)) in enumerate(INT8.items()):
+        if name not in names:
+            continue
         target = work / f"int8-{i}-{per_set}.onnx"
         if not target.is_file():
             onnx_quant.build(embedder._model, target, batches, alpha, keep)
         files[name] = target
     return files
+
+
+def bf16_embedder() -> Any:
+    """The default embedder (``embed_runtime = "auto"``) when its queries run in bfloat16
+    (a CPU with AMX); None otherwise."""
+    embedder = minilm("fp32", "cpu", "auto")
+    return embedder if getattr(embedder, "_query", None) is not None else None
 
 
 def with_file(embedder: Any, path: Path) -> Any:
@@ -245,12 +264,19 @@ def main(argv: list[str] | None = None) -> int:
                         help="training claims of each set to calibrate the int8 encoders")
     parser.add_argument("--work", type=Path, default=Path("/tmp/query_path"))
     parser.add_argument("--quality", action="store_true")
+    parser.add_argument("--encoders", nargs="+", choices=ENCODERS, default=list(ENCODERS))
     args = parser.parse_args(argv)
     os.environ.setdefault("OMP_NUM_THREADS", "1")
     queries = claims(args.queries)
     fp32 = minilm("fp32", "cpu", "onnx")
-    files = encoder_files(fp32, args.work, args.calibration)
+    names = ("onnx fp32", *(n for n in args.encoders if n != "onnx fp32"))
+    files = encoder_files(fp32, args.work, args.calibration, names)
     encoders = {name: with_file(fp32, path) for name, path in files.items()}
+    bf16 = bf16_embedder() if "bf16" in names else None
+    if bf16 is not None:
+        encoders["bf16"] = bf16
+    elif "bf16" in names:
+        print("bf16: this CPU has no AMX bfloat16; left out", file=sys.stderr)
     load_before = round(os.getloadavg()[0], 2)
     out: dict[str, Any] = {
         "queries": len(queries), "cpus": os.cpu_count(), "load_before": load_before,

@@ -41,9 +41,12 @@ Stages (child processes, so each peak RSS is its own; results cached in ``--work
    setting) at nprobe 16, 32 (the default) and 64; torch fp32 (the default encoder) at
    32; on request (``--encoders``) ``onnx-int8-smooth`` and ``onnx-int8-smooth-all``, the
    SmoothQuant-style int8 query encoders of ``medverify.kb.onnx_quant`` (issue 45; see
-   bench_query_path.py). For each: recall@10 of the KB's dense top 10 against the exact
-   flat scan of the same query vectors, and the hybrid top 7 against the one on the exact
-   index (same vectors, and the first encoder's).
+   bench_query_path.py), and ``bf16`` (the default ``embed_runtime = "auto"`` on a CPU with
+   AMX: queries through ``medverify.kb.bf16_encoder``; refused without AMX). For each:
+   recall@10 of the KB's dense top 10 against the exact flat scan of the same query
+   vectors, and the hybrid top 7 against the one on the exact index (same vectors); and
+   against the first encoder's (the reference, fp32) twice, so that an encoder's own loss
+   is apart from the index's: both on the exact index, and both on the same IVF nprobe.
 
     .venv/bin/python benchmarks/bench_search_e2e.py --n 1000000 [--work /tmp/e2e]
 
@@ -291,6 +294,17 @@ def int8_encoder(onnx_embedder: Any, work: Path) -> Any:
     return encoder
 
 
+def bf16_encoder() -> Any:
+    """The default embedder (``embed_runtime = "auto"``), whose queries run in bfloat16:
+    refused where they would not (no AMX)."""
+    from medverify.kb.embed import get_embedder
+
+    embedder = get_embedder(EMBEDDER, "fp32", "cpu", "auto")
+    if getattr(embedder, "_query", None) is None:
+        raise SystemExit("bf16: this CPU has no AMX bfloat16 (auto runs queries on torch)")
+    return embedder
+
+
 def smooth_encoder(onnx_embedder: Any, work: Path, alpha: float, all_int8: bool) -> Any:
     """The ONNX embedder on the SmoothQuant-style int8 file of ``medverify.kb.onnx_quant``
     (calibrated on 300 training claims of each set, as bench_query_path.py builds it):
@@ -386,7 +400,7 @@ class Bench:
         return times
 
     def quality(self, name: str, nprobe: int, flat: Any, exact_hybrid: list[list[str]],
-                reference: list[list[str]]) -> dict[str, Any]:
+                reference: list[list[str]]) -> tuple[dict[str, Any], list[list[str]]]:
         """recall@10 of the KB's dense top 10 against the exact scan of the same vectors;
         the hybrid top 7 against the one on the exact index (same vectors), and against
         ``reference`` (the first encoder's on the exact index)."""
@@ -400,18 +414,16 @@ class Bench:
         approx = [[p.id for p in r] for r in self.retriever.search_many(self.queries, 7,
                                                                         "hybrid")]
         pairs = list(zip(approx, exact_hybrid, strict=True))
-        against = list(zip(approx, reference, strict=True))
         return {
-            "hybrid_top7_overlap_with_reference": round(float(np.mean([
-                len(set(a) & set(e)) / max(1, len(e)) for a, e in against])), 4),
+            "hybrid_top7_overlap_with_reference": overlap(approx, reference),
+            "exact_top7_overlap_with_reference": overlap(exact_hybrid, reference),
             "recall_at_10": round(float(np.mean([len(set(d) & set(e.tolist())) / 10
                                                  for d, e in zip(dense, ids, strict=True)])), 4),
             "recall_at_10_tie_aware": round(float(np.mean([
                 tie_aware_recall(d, s, flat, fixed.vectors[q])
                 for d, s, q in zip(dense, scores, self.queries, strict=True)])), 4),
             "hybrid_top7_equal_to_exact": sum(a == e for a, e in pairs),
-            "hybrid_top7_overlap": round(float(np.mean([len(set(a) & set(e)) / max(1, len(e))
-                                                        for a, e in pairs])), 4)}
+            "hybrid_top7_overlap": overlap(approx, exact_hybrid)}, approx
 
     def exact_hybrid(self, name: str, flat: Any, ivf: Any) -> list[list[str]]:
         self.kb._embedder, self.kb.vector_index.loaded = self.fixed[name], flat
@@ -422,6 +434,12 @@ class Bench:
             self.kb.vector_index.loaded = ivf
 
 
+def overlap(found: list[list[str]], truth: list[list[str]]) -> float:
+    """Mean share of each truth list found in the other list of the same query."""
+    return round(float(np.mean([len(set(a) & set(e)) / max(1, len(e))
+                                for a, e in zip(found, truth, strict=True)])), 4)
+
+
 def measure(bench: Bench, flat: Any, ivf: Any) -> dict[str, Any]:
     out: dict[str, Any] = {"load_before": load()}
     out["embed"] = bench.embed_all()
@@ -430,10 +448,17 @@ def measure(bench: Bench, flat: Any, ivf: Any) -> dict[str, Any]:
     out["load_after_timing"] = load()
     exact = {name: bench.exact_hybrid(name, flat, ivf) for name in bench.encoders}
     rows = []
+    approx: dict[tuple[str, int], list[list[str]]] = {}
+    first = bench.configs[0][0]
     for name, nprobe in bench.configs:
         row: dict[str, Any] = {"encoder": name, "nprobe": nprobe}
         row.update({what: pct(times[(name, nprobe)]) for what, times in passes.items()})
-        row.update(bench.quality(name, nprobe, flat, exact[name], exact[bench.configs[0][0]]))
+        numbers, approx[(name, nprobe)] = bench.quality(name, nprobe, flat, exact[name],
+                                                        exact[first])
+        row.update(numbers)
+        if (first, nprobe) in approx:  # the reference encoder on the same IVF nprobe
+            row["ivf_top7_overlap_with_reference"] = overlap(approx[(name, nprobe)],
+                                                             approx[(first, nprobe)])
         rows.append(row)
         print(f"  {name} nprobe {nprobe}: e2e {row['end_to_end']}, recall "
               f"{row['recall_at_10']}", file=sys.stderr, flush=True)
@@ -469,7 +494,8 @@ def stage_search(args: argparse.Namespace) -> dict[str, Any]:
     makers = {"onnx-fp32": lambda: onnx, "onnx-int8": lambda: int8_encoder(onnx, args.work),
               "onnx-int8-smooth": lambda: smooth_encoder(onnx, args.work, 0.8, False),
               "onnx-int8-smooth-all": lambda: smooth_encoder(onnx, args.work, 0.9, True),
-              "torch-fp32": lambda: get_embedder(EMBEDDER, "fp32", "cpu")}
+              "torch-fp32": lambda: get_embedder(EMBEDDER, "fp32", "cpu", "torch"),
+              "bf16": bf16_encoder}
     encoders = {name: makers[name]() for name in args.encoders}
     configs = [(name, nprobe) for name in args.encoders
                for nprobe in (args.nprobes if name != "torch-fp32" else [32])]
@@ -547,6 +573,7 @@ def _model_lines(r: dict[str, Any]) -> list[str]:
 
 def _search_lines(sr: dict[str, Any]) -> list[str]:
     parts = "dense" in sr["configs"][0]  # runs before issue 45 did not time the parts
+    split = "exact_top7_overlap_with_reference" in sr["configs"][0]  # after the bf16 encoder
     lines = ["## Search", "",
              f"Index {sr['index']} (memory-mapped: {sr['mapped']}), opened in {sr['open_ms']} "
              f"ms; {sr['queries']} real claims one at a time, k = 7; every configuration "
@@ -559,8 +586,11 @@ def _search_lines(sr: dict[str, Any]) -> list[str]:
              "| encoder | nprobe | **end to end** p50 / p95 ms | query embedding p50 / p95 | "
              "rank p50 / p95 | rank + fetch p50 / p95 | **recall@10** (tie-aware) | "
              "hybrid top 7 = exact index's | hybrid top 7 shared with the reference |"
-             + (" dense list alone p50 | lexical list alone p50 |" if parts else ""),
-             "|---|---|---|---|---|---|---|---|---|" + ("---|---|" if parts else "")]
+             + (" dense list alone p50 | lexical list alone p50 |" if parts else "")
+             + (" top 7 shared with the reference, both exact | both on this IVF nprobe |"
+                if split else ""),
+             "|---|---|---|---|---|---|---|---|---|" + ("---|---|" if parts else "")
+             + ("---|---|" if split else "")]
     for row in sr["configs"]:
         e = sr["embed"][row["encoder"]]
         lines.append(
@@ -571,7 +601,9 @@ def _search_lines(sr: dict[str, Any]) -> list[str]:
             f"({row['recall_at_10_tie_aware']}) | {row['hybrid_top7_equal_to_exact']} of "
             f"{sr['queries']} (overlap {row['hybrid_top7_overlap']}) | "
             f"{row['hybrid_top7_overlap_with_reference']} |"
-            + (f" {row['dense']['p50']} | {row['lexical']['p50']} |" if parts else ""))
+            + (f" {row['dense']['p50']} | {row['lexical']['p50']} |" if parts else "")
+            + (f" {row['exact_top7_overlap_with_reference']} | "
+               f"{row.get('ivf_top7_overlap_with_reference', '')} |" if split else ""))
     for key, value in sr.items():
         if key.startswith("cosine_to_") and value:
             lines += ["", f"Query vectors against {key[len('cosine_to_'):]}'s: " + "; ".join(

@@ -178,8 +178,8 @@ def test_queries_are_embedded_in_the_kb_precision(tmp_path: Path,
     asked: list[tuple[object, ...]] = []
 
     def fake_get_embedder(spec: object, precision: str = "auto",
-                          device: str = "auto", runtime: str = "torch") -> HashEmbedder:
-        asked.append((spec, precision, device) + (() if runtime == "torch" else (runtime,)))
+                          device: str = "auto", runtime: str = "auto") -> HashEmbedder:
+        asked.append((spec, precision, device) + (() if runtime == "auto" else (runtime,)))
         return Int8Hash()
 
     monkeypatch.setattr(kb_store, "get_embedder", fake_get_embedder)  # opened by name
@@ -196,8 +196,8 @@ def test_settings_precision_reaches_the_embedder_at_creation(
     asked: list[tuple[object, ...]] = []
 
     def fake_get_embedder(spec: object, precision: str = "auto",
-                          device: str = "auto", runtime: str = "torch") -> HashEmbedder:
-        asked.append((spec, precision, device) + (() if runtime == "torch" else (runtime,)))
+                          device: str = "auto", runtime: str = "auto") -> HashEmbedder:
+        asked.append((spec, precision, device) + (() if runtime == "auto" else (runtime,)))
         return HashEmbedder()
 
     monkeypatch.setattr(kb_store, "get_embedder", fake_get_embedder)

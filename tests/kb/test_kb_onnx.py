@@ -38,7 +38,7 @@ def model_dir() -> Path:
 
 def test_onnx_gives_the_vectors_of_torch_and_is_exported_once(
         monkeypatch: pytest.MonkeyPatch) -> None:
-    torch_vectors = minilm("fp32", "cpu").embed(TEXTS)
+    torch_vectors = minilm("fp32", "cpu", "torch").embed(TEXTS)
     onnx = SentenceTransformerEmbedder(model_dir(), "all-MiniLM-L6-v2", runtime="onnx")
     exported = list((onnx_runtime.home() / "onnx").glob("*.onnx"))
     assert len(exported) == 1 and exported[0] == onnx_runtime.export_path(model_dir())

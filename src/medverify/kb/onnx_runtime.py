@@ -58,17 +58,26 @@ def export_path(model_dir: Path) -> Path:
     return home() / "onnx" / f"{model_dir.name}-{model_digest(model_dir)}.onnx"
 
 
-def _check_mean_pooling(model: Any) -> None:
+def mean_pooling_refusal(model: Any) -> str | None:
+    """Why ``model``'s pooling is not the mean of its token embeddings; None when it is
+    (what the ONNX export and the bfloat16 encoder reproduce)."""
     modules = list(model)
     pooling = modules[1] if len(modules) > 1 else None
     config = getattr(pooling, "get_config_dict", lambda: {})()
     modes = {key: value for key, value in config.items() if key.startswith("pooling_mode")}
     if modes.get("pooling_mode") == "mean":  # sentence-transformers 5: one mode by name
-        return
+        return None
     if not modes.get("pooling_mode_mean_tokens") or any(
             value for key, value in modes.items() if key != "pooling_mode_mean_tokens"):
+        return f"pooling is not the mean of tokens ({modes or type(pooling).__name__})"
+    return None
+
+
+def _check_mean_pooling(model: Any) -> None:
+    refusal = mean_pooling_refusal(model)
+    if refusal is not None:
         raise ConfigError("embed_runtime = \"onnx\" supports models with mean pooling only "
-                          f"(this one: {modes or type(pooling).__name__}); use the torch runtime")
+                          f"({refusal}); use the torch runtime")
 
 
 def export(model: Any, path: Path) -> None:

@@ -1,0 +1,176 @@
+"""A BERT sentence encoder (mean pooling) computed in bfloat16 on CPUs with AMX.
+
+:class:`Bf16Encoder` runs the forward pass of a sentence-transformers BERT model (MiniLM:
+absolute positions, erf GELU, mean pooling) without the transformers modules: the Linear
+layers as :class:`medverify.bf16.PackedBf16Linear` (weights packed once; the query, key
+and value products fused into one), LayerNorms, residuals, attention and pooling in
+float32. A query of ~26 tokens took about a fifth of ONNX Runtime's fp32 time on one
+thread, with vectors at cosine >= 0.9999 to fp32 (benchmarks/results/query_path.md).
+
+The windows of one call are not padded: their tokens are stacked into one (tokens, 384)
+matrix for the Linear layers and attention runs window by window. The packed product's
+rows are independent only at a fixed row count (measured: with K 1536, a row's result
+changes in the last bits between 40 and 1,000 rows, not within one row count), so every
+product runs on blocks of exactly :data:`BLOCK` rows, the last one padded with zeros: one
+oneDNN kernel per layer shape (a new row count costs ~1 ms to prepare), and a window's
+vector is bitwise the same whatever other windows share the call
+(``tests/kb/test_bf16_encoder.py``).
+
+What it cannot be trusted with: any model that is not a BERT with absolute positions, erf
+GELU and mean pooling (:func:`supported` refuses it, the caller falls back to fp32); and
+bitwise agreement with fp32 (each product is rounded to bfloat16's 8 significant bits:
+about 1e-5 of cosine on MiniLM's queries, measured; other models must be measured again).
+Used by :class:`medverify.kb.sentence_embed.SentenceTransformerEmbedder` when its runtime
+is ``bf16``, or ``auto`` for query-sized calls, and only where
+:func:`medverify.bf16.amx_available` says so.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from medverify.bf16 import ROWS_HINT, PackedBf16Linear
+
+BLOCK = ROWS_HINT  # rows of every packed product (a query of up to 64 tokens: one block)
+
+
+@dataclass(frozen=True)
+class _Norm:
+    weight: Any
+    bias: Any
+    eps: float
+
+
+@dataclass(frozen=True)
+class _Layer:
+    qkv: PackedBf16Linear
+    attn_out: PackedBf16Linear
+    norm1: _Norm
+    up: PackedBf16Linear
+    down: PackedBf16Linear
+    norm2: _Norm
+
+
+def supported(model: Any) -> str | None:
+    """Why ``model`` (a SentenceTransformer) cannot run here; None when it can."""
+    modules = list(model)
+    bert = getattr(modules[0], "auto_model", None) if modules else None
+    config = getattr(bert, "config", None)
+    if config is None or getattr(config, "model_type", None) != "bert":
+        return "not a BERT model"
+    if getattr(config, "position_embedding_type", "absolute") != "absolute":
+        return "positions are not absolute"
+    if getattr(config, "hidden_act", None) != "gelu":
+        return f"activation {getattr(config, 'hidden_act', None)!r}, not gelu"
+    if getattr(config, "is_decoder", False):
+        return "a decoder"
+    from medverify.kb.onnx_runtime import mean_pooling_refusal
+
+    return mean_pooling_refusal(model)
+
+
+def _blocked(linear: PackedBf16Linear, x: Any) -> Any:
+    """``linear(x)`` for ``x`` of a multiple of BLOCK rows, computed block by block."""
+    import torch
+
+    if x.shape[0] == BLOCK:
+        return linear(x)
+    return torch.cat([linear(part) for part in x.split(BLOCK)])
+
+
+def _norm(module: Any) -> _Norm:
+    return _Norm(module.weight.detach().float().clone(), module.bias.detach().float().clone(),
+                 float(module.eps))
+
+
+class Bf16Encoder:
+    """The BERT of a SentenceTransformer, packed once; :meth:`run` gives normalised,
+    mean-pooled float32 vectors of token-id windows (with their special tokens)."""
+
+    def __init__(self, model: Any) -> None:
+        import torch
+
+        refusal = supported(model)
+        if refusal is not None:
+            raise ValueError(f"the bfloat16 encoder cannot run this model: {refusal}")
+        bert = model[0].auto_model.eval()
+        emb = bert.embeddings
+        self.heads = int(bert.config.num_attention_heads)
+        self.width = int(bert.config.hidden_size)
+        self.word = emb.word_embeddings.weight.detach().float().clone()
+        # token type 0 for every token (a single text): its row added to every position
+        self.position = (emb.position_embeddings.weight.detach().float()
+                         + emb.token_type_embeddings.weight.detach().float()[0]).clone()
+        self.norm0 = _norm(emb.LayerNorm)
+        with torch.no_grad():
+            self.layers = [self._layer(layer) for layer in bert.encoder.layer]
+
+    @staticmethod
+    def _layer(layer: Any) -> _Layer:
+        attn = layer.attention
+        return _Layer(
+            PackedBf16Linear([attn.self.query, attn.self.key, attn.self.value]),
+            PackedBf16Linear([attn.output.dense]), _norm(attn.output.LayerNorm),
+            PackedBf16Linear([layer.intermediate.dense]), PackedBf16Linear([layer.output.dense]),
+            _norm(layer.output.LayerNorm))
+
+    @property
+    def max_tokens(self) -> int:
+        return int(self.position.shape[0])
+
+    def run(self, windows: list[list[int]]) -> np.ndarray:
+        """(len(windows), width) float32 L2-normalised vectors, rows in the order given."""
+        import torch
+
+        if not windows:
+            return np.zeros((0, self.width), dtype=np.float32)
+        lengths = [len(w) for w in windows]
+        if min(lengths) < 1 or max(lengths) > self.max_tokens:
+            raise ValueError(f"windows must hold 1 to {self.max_tokens} tokens")
+        total = sum(lengths)
+        padded = -(-total // BLOCK) * BLOCK  # padding rows: computed, never read
+        with torch.inference_mode():
+            ids = torch.zeros(padded, dtype=torch.long)
+            ids[:total] = torch.tensor([t for w in windows for t in w], dtype=torch.long)
+            positions = torch.zeros(padded, dtype=torch.long)
+            positions[:total] = torch.cat([torch.arange(n) for n in lengths])
+            x = self._normed(self.word[ids] + self.position[positions], self.norm0)
+            for layer in self.layers:
+                x = self._block(x, layer, lengths)
+            pooled = torch.stack([part.mean(0) for part in x[:total].split(lengths)])
+            vectors = torch.nn.functional.normalize(pooled, dim=1)
+        return vectors.numpy().astype(np.float32, copy=False)
+
+    @staticmethod
+    def _normed(x: Any, norm: _Norm) -> Any:
+        import torch
+
+        return torch.nn.functional.layer_norm(x, (x.shape[-1],), norm.weight, norm.bias,
+                                              norm.eps)
+
+    def _block(self, x: Any, layer: _Layer, lengths: list[int]) -> Any:
+        import torch
+
+        attended = self._attention(_blocked(layer.qkv, x), lengths)
+        x = self._normed(_blocked(layer.attn_out, attended) + x, layer.norm1)
+        hidden = torch.nn.functional.gelu(_blocked(layer.up, x))
+        return self._normed(_blocked(layer.down, hidden) + x, layer.norm2)
+
+    def _attention(self, qkv: Any, lengths: list[int]) -> Any:
+        """Self-attention of each window on its own tokens (no padding, no mask); the
+        padding rows after the windows get zeros."""
+        import torch
+
+        heads, size = self.heads, self.width // self.heads
+        scale = size ** -0.5
+        out = qkv.new_zeros(qkv.shape[0], self.width)
+        start = 0
+        for n in lengths:
+            q, k, v = qkv[start:start + n].view(n, 3, heads, size).permute(1, 2, 0, 3).unbind(0)
+            probs = torch.softmax(torch.bmm(q * scale, k.transpose(1, 2)), dim=-1)
+            out[start:start + n] = torch.bmm(probs, v).transpose(0, 1).reshape(n, self.width)
+            start += n
+        return out
