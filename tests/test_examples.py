@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import contextlib
+import io
 import json
 import runpy
 import shutil
@@ -16,11 +18,29 @@ def _main(script: str) -> object:
     return runpy.run_path(str(ROOT / "examples" / script), run_name="example")["main"]
 
 
-def test_bench_example_runs_the_whole_study(tmp_path: Path,
-                                            capsys: pytest.CaptureFixture[str]) -> None:
+STUDY_ARGS = ["--judge", "word", "--medquad", "0"]
+
+
+@pytest.fixture(scope="module")
+def whole_study(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, str]:
+    """One whole run of the bench example and what it printed, built once for the module;
+    each test works on its own copy (``_copy``)."""
+    out = tmp_path_factory.mktemp("whole") / "study"
+    printed = io.StringIO()
+    with contextlib.redirect_stdout(printed):
+        assert _main("bench_offline/run_study.py")(["--out", str(out), *STUDY_ARGS]) == 0  # type: ignore[operator]
+    return out, printed.getvalue()
+
+
+def _copy(study: Path, tmp_path: Path) -> Path:
     out = tmp_path / "study"
-    main = _main("bench_offline/run_study.py")
-    assert main(["--out", str(out), "--judge", "word", "--medquad", "0"]) == 0  # type: ignore[operator]
+    shutil.copytree(study, out)
+    return out
+
+
+def test_bench_example_runs_the_whole_study(whole_study: tuple[Path, str],
+                                            tmp_path: Path) -> None:
+    out = _copy(whole_study[0], tmp_path)
     summary = json.loads((out / "summary.json").read_text("utf-8"))
     assert [m["label"] for m in summary["models"]] == [
         "citer-careful", "citer-overreaching", "citer-hallucinating", "citer-freetext",
@@ -29,7 +49,7 @@ def test_bench_example_runs_the_whole_study(tmp_path: Path,
     assert overall["citer-careful"]["url_validity"]["value"] == 1.0
     assert overall["citer-hallucinating"]["url_validity"]["value"] == 0.0
     assert (out / "report.html").is_file() and (out / "exports" / "replies.csv").is_file()
-    assert "recompute: medverify bench report" in capsys.readouterr().out
+    assert "recompute: medverify bench report" in whole_study[1]
 
 
 def test_factcheck_example_corrects_both_planted_errors(tmp_path: Path) -> None:
@@ -54,13 +74,13 @@ def _interrupt(run: Path, replies_kept: int, audits_kept: int) -> None:
     (run / "summary.json").unlink()
 
 
-def test_bench_example_resumed_gives_the_same_numbers(tmp_path: Path) -> None:
+def test_bench_example_resumed_gives_the_same_numbers(whole_study: tuple[Path, str],
+                                                      tmp_path: Path) -> None:
     """Issue 13: killed and rerun, the example served its pages on a new port; the stored
     replies cited the old one and support fell (0.975 -> 0.254) without a warning."""
     main = _main("bench_offline/run_study.py")
-    out = tmp_path / "study"
-    args = ["--out", str(out), "--judge", "word", "--medquad", "0"]
-    assert main(args) == 0  # type: ignore[operator]
+    out = _copy(whole_study[0], tmp_path)  # a whole run (the module's), then killed
+    args = ["--out", str(out), *STUDY_ARGS]
     whole = json.loads((out / "summary.json").read_text("utf-8"))
     _interrupt(out, replies_kept=40, audits_kept=20)
     moved = tmp_path / "moved"
@@ -74,7 +94,7 @@ def test_bench_example_resumed_gives_the_same_numbers(tmp_path: Path) -> None:
     timing = json.loads((out / "timing.json").read_text("utf-8"))
     assert timing["replies_resumed"] == 40
 
-    assert main(["--out", str(moved), "--judge", "word", "--medquad", "0"]) == 0  # type: ignore[operator]
+    assert main(["--out", str(moved), *STUDY_ARGS]) == 0  # type: ignore[operator]
     broken = json.loads((moved / "summary.json").read_text("utf-8"))
     careful = broken["overall"]["citer-careful"]["url_validity"]["value"]
     assert careful < whole["overall"]["citer-careful"]["url_validity"]["value"]
