@@ -23,7 +23,7 @@ the other rows and the thread count), with no per-window quantisation at all.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
@@ -66,7 +66,8 @@ def _dynamic_weight(linear: torch.nn.Module) -> tuple[torch.Tensor, torch.Tensor
 class Int8Linear:
     """One or more dynamic int8 Linears of the same input, fused into one integer product."""
 
-    def __init__(self, linears: Sequence[torch.nn.Module]) -> None:
+    def __init__(self, linears: Sequence[torch.nn.Module], gelu: bool = False) -> None:
+        self.gelu = gelu  # GELU on the outputs (the feed-forward's up projection)
         parts = [_dynamic_weight(linear) for linear in linears]
         weight = torch.cat([p[0] for p in parts]).contiguous()
         self.weight_t = weight.t()  # a (K, N) view: the layout _int_mm runs fastest on
@@ -86,7 +87,8 @@ class Int8Linear:
 
     def __call__(self, x: torch.Tensor, real: torch.Tensor) -> torch.Tensor:
         """Float (B, L, N) of windows ``x`` (B, L, K), each quantised over its ``real`` rows."""
-        return self.product(*quantize_windows(x, real)).view(*x.shape[:-1], -1)
+        out = self.product(*quantize_windows(x, real)).view(*x.shape[:-1], -1)
+        return F.gelu(out) if self.gelu else out
 
 
 class Bf16Linear:
@@ -96,20 +98,32 @@ class Bf16Linear:
     with zeros): oneDNN picks its kernel by the row count, and with K 1,536 (the
     feed-forward's down projection) 48 to 256 rows summed in another order than 2,048 (up
     to 2.4e-4 apart), which moved a window's probabilities by up to 0.003 between alone and
-    batched. With one row count every row takes the same path whatever its companions."""
+    batched. With one row count every row takes the same path whatever its companions.
+    With ``gelu`` the GELU runs inside the product (oneDNN's post-op, on the float32 sums)
+    and the outputs stay bfloat16 (the next product's input); otherwise they are float32.
+    Every row is computed alone, so the window mask is not needed."""
 
-    def __init__(self, linears: Sequence[torch.nn.Module]) -> None:
+    def __init__(self, linears: Sequence[torch.nn.Module], gelu: bool = False) -> None:
         self.packed = PackedBf16Linear(linears, rows_hint=BF16_ROWS)
+        self.post = "gelu" if gelu else "none"
+
+    def _product(self, rows: torch.Tensor) -> torch.Tensor:
+        """bfloat16 (BF16_ROWS, N) of bfloat16 rows (BF16_ROWS, K)."""
+        return torch.ops.mkldnn._linear_pointwise(
+            rows, self.packed.weight, self.packed.bias, self.post, [], "none")
 
     def __call__(self, x: torch.Tensor, real: torch.Tensor) -> torch.Tensor:
-        """Float32 (B, L, N) of ``x`` (B, L, K), computed in bfloat16 with float32 sums."""
+        """(B, L, N) of ``x`` (B, L, K), computed in bfloat16 with float32 sums."""
         rows = x.reshape(-1, x.shape[-1]).to(torch.bfloat16)
         m = rows.shape[0]
-        if m % BF16_ROWS:
-            rows = F.pad(rows, (0, 0, 0, BF16_ROWS - m % BF16_ROWS))
-        out = torch.cat([self.packed(rows[start : start + BF16_ROWS])
-                         for start in range(0, rows.shape[0], BF16_ROWS)])
-        return out[:m].view(*x.shape[:-1], -1)
+        full = m - m % BF16_ROWS
+        outs = [self._product(rows[start : start + BF16_ROWS])
+                for start in range(0, full, BF16_ROWS)]
+        if full < m:
+            last = F.pad(rows[full:], (0, 0, 0, BF16_ROWS - (m - full)))
+            outs.append(self._product(last)[: m - full])
+        out = (torch.cat(outs) if len(outs) > 1 else outs[0]).view(*x.shape[:-1], -1)
+        return out if self.post == "gelu" else out.float()
 
 
 def quantize_windows(x: torch.Tensor, real: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
@@ -133,12 +147,12 @@ class WindowLayer:
     """One BERT encoder layer whose Linears are ``linear`` (:class:`Int8Linear` or
     :class:`Bf16Linear`) built from the model's layers; the rest stays the model's float."""
 
-    def __init__(self, layer: torch.nn.Module, heads: int, linear: type) -> None:
+    def __init__(self, layer: torch.nn.Module, heads: int, linear: Callable[..., Any]) -> None:
         attention = layer.attention
         self.qkv = linear([attention.self.query, attention.self.key, attention.self.value])
         self.attention_out = linear([attention.output.dense])
         self.norm1 = attention.output.LayerNorm
-        self.up = linear([layer.intermediate.dense])
+        self.up = linear([layer.intermediate.dense], gelu=True)
         self.down = linear([layer.output.dense])
         self.norm2 = layer.output.LayerNorm
         self.heads = heads
@@ -150,8 +164,7 @@ class WindowLayer:
         att = F.scaled_dot_product_attention(query, key, value, attn_mask=keys)
         att = att.transpose(1, 2).reshape(b, n, width)
         h = self.norm1(self.attention_out(att, real) + h)
-        up = F.gelu(self.up(h, real))
-        return self.norm2(self.down(up, real) + h)
+        return self.norm2(self.down(self.up(h, real), real) + h)
 
 
 class WindowEncoder:
