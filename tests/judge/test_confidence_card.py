@@ -5,6 +5,8 @@ labels as training data."""
 from __future__ import annotations
 
 import asyncio
+import copy
+import functools
 import json
 import random
 from datetime import UTC, datetime, timedelta
@@ -45,9 +47,18 @@ def _examples(n: int, seed: int, prefix: str = "c") -> list[flow.Labelled]:
 
 
 def _fitted(n: int = 900, accuracy: float = 0.85, seed: int = 1, **signals: tuple[float, float]):
+    """A known-quality judge and the card fitted to it, fitted once per set of arguments in
+    a worker (the judge's verdicts follow from the claim ids and its seed); each caller gets
+    its own deep copies (a test adds gold labels to its judge)."""
+    judge, card = _fit(n, accuracy, seed, tuple(sorted(signals.items())))
+    return copy.deepcopy(judge), card.model_copy(deep=True)
+
+
+@functools.cache
+def _fit(n: int, accuracy: float, seed: int, signals: tuple[tuple[str, tuple[float, float]], ...]):
     examples = _examples(n, seed)
     judge = KnownQualityJudge({e.item.claim.id: e.gold for e in examples}, accuracy, seed,
-                              **signals)
+                              **dict(signals))
     verdicts = asyncio.run(flow.judge_all(judge, examples))
     card = flow.fit_card(judge, examples, verdicts, sources=["synthetic"],
                          targets={"FACT": 0.9}, by="tester")
