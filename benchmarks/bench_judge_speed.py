@@ -2,18 +2,21 @@
 against the verifier's work alone, and against the judge's work before issue 27 (the
 verifier scoring 32 windows per batch), in one run.
 
-    .venv/bin/python benchmarks/bench_judge_speed.py [--n 300] [--rounds 5]
+    .venv/bin/python benchmarks/bench_judge_speed.py [--n 300] [--rounds 5] [--tag NAME]
 
-Since issue 45 the int8 verifier scores windows in fixed-shape batches with one activation
-scale per window (``Verifier.scoring`` "window_scales", on ``Verifier.threads`` = 1 intra-op
-thread, WINDOW_WORKERS = 2 batches side by side); the full judge with one window at a time
-(issue 27's "per_window", short windows on one thread) is timed too.
+Since issue 45 the verifier scores windows in fixed-shape batches, batch-independent, in the
+mode ``Verifier.scoring`` "auto" picks: "bf16" (packed bfloat16 on AMX CPUs) or else
+"window_scales" (int8 with one activation scale per window); on ``Verifier.threads`` = 1
+intra-op thread, WINDOW_WORKERS = 2 batches side by side. The full judge in "window_scales"
+(on an AMX CPU) and with one window at a time (issue 27's "per_window", short windows on one
+thread) is timed too. ``MEDVERIFY_VERIFIER_SCORING`` forces the shipped mode.
 All sides judge the same pairs (the first --n of healthver_dev and of checkcovid_dev: short
 and long evidence; made-up pairs when the data folder is absent), one passage per claim,
 quotes off, as `eval pairs` does. Rounds alternate the two so the machine's load hits both
 alike; the ratio of the full judge's median to the judge's before issue 27 is the number issue 45's
 target (>= 1.5) is about.
-Writes benchmarks/results/judge_speed.{json,md}.
+Writes benchmarks/results/judge_speed.{json,md} (judge_speed_NAME with --tag: runs on a busy
+machine that should not replace the quiet one's).
 """
 
 from __future__ import annotations
@@ -36,7 +39,7 @@ from medverify.judge.quotes import is_verbatim
 from medverify.records import Claim, Passage
 from medverify.verdict_rules import passage_label
 
-SHIPPED = "window_scales"
+SHIPPED = "window_scales"  # replaced in main() by the mode the verifier picked
 
 ROOT = Path(__file__).resolve().parents[1]
 DATA = data_dir() / "pairs"
@@ -79,7 +82,16 @@ def before_issue(judge: BuiltinJudge, batch: list[tuple[str, str]]) -> None:
 
 def full_judge_per_window(judge: BuiltinJudge, batch: list[tuple[str, str]]) -> None:
     """The full judge before issue 45's batched scoring: one window at a time."""
-    judge.verifier.scoring = "per_window"  # type: ignore[attr-defined]
+    full_judge_in(judge, batch, "per_window")
+
+
+def full_judge_window_scales(judge: BuiltinJudge, batch: list[tuple[str, str]]) -> None:
+    """The full judge with issue 45's int8 scoring (what runs where AMX is missing)."""
+    full_judge_in(judge, batch, "window_scales")
+
+
+def full_judge_in(judge: BuiltinJudge, batch: list[tuple[str, str]], scoring: str) -> None:
+    judge.verifier.scoring = scoring  # type: ignore[attr-defined]
     try:
         full_judge(judge, batch)
     finally:
@@ -93,54 +105,85 @@ def full_judge(judge: BuiltinJudge, batch: list[tuple[str, str]]) -> None:
     asyncio.run(judge.judge(items))
 
 
+RUNS = (("before", before_issue), ("verifier_only", verifier_only),
+        ("full_judge", full_judge), ("full_judge_window_scales", full_judge_window_scales),
+        ("full_judge_per_window", full_judge_per_window))
+
+
+def time_set(judge: BuiltinJudge, batch: list[tuple[str, str]], rounds: int) -> dict:
+    """Medians of ``rounds`` alternating rounds of every side on one set of pairs."""
+    runs = [(k, fn) for k, fn in RUNS if k != "full_judge_window_scales"
+            or SHIPPED != "window_scales"]
+    times: dict[str, list[float]] = {label: [] for label, _ in runs}
+    full_judge(judge, batch[:16])  # warm-up: model, caches, lazy loads
+    for _ in range(rounds):
+        for label, fn in runs:
+            started = time.perf_counter()
+            fn(judge, batch)
+            times[label].append(time.perf_counter() - started)
+    rate = {k: len(batch) / statistics.median(v) for k, v in times.items()}
+    rate.setdefault("full_judge_window_scales", rate["full_judge"])
+    return {"pairs": len(batch), "seconds": times, "pairs_per_s": rate,
+            "ratio": round(rate["full_judge"] / rate["before"], 3),
+            "ratio_vs_window_scales": round(rate["full_judge"]
+                                            / rate["full_judge_window_scales"], 3),
+            "ratio_vs_per_window": round(rate["full_judge"] / rate["full_judge_per_window"], 3)}
+
+
 def main() -> None:
+    global SHIPPED
     parser = argparse.ArgumentParser()
     parser.add_argument("--n", type=int, default=300)
     parser.add_argument("--rounds", type=int, default=5)
+    parser.add_argument("--tag", default="")
     args = parser.parse_args()
+    stem = f"judge_speed_{args.tag}" if args.tag else "judge_speed"
     judge = BuiltinJudge(quotes=False)
-    assert judge.verifier.scoring == SHIPPED  # type: ignore[attr-defined]
-    result: dict = {"judge": judge.judge_id, "calibration": judge.calibration,
-                    "cpus": os.cpu_count(), "machine": platform.processor() or platform.machine(),
-                    "sets": {}}
-    lines = ["# Built-in judge speed: before issue 27, one window at a time, the verifier alone, "
-             "the full judge", "",
+    SHIPPED = judge.verifier.scoring  # type: ignore[attr-defined]
+    result: dict = {"judge": judge.judge_id, "scoring": SHIPPED,
+                    "calibration": judge.calibration, "cpus": os.cpu_count(),
+                    "machine": platform.processor() or platform.machine(),
+                    "cpu_model": cpu_model(), "sets": {}}
+    lines = ["# Built-in judge speed: before issue 27, one window at a time, int8 window "
+             "scales, the verifier alone, the full judge", "",
+             f"Full judge: `{result['judge']}`, scoring `{SHIPPED}` (what `auto` picked).", "",
              "| set | pairs | before issue 27 (batched int8, torch's threads), pairs/s | full "
-             "judge, one window at a time (issue 27), pairs/s | verifier only (per-window "
-             "scales in batches, 2 workers of 1 thread), pairs/s | full judge, pairs/s | "
-             "full / before issue 27 | full / one window at a time |",
-             "|---|---|---|---|---|---|---|---|"]
+             "judge, one window at a time (issue 27), pairs/s | full judge, int8 window "
+             "scales, pairs/s | verifier only (2 workers of 1 thread), pairs/s | full judge, "
+             "pairs/s | full / before issue 27 | full / int8 window scales | full / one "
+             "window at a time |",
+             "|---|---|---|---|---|---|---|---|---|---|"]
     load_before = os.getloadavg()
     result["load_before"] = load_before
     for name, batch in pairs(args.n).items():
-        times: dict[str, list[float]] = {"before": [], "verifier_only": [], "full_judge": [],
-                                         "full_judge_per_window": []}
-        full_judge(judge, batch[:16])  # warm-up: model, caches, lazy loads
-        for _ in range(args.rounds):
-            for label, fn in (("before", before_issue), ("verifier_only", verifier_only),
-                              ("full_judge", full_judge),
-                              ("full_judge_per_window", full_judge_per_window)):
-                started = time.perf_counter()
-                fn(judge, batch)
-                times[label].append(time.perf_counter() - started)
-        rate = {k: len(batch) / statistics.median(v) for k, v in times.items()}
-        ratio = rate["full_judge"] / rate["before"]
-        vs_one = rate["full_judge"] / rate["full_judge_per_window"]
-        result["sets"][name] = {"pairs": len(batch), "seconds": times, "pairs_per_s": rate,
-                                "ratio": round(ratio, 3), "ratio_vs_per_window": round(vs_one, 3)}
+        row = result["sets"][name] = time_set(judge, batch, args.rounds)
+        rate = row["pairs_per_s"]
         lines.append(f"| {name} | {len(batch)} | {rate['before']:.1f} | "
                      f"{rate['full_judge_per_window']:.1f} | "
-                     f"{rate['verifier_only']:.1f} | {rate['full_judge']:.1f} | {ratio:.2f} | "
-                     f"{vs_one:.2f} |")
+                     f"{rate['full_judge_window_scales']:.1f} | "
+                     f"{rate['verifier_only']:.1f} | {rate['full_judge']:.1f} | "
+                     f"{row['ratio']:.2f} | {row['ratio_vs_window_scales']:.2f} | "
+                     f"{row['ratio_vs_per_window']:.2f} |")
     result["load_average"] = os.getloadavg()
     lines += ["", f"Median of {args.rounds} alternating rounds; load average after: "
               f"{result['load_average'][0]:.2f} (before: {load_before[0]:.2f}) on "
-              f"{result['cpus']} CPUs ({result['machine']}). Target (issue 45): "
+              f"{result['cpus']} CPUs ({result['cpu_model']}). Target (issue 45): "
               "full / before issue 27 >= 1.5.", ""]
     RESULTS.mkdir(parents=True, exist_ok=True)
-    (RESULTS / "judge_speed.json").write_text(json.dumps(result, indent=1) + "\n")
-    (RESULTS / "judge_speed.md").write_text("\n".join(lines))
+    (RESULTS / f"{stem}.json").write_text(json.dumps(result, indent=1) + "\n")
+    (RESULTS / f"{stem}.md").write_text("\n".join(lines))
     print("\n".join(lines))
+
+
+def cpu_model() -> str:
+    """The CPU's model name (/proc/cpuinfo), or the platform's word for it."""
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine()
 
 
 if __name__ == "__main__":

@@ -1,15 +1,20 @@
-"""Accuracy of the built-in judge with per-window activation scales in batches (issue 45,
-shipped) against one window at a time (issue 27, before), on the four dev sets, in one run.
+"""Accuracy of the built-in judge in one verifier scoring mode (new) against another (old),
+on the four dev sets, in one run. By default int8 with per-window activation scales in
+batches (issue 45) against one window at a time (issue 27); ``--new bf16 --old
+window_scales`` compares the bfloat16 scoring (AMX CPUs, what "auto" picks there) with the
+int8 one.
 
     .venv/bin/python benchmarks/bench_verifier_int8_batched.py [--limit N]
+    .venv/bin/python benchmarks/bench_verifier_int8_batched.py --new bf16 --old window_scales
 
 Judges every pair of checkcovid_dev, citint_dev, healthver_dev and expertqa_val exactly as
 ``medverify eval pairs --judge builtin`` does (:func:`medverify.evals.pairs.pairs_judge`, quotes
-off), once with ``Verifier.scoring`` = "window_scales" and once with "per_window", alternating
+off), once with ``Verifier.scoring`` = --new and once with --old, alternating
 per file, and writes per file: 3-way macro-F1, the confident precision of each category
 (``eval pairs``' confidence), their differences, label changes between the two runs, and
 pairs/s. The load average is recorded. Writes
-benchmarks/results/verifier_int8_batched.{json,md}.
+benchmarks/results/verifier_int8_batched.{json,md} (the default pair of modes) or
+verifier_<new>_vs_<old>.{json,md}.
 """
 
 from __future__ import annotations
@@ -29,7 +34,7 @@ from medverify.evals.pairs import judge_pairs, load_pairs, pairs_judge, predicte
 from medverify.files import data_dir
 
 RESULTS = Path(__file__).resolve().parents[1] / "benchmarks" / "results"
-MODES = (("new", "window_scales"), ("old", "per_window"))
+MODES = [("new", "window_scales"), ("old", "per_window")]  # set from the arguments
 
 
 def run_set(judge, name: str, limit: int | None) -> dict:
@@ -78,12 +83,19 @@ def line(name: str, row: dict) -> str:
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--limit", type=int, default=None)
+    parser.add_argument("--new", default="window_scales")
+    parser.add_argument("--old", default="per_window")
     args = parser.parse_args()
+    MODES[:] = [("new", args.new), ("old", args.old)]
+    stem = ("verifier_int8_batched" if (args.new, args.old) == ("window_scales", "per_window")
+            else f"verifier_{args.new}_vs_{args.old}")
     judge = pairs_judge(Config(judge="builtin"), None)
     result: dict = {"judge": judge.judge_id, "machine": platform.processor() or platform.machine(),
+                    "modes": {"new": args.new, "old": args.old},
                     "cpus": os.cpu_count(), "load_before": os.getloadavg(), "sets": {}}
-    lines = ["# Built-in judge on the dev sets: int8 with per-window scales in batches (new) vs "
-             "one window at a time (old)", "",
+    lines = [f"# Built-in judge on the dev sets: scoring `{args.new}` (new) vs `{args.old}` "
+             "(old)", "", f"Judge `{judge.judge_id}`, thresholds {judge.verifier.thresholds}.",
+             "",
              "| set | pairs | macro-F1, new | macro-F1, old | difference | confident precision, "
              "new | confident precision, old | difference | label changes | pairs/s, new | "
              "pairs/s, old |", "|---|---|---|---|---|---|---|---|---|---|---|"]
@@ -98,8 +110,8 @@ def main() -> None:
               f"{result['load_after'][0]:.2f}. The pairs/s are timed on a shared machine, one "
               "run each: see judge_speed.md for the speed comparison.", ""]
     RESULTS.mkdir(parents=True, exist_ok=True)
-    (RESULTS / "verifier_int8_batched.json").write_text(json.dumps(result, indent=1) + "\n")
-    (RESULTS / "verifier_int8_batched.md").write_text("\n".join(lines))
+    (RESULTS / f"{stem}.json").write_text(json.dumps(result, indent=1) + "\n")
+    (RESULTS / f"{stem}.md").write_text("\n".join(lines))
     print("\n".join(lines))
 
 
