@@ -16,8 +16,10 @@ Citation-Integrity dev, as bench_query_embedding.py) one at a time:
    a=0.9, all`` (:mod:`medverify.kb.onnx_quant`, calibrated on ``--calibration`` training
    claims of each set); ``bf16`` (the default ``embed_runtime = "auto"`` on a CPU with AMX:
    :mod:`medverify.kb.bf16_encoder`; left out without AMX). Latency p50 / p95 and the
-   cosine of each query vector to fp32's. ``--encoders`` picks some (the first one listed
-   must be ``onnx fp32``, the reference).
+   cosine of each query vector to fp32's, and the CPU time of the thread (``thread_time``:
+   less inflated than wall time on a loaded machine, but not immune: shared caches and
+   cores); ``torch fp32`` (the default before ``auto``). ``--encoders`` picks some (the
+   first one listed must be ``onnx fp32``, the reference).
 3. **Quality** (``--quality``): recall@5 and MRR of the dev claims on the Check-COVID and
    Citation-Integrity corpora (``eval retrieval``'s data and scoring), the documents
    embedded once in fp32 (the KB's embedder) and the queries, one at a time, by each
@@ -96,7 +98,7 @@ INT8: dict[str, tuple[float | None, Callable[[str], bool]]] = {
     "int8 dynamic": (None, lambda name: False),
     "int8 smooth a=0.8, FFN-down fp32": (0.8, onnx_quant.ffn_down),
     "int8 smooth a=0.9, all": (0.9, lambda name: False)}
-ENCODERS = ("onnx fp32", "onnx fp32 fused", *INT8, "bf16")
+ENCODERS = ("onnx fp32", "onnx fp32 fused", *INT8, "bf16", "torch fp32")
 
 
 def encoder_files(embedder: Any, work: Path, per_set: int,
@@ -162,6 +164,7 @@ def latency(encoders: dict[str, Any], queries: list[str], rounds: int) -> dict[s
     first encoder's vectors."""
     names = list(encoders)
     times: dict[str, list[float]] = {n: [] for n in names}
+    cpu: dict[str, list[float]] = {n: [] for n in names}  # this thread's CPU time
     vectors: dict[str, list[np.ndarray]] = {n: [] for n in names}
     for query in queries[:20]:
         for name in names:
@@ -169,16 +172,18 @@ def latency(encoders: dict[str, Any], queries: list[str], rounds: int) -> dict[s
     for r in range(rounds):
         for i, query in enumerate(queries):
             for name in names[i % len(names):] + names[:i % len(names)]:
-                started = time.perf_counter()
+                started, on_cpu = time.perf_counter(), time.thread_time()
                 vector = encoders[name].embed([query])
                 times[name].append(1000 * (time.perf_counter() - started))
+                cpu[name].append(1000 * (time.thread_time() - on_cpu))
                 if r == 0:
                     vectors[name].append(vector[0])
     first = np.asarray(vectors[names[0]])
     out = {}
     for name in names:
         cosine = np.sum(np.asarray(vectors[name]) * first, axis=1)
-        out[name] = {**pct(times[name]), "cosine_mean": round(float(cosine.mean()), 6),
+        out[name] = {**pct(times[name]), "cpu": pct(cpu[name]),
+                     "cosine_mean": round(float(cosine.mean()), 6),
                      "cosine_p5": round(float(np.percentile(cosine, 5)), 6),
                      "cosine_min": round(float(cosine.min()), 6)}
     return out
@@ -234,13 +239,16 @@ def markdown(out: dict[str, Any]) -> str:
              "|---|---|---|"]
     lines += [f"| {k} | {v['p50']} | {v['p95']} |" for k, v in out["stages"].items()]
     lines += ["", "## Encoders", "",
-              "| encoder | p50 ms | p95 ms | mean ms | p50 vs fp32 | cosine to fp32: mean / "
-              "p5 / min |", "|---|---|---|---|---|---|"]
-    base = next(iter(out["latency"].values()))["p50"]
+              "| encoder | p50 ms | p95 ms | mean ms | p50 vs fp32 | CPU ms of the thread p50 "
+              "/ p95 | CPU p50 vs fp32 | cosine to fp32: mean / p5 / min |",
+              "|---|---|---|---|---|---|---|---|"]
+    base = next(iter(out["latency"].values()))
     for name, v in out["latency"].items():
+        c = v.get("cpu", {"p50": float("nan"), "p95": float("nan")})
         lines.append(f"| {name} | {v['p50']} | {v['p95']} | {v['mean']} | "
-                     f"{base / v['p50']:.2f}x | {v['cosine_mean']} / {v['cosine_p5']} / "
-                     f"{v['cosine_min']} |")
+                     f"{base['p50'] / v['p50']:.2f}x | {c['p50']} / {c['p95']} | "
+                     f"{base.get('cpu', c)['p50'] / c['p50']:.2f}x | {v['cosine_mean']} / "
+                     f"{v['cosine_p5']} / {v['cosine_min']} |")
     if "quality" in out:
         lines += ["", "## Retrieval quality (documents fp32, queries per encoder)", "",
                   "| set | encoder | hybrid recall@5 | hybrid MRR | dense recall@5 | "
@@ -275,6 +283,8 @@ def main(argv: list[str] | None = None) -> int:
     bf16 = bf16_embedder() if "bf16" in names else None
     if bf16 is not None:
         encoders["bf16"] = bf16
+    if "torch fp32" in names:
+        encoders["torch fp32"] = minilm("fp32", "cpu", "torch")
     elif "bf16" in names:
         print("bf16: this CPU has no AMX bfloat16; left out", file=sys.stderr)
     load_before = round(os.getloadavg()[0], 2)

@@ -63,7 +63,8 @@ class KBSettings(Section):
     embed_device: Literal["auto", "cpu", "cuda"] = "auto"
     # what runs the model embedder on the CPU: auto = torch, and on a CPU with AMX a query
     # (fewer than 8 token windows in a call) in bfloat16 (fp32 KBs only; cosine to fp32
-    # >= 0.99997, several times faster: docs/kb.md); torch (all fp32); or ONNX Runtime
+    # >= 0.99997; 2/3 of torch's CPU time per query under load: docs/kb.md); torch (all
+    # fp32); or ONNX Runtime
     # (`pip install 'medverify[onnx]'`; exported once into $MEDVERIFY_HOME/onnx; fp32 only;
     # the same vectors, a query about 2x faster than torch)
     embed_runtime: Literal["auto", "torch", "onnx"] = "auto"

@@ -4,8 +4,9 @@
 absolute positions, erf GELU, mean pooling) without the transformers modules: the Linear
 layers as :class:`medverify.bf16.PackedBf16Linear` (weights packed once; the query, key
 and value products fused into one), LayerNorms, residuals, attention and pooling in
-float32. A query of ~26 tokens took about a fifth of ONNX Runtime's fp32 time on one
-thread, with vectors at cosine >= 0.9999 to fp32 (benchmarks/results/query_path.md).
+float32. Vectors at cosine >= 0.99997 to fp32 on 200 dev claims; measured only on the
+loaded 2-core machine (load 12): 0.67x the CPU time of torch fp32 per query, 1.48x ONNX
+Runtime's (benchmarks/results/query_path.md); quiet-machine numbers are still to come.
 
 The windows of one call are not padded: their tokens are stacked into one (tokens, 384)
 matrix for the Linear layers and attention runs window by window. The packed product's
