@@ -46,6 +46,12 @@ dev) embedded with real MiniLM (ONNX Runtime fp32).
     .venv/bin/python benchmarks/bench_ann_peers.py --n 100000 [--work /tmp/annpeers]
     .venv/bin/python benchmarks/bench_ann_peers.py --n 1000000 --systems faiss-hnsw hnswlib \
         ivf --faiss-hnsw M16C100 --hnswlib M16C100 --build-threads 1
+    # medverify's own index (hnswlib when installed) beside the peers' builds of one size:
+    .venv/bin/python benchmarks/bench_ann_peers.py --n 100000 --systems medverify \
+        --build-threads 1 --stages build
+    .venv/bin/python benchmarks/bench_ann_peers.py --n 100000 --systems ivf faiss-hnsw \
+        hnswlib medverify --faiss-hnsw M16C100 --hnswlib M16C100 --efs 64 96 128 192 256 \
+        --nprobes 16 32 --stages search
     .venv/bin/python benchmarks/bench_ann_peers.py --report   # the md again from the json
 
 Writes benchmarks/results/ann_peers.json and .md (one entry per size; a run of one size
@@ -500,7 +506,7 @@ def at_recall(rows: list[dict[str, Any]], target: float) -> dict[str, dict[str, 
 
 def markdown(result: dict[str, Any]) -> str:
     target = result["recall_target"]
-    lines = ["# Dense ANN search: medverify's faiss indexes against hnswlib and chromadb",
+    lines = ["# Dense ANN search: medverify's indexes against hnswlib and chromadb",
              "", f"`{result['command']}` ({result['date']}; {result['machine']}).", "",
              "Same base vectors (the MiniLM sentence model of bench_search_e2e.py over "
              "make_large_corpus.py's synthetic passages) and the same 200 real claims "
@@ -512,6 +518,27 @@ def markdown(result: dict[str, Any]) -> str:
         if "search" in entry and "builds" in entry:
             lines += size_lines(int(n), entry, target)
     return "\n".join(lines) + "\n"
+
+
+def medverify_line(rows: list[dict[str, Any]], peer: dict[str, Any] | None) -> list[str]:
+    """medverify as it searches by default (``auto`` with the default ef_search: the ef
+    rule) against hnswlib's fastest setting at the target and hnswlib at the same ef."""
+    own = next((r for r in rows if r["system"] == "medverify"
+                and r["setting"].startswith("auto")), None)
+    if own is None:
+        return []
+    found = re.search(r"\(ef (\d+)\)", own["setting"])
+    same = next((r for r in rows if found and r["system"] == "hnswlib"
+                 and r["setting"] == f"ef {found[1]}"), None)
+    text = (f"\nmedverify as it searches by default ({own['build']} {own['setting']}): "
+            f"recall@10 {own['recall_at_10']}, p50 {own['p50']} ms")
+    if peer:
+        text += (f", {own['p50'] / peer['p50']:.2f}x hnswlib's fastest setting reaching "
+                 f"the target ({peer['build']} {peer['setting']}, {peer['recall_at_10']})")
+    if same:
+        text += (f", {own['p50'] / same['p50']:.2f}x hnswlib at the same ef ({same['build']}: "
+                 f"{same['recall_at_10']}, {same['p50']} ms)")
+    return [text + "."]
 
 
 def size_lines(n: int, entry: dict[str, Any], target: float) -> list[str]:
@@ -527,6 +554,7 @@ def size_lines(n: int, entry: dict[str, Any], target: float) -> list[str]:
         ratio = f"{row['p50'] / peer['p50']:.2f}" if peer else "-"
         lines.append(f"| {system} | {row['build']} {row['setting']} | {row['recall_at_10']} "
                      f"| {row['p50']} | {row['p95']} | {ratio} |")
+    lines += medverify_line(search["rows"], peer)
     missing = sorted({r["system"] for r in search["rows"]} - set(best))
     if missing:
         lines.append(f"\nNo setting reached {target}: {', '.join(missing)}.")
