@@ -48,7 +48,9 @@ TOKENS_PER_BATCH = 1024
 # of a layer over 4,096 rows: 16 rows a product 340 ms, 32 321, 64 231, 128 132, 256 116,
 # 512 116, one call 114 (exploratory timing at load 7 on the 2-core machine).
 BF16_ROWS = 128
-# bfloat16 batches (AMX multiplies many rows at once far faster than few): TUNING
+# bfloat16 batches: padded tokens and windows a batch. Provisional: before the GELU was
+# fused, 1,024 / 2,048 / 4,096 / 8,192 tokens gave 70 / 76 / 70 / 69 HealthVer pairs per CPU
+# second and 10 / 12 / 11 / 11 on Check-COVID (one thread, load 10: no clear winner).
 BF16_TOKENS_PER_BATCH = 4096
 BF16_WINDOWS_PER_BATCH = 128
 _QMAX = 127  # the dynamic Linear's activation range with reduce_range: 0..127
