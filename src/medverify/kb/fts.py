@@ -271,27 +271,29 @@ def rank_lexical(conn: sqlite3.Connection, query: str, depth: int, knobs: Lexica
     from them in numpy (``postings``: :meth:`StoredPostings.ranked` of the budgeted terms,
     None when not fresh): the same scores and order as bm25() (a word FTS5 splits into
     several tokens adds FTS5's bm25() of that phrase alone). A KB below that size (up to
-    ``fts_memory.MEMORY_ROWS`` chunks) is ranked the same way from posting lists read from
-    FTS5's index and held in memory per generation, unless ``knobs.postings_from`` is None
-    (always bm25()). Without fresh postings, bm25() ranks; with ``knobs.large`` set
-    (``lexical_bounded_from``, opt-in), a query past ``knobs.exact`` postings on a KB
-    that large is ranked by the bounded rank query instead (summed idf: fast, but it
-    agrees poorly with bm25)."""
+    ``fts_memory.MEMORY_ROWS`` chunks) is ranked the same way, where bm25() would rank it,
+    from posting lists read from FTS5's index and held in memory per generation, unless
+    ``knobs.postings_from`` is None (always bm25()). Without fresh postings, bm25() ranks;
+    with ``knobs.large`` set (``lexical_bounded_from``, opt-in), a query past
+    ``knobs.exact`` postings on a KB that large is ranked by the bounded rank query
+    instead (summed idf: fast, but it agrees poorly with bm25)."""
     terms = query_terms(query)
     if not terms:
         return []
     df = document_frequencies(conn, terms)
     terms = select_terms(terms, df, knobs.budget)
-    if knobs.postings_from is not None:
-        if last_chunk_id(conn) >= knobs.postings_from:
-            ranked = postings(terms, depth)
-        else:  # a small KB: the same from posting lists held in memory
-            ranked = memory_ranked(conn, terms, depth)
+    size = last_chunk_id(conn)
+    if knobs.postings_from is not None and size >= knobs.postings_from:
+        ranked = postings(terms, depth)
         if ranked is not None:
             return ranked
     if (knobs.large is not None and sum(df.get(t, 0) for t in terms) > knobs.exact
-            and last_chunk_id(conn) >= knobs.large):
+            and size >= knobs.large):
         return idf_ranked(conn, terms, depth, knobs.budget)
+    if knobs.postings_from is not None and size < knobs.postings_from:
+        ranked = memory_ranked(conn, terms, depth)  # a small KB: bm25() from memory
+        if ranked is not None:
+            return ranked
     rows = conn.execute(
         "SELECT rowid, bm25(chunks_fts) AS s FROM chunks_fts WHERE chunks_fts MATCH ? "
         "ORDER BY s, rowid LIMIT ?", (fts_match(terms), depth)).fetchall()

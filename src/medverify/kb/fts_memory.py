@@ -74,7 +74,7 @@ class MemoryPostings:
         for rowid, sizes in self._conn.execute("SELECT id, sz FROM chunks_fts_docsize"):
             found[rowid] = sum(_varints(sizes))
             rows += 1
-        if self.now() != generation:
+        if rows == 0 or self.now() != generation:  # (an empty KB: bm25() finds nothing)
             return None
         self.generation = generation
         return found, rows
