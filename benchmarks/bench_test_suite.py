@@ -20,6 +20,10 @@ and an "after" run can be compared; test_suite.md is rendered from the JSON::
 
 ``--tests PATH...`` runs only those files (with ``-n 2 --dist loadfile`` still), so that the
 files a change touched can be timed at both revisions, alternately, in a few minutes.
+``--log FILE`` keeps pytest's whole output (every test's duration; benchmarks/results/
+test_suite_logs/ holds those of the recorded runs, gzipped), and ``--reparse FILE --label
+NAME`` recounts a recorded run's durations from such a file (e.g. the sum of the slowest
+60 tests, added after the run) without running anything.
 """
 
 from __future__ import annotations
@@ -39,6 +43,7 @@ ROOT = Path(__file__).resolve().parents[1]
 RESULTS = ROOT / "benchmarks" / "results"
 PYTEST = ["-q", "-n", "2", "--dist", "loadfile", "-p", "no:cacheprovider", "--durations=0"]
 SLOWEST = 15  # tests listed in the results
+TOP = 60  # the slowest tests whose durations are summed (the brief's --durations=60)
 DURATION = re.compile(r"^([\d.]+)s (call|setup|teardown)\s+(\S+)")
 SUMMARY = re.compile(r"(\d+) (passed|failed|skipped|errors?|deselected|xfailed|xpassed)")
 
@@ -67,6 +72,7 @@ def parse(output: str) -> dict[str, Any]:
         "counts": counts, "failed": failed,
         "durations_sum_s": round(sum(per_phase.values()), 1),
         "durations_by_phase_s": {k: round(v, 1) for k, v in sorted(per_phase.items())},
+        f"durations_top{TOP}_s": round(sum(s for _, s in per_test.most_common(TOP)), 1),
         "slowest_tests": [{"test": t, "s": round(s, 2)}
                           for t, s in per_test.most_common(SLOWEST)],
         "slowest_files": [{"file": f, "s": round(s, 2)}
@@ -108,6 +114,15 @@ def run_suite(rev: str, data: Path | None, timeout_s: float,
     return result
 
 
+def _read_log(path: Path) -> str:
+    """A saved pytest output, plain or gzipped."""
+    if path.suffix == ".gz":
+        import gzip
+
+        return gzip.decompress(path.read_bytes()).decode("utf-8")
+    return path.read_text("utf-8")
+
+
 def render(runs: dict[str, dict[str, Any]]) -> str:
     lines = ["# The default test suite: wall time and summed durations (issue 44)", "",
              "Each run: a fresh `git clone` of the revision, this checkout's venv, "
@@ -116,17 +131,21 @@ def render(runs: dict[str, dict[str, Any]]) -> str:
              "other jobs: the 1-minute load average is given before and after; the sum of "
              "the per-test durations (setup + call + teardown) moves less with load than "
              "the wall time but still moves.", "",
-             "| run | commit | wall s | durations sum s | passed | skipped | failed | "
-             "exit | load before -> after | date |", "|---|---|---|---|---|---|---|---|---|---|"]
+             f"| run | commit | wall s | durations sum s | slowest {TOP} sum s | passed | "
+             "skipped | failed | exit | load before -> after | date |",
+             "|---|---|---|---|---|---|---|---|---|---|---|"]
     for label, r in runs.items():
         c = r["counts"]
         lines.append(f"| {label} | {r['commit']} | {r['wall_s']} | {r['durations_sum_s']} | "
+                     f"{r.get(f'durations_top{TOP}_s', '-')} | "
                      f"{c.get('passed', 0)} | {c.get('skipped', 0)} | "
                      f"{c.get('failed', 0) + c.get('error', 0)} | {r['exit_code']} | "
                      f"{r['load_average_before']} -> {r['load_average_after']} | {r['date']} |")
     for label, r in runs.items():
         if r.get("tests", "the default suite") != "the default suite":
             lines += ["", f"Run {label}: only {', '.join(f'`{t}`' for t in r['tests'])}."]
+        if r.get("note"):
+            lines += ["", f"Run {label}: {r['note']}"]
     for label, r in runs.items():
         lines += ["", f"## Slowest {SLOWEST} tests, {label} ({r['commit']})", "",
                   "| s | test |", "|---|---|"]
@@ -148,12 +167,23 @@ def main(argv: list[str] | None = None) -> int:
                         "before/after comparison of what changed, less exposed to load)")
     parser.add_argument("--log", type=Path, metavar="FILE",
                         help="also write pytest's whole output there (every duration)")
+    parser.add_argument("--reparse", type=Path, metavar="FILE",
+                        help="recount --label's durations from its saved --log output (the "
+                        "wall time and load stay as measured)")
+    parser.add_argument("--note", help="a note on --label's run, printed under the table "
+                        "(e.g. what else ran on the machine, what failed and why)")
     parser.add_argument("--render", action="store_true", help="test_suite.md from the JSON")
     parser.add_argument("--out", default="test_suite", help="results name (.json and .md)")
     args = parser.parse_args(argv)
     out = RESULTS / f"{args.out}.json"
     runs: dict[str, dict[str, Any]] = json.loads(out.read_text()) if out.exists() else {}
-    if not args.render:
+    if args.reparse or args.note:
+        if args.reparse:
+            runs[args.label].update(parse(_read_log(args.reparse)))
+        if args.note:
+            runs[args.label]["note"] = args.note
+        out.write_text(json.dumps(runs, indent=1) + "\n")
+    elif not args.render:
         result = run_suite(args.rev, args.with_data, args.timeout, args.tests,
                            args.log)
         runs[args.label or result["commit"]] = result
