@@ -67,3 +67,14 @@ def test_k1536_fixed_row_count_products_are_independent() -> None:
         mixed[pos] = x[5]
         assert torch.equal(fused(mixed)[pos], alone[5])
 
+
+
+def test_gelu_inside_the_product_is_the_erf_gelu_of_its_sums() -> None:
+    torch.manual_seed(5)
+    linear = torch.nn.Linear(384, 1536)
+    fused = PackedBf16Linear([linear])
+    x = torch.randn(32, 384)
+    got = fused.product(x, gelu=True)
+    assert got.dtype == torch.bfloat16 and got.shape == (32, 1536)
+    want = torch.nn.functional.gelu(linear(x))
+    assert (got.float() - want).abs().max() / want.abs().mean() < 0.05

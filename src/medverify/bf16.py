@@ -61,8 +61,14 @@ class PackedBf16Linear:
         self.weight = torch.ops.mkldnn._reorder_linear_weight(
             weight.to(torch.bfloat16).contiguous(), rows_hint)
 
+    def product(self, x: torch.Tensor, gelu: bool = False) -> torch.Tensor:
+        """bfloat16 (..., N) of ``x`` (..., K), float32 sums rounded once; with ``gelu``
+        the (erf) GELU runs on the sums inside the product (oneDNN's post-op)."""
+        rows = x.reshape(-1, self.in_features).to(torch.bfloat16)
+        out = torch.ops.mkldnn._linear_pointwise(rows, self.weight, self.bias,
+                                                 "gelu" if gelu else "none", [], "none")
+        return out.view(*x.shape[:-1], self.out_features)
+
     def __call__(self, x: torch.Tensor) -> torch.Tensor:
         """float32 (..., N) of ``x`` (..., K), computed in bfloat16 with float32 sums."""
-        rows = x.reshape(-1, self.in_features).to(torch.bfloat16)
-        out = torch.ops.mkldnn._linear_pointwise(rows, self.weight, self.bias, "none", [], "")
-        return out.float().view(*x.shape[:-1], self.out_features)
+        return self.product(x).float()

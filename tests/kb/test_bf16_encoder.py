@@ -60,7 +60,7 @@ def _bf16_against_fp32() -> None:
     # as queries run; the products' rows are independent on 1 or 2: tests/test_bf16.py)
     encoder = auto._query  # type: ignore[attr-defined]
     windows = auto.tokenizer.windows(QUERIES, auto.window)[0]  # type: ignore[attr-defined]
-    assert len(windows) == 6 and sum(map(len, windows)) > bf16_encoder.BLOCK  # 2+ blocks
+    assert len(windows) == 6 and max(map(len, windows)) > bf16_encoder.ROW_STEP  # 2+ row steps
     alone = np.concatenate([encoder.run([w]) for w in windows])
     assert np.array_equal(encoder.run(windows), alone)
     assert np.array_equal(encoder.run(windows[::-1]), alone[::-1])

@@ -8,14 +8,15 @@ float32. Vectors at cosine >= 0.99997 to fp32 on 200 dev claims; measured only o
 loaded 2-core machine (load 12): 0.67x the CPU time of torch fp32 per query, 1.48x ONNX
 Runtime's (benchmarks/results/query_path.md); quiet-machine numbers are still to come.
 
-The windows of one call are not padded: their tokens are stacked into one (tokens, 384)
-matrix for the Linear layers and attention runs window by window. The packed product's
-rows are independent only at a fixed row count (measured: with K 1536, a row's result
-changes in the last bits between 40 and 1,000 rows, not within one row count), so every
-product runs on blocks of exactly :data:`BLOCK` rows, the last one padded with zeros: one
-oneDNN kernel per layer shape (a new row count costs ~1 ms to prepare), and a window's
-vector is bitwise the same whatever other windows share the call
-(``tests/kb/test_bf16_encoder.py``).
+Each window runs alone, its rows padded to a multiple of :data:`ROW_STEP`. The packed
+product's rows are independent only at a fixed row count (measured: with K 1536, a row's
+result changes in the last bits between 40 and 1,000 rows, not within one row count), so a
+row count set by the window's own length makes its vector bitwise the same whatever other
+windows share the call (``tests/kb/test_bf16_encoder.py``), with one oneDNN kernel per
+16-token bucket (a new row count costs ~1 ms to prepare, once). The feed-forward's GELU
+runs inside the up projection and its output stays bfloat16 for the down projection.
+Against the first version (all windows stacked in 64-row blocks, GELU apart): 9.7 vs 11.8
+ms of CPU per 25-token dev claim at load 9 (exploratory, one thread).
 
 What it cannot be trusted with: any model that is not a BERT with absolute positions, erf
 GELU and mean pooling (:func:`supported` refuses it, the caller falls back to fp32); and
@@ -33,9 +34,12 @@ from typing import Any
 
 import numpy as np
 
-from medverify.bf16 import ROWS_HINT, PackedBf16Linear
+from medverify.bf16 import PackedBf16Linear
 
-BLOCK = ROWS_HINT  # rows of every packed product (a query of up to 64 tokens: one block)
+# A window's rows are padded to a multiple of this: its products then run on a row count
+# that depends on its length alone (a window's vector is the same bytes whatever shares
+# the call), and oneDNN prepares one kernel per 16-token bucket, once (~1 ms each).
+ROW_STEP = 16
 
 
 @dataclass(frozen=True)
@@ -71,15 +75,6 @@ def supported(model: Any) -> str | None:
     from medverify.kb.onnx_runtime import mean_pooling_refusal
 
     return mean_pooling_refusal(model)
-
-
-def _blocked(linear: PackedBf16Linear, x: Any) -> Any:
-    """``linear(x)`` for ``x`` of a multiple of BLOCK rows, computed block by block."""
-    import torch
-
-    if x.shape[0] == BLOCK:
-        return linear(x)
-    return torch.cat([linear(part) for part in x.split(BLOCK)])
 
 
 def _norm(module: Any) -> _Norm:
@@ -131,19 +126,25 @@ class Bf16Encoder:
         lengths = [len(w) for w in windows]
         if min(lengths) < 1 or max(lengths) > self.max_tokens:
             raise ValueError(f"windows must hold 1 to {self.max_tokens} tokens")
-        total = sum(lengths)
-        padded = -(-total // BLOCK) * BLOCK  # padding rows: computed, never read
         with torch.inference_mode():
-            ids = torch.zeros(padded, dtype=torch.long)
-            ids[:total] = torch.tensor([t for w in windows for t in w], dtype=torch.long)
-            positions = torch.zeros(padded, dtype=torch.long)
-            positions[:total] = torch.cat([torch.arange(n) for n in lengths])
-            x = self._normed(self.word[ids] + self.position[positions], self.norm0)
-            for layer in self.layers:
-                x = self._block(x, layer, lengths)
-            pooled = torch.stack([part.mean(0) for part in x[:total].split(lengths)])
+            pooled = torch.stack([self._window(w) for w in windows])
             vectors = torch.nn.functional.normalize(pooled, dim=1)
         return vectors.numpy().astype(np.float32, copy=False)
+
+    def _window(self, window: list[int]) -> Any:
+        """The mean-pooled (width,) float32 output of one window, its rows padded to a
+        multiple of ROW_STEP (padding rows are computed, never attended to or pooled)."""
+        import torch
+
+        n = len(window)
+        ids = torch.zeros(-(-n // ROW_STEP) * ROW_STEP, dtype=torch.long)
+        ids[:n] = torch.tensor(window, dtype=torch.long)
+        positions = torch.zeros_like(ids)
+        positions[:n] = torch.arange(n)
+        x = self._normed(self.word[ids] + self.position[positions], self.norm0)
+        for layer in self.layers:
+            x = self._block(x, layer, n)
+        return x[:n].mean(0)
 
     @staticmethod
     def _normed(x: Any, norm: _Norm) -> Any:
@@ -152,26 +153,19 @@ class Bf16Encoder:
         return torch.nn.functional.layer_norm(x, (x.shape[-1],), norm.weight, norm.bias,
                                               norm.eps)
 
-    def _block(self, x: Any, layer: _Layer, lengths: list[int]) -> Any:
-        import torch
+    def _block(self, x: Any, layer: _Layer, n: int) -> Any:
+        attended = self._attention(layer.qkv(x), n)
+        x = self._normed(layer.attn_out(attended) + x, layer.norm1)
+        hidden = layer.up.product(x, gelu=True)  # bfloat16, GELU applied on the float sums
+        return self._normed(layer.down(hidden) + x, layer.norm2)
 
-        attended = self._attention(_blocked(layer.qkv, x), lengths)
-        x = self._normed(_blocked(layer.attn_out, attended) + x, layer.norm1)
-        hidden = torch.nn.functional.gelu(_blocked(layer.up, x))
-        return self._normed(_blocked(layer.down, hidden) + x, layer.norm2)
-
-    def _attention(self, qkv: Any, lengths: list[int]) -> Any:
-        """Self-attention of each window on its own tokens (no padding, no mask); the
-        padding rows after the windows get zeros."""
+    def _attention(self, qkv: Any, n: int) -> Any:
+        """Self-attention of the window's ``n`` tokens (no mask); padding rows get zeros."""
         import torch
 
         heads, size = self.heads, self.width // self.heads
-        scale = size ** -0.5
         out = qkv.new_zeros(qkv.shape[0], self.width)
-        start = 0
-        for n in lengths:
-            q, k, v = qkv[start:start + n].view(n, 3, heads, size).permute(1, 2, 0, 3).unbind(0)
-            probs = torch.softmax(torch.bmm(q * scale, k.transpose(1, 2)), dim=-1)
-            out[start:start + n] = torch.bmm(probs, v).transpose(0, 1).reshape(n, self.width)
-            start += n
+        q, k, v = qkv[:n].view(n, 3, heads, size).permute(1, 2, 0, 3).unbind(0)
+        probs = torch.softmax(torch.bmm(q * size ** -0.5, k.transpose(1, 2)), dim=-1)
+        out[:n] = torch.bmm(probs, v).transpose(0, 1).reshape(n, self.width)
         return out
