@@ -248,3 +248,21 @@ def test_each_passage_is_decided_on_its_own_before_the_claim() -> None:
     assert two.category == Category.JUDGMENT_ERROR
     assert two.counterfactual is not None and two.counterfactual.passage_id == "asp#0"
     assert two.factual is not None and two.factual.passage_id == "met#0"
+
+
+def test_a_verifier_scoring_in_other_arithmetic_gets_no_int8_fitted_confidence() -> None:
+    """The shipped calibration names the verifier whose int8 scores it was fitted on; a
+    verifier scoring in bfloat16 (scores_id ``+bf16``) must not borrow it: its verdicts
+    carry no confidence, and its judge id says which scores they came from."""
+    from medverify.judge.calibration import load_calibration
+
+    shipped = load_calibration(None).verifier
+    same = LexicalVerifier(id=shipped)
+    assert BuiltinJudge(same).calibration == "general"
+    assert BuiltinJudge(same).judge_id == f"builtin:{shipped}"
+    other = LexicalVerifier(id=shipped)
+    other.scores_id = f"{shipped}+bf16"  # type: ignore[attr-defined]
+    judge = BuiltinJudge(other)
+    assert judge.calibration is None and judge.judge_id == f"builtin:{shipped}+bf16"
+    verdict = _judge(judge, [_item("c1", "Metformin treats type 2 diabetes.", METFORMIN)])[0]
+    assert verdict.confidence is None

@@ -171,9 +171,10 @@ def test_round_trip_predicts_probabilities(tiny_weights: Path, quantize: bool) -
 def test_shipped_mode_scores_a_pair_alike_alone_and_in_a_batch(
     tiny_weights: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """The shipped modes (bfloat16 on AMX and int8 with per-window activation scales, in
-    batches, issue 45; one window at a time, issue 27) give a pair the same probabilities
-    alone and among others, and leave torch's threads as they were."""
+    """The batch-independent modes (int8 with per-window activation scales, the default,
+    and the opt-in bfloat16 on AMX, in batches, issue 45; one window at a time, issue 27)
+    give a pair the same probabilities alone and among others, and leave torch's threads
+    as they were."""
     import torch
 
     from medverify.bf16 import amx_available
@@ -184,8 +185,10 @@ def test_shipped_mode_scores_a_pair_alike_alone_and_in_a_batch(
     monkeypatch.delenv(infer.SCORING_ENV, raising=False)
 
     verifier = Verifier.load(tiny_weights)
-    auto = "bf16" if amx_available() else "window_scales"
-    assert verifier.scoring == auto and verifier.threads == PER_WINDOW_THREADS
+    assert verifier.scoring == "window_scales" and verifier.threads == PER_WINDOW_THREADS
+    assert verifier.scores_id == verifier.id  # what the shipped calibration was fitted for
+    if amx_available():  # the opt-in bfloat16 mode: its encoder, built only when asked for
+        verifier.bf16 = Verifier.load(tiny_weights, scoring="bf16").bf16
     pair = ("Aspirin lowers fever in adults.", "In adults, aspirin lowered fever within hours.")
     others = [(f"Drug {i} raises blood pressure.", "Drug 1 lowered blood pressure. " * i)
               for i in range(1, 12)]

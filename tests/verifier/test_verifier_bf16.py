@@ -1,6 +1,6 @@
 """Tests of the bfloat16 scoring of verifier windows ("bf16", issue 45): close to the float
 model, a window's probabilities bitwise the same alone and in any batch, on one or two
-workers and threads; "auto" picks int8 window scales where AMX is missing."""
+workers and threads; "auto" picks int8 window scales (bf16 is opt-in)."""
 
 from __future__ import annotations
 
@@ -107,6 +107,12 @@ def test_the_scoring_can_be_forced_and_is_checked(wide, monkeypatch) -> None:
         Verifier(int8, tokenizer, {}, float_model=model)
     monkeypatch.delenv(infer.SCORING_ENV)
     auto = Verifier(int8, tokenizer, {}, float_model=model)
-    assert auto.scoring == ("bf16" if amx_available() else "window_scales")
+    assert auto.scoring == "window_scales" and auto.bf16 is None  # bf16 is opt-in
+    assert auto.scores_id == auto.id
+    if amx_available():
+        monkeypatch.setenv(infer.SCORING_ENV, "bf16")
+        forced = Verifier(int8, tokenizer, {}, float_model=model)
+        assert forced.scoring == "bf16" and forced.bf16 is not None
+        assert forced.scores_id == f"{forced.id}+bf16"  # no int8-fitted calibration for it
     with pytest.raises(ConfigError, match="int8 model"):
         Verifier(model, tokenizer, {}, scoring="window_scales")

@@ -146,7 +146,7 @@ class BuiltinJudge:
         self.batch_size = batch_size
         self.checks = checks  # the exact checks (judge.checks) on supporting passages
         self.auto_family = family == "auto"  # per data set in eval pairs, else general
-        self.family = _family(self.verifier.id, calibration,
+        self.family = _family(_scores_id(self.verifier), calibration,
                               "general" if self.auto_family else family)
         self._calibration = calibration
         self._lock = threading.Lock()
@@ -159,7 +159,7 @@ class BuiltinJudge:
     def with_family(self, name: str) -> BuiltinJudge:
         """The same judge (same loaded verifier) with another calibration family."""
         other = copy.copy(self)
-        other.family = _family(self.verifier.id, self._calibration, name)
+        other.family = _family(_scores_id(self.verifier), self._calibration, name)
         other.auto_family = False
         return other
 
@@ -195,7 +195,7 @@ class BuiltinJudge:
 
     @property
     def judge_id(self) -> str:
-        return f"builtin:{self.verifier.id}"
+        return f"builtin:{_scores_id(self.verifier)}"
 
     async def judge(self, items: Sequence[JudgeItem]) -> list[Verdict]:
         return [verdict for _, verdict in await self.judge_scored(items)]
@@ -388,6 +388,12 @@ def verifier_thread() -> ThreadPoolExecutor:
         if _THREAD is None:
             _THREAD = ThreadPoolExecutor(max_workers=1, thread_name_prefix="medverify-verifier")
         return _THREAD
+
+
+def _scores_id(verifier: Any) -> str:
+    """What the verifier's scores are (its weights, and its arithmetic where that is not
+    the one the shipped calibration was fitted on): a calibration is matched against it."""
+    return str(getattr(verifier, "scores_id", verifier.id))
 
 
 def _family(verifier_id: str, calibration: Calibration | str | Path | None,

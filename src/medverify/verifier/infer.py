@@ -122,13 +122,15 @@ SHORT_WINDOW_CHARS = 600
 # (exploratory run, issue 45). On the overloaded machine (load 11) two workers were no faster.
 WINDOW_WORKERS = 2
 
-# How windows are scored (``Verifier.scoring``): "auto" picks "bf16" (packed bfloat16 on
-# AMX, :class:`~medverify.verifier.quantized.Bf16Encoder`) where :func:`amx_available`,
-# else "window_scales" (int8 with per-window scales); both are batch-independent. A float
-# model without AMX (``quantize=False``) gets "batched". The environment variable forces a
-# mode; its consequence: scores differ slightly between the arithmetics (a machine with AMX
-# and one without give a pair slightly different probabilities under "auto"), so force one
-# mode everywhere when runs on different machines must agree to the last digit.
+# How windows are scored (``Verifier.scoring``): "auto" picks "window_scales" (int8 with
+# per-window scales, batch-independent) for the int8 model, "batched" for a float model
+# (``quantize=False``). "bf16" (packed bfloat16 on AMX from the float weights,
+# :class:`~medverify.verifier.quantized.Bf16Encoder`, also batch-independent, 1.4x
+# window_scales' speed under load) is opt-in through the environment variable: its scores
+# are the float model's within 0.01 but moved 15 % of HealthVer's labels against int8, and
+# the thresholds and the judge's calibration were fitted on int8 scores, so its verdicts
+# carry no calibrated confidence (``scores_id`` differs) until a calibration is fitted for
+# it (benchmarks/results/verifier_bf16_vs_window_scales.md).
 SCORING_ENV = "MEDVERIFY_VERIFIER_SCORING"
 SCORINGS = ("auto", "bf16", "window_scales", "per_window", "batched")
 
@@ -140,7 +142,7 @@ def resolve_scoring(requested: str, *, int8: bool, bf16: bool) -> str:
         raise ConfigError(f"unknown verifier scoring {requested!r} ({SCORING_ENV}); "
                           f"choose one of {', '.join(SCORINGS)}")
     if requested == "auto":
-        return "bf16" if bf16 else "window_scales" if int8 else "batched"
+        return "window_scales" if int8 else "batched"
     needs = {"bf16": (bf16, "a CPU with AMX bfloat16 and a float model"),
              "window_scales": (int8, "an int8 model (quantize=True on the CPU)"),
              "per_window": (True, ""), "batched": (True, "")}
@@ -199,16 +201,24 @@ class Verifier:
         source = float_model if float_model is not None else (
             None if self.int8 is not None else model)
         cpu = source is not None and all(p.device.type == "cpu" for p in source.parameters())
-        self.bf16: Bf16Encoder | None = Bf16Encoder(source) if cpu and amx_available() else None
         self.scoring: str = resolve_scoring(scoring or os.environ.get(SCORING_ENV) or "auto",
                                             int8=self.int8 is not None,
-                                            bf16=self.bf16 is not None)
+                                            bf16=cpu and amx_available())
+        self.bf16: Bf16Encoder | None = (Bf16Encoder(source) if self.scoring == "bf16"
+                                         and source is not None else None)
         # Intra-op threads while scoring short windows one at a time, or any windows in
         # fixed-shape batches (None: torch's).
         self.threads: int | None = PER_WINDOW_THREADS
         # Threads scoring batches side by side in "bf16" and "window_scales" (each on
         # ``threads`` intra-op threads); the scores are the same with any number.
         self.workers: int = WINDOW_WORKERS
+
+    @property
+    def scores_id(self) -> str:
+        """The identity of this verifier's scores, what a calibration is fitted for: the
+        weights' id, plus the arithmetic where it is not the int8 the shipped calibration
+        was fitted on (``+bf16``)."""
+        return f"{self.id}+bf16" if self.scoring == "bf16" else self.id
 
     @property
     def provenance(self) -> dict[str, str]:
