@@ -5,11 +5,12 @@ verifier scoring 32 windows per batch), in one run.
     .venv/bin/python benchmarks/bench_judge_speed.py [--n 300] [--rounds 5] [--tag NAME]
 
 Since issue 45 the verifier scores windows in fixed-shape batches, batch-independent, in the
-mode ``Verifier.scoring`` "auto" picks: "bf16" (packed bfloat16 on AMX CPUs) or else
-"window_scales" (int8 with one activation scale per window); on ``Verifier.threads`` = 1
-intra-op thread, WINDOW_WORKERS = 2 batches side by side. The full judge in "window_scales"
-(on an AMX CPU) and with one window at a time (issue 27's "per_window", short windows on one
-thread) is timed too. ``MEDVERIFY_VERIFIER_SCORING`` forces the shipped mode.
+mode ``Verifier.scoring``: "auto" picks "window_scales" (int8 with one activation scale per
+window); "bf16" (packed bfloat16 on AMX CPUs) is opt-in, ``MEDVERIFY_VERIFIER_SCORING=bf16``
+(its verdicts carry no calibrated confidence, so the full judge skips that step there);
+on ``Verifier.threads`` = 1 intra-op thread, WINDOW_WORKERS = 2 batches side by side. The
+full judge in "window_scales" and with one window at a time (issue 27's "per_window",
+short windows on one thread) is timed too.
 All sides judge the same pairs (the first --n of healthver_dev and of checkcovid_dev: short
 and long evidence; made-up pairs when the data folder is absent), one passage per claim,
 quotes off, as `eval pairs` does. Rounds alternate the two so the machine's load hits both
@@ -40,6 +41,7 @@ from medverify.records import Claim, Passage
 from medverify.verdict_rules import passage_label
 
 SHIPPED = "window_scales"  # replaced in main() by the mode the verifier picked
+PICKED = "what `auto` picked"  # or the forcing variable, in main()
 
 ROOT = Path(__file__).resolve().parents[1]
 DATA = data_dir() / "pairs"
@@ -131,7 +133,7 @@ def time_set(judge: BuiltinJudge, batch: list[tuple[str, str]], rounds: int) -> 
 
 
 def main() -> None:
-    global SHIPPED
+    global SHIPPED, PICKED
     parser = argparse.ArgumentParser()
     parser.add_argument("--n", type=int, default=300)
     parser.add_argument("--rounds", type=int, default=5)
@@ -140,13 +142,16 @@ def main() -> None:
     stem = f"judge_speed_{args.tag}" if args.tag else "judge_speed"
     judge = BuiltinJudge(quotes=False)
     SHIPPED = judge.verifier.scoring  # type: ignore[attr-defined]
+    forced = os.environ.get("MEDVERIFY_VERIFIER_SCORING")
+    PICKED = (f"forced by MEDVERIFY_VERIFIER_SCORING={forced}" if forced
+              else "what `auto` picked")
     result: dict = {"judge": judge.judge_id, "scoring": SHIPPED,
                     "calibration": judge.calibration, "cpus": os.cpu_count(),
                     "machine": platform.processor() or platform.machine(),
                     "cpu_model": cpu_model(), "sets": {}}
     lines = ["# Built-in judge speed: before issue 27, one window at a time, int8 window "
              "scales, the verifier alone, the full judge", "",
-             f"Full judge: `{result['judge']}`, scoring `{SHIPPED}` (what `auto` picked).", "",
+             f"Full judge: `{result['judge']}`, scoring `{SHIPPED}` ({PICKED}).", "",
              "| set | pairs | before issue 27 (batched int8, torch's threads), pairs/s | full "
              "judge, one window at a time (issue 27), pairs/s | full judge, int8 window "
              "scales, pairs/s | verifier only (2 workers of 1 thread), pairs/s | full judge, "
