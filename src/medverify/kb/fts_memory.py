@@ -72,7 +72,7 @@ class MemoryPostings:
         found = np.zeros(last + 1, dtype=np.int64)
         rows = 0
         for rowid, sizes in self._conn.execute("SELECT id, sz FROM chunks_fts_docsize"):
-            found[rowid] = sum(_varints(sizes))
+            found[rowid] = sum(varints(sizes))
             rows += 1
         if rows == 0 or self.now() != generation:  # (an empty KB: bm25() finds nothing)
             return None
@@ -114,8 +114,9 @@ def _postings(rows: list[tuple[int]]) -> Postings | None:
     return ids[first].astype(np.uint32), hits.astype(np.uint32)
 
 
-def _varints(blob: bytes) -> list[int]:
-    """SQLite varints (big-endian 7-bit groups), as FTS5's ``%_docsize`` stores sizes."""
+def varints(blob: bytes) -> list[int]:
+    """SQLite varints (big-endian 7-bit groups), as FTS5's ``%_docsize`` stores sizes
+    (also what :mod:`medverify.kb.postings_build` reads them with)."""
     out, value = [], 0
     for byte in blob:
         value = (value << 7) | (byte & 0x7F)

@@ -20,6 +20,7 @@ from medverify.kb.fts import (
     POSTINGS_TOKENS,
     TF_DTYPE,
 )
+from medverify.kb.fts_memory import varints
 
 
 def build_postings(conn: sqlite3.Connection, generation: int) -> dict[str, int]:
@@ -65,7 +66,7 @@ def _row_lengths(conn: sqlite3.Connection) -> tuple[np.ndarray, int]:
     lengths = np.zeros(last + 1, dtype=np.int64)
     rows = 0
     for rowid, sizes in conn.execute("SELECT id, sz FROM chunks_fts_docsize"):
-        lengths[rowid] = sum(_varints(sizes))
+        lengths[rowid] = sum(varints(sizes))
         rows += 1
     return lengths, rows
 
@@ -109,14 +110,3 @@ def drop_postings(conn: sqlite3.Connection) -> None:
     conn.execute("DROP TABLE IF EXISTS lexical_lengths")
     conn.execute("DELETE FROM meta WHERE key IN (?, ?, ?)",
                  (POSTINGS_GENERATION, POSTINGS_ROWS, POSTINGS_TOKENS))
-
-
-def _varints(blob: bytes) -> list[int]:
-    """SQLite varints (big-endian 7-bit groups), as FTS5's ``%_docsize`` stores sizes."""
-    out, value = [], 0
-    for byte in blob:
-        value = (value << 7) | (byte & 0x7F)
-        if not byte & 0x80:
-            out.append(value)
-            value = 0
-    return out
