@@ -232,6 +232,31 @@ def test_a_partial_file_of_the_local_path_is_completed_by_the_executor_path(
     assert _files(out) == local_run and not partial.exists()
 
 
+def test_blocks_appended_after_a_cut_line_are_resumed_too(
+        monkeypatch: pytest.MonkeyPatch, examples: Path, fake: list[str],
+        local_run: tuple[bytes, bytes], tmp_path: Path) -> None:
+    """A kill cuts a line; the next run ends it with a newline before appending, so the
+    block it finishes before its own kill is resumed by the third run (the cut line alone
+    is skipped; before, reading stopped at it and every later block was computed again)."""
+    out = tmp_path / "twice.jsonl"
+    partial = out.with_name(out.name + ".partial")
+    lines = local_run[0].decode("utf-8").splitlines()
+    partial.write_text(_header(examples, fake) + "\n" + "\n".join(lines[:FEATURE_BLOCK])
+                       + "\n" + lines[FEATURE_BLOCK][:40], "utf-8")
+    _use(monkeypatch, _Elsewhere(stop_after=1))
+    killed = _features(examples, fake, out, "--executor", "elsewhere")
+    assert killed.exit_code != 0 and str(killed.exception) == "killed"
+    kept = partial.read_text("utf-8").splitlines()
+    assert kept[FEATURE_BLOCK + 1] == lines[FEATURE_BLOCK][:40]  # the cut line, on its own
+    assert kept[FEATURE_BLOCK + 2:] == lines[FEATURE_BLOCK:2 * FEATURE_BLOCK]
+    executor = _Elsewhere()
+    _use(monkeypatch, executor)
+    result = _ok(_features(examples, fake, out, "--executor", "elsewhere"))
+    assert f"{2 * FEATURE_BLOCK} resumed" in " ".join(result.output.split())
+    assert executor.chunks == [0, 1]  # the two blocks left
+    assert _files(out) == local_run and not partial.exists()
+
+
 def _header(examples: Path, scorers: list[str]) -> str:
     """The partial file's first line for these scorers on this input (its resume key)."""
     from medverify.cli.risk import _resume_key

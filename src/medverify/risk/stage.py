@@ -20,7 +20,7 @@ import os
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import IO, TYPE_CHECKING
 
 from pydantic import BaseModel, ConfigDict, ValidationError
 
@@ -230,10 +230,7 @@ async def feature_blocks(
     done = _read_partial(path, key)
     by_id = {line.id: line for line in done}
     resumed = 0
-    mode = "a" if done else "w"
-    with path.open(mode, encoding="utf-8") as handle:
-        if not done:
-            append_record(handle, _PartialHeader(partial=key))
+    with _open_partial(path, key, resume=bool(done)) as handle:
         for start in range(0, len(examples), block):
             part = examples[start : start + block]
             if all(e.id in by_id for e in part):
@@ -274,9 +271,26 @@ def _read_partial(path: Path, key: str) -> list[FeatureExample]:
     for line in lines[1:]:
         try:
             done.append(FeatureExample.model_validate_json(line))
-        except ValidationError:  # the line a kill cut short: that block is redone
-            break
+        except ValidationError:  # a line a kill cut short: its block is redone, and the
+            continue  # lines later runs appended after it still count
     return done
+
+
+def _open_partial(path: Path, key: str, *, resume: bool) -> IO[str]:
+    """The partial file opened for appending blocks: a new one with its header, or the one
+    resumed, ended with a newline first if a kill cut its last line short (else the next
+    line would be glued to the cut one and lost)."""
+    if not resume:
+        handle = path.open("w", encoding="utf-8")
+        append_record(handle, _PartialHeader(partial=key))
+        return handle
+    with path.open("rb") as raw:
+        size = raw.seek(0, os.SEEK_END)
+        cut = size > 0 and raw.seek(size - 1) >= 0 and raw.read(1) != b"\n"
+    handle = path.open("a", encoding="utf-8")
+    if cut:
+        handle.write("\n")
+    return handle
 
 
 
@@ -365,10 +379,7 @@ def feature_blocks_on(
         progress(resumed)
     if todo:
         executor.slots  # noqa: B018  (connects now: a cluster that is not there writes nothing)
-    mode = "a" if done else "w"
-    with path.open(mode, encoding="utf-8") as handle:
-        if not done:
-            append_record(handle, _PartialHeader(partial=key))
+    with _open_partial(path, key, resume=bool(done)) as handle:
         # Every block but the input's last is full, so the blocks to do, one after the
         # other, are cut by the executor into the same blocks: chunk i is todo[i].
         flat = [example for part in todo for example in part]
