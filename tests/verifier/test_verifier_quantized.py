@@ -14,7 +14,7 @@ from medverify.verifier.quantized import (
     Int8Encoder,
     bucket_batches,
     quantize_windows,
-    score_windows_int8,
+    score_windows_fixed,
 )
 
 PAIR = ("Aspirin lowers fever in adults.", "In adults, aspirin lowered fever within hours.")
@@ -55,11 +55,11 @@ def test_padded_rows_do_not_change_a_windows_scale() -> None:
 def test_a_windows_scores_do_not_depend_on_its_batch(tiny) -> None:
     model, tokenizer = tiny
     encoder = Int8Encoder(model)
-    alone = score_windows_int8(encoder, tokenizer, [PAIR], 64)[0]
+    alone = score_windows_fixed(encoder, tokenizer, [PAIR], 64)[0]
     for batch_size in (3, 32):
         for pairs in ([*OTHERS[:5], PAIR, *OTHERS[5:]], [PAIR, *OTHERS[::-1]]):
             for workers in (1, 2):
-                scores = score_windows_int8(encoder, tokenizer, pairs, 64, batch_size, workers)
+                scores = score_windows_fixed(encoder, tokenizer, pairs, 64, batch_size, workers)
                 assert np.array_equal(scores[pairs.index(PAIR)], alone)
     assert np.allclose(alone.sum(), 1.0, atol=1e-5)
     # torch's dynamic int8 in one batch does move the pair (what the above guards against)
@@ -70,7 +70,7 @@ def test_a_windows_scores_do_not_depend_on_its_batch(tiny) -> None:
 def test_close_to_dynamic_int8_one_window_at_a_time(tiny) -> None:
     model, tokenizer = tiny
     pairs = [PAIR, *OTHERS]
-    new = score_windows_int8(Int8Encoder(model), tokenizer, pairs, 64)
+    new = score_windows_fixed(Int8Encoder(model), tokenizer, pairs, 64)
     per_window = score_windows(model, tokenizer, pairs, 64, 1)
     assert np.abs(new - per_window).max() < 0.02
 

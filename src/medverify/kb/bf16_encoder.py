@@ -43,20 +43,13 @@ ROW_STEP = 16
 
 
 @dataclass(frozen=True)
-class _Norm:
-    weight: Any
-    bias: Any
-    eps: float
-
-
-@dataclass(frozen=True)
 class _Layer:
     qkv: PackedBf16Linear
     attn_out: PackedBf16Linear
-    norm1: _Norm
+    norm1: Any  # the model's LayerNorm modules (float32)
     up: PackedBf16Linear
     down: PackedBf16Linear
-    norm2: _Norm
+    norm2: Any
 
 
 def supported(model: Any) -> str | None:
@@ -77,11 +70,6 @@ def supported(model: Any) -> str | None:
     return mean_pooling_refusal(model)
 
 
-def _norm(module: Any) -> _Norm:
-    return _Norm(module.weight.detach().float().clone(), module.bias.detach().float().clone(),
-                 float(module.eps))
-
-
 class Bf16Encoder:
     """The BERT of a SentenceTransformer, packed once; :meth:`run` gives normalised,
     mean-pooled float32 vectors of token-id windows (with their special tokens)."""
@@ -100,7 +88,7 @@ class Bf16Encoder:
         # token type 0 for every token (a single text): its row added to every position
         self.position = (emb.position_embeddings.weight.detach().float()
                          + emb.token_type_embeddings.weight.detach().float()[0]).clone()
-        self.norm0 = _norm(emb.LayerNorm)
+        self.norm0 = emb.LayerNorm
         with torch.no_grad():
             self.layers = [self._layer(layer) for layer in bert.encoder.layer]
 
@@ -109,9 +97,9 @@ class Bf16Encoder:
         attn = layer.attention
         return _Layer(
             PackedBf16Linear([attn.self.query, attn.self.key, attn.self.value]),
-            PackedBf16Linear([attn.output.dense]), _norm(attn.output.LayerNorm),
+            PackedBf16Linear([attn.output.dense]), attn.output.LayerNorm,
             PackedBf16Linear([layer.intermediate.dense]), PackedBf16Linear([layer.output.dense]),
-            _norm(layer.output.LayerNorm))
+            layer.output.LayerNorm)
 
     @property
     def max_tokens(self) -> int:
@@ -141,23 +129,16 @@ class Bf16Encoder:
         ids[:n] = torch.tensor(window, dtype=torch.long)
         positions = torch.zeros_like(ids)
         positions[:n] = torch.arange(n)
-        x = self._normed(self.word[ids] + self.position[positions], self.norm0)
+        x = self.norm0(self.word[ids] + self.position[positions])
         for layer in self.layers:
             x = self._block(x, layer, n)
         return x[:n].mean(0)
 
-    @staticmethod
-    def _normed(x: Any, norm: _Norm) -> Any:
-        import torch
-
-        return torch.nn.functional.layer_norm(x, (x.shape[-1],), norm.weight, norm.bias,
-                                              norm.eps)
-
     def _block(self, x: Any, layer: _Layer, n: int) -> Any:
         attended = self._attention(layer.qkv(x), n)
-        x = self._normed(layer.attn_out(attended) + x, layer.norm1)
+        x = layer.norm1(layer.attn_out(attended) + x)
         hidden = layer.up.product(x, gelu=True)  # bfloat16, GELU applied on the float sums
-        return self._normed(layer.down(hidden) + x, layer.norm2)
+        return layer.norm2(layer.down(hidden) + x)
 
     def _attention(self, qkv: Any, n: int) -> Any:
         """Self-attention of the window's ``n`` tokens (no mask); padding rows get zeros."""

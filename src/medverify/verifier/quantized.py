@@ -107,12 +107,11 @@ class Bf16Linear:
 
     def __init__(self, linears: Sequence[torch.nn.Module], gelu: bool = False) -> None:
         self.packed = PackedBf16Linear(linears, rows_hint=BF16_ROWS)
-        self.post = "gelu" if gelu else "none"
+        self.gelu = gelu
 
     def _product(self, rows: torch.Tensor) -> torch.Tensor:
         """bfloat16 (BF16_ROWS, N) of bfloat16 rows (BF16_ROWS, K)."""
-        return torch.ops.mkldnn._linear_pointwise(
-            rows, self.packed.weight, self.packed.bias, self.post, [], "none")
+        return self.packed.product(rows, gelu=self.gelu)
 
     def __call__(self, x: torch.Tensor, real: torch.Tensor) -> torch.Tensor:
         """(B, L, N) of ``x`` (B, L, K), computed in bfloat16 with float32 sums."""
@@ -125,7 +124,7 @@ class Bf16Linear:
             last = F.pad(rows[full:], (0, 0, 0, BF16_ROWS - (m - full)))
             outs.append(self._product(last)[: m - full])
         out = (torch.cat(outs) if len(outs) > 1 else outs[0]).view(*x.shape[:-1], -1)
-        return out if self.post == "gelu" else out.float()
+        return out if self.gelu else out.float()
 
 
 def quantize_windows(x: torch.Tensor, real: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
@@ -275,6 +274,3 @@ def score_windows_fixed(encoder: WindowEncoder, tokenizer: Any,
     for (_, idx), probs in zip(batches, results, strict=True):
         out[idx] = probs
     return out
-
-
-score_windows_int8 = score_windows_fixed  # the name of issue 45's first (int8) version
