@@ -4,9 +4,9 @@
 absolute positions, erf GELU, mean pooling) without the transformers modules: the Linear
 layers as :class:`medverify.bf16.PackedBf16Linear` (weights packed once; the query, key
 and value products fused into one), LayerNorms, residuals, attention and pooling in
-float32. Vectors at cosine >= 0.99997 to fp32 on 200 dev claims; measured only on the
-loaded 2-core machine (load 12): 0.67x the CPU time of torch fp32 per query, 1.48x ONNX
-Runtime's (benchmarks/results/query_path.md); quiet-machine numbers are still to come.
+float32. Vectors at cosine >= 0.99997 to fp32 on 200 dev claims. On the quiet machine, at
+1M passages: query embedding p50 12.6 ms against 23.2 for torch fp32 and 16.1 for ONNX
+Runtime fp32 (benchmarks/bench_search_e2e.py, benchmarks/results/search_e2e.md).
 
 Each window runs alone, its rows padded to a multiple of :data:`ROW_STEP`. The packed
 product's rows are independent only at a fixed row count (measured: with K 1536, a row's
@@ -15,8 +15,6 @@ row count set by the window's own length makes its vector bitwise the same whate
 windows share the call (``tests/kb/test_bf16_encoder.py``), with one oneDNN kernel per
 16-token bucket (a new row count costs ~1 ms to prepare, once). The feed-forward's GELU
 runs inside the up projection and its output stays bfloat16 for the down projection.
-Against the first version (all windows stacked in 64-row blocks, GELU apart): 9.7 vs 11.8
-ms of CPU per 25-token dev claim at load 9 (exploratory, one thread).
 
 What it cannot be trusted with: any model that is not a BERT with absolute positions, erf
 GELU and mean pooling (:func:`supported` refuses it, the caller falls back to fp32); and
