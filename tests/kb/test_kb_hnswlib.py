@@ -138,6 +138,32 @@ def test_a_search_deeper_than_the_live_vectors_of_a_mostly_deleted_graph() -> No
 
 
 @needs_hnswlib
+def test_a_search_returns_exactly_what_hnswlib_finds(tmp_path: Path) -> None:
+    """The wrapper adds nothing and changes nothing: per query, the ids hnswlib's own
+    knn_query returns, in its order, with the score 1 - distance in float32."""
+    dim = 32
+    conn = _stored(tmp_path, _clustered(800, dim))
+    index = VectorIndex(tmp_path, dim, conn, policy="hnswlib")
+    index.rebuild()
+    graph = index.loaded.index
+    queries = _clustered(40, dim, seed=3)
+    for depth, rows in ((10, 1), (10, 5), (10, 9), (900, 1)):  # 9: more than one thread
+        found = index.search(queries[:rows], depth)
+        k = min(depth, 800)
+        labels, distances = graph.knn_query(queries[:rows], k=k, num_threads=1)
+        assert [[i for i, _ in row] for row in found] == labels.astype(np.int64).tolist()
+        assert [[s for _, s in row] for row in found] == (1.0 - distances).tolist()
+        assert all(type(i) is int and type(s) is float for row in found for i, s in row)
+    conn.close()
+
+
+def test_found_pairs_leaves_out_the_places_nothing_filled() -> None:
+    assert index_module.found_pairs([4, 2], [0.5, 0.25]) == [(4, 0.5), (2, 0.25)]
+    assert index_module.found_pairs([4, -1, -1], [0.5, -1.0, -1.0]) == [(4, 0.5)]
+    assert index_module.found_pairs([], []) == []
+
+
+@needs_hnswlib
 def test_auto_builds_hnswlib_and_reaches_the_recall_at_the_default_ef(tmp_path: Path) -> None:
     n, dim = 1500, 32
     conn = _stored(tmp_path, _clustered(n, dim))

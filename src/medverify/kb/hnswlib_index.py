@@ -99,11 +99,14 @@ class HnswlibIndex:
                     np.full((rows, depth), -1, dtype=np.int64))
         queries = np.ascontiguousarray(vectors, dtype=np.float32)
         threads = 1 if rows < SMALL_BATCH else _threads()
-        try:
-            labels, distances = self.index.knn_query(queries, k=k, num_threads=threads)
+        try:  # (positional: pybind11 parses keywords slower, and this is per query)
+            labels, distances = self.index.knn_query(queries, k, threads)
         except RuntimeError:  # fewer than k found (a graph with many deleted): one by one
             return self._one_by_one(queries, depth, k)
-        ids, scores = labels.astype(np.int64), 1.0 - distances  # ip distance: 1 - product
+        # hnswlib's labels are uint64: viewed as int64 (the values astype gives, no copy);
+        # ip distance is 1 - product, so the score is 1 - distance (float32, in place)
+        ids = labels.view(np.int64)
+        scores = np.subtract(1.0, distances, out=distances)
         if k < depth:
             ids = np.pad(ids, ((0, 0), (0, depth - k)), constant_values=-1)
             scores = np.pad(scores, ((0, 0), (0, depth - k)), constant_values=-np.inf)

@@ -396,6 +396,14 @@ class VectorIndex:
             return [[] for _ in range(len(vectors))]
         scores, ids = index_backend(self.current_spec().kind).search(
             index, vectors, depth, self.removed, self._exclusions)
-        return [[(i, s) for i, s in zip(row_ids, row_scores, strict=True) if i >= 0]
+        return [found_pairs(row_ids, row_scores)
                 for row_ids, row_scores in zip(ids.tolist(), scores.tolist(), strict=True)]
+
+
+def found_pairs(ids: list[int], scores: list[float]) -> list[tuple[int, float]]:
+    """One query's (id, score) pairs, the -1 ids of places nothing filled left out (a row
+    without any, the usual one, is zipped whole: this runs once per query)."""
+    if not ids or min(ids) >= 0:
+        return list(zip(ids, scores, strict=True))
+    return [(i, s) for i, s in zip(ids, scores, strict=True) if i >= 0]
 
