@@ -54,6 +54,9 @@ LAYERS: dict[str, int] = {
     "connections": 0,
     "stats": 0,  # the Wilson interval of a proportion (pure math)
     "bf16": 0,  # packed bfloat16 Linear layers for AMX CPUs (torch only)
+    # one BERT encoder layer over a given Linear kind: the verifier's and the query
+    # encoder's lean forwards (torch only)
+    "bert_layer": 0,
     "executor": 0,  # local or Ray: maps a picklable function over chunks (imports errors only)
     # 1 infrastructure: models, prompts, fetched sources, the knowledge base, the verifier.
     "llm": 1,

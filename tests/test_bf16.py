@@ -8,7 +8,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from medverify.bf16 import PackedBf16Linear, amx_available
+from medverify.bf16 import Bf16Linear, PackedBf16Linear, amx_available
 
 pytestmark = pytest.mark.skipif(not amx_available(), reason="this CPU has no AMX bfloat16")
 
@@ -78,3 +78,22 @@ def test_gelu_inside_the_product_is_the_erf_gelu_of_its_sums() -> None:
     assert got.dtype == torch.bfloat16 and got.shape == (32, 1536)
     want = torch.nn.functional.gelu(linear(x))
     assert (got.float() - want).abs().max() / want.abs().mean() < 0.05
+
+
+def test_the_linear_kind_in_products_of_fixed_rows() -> None:
+    torch.manual_seed(6)
+    linear = torch.nn.Linear(384, 96)
+    fixed, whole = Bf16Linear([linear], rows=16), Bf16Linear([linear])
+    x = torch.randn(2, 21, 384)  # 42 rows: products of 16, 16 and 10 padded with zeros
+    out = fixed(x, None)
+    assert out.shape == (2, 21, 96) and out.dtype == torch.float32
+    rows, flat = x.reshape(42, 384), out.reshape(42, 96)
+    for start in (0, 16, 32):
+        chunk = rows[start : start + 16]
+        padded = torch.nn.functional.pad(chunk, (0, 0, 0, 16 - len(chunk)))
+        assert torch.equal(flat[start : start + 16], fixed.packed(padded)[: len(chunk)])
+    assert torch.equal(whole(x), whole.packed(x))  # no rows: one product of all of them
+    up = Bf16Linear([linear], gelu=True, rows=16)(x)
+    assert up.dtype == torch.bfloat16  # the GELU's outputs: the next product's input
+    assert torch.equal(up.reshape(42, 96)[:16], fixed.packed.product(rows[:16], gelu=True))
+

@@ -15,6 +15,8 @@ it is not always: with K 1536 (BERT's FFN down-projection) oneDNN sums in anothe
 48-300 rows than for 1-16 or 512 and more (K 384 agreed at every count tried). A caller that
 needs batch-independent results (the verifier) multiplies in products of one fixed row count
 (``tests/test_bf16.py`` checks the first fact; the second is what made the verifier pad).
+:class:`Bf16Linear` is the packed product as a Linear kind of
+:class:`medverify.bert_layer.EncoderLayer`, optionally in products of one fixed row count.
 
 The inputs and the outputs are bfloat16 (8 significant bits), so results differ from
 float32 by about 0.4 % per product; each caller measures what that does to its own
@@ -72,3 +74,35 @@ class PackedBf16Linear:
     def __call__(self, x: torch.Tensor) -> torch.Tensor:
         """float32 (..., N) of ``x`` (..., K), computed in bfloat16 with float32 sums."""
         return self.product(x).float()
+
+
+class Bf16Linear:
+    """A :class:`PackedBf16Linear` as a Linear kind of :class:`medverify.bert_layer.EncoderLayer`:
+    ``gelu`` fixed (then the outputs stay bfloat16, the next product's input; otherwise
+    float32), called as ``linear(x, real)`` with ``real`` ignored (every row is computed
+    alone). With ``rows``, every product runs on exactly that many rows, the last one padded
+    with zeros (a caller whose row counts vary, and who needs a row's result not to: see the
+    module docstring); without, all of ``x``'s rows in one product."""
+
+    def __init__(self, linears: Sequence[torch.nn.Linear], gelu: bool = False,
+                 rows: int | None = None) -> None:
+        self.packed = PackedBf16Linear(linears, rows_hint=rows or ROWS_HINT)
+        self.gelu = gelu
+        self.rows = rows
+
+    def __call__(self, x: torch.Tensor, real: torch.Tensor | None = None) -> torch.Tensor:
+        """(..., N) of ``x`` (..., K), computed in bfloat16 with float32 sums."""
+        out = self.packed.product(x, gelu=self.gelu) if self.rows is None else self._fixed(x)
+        return out if self.gelu else out.float()
+
+    def _fixed(self, x: torch.Tensor) -> torch.Tensor:
+        """bfloat16 (..., N) of ``x`` (..., K), in products of exactly ``rows`` rows."""
+        rows = x.reshape(-1, x.shape[-1]).to(torch.bfloat16)
+        m, step = rows.shape[0], int(self.rows or 0)
+        full = m - m % step
+        outs = [self.packed.product(rows[start : start + step], gelu=self.gelu)
+                for start in range(0, full, step)]
+        if full < m:
+            last = torch.nn.functional.pad(rows[full:], (0, 0, 0, step - (m - full)))
+            outs.append(self.packed.product(last, gelu=self.gelu)[: m - full])
+        return (torch.cat(outs) if len(outs) > 1 else outs[0]).view(*x.shape[:-1], -1)

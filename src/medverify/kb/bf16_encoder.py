@@ -1,12 +1,13 @@
 """A BERT sentence encoder (mean pooling) computed in bfloat16 on CPUs with AMX.
 
 :class:`Bf16Encoder` runs the forward pass of a sentence-transformers BERT model (MiniLM:
-absolute positions, erf GELU, mean pooling) without the transformers modules: the Linear
-layers as :class:`medverify.bf16.PackedBf16Linear` (weights packed once; the query, key
-and value products fused into one), LayerNorms, residuals, attention and pooling in
-float32. Vectors at cosine >= 0.99997 to fp32 on 200 dev claims. On the quiet machine, at
-1M passages: query embedding p50 12.6 ms against 23.2 for torch fp32 and 16.1 for ONNX
-Runtime fp32 (benchmarks/bench_search_e2e.py, benchmarks/results/search_e2e.md).
+absolute positions, erf GELU, mean pooling) without the transformers modules: the layers of
+:class:`medverify.bert_layer.EncoderLayer` (shared with the verifier) over
+:class:`medverify.bf16.Bf16Linear` (weights packed once; the query, key and value products
+fused into one), LayerNorms, residuals, attention and pooling in float32. Vectors at
+cosine >= 0.99997 to fp32 on 200 dev claims. On the quiet machine, at 1M passages: query
+embedding p50 12.6 ms against 23.2 for torch fp32 and 16.1 for ONNX Runtime fp32
+(benchmarks/bench_search_e2e.py, benchmarks/results/search_e2e.md).
 
 Each window runs alone, its rows padded to a multiple of :data:`ROW_STEP`. The packed
 product's rows are independent only at a fixed row count (measured: with K 1536, a row's
@@ -27,27 +28,17 @@ is ``bf16``, or ``auto`` for query-sized calls, and only where
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
-from medverify.bf16 import PackedBf16Linear
+from medverify.bert_layer import encoder_layers
+from medverify.bf16 import Bf16Linear
 
 # A window's rows are padded to a multiple of this: its products then run on a row count
 # that depends on its length alone (a window's vector is the same bytes whatever shares
 # the call), and oneDNN prepares one kernel per 16-token bucket, once (~1 ms each).
 ROW_STEP = 16
-
-
-@dataclass(frozen=True)
-class _Layer:
-    qkv: PackedBf16Linear
-    attn_out: PackedBf16Linear
-    norm1: Any  # the model's LayerNorm modules (float32)
-    up: PackedBf16Linear
-    down: PackedBf16Linear
-    norm2: Any
 
 
 def supported(model: Any) -> str | None:
@@ -80,7 +71,6 @@ class Bf16Encoder:
             raise ValueError(f"the bfloat16 encoder cannot run this model: {refusal}")
         bert = model[0].auto_model.eval()
         emb = bert.embeddings
-        self.heads = int(bert.config.num_attention_heads)
         self.width = int(bert.config.hidden_size)
         self.word = emb.word_embeddings.weight.detach().float().clone()
         # token type 0 for every token (a single text): its row added to every position
@@ -88,16 +78,7 @@ class Bf16Encoder:
                          + emb.token_type_embeddings.weight.detach().float()[0]).clone()
         self.norm0 = emb.LayerNorm
         with torch.no_grad():
-            self.layers = [self._layer(layer) for layer in bert.encoder.layer]
-
-    @staticmethod
-    def _layer(layer: Any) -> _Layer:
-        attn = layer.attention
-        return _Layer(
-            PackedBf16Linear([attn.self.query, attn.self.key, attn.self.value]),
-            PackedBf16Linear([attn.output.dense]), attn.output.LayerNorm,
-            PackedBf16Linear([layer.intermediate.dense]), PackedBf16Linear([layer.output.dense]),
-            layer.output.LayerNorm)
+            self.layers = encoder_layers(bert, Bf16Linear)
 
     @property
     def max_tokens(self) -> int:
@@ -129,22 +110,16 @@ class Bf16Encoder:
         positions[:n] = torch.arange(n)
         x = self.norm0(self.word[ids] + self.position[positions])
         for layer in self.layers:
-            x = self._block(x, layer, n)
+            x = layer(x, lambda q, k, v: self._attention(q, k, v, n))
         return x[:n].mean(0)
 
-    def _block(self, x: Any, layer: _Layer, n: int) -> Any:
-        attended = self._attention(layer.qkv(x), n)
-        x = layer.norm1(layer.attn_out(attended) + x)
-        hidden = layer.up.product(x, gelu=True)  # bfloat16, GELU applied on the float sums
-        return layer.norm2(layer.down(hidden) + x)
-
-    def _attention(self, qkv: Any, n: int) -> Any:
-        """Self-attention of the window's ``n`` tokens (no mask); padding rows get zeros."""
+    def _attention(self, q: Any, k: Any, v: Any, n: int) -> Any:
+        """Self-attention (heads, rows, size) of the window's ``n`` tokens (no mask);
+        padding rows get zeros."""
         import torch
 
-        heads, size = self.heads, self.width // self.heads
-        out = qkv.new_zeros(qkv.shape[0], self.width)
-        q, k, v = qkv[:n].view(n, 3, heads, size).permute(1, 2, 0, 3).unbind(0)
-        probs = torch.softmax(torch.bmm(q * size ** -0.5, k.transpose(1, 2)), dim=-1)
-        out[:n] = torch.bmm(probs, v).transpose(0, 1).reshape(n, self.width)
+        out = q.new_zeros(q.shape)
+        q, k, v = (t[..., :n, :] for t in (q, k, v))
+        probs = torch.softmax(torch.bmm(q * q.shape[-1] ** -0.5, k.transpose(1, 2)), dim=-1)
+        out[..., :n, :] = torch.bmm(probs, v)
         return out

@@ -1,9 +1,10 @@
 """Batched scoring of verifier windows whose scores do not depend on the batch (issue 45):
 int8 with one activation scale per window ("window_scales"), or bfloat16 on AMX ("bf16").
 
-Both run one lean encoder (:class:`WindowEncoder`: fixed length buckets, fused query, key and
-value projections, attention with the key mask, mean pooling over real tokens, the head) and
-differ only in their Linear layers: :class:`Int8Linear` or :class:`Bf16Linear`.
+Both run one lean encoder (:class:`WindowEncoder`: fixed length buckets, the layers of
+:class:`medverify.bert_layer.EncoderLayer` with attention under the key mask, mean pooling over
+real tokens, the head) and differ only in their Linear layers: :class:`Int8Linear` or
+:class:`Bf16Linear`.
 
 Int8: torch's dynamic int8 Linear picks one activation scale for its whole input, so in a batch a
 window's scores moved with its companions (issue 27). Here every window's activations get
@@ -31,7 +32,8 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from medverify.bf16 import PackedBf16Linear
+from medverify import bf16
+from medverify.bert_layer import encoder_layers
 from medverify.verifier.windows import MAX_CLAIM_TOKENS
 
 BUCKET_STEP = 16  # windows are padded to a multiple of this many word pieces
@@ -93,7 +95,7 @@ class Int8Linear:
         return F.gelu(out) if self.gelu else out
 
 
-class Bf16Linear:
+class Bf16Linear(bf16.Bf16Linear):
     """One or more float Linears of the same input as one packed bfloat16 product (AMX).
 
     Rows are multiplied in products of exactly :data:`BF16_ROWS` rows (the last one padded
@@ -105,26 +107,8 @@ class Bf16Linear:
     and the outputs stay bfloat16 (the next product's input); otherwise they are float32.
     Every row is computed alone, so the window mask is not needed."""
 
-    def __init__(self, linears: Sequence[torch.nn.Module], gelu: bool = False) -> None:
-        self.packed = PackedBf16Linear(linears, rows_hint=BF16_ROWS)
-        self.gelu = gelu
-
-    def _product(self, rows: torch.Tensor) -> torch.Tensor:
-        """bfloat16 (BF16_ROWS, N) of bfloat16 rows (BF16_ROWS, K)."""
-        return self.packed.product(rows, gelu=self.gelu)
-
-    def __call__(self, x: torch.Tensor, real: torch.Tensor) -> torch.Tensor:
-        """(B, L, N) of ``x`` (B, L, K), computed in bfloat16 with float32 sums."""
-        rows = x.reshape(-1, x.shape[-1]).to(torch.bfloat16)
-        m = rows.shape[0]
-        full = m - m % BF16_ROWS
-        outs = [self._product(rows[start : start + BF16_ROWS])
-                for start in range(0, full, BF16_ROWS)]
-        if full < m:
-            last = F.pad(rows[full:], (0, 0, 0, BF16_ROWS - (m - full)))
-            outs.append(self._product(last)[: m - full])
-        out = (torch.cat(outs) if len(outs) > 1 else outs[0]).view(*x.shape[:-1], -1)
-        return out if self.gelu else out.float()
+    def __init__(self, linears: Sequence[torch.nn.Linear], gelu: bool = False) -> None:
+        super().__init__(linears, gelu=gelu, rows=BF16_ROWS)
 
 
 def quantize_windows(x: torch.Tensor, real: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
@@ -144,53 +128,31 @@ def quantize_windows(x: torch.Tensor, real: torch.Tensor) -> tuple[torch.Tensor,
     return q.to(torch.int8).view(rows, -1), scale.expand(-1, x.shape[1], 1).reshape(rows, 1)
 
 
-class WindowLayer:
-    """One BERT encoder layer whose Linears are ``linear`` (:class:`Int8Linear` or
-    :class:`Bf16Linear`) built from the model's layers; the rest stays the model's float."""
-
-    def __init__(self, layer: torch.nn.Module, heads: int, linear: Callable[..., Any]) -> None:
-        attention = layer.attention
-        self.qkv = linear([attention.self.query, attention.self.key, attention.self.value])
-        self.attention_out = linear([attention.output.dense])
-        self.norm1 = attention.output.LayerNorm
-        self.up = linear([layer.intermediate.dense], gelu=True)
-        self.down = linear([layer.output.dense])
-        self.norm2 = layer.output.LayerNorm
-        self.heads = heads
-
-    def __call__(self, h: torch.Tensor, real: torch.Tensor, keys: torch.Tensor) -> torch.Tensor:
-        b, n, width = h.shape
-        qkv = self.qkv(h, real).view(b, n, 3, self.heads, width // self.heads)
-        query, key, value = qkv.permute(2, 0, 3, 1, 4).unbind(0)
-        att = F.scaled_dot_product_attention(query, key, value, attn_mask=keys)
-        att = att.transpose(1, 2).reshape(b, n, width)
-        h = self.norm1(self.attention_out(att, real) + h)
-        return self.norm2(self.down(self.up(h, real), real) + h)
-
-
 class WindowEncoder:
     """A :class:`~medverify.verifier.model.CrossEncoder` run in fixed-shape batches with
     Linears of kind :attr:`linear`: logits of a window never depend on the windows it is
     batched with (subclasses pick the kind and the padded tokens per batch)."""
 
-    linear: type = Int8Linear
+    linear: Callable[..., Any] = Int8Linear
     tokens_per_batch: int = TOKENS_PER_BATCH
     windows_per_batch: int | None = None  # None: the caller's batch size
 
     def __init__(self, model: torch.nn.Module) -> None:
-        encoder = model.encoder
-        heads = int(encoder.config.num_attention_heads)
-        self.embeddings = encoder.embeddings
-        self.layers = [WindowLayer(layer, heads, self.linear) for layer in encoder.encoder.layer]
+        self.embeddings = model.encoder.embeddings
+        self.layers = encoder_layers(model.encoder, self.linear)
         self.head = self.linear([model.head])
 
     def logits(self, ids: torch.Tensor, types: torch.Tensor, lengths: torch.Tensor) -> torch.Tensor:
         """(B, 3) logits of windows padded to one length, ``lengths`` real tokens each."""
         real = torch.arange(ids.shape[1])[None, :] < lengths[:, None]
         keys = real[:, None, None, :]
+
+        def attend(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor) -> torch.Tensor:
+            return F.scaled_dot_product_attention(query, key, value, attn_mask=keys)
+
         h = self.embeddings(input_ids=ids, token_type_ids=types)
         for layer in self.layers:
-            h = layer(h, real, keys)
+            h = layer(h, attend, real)
         mask = real.unsqueeze(-1).to(h.dtype)
         pooled = ((h * mask).sum(1) / mask.sum(1).clamp(min=1.0))[:, None, :]
         return self.head(pooled, torch.ones(pooled.shape[:2], dtype=torch.bool))[:, 0]
