@@ -1,6 +1,7 @@
 """OpenAI-compatible chat provider (OpenAI, vLLM, Ollama, llama.cpp server, LM Studio, ...).
 
-One ``httpx.AsyncClient`` per provider, created on first use and closed by ``aclose``.
+One ``httpx.AsyncClient`` per provider, created on first use and closed by ``aclose``; its
+connection pool's streams look their socket up once (:mod:`medverify.llm.http_pool`).
 HTTP failures become :class:`ProviderError`: 429, 5xx, timeouts and connection errors are
 retryable (the model facade retries them); other 4xx and malformed replies are not. The body
 is streamed and read up to ``[llm] max_reply_bytes`` (:func:`medverify.llm.limits.read_capped`):
@@ -32,6 +33,7 @@ from medverify.llm.base import (
     TopLogprob,
     scrub_surrogates,
 )
+from medverify.llm.http_pool import use_socket_once
 from medverify.llm.limits import read_capped
 from medverify.llm.spec import ModelSpec, providers
 
@@ -99,13 +101,22 @@ class OpenAICompatProvider:
         self._client: httpx.AsyncClient | None = None
         self._client_loop: asyncio.AbstractEventLoop | None = None
         self._json_mode_supported = True
+        self._url: tuple[str, str, httpx.URL] | None = None  # base_url, url, parsed url
 
     def __repr__(self) -> str:
         return f"OpenAICompatProvider({self.id!r}, key_env={self.key_env!r})"
 
     @property
     def url(self) -> str:
-        return f"{self.base_url}/chat/completions"
+        return self._endpoint()[0]
+
+    def _endpoint(self) -> tuple[str, httpx.URL]:
+        """:attr:`url` as text and parsed, parsed once (from text httpx would parse it twice
+        per request)."""
+        if self._url is None or self._url[0] != self.base_url:
+            text = f"{self.base_url}/chat/completions"
+            self._url = (self.base_url, text, httpx.URL(text))
+        return self._url[1], self._url[2]
 
     async def complete(self, request: ChatRequest) -> Completion:
         json_mode = request.json_mode and self._json_mode_supported
@@ -123,11 +134,12 @@ class OpenAICompatProvider:
 
     async def _post(self, payload: dict[str, Any]) -> Any:
         client = self._get_client()
+        url, parsed = self._endpoint()
         try:
-            async with client.stream("POST", self.url, json=payload) as response:
+            async with client.stream("POST", parsed, json=payload) as response:
                 failed = response.status_code >= 400
                 cap = _ERROR_BODY_BYTES if failed else self.max_reply_bytes
-                body = await read_capped(response, cap, self.url, truncate=failed)
+                body = await read_capped(response, cap, url, truncate=failed)
         except httpx.TimeoutException as exc:
             raise ProviderError(f"{self.url}: no reply within {self._timeout_s:g} s "
                                 f"({type(exc).__name__})", retryable=True) from exc
@@ -147,6 +159,7 @@ class OpenAICompatProvider:
                 limits=httpx.Limits(max_connections=max(self._max_connections, 1) * 2,
                                     max_keepalive_connections=self._max_connections),
             )
+            use_socket_once(self._client)  # the pool's idle checks without socket look-ups
             self._client_loop = loop
         return self._client
 
