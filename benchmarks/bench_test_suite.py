@@ -24,6 +24,13 @@ files a change touched can be timed at both revisions, alternately, in a few min
 test_suite_logs/ holds those of the recorded runs, gzipped), and ``--reparse FILE --label
 NAME`` recounts a recorded run's durations from such a file (e.g. the sum of the slowest
 60 tests, added after the run) without running anything.
+
+``--collect N --rev A --against B`` times what each xdist worker does before its first test,
+``pytest --collect-only`` (imports, assertion rewriting, collection), N times in fresh clones
+of both revisions, alternately, as CPU and wall seconds (benchmarks/results/
+test_suite_collect.json and .md); ``--env KEY=VALUE`` sets a variable for those runs::
+
+    .venv/bin/python benchmarks/bench_test_suite.py --collect 3 --rev 440e820 --against HEAD
 """
 
 from __future__ import annotations
@@ -32,6 +39,8 @@ import argparse
 import json
 import os
 import re
+import resource
+import statistics
 import subprocess
 import tempfile
 import time
@@ -42,6 +51,7 @@ from typing import Any
 ROOT = Path(__file__).resolve().parents[1]
 RESULTS = ROOT / "benchmarks" / "results"
 PYTEST = ["-q", "-n", "2", "--dist", "loadfile", "-p", "no:cacheprovider", "--durations=0"]
+COLLECT = ["--collect-only", "-q", "-p", "no:cacheprovider"]
 SLOWEST = 15  # tests listed in the results
 TOP = 60  # the slowest tests whose durations are summed (the brief's --durations=60)
 DURATION = re.compile(r"^([\d.]+)s (call|setup|teardown)\s+(\S+)")
@@ -80,26 +90,36 @@ def parse(output: str) -> dict[str, Any]:
     }
 
 
+def _clone(rev: str, tmp: str) -> tuple[Path, str]:
+    """A fresh clone of ``rev`` under ``tmp`` and its short commit hash."""
+    clone = Path(tmp) / "medverify"
+    subprocess.run(["git", "clone", "-q", str(ROOT), str(clone)], check=True)
+    subprocess.run(["git", "-C", str(clone), "checkout", "-q", rev], check=True)
+    commit = subprocess.run(["git", "-C", str(clone), "rev-parse", "--short", "HEAD"],
+                            capture_output=True, text=True, check=True).stdout.strip()
+    return clone, commit
+
+
+def _env(clone: Path, data: Path | None) -> dict[str, str]:
+    """The suite's environment: the clone's src first, CI unset, data only where named."""
+    env = {k: v for k, v in os.environ.items() if k not in ("CI", "MEDVERIFY_DATA")}
+    env["PYTHONPATH"] = str(clone / "src")
+    if data is not None:
+        env["MEDVERIFY_DATA"] = str(data.resolve())
+    return env
+
+
 def run_suite(rev: str, data: Path | None, timeout_s: float,
               tests: list[str] | None = None, log: Path | None = None) -> dict[str, Any]:
     """The default suite (or only ``tests``) on a fresh clone of ``rev``: its parsed output
     and wall time."""
     with tempfile.TemporaryDirectory(prefix="bench-test-suite-") as tmp:
-        clone = Path(tmp) / "medverify"
-        subprocess.run(["git", "clone", "-q", str(ROOT), str(clone)], check=True)
-        subprocess.run(["git", "-C", str(clone), "checkout", "-q", rev], check=True)
-        commit = subprocess.run(["git", "-C", str(clone), "rev-parse", "--short", "HEAD"],
-                                capture_output=True, text=True, check=True).stdout.strip()
-        env = {k: v for k, v in os.environ.items() if k not in ("CI", "MEDVERIFY_DATA")}
-        env["PYTHONPATH"] = str(clone / "src")
-        if data is not None:
-            env["MEDVERIFY_DATA"] = str(data.resolve())
+        clone, commit = _clone(rev, tmp)
         load_before = os.getloadavg()[0]
         started = time.perf_counter()
         done = subprocess.run([str(ROOT / ".venv" / "bin" / "pytest"), *PYTEST, *(tests or [])],
-                              cwd=clone,
-                              env=env, capture_output=True, text=True, timeout=timeout_s,
-                              check=False)
+                              cwd=clone, env=_env(clone, data), capture_output=True,
+                              text=True, timeout=timeout_s, check=False)
         wall = time.perf_counter() - started
     if log is not None:
         log.write_text(done.stdout + done.stderr)
@@ -112,6 +132,68 @@ def run_suite(rev: str, data: Path | None, timeout_s: float,
                    "cpus": os.cpu_count(), "date": time.strftime("%Y-%m-%d %H:%M UTC",
                                                                  time.gmtime())})
     return result
+
+
+def _collect_once(clone: Path, env: dict[str, str]) -> dict[str, Any]:
+    """One ``pytest --collect-only`` in ``clone``: what each xdist worker does before its first
+    test. CPU seconds (user + system of the child) move less with the machine's load than
+    the wall time."""
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
+    load = os.getloadavg()[0]
+    started = time.perf_counter()
+    done = subprocess.run([str(ROOT / ".venv" / "bin" / "pytest"), *COLLECT], cwd=clone,
+                          env=env, capture_output=True, text=True, check=False)
+    wall = time.perf_counter() - started
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    cpu = after.ru_utime - before.ru_utime + after.ru_stime - before.ru_stime
+    last = (done.stdout.strip().splitlines() or [""])[-1]
+    return {"cpu_s": round(cpu, 2), "wall_s": round(wall, 2), "load_average": round(load, 2),
+            "exit_code": done.returncode, "summary": last}
+
+
+def run_collect(revs: list[str], repeats: int, extra_env: dict[str, str]) -> dict[str, Any]:
+    """``repeats`` collections of each revision's fresh clone, the revisions alternating (so
+    that load hits them alike); ``extra_env`` is set for every run (e.g.
+    ``PYTHONDONTWRITEBYTECODE=`` to let pytest cache rewritten test modules: the first run of
+    a clone is then cold and the later ones warm)."""
+    with tempfile.TemporaryDirectory(prefix="bench-test-collect-") as tmp:
+        clones = [_clone(rev, f"{tmp}/{i}") for i, rev in enumerate(revs)]
+        runs: list[list[dict[str, Any]]] = [[] for _ in revs]
+        for _ in range(repeats):
+            for (clone, _commit), out in zip(clones, runs, strict=True):
+                out.append(_collect_once(clone, {**_env(clone, None), **extra_env}))
+    return {"env": extra_env, "repeats": repeats, "cpus": os.cpu_count(),
+            "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
+            "revs": {f"{rev} ({commit})": {
+                "runs": out,
+                "cpu_s_median": statistics.median(r["cpu_s"] for r in out),
+                "wall_s_median": statistics.median(r["wall_s"] for r in out)}
+                for rev, (_clone_path, commit), out in zip(revs, clones, runs, strict=True)}}
+
+
+def render_collect(records: dict[str, dict[str, Any]]) -> str:
+    """test_suite_collect.md: each comparison's runs, CPU and wall seconds."""
+    lines = ["# Collection of the default suite, per xdist worker (issue 44)", "",
+             f"Each run: `pytest {' '.join(COLLECT)}` in a fresh clone of the revision (the "
+             "work each of the two workers does before its first test), this checkout's "
+             "venv, `CI` and `MEDVERIFY_DATA` unset; the revisions alternate. CPU s is the "
+             "child's user + system time, less exposed to the shared machine's load than "
+             "the wall time. Command: `.venv/bin/python benchmarks/bench_test_suite.py "
+             "--collect N --rev A --against B [--env K=V] --label NAME`.", ""]
+    for label, rec in records.items():
+        env = " ".join(f"`{k}={v}`" for k, v in rec["env"].items()) or "none"
+        lines += [f"## {label} ({rec['date']}; extra environment: {env})", "",
+                  "| revision | CPU s, each run | median CPU s | median wall s | load |",
+                  "|---|---|---|---|---|"]
+        for rev, r in rec["revs"].items():
+            cpu = ", ".join(str(x["cpu_s"]) for x in r["runs"])
+            load = ", ".join(str(x["load_average"]) for x in r["runs"])
+            lines.append(f"| {rev} | {cpu} | {r['cpu_s_median']} | {r['wall_s_median']} | "
+                         f"{load} |")
+        if rec.get("note"):
+            lines += ["", rec["note"]]
+        lines.append("")
+    return "\n".join(lines)
 
 
 def _read_log(path: Path) -> str:
@@ -155,7 +237,7 @@ def render(runs: dict[str, dict[str, Any]]) -> str:
     return "\n".join(lines)
 
 
-def main(argv: list[str] | None = None) -> int:
+def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--rev", default="HEAD", help="the revision to clone and test")
     parser.add_argument("--label", help="the run's name in the results (default: its commit)")
@@ -174,7 +256,37 @@ def main(argv: list[str] | None = None) -> int:
                         "(e.g. what else ran on the machine, what failed and why)")
     parser.add_argument("--render", action="store_true", help="test_suite.md from the JSON")
     parser.add_argument("--out", default="test_suite", help="results name (.json and .md)")
-    args = parser.parse_args(argv)
+    parser.add_argument("--collect", type=int, metavar="N",
+                        help="time N collections (--collect-only) of --rev's and --against's "
+                        "fresh clones instead of the suite; results in test_suite_collect")
+    parser.add_argument("--against", metavar="REV", help="with --collect: the other revision")
+    parser.add_argument("--env", action="append", default=[], metavar="KEY=VALUE",
+                        help="with --collect: set for every run (repeatable)")
+    return parser
+
+
+def _collect_main(args: argparse.Namespace) -> int:
+    out = RESULTS / "test_suite_collect.json"
+    records: dict[str, dict[str, Any]] = json.loads(out.read_text()) if out.exists() else {}
+    if args.note:
+        records[args.label]["note"] = args.note
+    elif not args.render:
+        revs = [args.rev, *([args.against] if args.against else [])]
+        extra = dict(item.split("=", 1) for item in args.env)
+        record = run_collect(revs, args.collect, extra)
+        records[args.label or "/".join(revs)] = record
+        print(json.dumps({rev: (r["cpu_s_median"], r["wall_s_median"])
+                          for rev, r in record["revs"].items()}))
+    RESULTS.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps(records, indent=1) + "\n")
+    (RESULTS / "test_suite_collect.md").write_text(render_collect(records))
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = _parser().parse_args(argv)
+    if args.collect or args.out == "test_suite_collect":
+        return _collect_main(args)
     out = RESULTS / f"{args.out}.json"
     runs: dict[str, dict[str, Any]] = json.loads(out.read_text()) if out.exists() else {}
     if args.reparse or args.note:
