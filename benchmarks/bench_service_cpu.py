@@ -9,7 +9,8 @@ answers, divided by the answers, is its CPU per answer. With ``--baseline-src DI
 ``src`` folder of another checkout, e.g. ``git worktree add /tmp/h4_old 833dbe3``) a second
 server runs that code (``PYTHONPATH``) on the same KB and fake endpoint, and the two are
 measured in alternating rounds of ``--answers`` / ``--rounds`` answers each, so both see
-the same machine load: the ratio is within one run.
+the same machine load: the ratio is within one run. The order alternates (ABBA: each
+server goes first in every other round).
 
 Stages: after the timed rounds, one more round per server with a CPU-time sampler in the
 server process (``service_cpu_sampler.py``, the server's entry point: a timer on the main
@@ -324,8 +325,10 @@ def run(args: argparse.Namespace, work: Path) -> dict[str, Any]:
             asyncio.run(drive(arm, range(10_000_000, 10_000_000 + args.warm), args.clients))
         per_round = max(1, args.answers // args.rounds)
         numbers = itertools.count(DRIVER_OFFSET, per_round)
-        for _ in range(args.rounds):
-            for arm in arms:
+        for round_number in range(args.rounds):
+            # ABBA: each server goes first in every other round (with a fixed order, an
+            # A/A run of one code on both servers favoured the second)
+            for arm in arms if round_number % 2 == 0 else arms[::-1]:
                 start = next(numbers)
                 timed_round(arm, range(start, start + per_round), args.clients)
         for arm in arms:  # one more round each, sampled (not in the CPU counted above)
@@ -382,7 +385,8 @@ def render(data: dict[str, Any]) -> str:
         f"chunks); {data['clients']} closed-loop clients posting one-claim answers "
         f"(`POST /v1/check`, compact responses). CPU: the server's process group's "
         f"(/proc) over {data['rounds']} rounds of {data['answers_per_round']} answers per "
-        "server, the servers alternating round by round.", ""]
+        "server, the servers alternating round by round (each first in every other "
+        "round).", ""]
     if len(names) > 1:
         lines += [f"Baseline: `{data['baseline_src']}` at {data['baseline_commit']}; this "
                   f"code: {data['this_commit']}.", ""]
@@ -405,9 +409,19 @@ def render(data: dict[str, Any]) -> str:
     lines += [f"Guard: {g['answers']} fixed answers checked on every server, compact and "
               f"full responses ({g['responses_compared']} each): identical byte for byte "
               "once the run id and created time are blanked.", "",
-              "Command: `git worktree add /tmp/h4_old 833dbe3 && .venv/bin/python "
-              "benchmarks/bench_service_cpu.py --baseline-src /tmp/h4_old/src`.", ""]
+              f"Command: `{_command(data)}`.", ""]
     return "\n".join(lines)
+
+
+def _command(data: dict[str, Any]) -> str:
+    """The command line that makes these results (the baseline as a worktree)."""
+    sizes = f"--answers {data['rounds'] * data['answers_per_round']} --rounds {data['rounds']}"
+    if not data.get("baseline_src"):
+        return f".venv/bin/python benchmarks/bench_service_cpu.py {sizes}"
+    commit = (data.get("baseline_commit") or "COMMIT").split()[0]
+    return (f"git worktree add {Path(data['baseline_src']).parent} {commit} && "
+            f".venv/bin/python benchmarks/bench_service_cpu.py {sizes} "
+            f"--baseline-src {data['baseline_src']}")
 
 
 def _stage_table(arms: dict[str, Any]) -> list[str]:
