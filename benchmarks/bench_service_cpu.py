@@ -345,6 +345,7 @@ def run(args: argparse.Namespace, work: Path) -> dict[str, Any]:
         "load_average_after": load_average(), "kb": kb_info, "clients": args.clients,
         "judge_latency_s": args.latency, "llm_concurrency": 16, "rounds": args.rounds,
         "answers_per_round": per_round, "baseline_src": str(args.baseline_src or ""),
+        "baseline_how": args.baseline_how,
         "baseline_commit": _commit(args.baseline_src), "this_commit": _commit(Path("src")),
         "guard": checked, "fake_server_calls": served["calls"], "arms": results,
         "target_cpu_ms_per_answer": 9.5,
@@ -419,7 +420,9 @@ def _command(data: dict[str, Any]) -> str:
     if not data.get("baseline_src"):
         return f".venv/bin/python benchmarks/bench_service_cpu.py {sizes}"
     commit = (data.get("baseline_commit") or "COMMIT").split()[0]
-    return (f"git worktree add {Path(data['baseline_src']).parent} {commit} && "
+    how = data.get("baseline_how") or \
+        f"git worktree add {Path(data['baseline_src']).parent} {commit}"
+    return (f"{how} && "
             f".venv/bin/python benchmarks/bench_service_cpu.py {sizes} "
             f"--baseline-src {data['baseline_src']}")
 
@@ -454,6 +457,8 @@ def main() -> None:
     parser.add_argument("--latency", type=float, default=0.0, help="fake judge latency (s)")
     parser.add_argument("--baseline-src", type=Path, default=None,
                         help="src folder of the code to compare with (another checkout)")
+    parser.add_argument("--baseline-how", default="",
+                        help="how the baseline checkout was made (shell), for the results")
     parser.add_argument("--out-dir", type=Path, default=RESULTS)
     parser.add_argument("--render", action="store_true", help="the md from the json")
     parser.add_argument("--keep", action="store_true", help="keep the work folder (logs)")
