@@ -1,17 +1,18 @@
 """Accuracy of the built-in judge in one verifier scoring mode (new) against another (old),
 on the four dev sets, in one run. By default int8 with per-window activation scales in
 batches (issue 45) against one window at a time (issue 27); ``--new bf16 --old
-window_scales`` compares the bfloat16 scoring (AMX CPUs, what "auto" picks there) with the
-int8 one.
+window_scales`` compares the bfloat16 scoring (AMX CPUs) with the int8 one; ``--new
+onnx_int8`` ONNX Runtime's int8, one window a run.
 
     .venv/bin/python benchmarks/bench_verifier_int8_batched.py [--limit N]
     .venv/bin/python benchmarks/bench_verifier_int8_batched.py --new bf16 --old window_scales
 
 Judges every pair of checkcovid_dev, citint_dev, healthver_dev and expertqa_val exactly as
-``medverify eval pairs --judge builtin`` does (:func:`medverify.evals.pairs.pairs_judge`, quotes
-off), once with ``Verifier.scoring`` = --new and once with --old, alternating
-per file, and writes per file: 3-way macro-F1, the confident precision of each category
-(``eval pairs``' confidence), their differences, label changes between the two runs, and
+``medverify eval pairs --judge builtin`` does (the configured built-in judge, quotes off),
+once by a judge whose verifier scores in mode --new and once by one in mode --old (each with
+the calibration fitted for its own arithmetic, or none), alternating per file, and writes
+per file: 3-way macro-F1, the confident precision of each category (``eval pairs``'
+confidence), their differences, label changes between the two runs, and
 pairs/s. The load average is recorded. Writes
 benchmarks/results/verifier_int8_batched.{json,md} (the default pair of modes) or
 verifier_<new>_vs_<old>.{json,md}.
@@ -30,25 +31,36 @@ from pathlib import Path
 from bench_verifier_threads_eval import SETS, summary
 
 from medverify.config import Config
-from medverify.evals.pairs import judge_pairs, load_pairs, pairs_judge, predicted_label, score_pairs
+from medverify.evals.pairs import judge_pairs, load_pairs, predicted_label, score_pairs
 from medverify.files import data_dir
+from medverify.judge.builtin import BuiltinJudge
+from medverify.verifier.infer import Verifier
 
 RESULTS = Path(__file__).resolve().parents[1] / "benchmarks" / "results"
 MODES = [("new", "window_scales"), ("old", "per_window")]  # set from the arguments
 
 
-def run_set(judge, name: str, limit: int | None) -> dict:
+def mode_judges(config: Config) -> dict[str, BuiltinJudge]:
+    """One judge per scoring mode, each on its own verifier loaded in that mode: the judge
+    picks its calibration by the verifier's ``scores_id`` when it is made, so switching a
+    loaded verifier's mode would score one arithmetic with another's calibration."""
+    options = BuiltinJudge.config_options(config)
+    options["quotes"] = False  # as pairs_judge: labels never depend on the quote
+    path = options.pop("path")
+    return {key: BuiltinJudge(Verifier.load(path, scoring=scoring), **options)
+            for key, scoring in MODES}
+
+
+def run_set(judges: dict[str, BuiltinJudge], name: str, limit: int | None) -> dict:
     """Both scorings on one dev file: summaries, differences, label changes."""
     pairs = load_pairs(data_dir() / "pairs" / f"{name}.jsonl", limit)
-    verifier = judge.verifier
     runs, labels = {}, {}
-    for key, scoring in MODES:
-        verifier.scoring = scoring
+    for key, _scoring in MODES:
+        judge = judges[key]
         started = time.perf_counter()
         verdicts = asyncio.run(judge_pairs(judge, pairs))
         runs[key] = summary(score_pairs(name, pairs, verdicts, time.perf_counter() - started))
         labels[key] = [predicted_label(v) if v is not None else "ERROR" for v in verdicts]
-    verifier.scoring = MODES[0][1]
     new, old = runs["new"], runs["old"]
     precision_diff = {k: (v - old["confident_precision"][k]
                           if v is not None and old["confident_precision"].get(k) is not None
@@ -89,8 +101,11 @@ def main() -> None:
     MODES[:] = [("new", args.new), ("old", args.old)]
     stem = ("verifier_int8_batched" if (args.new, args.old) == ("window_scales", "per_window")
             else f"verifier_{args.new}_vs_{args.old}")
-    judge = pairs_judge(Config(judge="builtin"), None)
-    result: dict = {"judge": judge.judge_id, "machine": platform.processor() or platform.machine(),
+    judges = mode_judges(Config(judge="builtin"))
+    judge = judges["new"]
+    result: dict = {"judges": {k: j.judge_id for k, j in judges.items()},
+                    "calibrations": {k: j.calibration for k, j in judges.items()},
+                    "machine": platform.processor() or platform.machine(),
                     "modes": {"new": args.new, "old": args.old},
                     "cpus": os.cpu_count(), "load_before": os.getloadavg(), "sets": {}}
     lines = [f"# Built-in judge on the dev sets: scoring `{args.new}` (new) vs `{args.old}` "
@@ -101,7 +116,7 @@ def main() -> None:
              "pairs/s, old |", "|---|---|---|---|---|---|---|---|---|---|---|"]
     for name in SETS:
         if (data_dir() / "pairs" / f"{name}.jsonl").exists():
-            result["sets"][name] = run_set(judge, name, args.limit)
+            result["sets"][name] = run_set(judges, name, args.limit)
             lines.append(line(name, result["sets"][name]))
             print(lines[-1], flush=True)
     result["load_after"] = os.getloadavg()

@@ -2,6 +2,10 @@
 
     .venv/bin/python scripts/calibrate_judge.py [--data-dir ../shared/data/pairs]
         [--out src/medverify/judge/calibration.json]
+    MEDVERIFY_VERIFIER_SCORING=bf16 .venv/bin/python scripts/calibrate_judge.py
+
+The verifier's scoring mode (int8 ``window_scales`` or ``bf16``, ``Verifier.scoring``) picks
+the default output: calibration.json or calibration-bf16.json.
 
 Reads only checkcovid_train, citint_train and scifact_train (the sets ../shared/data/README.md
 allows training on; anything else is refused by name). Every pair is judged by the built-in
@@ -28,6 +32,7 @@ from medverify.judge.builtin import BuiltinJudge
 from medverify.judge.calibration import (
     FEATURES,
     SHIPPED,
+    SHIPPED_SCORING,
     TARGETS,
     Calibration,
     fit_family,
@@ -71,9 +76,13 @@ def judged(judge: BuiltinJudge, rows: list[dict]) -> tuple[np.ndarray, list[str]
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--data-dir", type=Path, default=DATA)
-    parser.add_argument("--out", type=Path, default=SHIPPED)
+    parser.add_argument("--out", type=Path, default=None,
+                        help="default: the shipped file of the verifier's scoring mode")
     args = parser.parse_args()
     judge = BuiltinJudge(family=None, quotes=False)
+    scoring = getattr(judge.verifier, "scoring", "")
+    args.out = args.out or SHIPPED_SCORING.get(scoring, SHIPPED)
+    print(f"verifier {judge.verifier.scores_id} (scoring {scoring}) -> {args.out}")
     start = time.perf_counter()
     sets = {}
     for name in ALLOWED:
@@ -96,7 +105,7 @@ def main() -> None:
         print(f"{family}: thresholds {families[family].thresholds}, "
               f"cv precision {families[family].cv_precision}")
     calibration = Calibration(
-        version=VERSION, verifier=judge.verifier.id, features=list(FEATURES),
+        version=VERSION, verifier=judge.verifier.scores_id, features=list(FEATURES),
         targets=TARGETS, families=families,
         notes="Fitted by scripts/calibrate_judge.py on " + ", ".join(ALLOWED) + ".")
     args.out.write_text(calibration.model_dump_json(indent=1) + "\n", encoding="utf-8")

@@ -266,3 +266,24 @@ def test_a_verifier_scoring_in_other_arithmetic_gets_no_int8_fitted_confidence()
     assert judge.calibration is None and judge.judge_id == f"builtin:{shipped}+bf16"
     verdict = _judge(judge, [_item("c1", "Metformin treats type 2 diabetes.", METFORMIN)])[0]
     assert verdict.confidence is None
+
+
+def test_each_arithmetic_gets_the_calibration_fitted_on_its_own_scores() -> None:
+    """The int8 ONNX scoring ships its own fit (calibration-onnx-int8.json, named by the
+    verifier's scores_id): a verifier scoring that way gets it, not the torch int8 one."""
+    from medverify.judge.calibration import SHIPPED_SCORING, load_calibration
+
+    shipped = load_calibration(None)
+    onnx_fit = load_calibration(SHIPPED_SCORING["onnx_int8"])
+    assert onnx_fit.verifier == f"{shipped.verifier}+onnx-int8"
+    assert load_calibration(None, scores_id=onnx_fit.verifier) == onnx_fit
+    assert load_calibration(None, scores_id=shipped.verifier) == shipped
+    assert load_calibration(None, scores_id="another+weights") == shipped  # then refused
+    verifier = LexicalVerifier(id=shipped.verifier)
+    verifier.scores_id = onnx_fit.verifier  # type: ignore[attr-defined]
+    judge = BuiltinJudge(verifier, family="citint")
+    assert judge.family is onnx_fit.families["citint"]
+    assert judge.family.thresholds != shipped.families["citint"].thresholds
+    assert judge.judge_id == f"builtin:{onnx_fit.verifier}"
+    auto = BuiltinJudge(verifier, family="auto").for_dataset("citint_dev")
+    assert auto.family is onnx_fit.families["citint"]

@@ -170,7 +170,8 @@ class BuiltinJudge:
         if not self.auto_family or self.family is None:
             return self
         calibration = (self._calibration if isinstance(self._calibration, Calibration)
-                       else load_calibration(self._calibration))
+                       else load_calibration(self._calibration,
+                                             scores_id=_scores_id(self.verifier)))
         return self.with_family(family_for(dataset, calibration))
 
     @classmethod
@@ -403,7 +404,7 @@ def _family(verifier_id: str, calibration: Calibration | str | Path | None,
     if name is None:
         return None
     loaded = calibration if isinstance(calibration, Calibration) else load_calibration(
-        calibration)
+        calibration, scores_id=verifier_id)
     if loaded.verifier != verifier_id:
         log.info("judge calibration %s is for verifier %s, not %s: no confidence given",
                  loaded.version, loaded.verifier, verifier_id)

@@ -57,6 +57,12 @@ TARGETS = {"FACT": 0.70, "HALLUCINATION": 0.50, "COVERAGE_GAP": 0.50}
 
 COLUMN = {"FACT": 0, "HALLUCINATION": 1, "COVERAGE_GAP": 2}
 SHIPPED = Path(__file__).with_name("calibration.json")
+"""The shipped calibration of the int8 verifier's scores."""
+SHIPPED_SCORING = {"bf16": Path(__file__).with_name("calibration-bf16.json"),
+                   "onnx_int8": Path(__file__).with_name("calibration-onnx-int8.json")}
+"""Shipped calibrations of the verifier's other arithmetic (``Verifier.scoring``): the same
+weights score differently in bfloat16 or ONNX Runtime's int8 (about 15 % of labels move), so
+each arithmetic has its own fit, matched by the verifier's ``scores_id``."""
 _EPS = 1e-4
 
 
@@ -140,9 +146,17 @@ class Calibration(BaseModel):
         return self.families[name]
 
 
-def load_calibration(path: str | Path | None = None) -> Calibration:
-    """The calibration at ``path`` (default: the one shipped beside this module)."""
-    return _load(str(Path(path) if path else SHIPPED))
+def load_calibration(path: str | Path | None = None, *,
+                     scores_id: str | None = None) -> Calibration:
+    """The calibration at ``path``; default: the shipped one fitted for ``scores_id`` (a
+    verifier's :attr:`~medverify.verifier.infer.Verifier.scores_id`), else the int8 one."""
+    if path:
+        return _load(str(Path(path)))
+    if scores_id is not None:
+        for file in SHIPPED_SCORING.values():
+            if file.is_file() and _load(str(file)).verifier == scores_id:
+                return _load(str(file))
+    return _load(str(SHIPPED))
 
 
 @lru_cache(maxsize=4)

@@ -22,6 +22,7 @@ import torch
 from medverify.bf16 import amx_available
 from medverify.errors import ConfigError
 from medverify.verdict_rules import passage_label
+from medverify.verifier import onnx_int8
 from medverify.verifier.model import LABELS, CrossEncoder, load_model, load_tokenizer
 from medverify.verifier.quantized import Bf16Encoder, Int8Encoder, score_windows_fixed
 from medverify.verifier.windows import MAX_CLAIM_TOKENS, make_windows
@@ -130,20 +131,27 @@ WINDOW_WORKERS = 2
 # are the float model's within 0.01 but moved 15 % of HealthVer's labels against int8, and
 # the thresholds and the judge's calibration were fitted on int8 scores, so its verdicts
 # carry no calibrated confidence (``scores_id`` differs) until a calibration is fitted for
-# it (benchmarks/results/verifier_bf16_vs_window_scales.md).
+# it (benchmarks/results/verifier_bf16_vs_window_scales.md). "onnx_int8" (ONNX Runtime's
+# dynamic int8 with per-channel weights, one window a run,
+# :mod:`medverify.verifier.onnx_int8`; any CPU with ONNX Runtime) has its own shipped
+# calibration (judge/calibration-onnx-int8.json).
 SCORING_ENV = "MEDVERIFY_VERIFIER_SCORING"
-SCORINGS = ("auto", "bf16", "window_scales", "per_window", "batched")
+SCORINGS = ("auto", "bf16", "onnx_int8", "window_scales", "per_window", "batched")
+SCORES_SUFFIX = {"bf16": "+bf16", "onnx_int8": "+onnx-int8"}  # scores_id per arithmetic
 
 
-def resolve_scoring(requested: str, *, int8: bool, bf16: bool) -> str:
+def resolve_scoring(requested: str, *, int8: bool, bf16: bool, onnx: bool = False) -> str:
     """The scoring mode ``requested`` stands for, given the encoders that exist (int8: a
-    quantised model; bf16: a float model on a CPU with AMX); ConfigError if impossible."""
+    quantised model; bf16: a float model on a CPU with AMX; onnx: a float model on the CPU
+    with ONNX Runtime installed); ConfigError if impossible."""
     if requested not in SCORINGS:
         raise ConfigError(f"unknown verifier scoring {requested!r} ({SCORING_ENV}); "
                           f"choose one of {', '.join(SCORINGS)}")
     if requested == "auto":
         return "window_scales" if int8 else "batched"
     needs = {"bf16": (bf16, "a CPU with AMX bfloat16 and a float model"),
+             "onnx_int8": (onnx, "ONNX Runtime (pip install 'medverify[onnx]') and the "
+                                 "float weights on the CPU"),
              "window_scales": (int8, "an int8 model (quantize=True on the CPU)"),
              "per_window": (True, ""), "batched": (True, "")}
     have, what = needs[requested]
@@ -194,7 +202,7 @@ class Verifier:
         # batch-independent modes score windows in fixed-shape batches
         # (:mod:`medverify.verifier.quantized`, issue 45): "bf16" (packed bfloat16 on AMX,
         # from the float weights) or "window_scales" (int8, one activation scale per
-        # window); "auto" picks (:data:`SCORING_ENV` forces one). "per_window" (one window
+        # window), or one window a run ("onnx_int8", ONNX Runtime); "auto" picks (:data:`SCORING_ENV` forces one). "per_window" (one window
         # per pass, issue 27) and "batched" (torch's dynamic int8 in batches, before issue
         # 27; the only batched mode of a float model without AMX) remain for comparisons.
         self.int8: Int8Encoder | None = Int8Encoder(model) if _is_quantized(model) else None
@@ -203,9 +211,13 @@ class Verifier:
         cpu = source is not None and all(p.device.type == "cpu" for p in source.parameters())
         self.scoring: str = resolve_scoring(scoring or os.environ.get(SCORING_ENV) or "auto",
                                             int8=self.int8 is not None,
-                                            bf16=cpu and amx_available())
+                                            bf16=cpu and amx_available(),
+                                            onnx=cpu and onnx_int8.onnx_available())
         self.bf16: Bf16Encoder | None = (Bf16Encoder(source) if self.scoring == "bf16"
                                          and source is not None else None)
+        self.onnx: onnx_int8.OnnxInt8Encoder | None = (
+            onnx_int8.load_encoder(source, str(metadata.get("weights_sha256", "")))
+            if self.scoring == "onnx_int8" and source is not None else None)
         # Intra-op threads while scoring short windows one at a time, or any windows in
         # fixed-shape batches (None: torch's).
         self.threads: int | None = PER_WINDOW_THREADS
@@ -216,9 +228,9 @@ class Verifier:
     @property
     def scores_id(self) -> str:
         """The identity of this verifier's scores, what a calibration is fitted for: the
-        weights' id, plus the arithmetic where it is not the int8 the shipped calibration
-        was fitted on (``+bf16``)."""
-        return f"{self.id}+bf16" if self.scoring == "bf16" else self.id
+        weights' id, plus the arithmetic where it is not torch's int8 (``+bf16``,
+        ``+onnx-int8``: :data:`SCORES_SUFFIX`)."""
+        return self.id + SCORES_SUFFIX.get(self.scoring, "")
 
     @property
     def provenance(self) -> dict[str, str]:
@@ -228,6 +240,10 @@ class Verifier:
 
     def _score(self, pairs: Sequence[tuple[str, str]], batch_size: int) -> np.ndarray:
         """Probabilities of already-windowed pairs in the verifier's scoring mode."""
+        if self.scoring == "onnx_int8":
+            if self.onnx is None:
+                raise ConfigError("verifier scoring 'onnx_int8' is not available here")
+            return self.onnx.score(self.tokenizer, pairs, self.max_tokens, self.workers)
         fixed = {"bf16": self.bf16, "window_scales": self.int8}
         if self.scoring in fixed:
             encoder = fixed[self.scoring]
@@ -256,8 +272,9 @@ class Verifier:
         """Load weights from ``path`` (default: the shipped weights) onto ``device``.
 
         On the CPU the int8 model is made from the float one (a copy); the float weights
-        feed the bfloat16 encoder only when ``scoring`` (default: :data:`SCORING_ENV`, else
-        "auto") is "bf16", and are dropped otherwise."""
+        feed the bfloat16 encoder or the int8 ONNX export only when ``scoring`` (default:
+        :data:`SCORING_ENV`, else "auto") is "bf16" or "onnx_int8", and are dropped
+        otherwise."""
         if device != "cpu":
             model, meta = load_model(path or DEFAULT_WEIGHTS)
             return cls(model.to(device).eval(), load_tokenizer(), meta, scoring=scoring)
