@@ -19,9 +19,13 @@ lint: setup
 	$(BIN)/ruff check src tests benchmarks scripts examples
 
 # Two pytest-xdist workers, one test file each at a time (module fixtures built once per file);
-# plain `pytest -q` still runs serially.
+# plain `pytest -q` still runs serially. PYTHONDONTWRITEBYTECODE is unset for the run so that
+# pytest keeps its assertion-rewritten test modules (and Python the bytecode of src/) in the
+# ignored __pycache__ folders: each worker rewrites every test file before its first test,
+# ~24 s of CPU a worker cold, ~10 s from that cache (benchmarks/results/test_suite_collect.md).
+# Only later runs of the same checkout gain; a fresh clone's first run is as cold as before.
 test: setup lint
-	$(BIN)/pytest -q -n 2 --dist loadfile
+	env -u PYTHONDONTWRITEBYTECODE $(BIN)/pytest -q -n 2 --dist loadfile
 
 # The standing fault suite (kill -9 and resume, parser fuzzing, corrupted files, injection).
 test-faults: setup
