@@ -2,21 +2,24 @@
 streams that look their socket up once (medverify.llm.http_pool; issue 45 item 4).
 
 Two :class:`~medverify.llm.openai_compat.OpenAICompatProvider` objects in one event loop
-call a local fake OpenAI-compatible server that answers at once (its own process, so its
-work is not counted): ``socket once``, the provider as shipped, and ``httpx pool``, the same
-provider whose client was made with :func:`~medverify.llm.http_pool.use_socket_once` turned
-off (httpx's pool as before). ``--clients`` tasks keep ``--clients`` calls in flight (the
-service's ``[llm] concurrency``, 16, keeps that many connections pooled); the two
-providers run in alternating rounds (ABBA) of ``--calls`` / ``--rounds`` calls each, and
-the CPU of this process's main thread (the event loop's: ``time.thread_time``) per call is
-compared within the run. Each call is one judge-sized request (``--prompt-chars`` of
-passages) and the reply's JSON is parsed, as the LLM judge's calls are.
+call a local fake OpenAI-compatible server that answers at once or after ``--latency``
+(its own process, so its work is not counted): ``socket once``, the provider as shipped,
+and ``httpx pool``, the same provider whose client was made with
+:func:`~medverify.llm.http_pool.use_socket_once` turned off (httpx's pool as before).
+``--clients`` tasks keep ``--clients`` calls in flight (the service's ``[llm]
+concurrency``, 16, keeps that many connections pooled); the two providers run in
+alternating rounds (ABBA) of ``--calls`` / ``--rounds`` calls each, and the CPU of this
+process's main thread (the event loop's: ``time.thread_time``) per call is compared within
+the run. Each call is one judge-sized request (``--prompt-chars`` of passages) and the
+reply's JSON is parsed, as the LLM judge's calls are.
 
 Usage::
 
     .venv/bin/python benchmarks/bench_llm_http.py            # 12 rounds, 6000 calls each
+    .venv/bin/python benchmarks/bench_llm_http.py --latency 0.2 --calls 1920 --rounds 8
 
-Writes benchmarks/results/llm_http.json and llm_http.md.
+Writes benchmarks/results/llm_http.json and llm_http.md (with ``--latency``:
+llm_http_200ms.json and .md, for 0.2 s).
 """
 
 from __future__ import annotations
@@ -39,12 +42,12 @@ from medverify.llm.http_pool import SocketOnceBackend
 ARMS = ("httpx pool", "socket once")
 
 
-def _serve(conn: Any) -> None:
+def _serve(conn: Any, latency_s: float) -> None:
     """The fake endpoint, in its own process."""
     from medverify.testing import FakeChatServer
 
     reply = json.dumps({"label": "supported", "quote": "passage one", "reason": "it says so"})
-    with FakeChatServer(reply) as server:
+    with FakeChatServer(reply, delay_s=latency_s) as server:
         conn.send(server.base_url)
         conn.recv()
         conn.send(len(server.calls))
@@ -107,7 +110,7 @@ async def _measure(base_url: str, args: argparse.Namespace) -> dict[str, Any]:
 def run(args: argparse.Namespace) -> dict[str, Any]:
     context = multiprocessing.get_context("spawn")
     ours, theirs = context.Pipe()
-    server = context.Process(target=_serve, args=(theirs,), daemon=True)
+    server = context.Process(target=_serve, args=(theirs, args.latency), daemon=True)
     server.start()
     base_url = ours.recv()
     load_before = load_average()
@@ -124,6 +127,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
                                             strict=True)]
     return {"date": stamp(), "machine": machine(), "load_average_before": load_before,
             "load_average_after": load_average(), "clients": args.clients,
+            "latency_s": args.latency,
             "prompt_chars": args.prompt_chars, "rounds": args.rounds, "warm": args.warm,
             "server_calls": served, **measured,
             "cpu_us_per_call": {arm: round(v, 1) for arm, v in per_call.items()},
@@ -146,7 +150,8 @@ def render(data: dict[str, Any]) -> str:
         f"{m['python']}; load average {data['load_average_before']} -> "
         f"{data['load_average_after']} (other work on these cores included).", "",
         f"`OpenAICompatProvider.complete` against a local fake OpenAI-compatible server "
-        f"answering at once (its own process), {data['clients']} calls in flight, "
+        f"answering in {data.get('latency_s', 0) * 1000:g} ms (its own process), "
+        f"{data['clients']} calls in flight, "
         f"{data['prompt_chars']} characters of passages per request, the reply's JSON parsed; "
         f"CPU of the event loop's thread per call, {data['rounds']} alternating rounds (ABBA) "
         f"of {data['calls_per_round']} calls per provider after {data['warm']} warm-up calls "
@@ -156,7 +161,13 @@ def render(data: dict[str, Any]) -> str:
         "| provider | CPU µs per call | rounds (CPU µs per call) |", "|---|---|---|", *rows, "",
         f"socket once / httpx pool: **{data['ratio_socket_once_over_httpx_pool']}** of the CPU "
         f"per call (round by round: min {low}, median {median}, max {high}).", "",
-        "Command: `.venv/bin/python benchmarks/bench_llm_http.py`.", ""])
+        f"Command: `.venv/bin/python benchmarks/bench_llm_http.py{_options(data)}`.", ""])
+
+
+def _options(data: dict[str, Any]) -> str:
+    calls = data["rounds"] * data["calls_per_round"]
+    return (f" --calls {calls} --rounds {data['rounds']} --warm {data['warm']}"
+            f" --latency {data.get('latency_s', 0):g}")
 
 
 def main() -> None:
@@ -166,13 +177,16 @@ def main() -> None:
     parser.add_argument("--clients", type=int, default=16, help="calls in flight")
     parser.add_argument("--warm", type=int, default=200, help="warm-up calls per provider")
     parser.add_argument("--prompt-chars", type=int, default=4000)
+    parser.add_argument("--latency", type=float, default=0.0,
+                        help="the fake server's latency (s); 0.2 is bench_service load-llm's")
     parser.add_argument("--out-dir", type=Path, default=RESULTS)
     args = parser.parse_args()
     data = run(args)
     print(json.dumps(data, indent=2))
     args.out_dir.mkdir(parents=True, exist_ok=True)
-    (args.out_dir / "llm_http.json").write_text(json.dumps(data, indent=2) + "\n")
-    (args.out_dir / "llm_http.md").write_text(render(data))
+    name = f"llm_http_{args.latency * 1000:g}ms" if args.latency else "llm_http"
+    (args.out_dir / f"{name}.json").write_text(json.dumps(data, indent=2) + "\n")
+    (args.out_dir / f"{name}.md").write_text(render(data))
 
 
 if __name__ == "__main__":
