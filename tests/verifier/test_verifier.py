@@ -171,29 +171,33 @@ def test_round_trip_predicts_probabilities(tiny_weights: Path, quantize: bool) -
 def test_shipped_mode_scores_a_pair_alike_alone_and_in_a_batch(
     tiny_weights: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """The batch-independent modes (int8 with per-window activation scales, the default,
-    and the opt-in bfloat16 on AMX, in batches, issue 45; one window at a time, issue 27)
+    """The batch-independent modes (ONNX Runtime's int8 one window a run, the default where
+    it is installed, else int8 with per-window activation scales in batches, and the opt-in
+    bfloat16 on AMX, issue 45; one window at a time, issue 27)
     give a pair the same probabilities alone and among others, and leave torch's threads
     as they were."""
     import torch
 
     from medverify.bf16 import amx_available
-    from medverify.verifier import infer
+    from medverify.verifier import infer, onnx_int8
     from medverify.verifier.infer import PER_WINDOW_THREADS
 
     monkeypatch.setattr(infer, "SHORT_WINDOW_CHARS", 120)  # the tiny model's windows: both
     monkeypatch.delenv(infer.SCORING_ENV, raising=False)
 
     verifier = Verifier.load(tiny_weights)
-    assert verifier.scoring == "window_scales" and verifier.threads == PER_WINDOW_THREADS
-    assert verifier.scores_id == verifier.id  # what the shipped calibration was fitted for
+    onnx = onnx_int8.onnx_available()  # auto: ONNX Runtime's int8 where it is installed
+    assert verifier.scoring == ("onnx_int8" if onnx else "window_scales")
+    assert verifier.threads == PER_WINDOW_THREADS
+    assert verifier.scores_id == verifier.id + ("+onnx-int8" if onnx else "")
     if amx_available():  # the opt-in bfloat16 mode: its encoder, built only when asked for
         verifier.bf16 = Verifier.load(tiny_weights, scoring="bf16").bf16
     pair = ("Aspirin lowers fever in adults.", "In adults, aspirin lowered fever within hours.")
     others = [(f"Drug {i} raises blood pressure.", "Drug 1 lowered blood pressure. " * i)
               for i in range(1, 12)]
     threads = torch.get_num_threads()
-    for scoring in (*(("bf16",) if amx_available() else ()), "window_scales", "per_window"):
+    for scoring in (*(("bf16",) if amx_available() else ()), *(("onnx_int8",) if onnx else ()),
+                    "window_scales", "per_window"):
         verifier.scoring = scoring
         alone = verifier.predict([pair])[0]
         batched = verifier.predict([*others[:5], pair, *others[5:]], batch_size=4)

@@ -84,6 +84,7 @@ def test_auto_picks_window_scales_where_amx_is_missing(wide, monkeypatch) -> Non
     int8 = quantize_model(model).eval()
     monkeypatch.delenv(infer.SCORING_ENV, raising=False)
     monkeypatch.setattr(infer, "amx_available", lambda: False)
+    monkeypatch.setattr(infer.onnx_int8, "onnx_available", lambda: False)
     verifier = Verifier(int8, tokenizer, {"max_tokens": 128}, float_model=model)
     assert verifier.scoring == "window_scales" and verifier.bf16 is None
     assert verifier.provenance["scoring"] == "window_scales"

@@ -100,9 +100,15 @@ def test_onnx_int8_needs_onnxruntime_the_float_weights_and_their_hash(small, mon
     model, tokenizer = small
     with pytest.raises(ConfigError, match="sha256"):  # nothing to name the cached file by
         onnx_int8.load_encoder(model, "")
+    with pytest.raises(ConfigError, match="sha256"):
+        Verifier(quantize_model(model), tokenizer, {}, float_model=model, scoring="onnx_int8")
+    assert Verifier(quantize_model(model), tokenizer, {}, float_model=model).scoring == (
+        "window_scales")  # auto without a hash to name the export by
     with pytest.raises(ConfigError, match="needs ONNX Runtime"):  # an int8 model alone
         Verifier(quantize_model(model), tokenizer, {"weights_sha256": SHA}, scoring="onnx_int8")
     monkeypatch.setattr(onnx_int8, "onnx_available", lambda: False)
     with pytest.raises(ConfigError, match="needs ONNX Runtime"):
         Verifier(model, tokenizer, {"weights_sha256": SHA}, scoring="onnx_int8")
     assert infer.resolve_scoring("auto", int8=True, bf16=False, onnx=False) == "window_scales"
+    assert Verifier(quantize_model(model), tokenizer, {"weights_sha256": SHA},
+                    float_model=model).scoring == "window_scales"  # auto without ONNX Runtime

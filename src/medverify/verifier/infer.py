@@ -123,18 +123,16 @@ SHORT_WINDOW_CHARS = 600
 # (exploratory run, issue 45). On the overloaded machine (load 11) two workers were no faster.
 WINDOW_WORKERS = 2
 
-# How windows are scored (``Verifier.scoring``): "auto" picks "window_scales" (int8 with
-# per-window scales, batch-independent) for the int8 model, "batched" for a float model
-# (``quantize=False``). "bf16" (packed bfloat16 on AMX from the float weights,
-# :class:`~medverify.verifier.quantized.Bf16Encoder`, also batch-independent, 1.4x
-# window_scales' speed under load) is opt-in through the environment variable: its scores
-# are the float model's within 0.01 but moved 15 % of HealthVer's labels against int8, and
-# the thresholds and the judge's calibration were fitted on int8 scores, so its verdicts
-# carry no calibrated confidence (``scores_id`` differs) until a calibration is fitted for
-# it (benchmarks/results/verifier_bf16_vs_window_scales.md). "onnx_int8" (ONNX Runtime's
-# dynamic int8 with per-channel weights, one window a run,
-# :mod:`medverify.verifier.onnx_int8`; any CPU with ONNX Runtime) has its own shipped
-# calibration (judge/calibration-onnx-int8.json).
+# How windows are scored (``Verifier.scoring``): "auto" picks, for the int8 model,
+# "onnx_int8" (ONNX Runtime's dynamic int8 with per-channel weights, one window a run,
+# :mod:`medverify.verifier.onnx_int8`) where ONNX Runtime is installed, else
+# "window_scales" (torch's int8 with per-window scales in fixed-shape batches); "batched"
+# for a float model (``quantize=False``). Both int8 modes are batch-independent, and each
+# has its own shipped calibration (judge/calibration*.json, matched by ``scores_id``):
+# "onnx_int8" moved 15 % of the dev sets' labels against "window_scales"
+# (benchmarks/results/verifier_onnx_int8_vs_window_scales.md). "bf16" (packed bfloat16 on
+# AMX, :class:`~medverify.verifier.quantized.Bf16Encoder`) is opt-in through the
+# environment variable and has no calibration yet, so its verdicts carry no confidence.
 SCORING_ENV = "MEDVERIFY_VERIFIER_SCORING"
 SCORINGS = ("auto", "bf16", "onnx_int8", "window_scales", "per_window", "batched")
 SCORES_SUFFIX = {"bf16": "+bf16", "onnx_int8": "+onnx-int8"}  # scores_id per arithmetic
@@ -147,11 +145,11 @@ def resolve_scoring(requested: str, *, int8: bool, bf16: bool, onnx: bool = Fals
     if requested not in SCORINGS:
         raise ConfigError(f"unknown verifier scoring {requested!r} ({SCORING_ENV}); "
                           f"choose one of {', '.join(SCORINGS)}")
-    if requested == "auto":
-        return "window_scales" if int8 else "batched"
+    if requested == "auto":  # the int8 model: ONNX Runtime's int8 where installed
+        return ("onnx_int8" if onnx else "window_scales") if int8 else "batched"
     needs = {"bf16": (bf16, "a CPU with AMX bfloat16 and a float model"),
              "onnx_int8": (onnx, "ONNX Runtime (pip install 'medverify[onnx]') and the "
-                                 "float weights on the CPU"),
+                                 "float weights on the CPU, with their sha256"),
              "window_scales": (int8, "an int8 model (quantize=True on the CPU)"),
              "per_window": (True, ""), "batched": (True, "")}
     have, what = needs[requested]
@@ -202,9 +200,10 @@ class Verifier:
         # batch-independent modes score windows in fixed-shape batches
         # (:mod:`medverify.verifier.quantized`, issue 45): "bf16" (packed bfloat16 on AMX,
         # from the float weights) or "window_scales" (int8, one activation scale per
-        # window), or one window a run ("onnx_int8", ONNX Runtime); "auto" picks (:data:`SCORING_ENV` forces one). "per_window" (one window
-        # per pass, issue 27) and "batched" (torch's dynamic int8 in batches, before issue
-        # 27; the only batched mode of a float model without AMX) remain for comparisons.
+        # window), or one window a run ("onnx_int8", ONNX Runtime); "auto" picks
+        # (:data:`SCORING_ENV` forces one). "per_window" (one window per pass, issue 27)
+        # and "batched" (torch's dynamic int8 in batches, before issue 27; the only batched
+        # mode of a float model without AMX) remain for comparisons.
         self.int8: Int8Encoder | None = Int8Encoder(model) if _is_quantized(model) else None
         source = float_model if float_model is not None else (
             None if self.int8 is not None else model)
@@ -212,7 +211,8 @@ class Verifier:
         self.scoring: str = resolve_scoring(scoring or os.environ.get(SCORING_ENV) or "auto",
                                             int8=self.int8 is not None,
                                             bf16=cpu and amx_available(),
-                                            onnx=cpu and onnx_int8.onnx_available())
+                                            onnx=cpu and bool(metadata.get("weights_sha256"))
+                                            and onnx_int8.onnx_available())
         self.bf16: Bf16Encoder | None = (Bf16Encoder(source) if self.scoring == "bf16"
                                          and source is not None else None)
         self.onnx: onnx_int8.OnnxInt8Encoder | None = (
