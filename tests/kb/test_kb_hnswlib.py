@@ -154,7 +154,44 @@ def test_a_search_returns_exactly_what_hnswlib_finds(tmp_path: Path) -> None:
         assert [[i for i, _ in row] for row in found] == labels.astype(np.int64).tolist()
         assert [[s for _, s in row] for row in found] == (1.0 - distances).tolist()
         assert all(type(i) is int and type(s) is float for row in found for i, s in row)
+    as_float64 = index.search(queries[:5].astype(np.float64), 10)  # cast by hnswlib
+    assert as_float64 == index.search(np.asfortranarray(queries[:5]), 10)
+    assert as_float64 == index.search(queries[:5], 10)
     conn.close()
+
+
+class _FewerThanK:
+    """An hnswlib index that, like one whose graph holds many deleted vectors, fails a
+    batch of queries (RuntimeError: fewer than k found) but answers them one by one."""
+
+    def __init__(self, index: object) -> None:
+        self.index = index
+
+    def knn_query(self, queries: np.ndarray, *args: object, **kwargs: object) -> object:
+        if len(queries) > 1:
+            raise RuntimeError("Cannot return the results in a contiguous 2D array")
+        return self.index.knn_query(queries, *args, **kwargs)  # type: ignore[attr-defined]
+
+    def __getattr__(self, name: str) -> object:
+        return getattr(self.index, name)
+
+
+@needs_hnswlib
+def test_pairs_of_a_mostly_deleted_graph_are_those_of_its_arrays() -> None:
+    """When hnswlib fails a batch, the pairs are search's (found one query at a time)."""
+    backend = HnswlibBackend()
+    index = backend.make(HNSWLIB, 16, capacity=60)
+    vectors = _clustered(60, 16)
+    index.add_with_ids(vectors, np.arange(60))
+    backend.drop(lambda: index, HNSWLIB, np.arange(5, 60))
+    removed = set(range(5, 60))
+    expected = backend.search_pairs(index, vectors[:4], 10, removed)  # the batch answered
+    index.index = _FewerThanK(index.index)
+    scores, ids = backend.search(index, vectors[:4], 10, removed, None)  # type: ignore[arg-type]
+    assert (ids[:, 5:] == -1).all()
+    assert backend.search_pairs(index, vectors[:4], 10, removed) == expected == [
+        index_module.found_pairs(r, t) for r, t in zip(ids.tolist(), scores.tolist(), strict=True)]
+    assert all(len(row) == 5 for row in expected)
 
 
 def test_found_pairs_leaves_out_the_places_nothing_filled() -> None:

@@ -112,6 +112,29 @@ class HnswlibIndex:
             scores = np.pad(scores, ((0, 0), (0, depth - k)), constant_values=-np.inf)
         return scores, ids
 
+    def pairs(self, vectors: np.ndarray, depth: int,
+              live: int) -> list[list[tuple[int, float]]]:
+        """Per query, the (id, score) pairs :meth:`search` finds, best first, without its -1
+        padding: what ``VectorIndex.search`` returns. Built with as few numpy calls as can
+        be: a query's graph walk evicts numpy's code from the CPU caches, so each call after
+        it costs several times what it costs timed in a loop (bench_ann_overhead.py)."""
+        k = min(depth, live)
+        if k <= 0 or not len(vectors):
+            return [[] for _ in range(len(vectors))]
+        threads = 1 if len(vectors) < SMALL_BATCH else _threads()
+        try:  # (hnswlib casts the queries to C-ordered float32 itself: pybind11 forcecast)
+            labels, distances = self.index.knn_query(vectors, k, threads)
+        except RuntimeError:  # fewer than k found: search's way, then its pairs
+            from medverify.kb.index import found_pairs
+
+            scores, ids = self.search(vectors, depth, live)
+            return [found_pairs(r, t) for r, t in zip(ids.tolist(), scores.tolist(), strict=True)]
+        # hnswlib's labels (uint64) are the chunk ids added, never -1: Python ints as they
+        # are; the score 1 - distance in float32, as search's
+        scores = np.subtract(1.0, distances, out=distances).tolist()
+        return [list(zip(r, t, strict=True))
+                for r, t in zip(labels.tolist(), scores, strict=True)]
+
     def _one_by_one(self, queries: np.ndarray, depth: int,
                     k: int) -> tuple[np.ndarray, np.ndarray]:
         scores = np.full((len(queries), depth), -np.inf, dtype=np.float32)
@@ -188,3 +211,9 @@ class HnswlibBackend:
     def search(self, index: HnswlibIndex, vectors: np.ndarray, depth: int,
                removed: Collection[int], exclusions: Exclusions) -> tuple[np.ndarray, np.ndarray]:
         return index.search(vectors, depth, index.ntotal - len(removed))
+
+    def search_pairs(self, index: HnswlibIndex, vectors: np.ndarray, depth: int,
+                     removed: Collection[int]) -> list[list[tuple[int, float]]]:
+        """:meth:`search`'s results as ``VectorIndex.search`` returns them (optional in a
+        backend: built in fewer steps than from the arrays, :meth:`HnswlibIndex.pairs`)."""
+        return index.pairs(vectors, depth, index.ntotal - len(removed))

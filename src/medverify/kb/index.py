@@ -394,8 +394,11 @@ class VectorIndex:
         index = self.ensure()
         if index.ntotal == 0 or not len(vectors):
             return [[] for _ in range(len(vectors))]
-        scores, ids = index_backend(self.current_spec().kind).search(
-            index, vectors, depth, self.removed, self._exclusions)
+        backend = index_backend(self.current_spec().kind)
+        pairs = getattr(backend, "search_pairs", None)  # hnswlib's: straight to the pairs
+        if pairs is not None:
+            return pairs(index, vectors, depth, self.removed)
+        scores, ids = backend.search(index, vectors, depth, self.removed, self._exclusions)
         return [found_pairs(row_ids, row_scores)
                 for row_ids, row_scores in zip(ids.tolist(), scores.tolist(), strict=True)]
 
