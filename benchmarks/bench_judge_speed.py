@@ -4,13 +4,14 @@ verifier scoring 32 windows per batch), in one run.
 
     .venv/bin/python benchmarks/bench_judge_speed.py [--n 300] [--rounds 5] [--tag NAME]
 
-Since issue 45 the verifier scores windows in fixed-shape batches, batch-independent, in the
-mode ``Verifier.scoring``: "auto" picks "window_scales" (int8 with one activation scale per
-window); "bf16" (packed bfloat16 on AMX CPUs) is opt-in, ``MEDVERIFY_VERIFIER_SCORING=bf16``
-(its verdicts carry no calibrated confidence, so the full judge skips that step there);
-on ``Verifier.threads`` = 1 intra-op thread, WINDOW_WORKERS = 2 batches side by side. The
-full judge in "window_scales" and with one window at a time (issue 27's "per_window",
-short windows on one thread) is timed too.
+Since issue 45 the verifier scores windows batch-independently, in the mode
+``Verifier.scoring``: "auto" picks "onnx_int8" (ONNX Runtime's int8, one window a run) where
+ONNX Runtime is installed, else "window_scales" (torch's int8 with one activation scale per
+window, in fixed-shape batches); "bf16" (packed bfloat16 on AMX CPUs) is opt-in,
+``MEDVERIFY_VERIFIER_SCORING=bf16`` (its verdicts carry no calibrated confidence, so the
+full judge skips that step there). Each mode runs two windows or batches side by side on
+one intra-op thread each. The full judge in "window_scales" and with one window at a time
+(issue 27's "per_window", short windows on one thread) is timed too.
 All sides judge the same pairs (the first --n of healthver_dev and of checkcovid_dev: short
 and long evidence; made-up pairs when the data folder is absent), one passage per claim,
 quotes off, as `eval pairs` does. Rounds alternate the two so the machine's load hits both
@@ -33,6 +34,7 @@ from pathlib import Path
 
 import numpy as np
 
+from medverify.bf16 import amx_available
 from medverify.files import data_dir
 from medverify.judge import JudgeItem
 from medverify.judge.builtin import BuiltinJudge
@@ -148,7 +150,7 @@ def main() -> None:
     result: dict = {"judge": judge.judge_id, "scoring": SHIPPED,
                     "calibration": judge.calibration, "cpus": os.cpu_count(),
                     "machine": platform.processor() or platform.machine(),
-                    "cpu_model": cpu_model(), "sets": {}}
+                    "cpu_model": cpu_model(), "amx": amx_available(), "sets": {}}
     lines = ["# Built-in judge speed: before issue 27, one window at a time, int8 window "
              "scales, the verifier alone, the full judge", "",
              f"Full judge: `{result['judge']}`, scoring `{SHIPPED}` ({PICKED}).", "",
@@ -172,7 +174,8 @@ def main() -> None:
     result["load_average"] = os.getloadavg()
     lines += ["", f"Median of {args.rounds} alternating rounds; load average after: "
               f"{result['load_average'][0]:.2f} (before: {load_before[0]:.2f}) on "
-              f"{result['cpus']} CPUs ({result['cpu_model']}). Target (issue 45): "
+              f"{result['cpus']} CPUs ({result['cpu_model']}, AMX "
+              f"{'present' if result['amx'] else 'absent'}). Target (issue 45): "
               "full / before issue 27 >= 1.5.", ""]
     RESULTS.mkdir(parents=True, exist_ok=True)
     (RESULTS / f"{stem}.json").write_text(json.dumps(result, indent=1) + "\n")
