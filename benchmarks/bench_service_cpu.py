@@ -35,7 +35,8 @@ Usage::
     .venv/bin/python benchmarks/bench_service_cpu.py --baseline-src /tmp/h4_old/src
     .venv/bin/python benchmarks/bench_service_cpu.py --answers 600   # this code only
 
-Writes benchmarks/results/service_cpu.json and service_cpu.md.
+Writes benchmarks/results/service_cpu.json and service_cpu.md (with ``--latency``, e.g. 0.2
+as ``bench_service.py load-llm``: service_cpu_200ms.json and .md).
 """
 
 from __future__ import annotations
@@ -417,6 +418,8 @@ def render(data: dict[str, Any]) -> str:
 def _command(data: dict[str, Any]) -> str:
     """The command line that makes these results (the baseline as a worktree)."""
     sizes = f"--answers {data['rounds'] * data['answers_per_round']} --rounds {data['rounds']}"
+    if data.get("judge_latency_s"):
+        sizes += f" --latency {data['judge_latency_s']:g} --clients {data['clients']}"
     if not data.get("baseline_src"):
         return f".venv/bin/python benchmarks/bench_service_cpu.py {sizes}"
     commit = (data.get("baseline_commit") or "COMMIT").split()[0]
@@ -463,9 +466,10 @@ def main() -> None:
     parser.add_argument("--render", action="store_true", help="the md from the json")
     parser.add_argument("--keep", action="store_true", help="keep the work folder (logs)")
     args = parser.parse_args()
-    out_json = args.out_dir / "service_cpu.json"
+    name = f"service_cpu_{args.latency * 1000:g}ms" if args.latency else "service_cpu"
+    out_json = args.out_dir / f"{name}.json"
     if args.render:
-        (args.out_dir / "service_cpu.md").write_text(render(json.loads(out_json.read_text())))
+        (args.out_dir / f"{name}.md").write_text(render(json.loads(out_json.read_text())))
         return
     os.environ.setdefault("OMP_NUM_THREADS", "1")
     if args.keep:
@@ -478,7 +482,7 @@ def main() -> None:
     print(json.dumps(data, indent=2))
     args.out_dir.mkdir(parents=True, exist_ok=True)
     out_json.write_text(json.dumps(data, indent=2) + "\n")
-    (args.out_dir / "service_cpu.md").write_text(render(data))
+    (args.out_dir / f"{name}.md").write_text(render(data))
 
 
 if __name__ == "__main__":
