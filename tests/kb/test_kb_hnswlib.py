@@ -157,6 +157,9 @@ def test_a_search_returns_exactly_what_hnswlib_finds(tmp_path: Path) -> None:
     as_float64 = index.search(queries[:5].astype(np.float64), 10)  # cast by hnswlib
     assert as_float64 == index.search(np.asfortranarray(queries[:5]), 10)
     assert as_float64 == index.search(queries[:5], 10)
+    assert index.search(queries[:0], 10) == []
+    empty = HnswlibBackend().make(HNSWLIB, dim)
+    assert HnswlibBackend().search_pairs(empty, queries[:2], 10, set()) == [[], []]
     conn.close()
 
 

@@ -132,8 +132,7 @@ class HnswlibIndex:
         # hnswlib's labels (uint64) are the chunk ids added, never -1: Python ints as they
         # are; the score 1 - distance in float32, as search's
         scores = np.subtract(1.0, distances, out=distances).tolist()
-        return [list(zip(r, t, strict=True))
-                for r, t in zip(labels.tolist(), scores, strict=True)]
+        return list(map(list, map(zip, labels.tolist(), scores)))  # rows of k (id, score)
 
     def _one_by_one(self, queries: np.ndarray, depth: int,
                     k: int) -> tuple[np.ndarray, np.ndarray]:

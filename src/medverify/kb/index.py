@@ -391,13 +391,13 @@ class VectorIndex:
 
     def search(self, vectors: np.ndarray, depth: int) -> list[list[tuple[int, float]]]:
         """Per query vector, up to ``depth`` (chunk id, inner product), best first."""
-        index = self.ensure()
-        if index.ntotal == 0 or not len(vectors):
-            return [[] for _ in range(len(vectors))]
+        index = self.loaded if self.loaded is not None else self.ensure()
         backend = index_backend(self.current_spec().kind)
         pairs = getattr(backend, "search_pairs", None)  # hnswlib's: straight to the pairs
-        if pairs is not None:
+        if pairs is not None:  # (an empty index or no vectors: empty lists)
             return pairs(index, vectors, depth, self.removed)
+        if index.ntotal == 0 or not len(vectors):
+            return [[] for _ in range(len(vectors))]
         scores, ids = backend.search(index, vectors, depth, self.removed, self._exclusions)
         return [found_pairs(row_ids, row_scores)
                 for row_ids, row_scores in zip(ids.tolist(), scores.tolist(), strict=True)]
