@@ -31,6 +31,16 @@ through every configuration in an order rotated block by block, after one untime
 pass. At equal recall: for each system the fastest setting whose recall@10 is at least
 ``--recall`` (0.95), and its ratio to hnswlib's.
 
+The CPU caches. This machine's L3 (260 MB) holds a whole 100k index (170 MB): a
+configuration that follows another setting of the SAME graph on the same block of queries
+finds their nodes in cache (runs before 2026-12-07 timed ``hnswlib ef 96`` and ``ef 128``
+after ``ef 64`` on their graph, but medverify's default after another graph: hnswlib ef 64
+came out slower than ef 96, medverify at ef 192 as fast as at ef 128, and medverify 1.62x
+hnswlib at the same ef). So each configuration now starts each block from caches cleared
+by a write over ``--flush-mb`` (default twice the L3 size; 0: no flush, the old order
+effect), whatever ran before it. ``--rounds`` times the blocks that many times (p50 over
+all: at load 5-8 one pass's ratios moved by +-10 %).
+
 The vectors. MiniLM embeds tens of passages a second on these 2 shared cores, so the base
 vectors follow the model of ``bench_search_e2e.py``: ``make_large_corpus.py``'s synthetic
 passages (real sentences of MedQuAD, Check-COVID and Citation-Integrity reshuffled, 3-6 a
@@ -65,6 +75,7 @@ import gc
 import json
 import os
 import re
+import shlex
 import shutil
 import subprocess
 import sys
@@ -363,9 +374,9 @@ class Config:
     """One (index, query-time setting): ``prepare`` sets it, ``search`` finds the top 10."""
 
     def __init__(self, system: str, build: str, setting: str, prepare: Callable[[], None],
-                 search: Callable[[np.ndarray], np.ndarray]) -> None:
+                 search: Callable[[np.ndarray], Sequence[int]]) -> None:
         self.system, self.build, self.setting = system, build, setting
-        self.prepare, self.search = prepare, search
+        self.prepare, self.search = prepare, search  # search: the top 10 ids
         self.name = f"{build} {setting}".strip()
 
 
@@ -430,8 +441,8 @@ def medverify_configs(work: Path, n: int, build: str, args: argparse.Namespace) 
         raise SystemExit(f"{path}: the saved index is {index.state()}: build it again")
     index.ensure()
 
-    def search(query: np.ndarray) -> np.ndarray:
-        return np.array([i for i, _ in index.search(query[None, :], K)[0]], dtype=np.int64)
+    def search(query: np.ndarray) -> list[int]:  # the ids as VectorIndex gives them
+        return [i for i, _ in index.search(query[None, :], K)[0]]
 
     def ef_of(ef_search: int) -> str:
         index.set_knobs(ef_search=ef_search)
@@ -446,6 +457,30 @@ def medverify_configs(work: Path, n: int, build: str, args: argparse.Namespace) 
     return out + [Config("medverify", build, f"ef_search {e} ({ef_of(e)})",
                          lambda e=e: index.set_knobs(ef_search=e), search)
                   for e in args.efs if ef_of(e) != ef_of(128)]
+
+
+def l3_mb() -> int:
+    """The L3 cache's size in MiB (sysfs; 256 when it cannot be read)."""
+    size = Path("/sys/devices/system/cpu/cpu0/cache/index3/size")
+    try:
+        text = size.read_text().strip()
+    except OSError:
+        return 256
+    scale = {"K": 1 / 1024, "M": 1, "G": 1024}.get(text[-1:], 1 / 2**20)
+    return max(1, round(float(text.rstrip("KMG")) * scale))
+
+
+def cache_flusher(mb: int) -> Callable[[], None]:
+    """A call that writes over ``mb`` MiB (0: does nothing), evicting every index from the
+    CPU caches, so the configuration timed next starts from the same state as any other."""
+    if mb <= 0:
+        return lambda: None
+    buffer = np.zeros(mb * 2**20 // 8, dtype=np.int64)
+
+    def flush() -> None:
+        np.add(buffer, 1, out=buffer)
+
+    return flush
 
 
 def stage_search(args: argparse.Namespace) -> dict[str, Any]:
@@ -468,25 +503,29 @@ def stage_search(args: argparse.Namespace) -> dict[str, Any]:
         config.prepare()
         for i in range(len(queries)):
             config.search(queries[i])
-    times: dict[str, list[float]] = {c.name: [0.0] * len(queries) for c in every}
-    found: dict[str, list[np.ndarray]] = {c.name: [np.empty(0)] * len(queries) for c in every}
+    times: dict[str, list[float]] = {c.name: [] for c in every}
+    found: dict[str, list[Any]] = {c.name: [[]] * len(queries) for c in every}
+    flush = cache_flusher(args.flush_mb)
     load_before = load()
-    for b, block in enumerate(blocks):
+    for b, block in ((b + len(blocks) * r, block) for r in range(args.rounds)
+                     for b, block in enumerate(blocks)):
         for config in every[b % len(every):] + every[:b % len(every)]:
             config.prepare()
+            flush()
             for i in block:
                 started = time.perf_counter()
                 ids = config.search(queries[i])
-                times[config.name][i] = 1000 * (time.perf_counter() - started)
+                times[config.name].append(1000 * (time.perf_counter() - started))
                 found[config.name][i] = ids
     rows = [{"system": c.system, "build": c.build, "setting": c.setting,
              "recall_at_10": recall(found[c.name], truth), **pct(times[c.name])}
             for c in every]
     return {"rows": rows, "queries": len(queries), "block": args.block, "open_anon_mb": anon,
+            "flush_mb": args.flush_mb, "note": args.note, "rounds": args.rounds,
             "load_before": load_before, "load_after": load(), "peak_rss_mb": peak_mb()}
 
 
-def recall(found: Sequence[np.ndarray], truth: np.ndarray) -> float:
+def recall(found: Sequence[Sequence[int]], truth: np.ndarray) -> float:
     return round(float(np.mean([len(set(map(int, f)) & set(map(int, t))) / K
                                 for f, t in zip(found, truth, strict=True)])), 4)
 
@@ -520,16 +559,23 @@ def markdown(result: dict[str, Any]) -> str:
     return "\n".join(lines) + "\n"
 
 
-def medverify_line(rows: list[dict[str, Any]], peer: dict[str, Any] | None) -> list[str]:
-    """medverify as it searches by default (``auto`` with the default ef_search: the ef
-    rule) against hnswlib's fastest setting at the target and hnswlib at the same ef."""
+def default_and_same_ef(rows: list[dict[str, Any]]) -> tuple[dict | None, dict | None]:
+    """medverify's row as it searches by default (``auto`` with the default ef_search: the
+    ef rule) and hnswlib's row at the same ef (None when either is not in ``rows``)."""
     own = next((r for r in rows if r["system"] == "medverify"
                 and r["setting"].startswith("auto")), None)
-    if own is None:
-        return []
-    found = re.search(r"\(ef (\d+)\)", own["setting"])
+    found = re.search(r"\(ef (\d+)\)", own["setting"]) if own else None
     same = next((r for r in rows if found and r["system"] == "hnswlib"
                  and r["setting"] == f"ef {found[1]}"), None)
+    return own, same
+
+
+def medverify_line(rows: list[dict[str, Any]], peer: dict[str, Any] | None) -> list[str]:
+    """medverify as it searches by default against hnswlib's fastest setting at the target
+    and hnswlib at the same ef."""
+    own, same = default_and_same_ef(rows)
+    if own is None:
+        return []
     text = (f"\nmedverify as it searches by default ({own['build']} {own['setting']}): "
             f"recall@10 {own['recall_at_10']}, p50 {own['p50']} ms")
     if peer:
@@ -541,12 +587,36 @@ def medverify_line(rows: list[dict[str, Any]], peer: dict[str, Any] | None) -> l
     return [text + "."]
 
 
+def earlier_line(earlier: dict[str, Any], target: float) -> str:
+    """An earlier search run in one line: each system's fastest setting at the target and
+    medverify's default against hnswlib at the same ef."""
+    found = at_recall(earlier["rows"], target)
+    flushed = (f"caches flushed ({earlier['flush_mb']} MiB)" if earlier.get("flush_mb")
+               else "no cache flush")
+    note = f"; {earlier['rounds']} passes" if earlier.get("rounds", 1) > 1 else ""
+    note += f"; {earlier['note']}" if earlier.get("note") else ""
+    text = (f"\nAn earlier run of the search stage (load {earlier['load_before']}, {flushed}"
+            f"{note}): " + "; ".join(
+                f"{system} {row['build']} {row['setting']} {row['p50']} ms at "
+                f"{row['recall_at_10']}" for system, row in
+                sorted(found.items(), key=lambda kv: kv[1]["p50"])))
+    own, same = default_and_same_ef(earlier["rows"])
+    if own and same:
+        text += (f"; medverify's default {own['setting']} {own['p50']} ms: "
+                 f"{own['p50'] / same['p50']:.2f}x hnswlib at the same ef ({same['p50']} ms)")
+    return text + "."
+
+
 def size_lines(n: int, entry: dict[str, Any], target: float) -> list[str]:
     search, builds = entry["search"], entry["builds"]
     best = at_recall(search["rows"], target)
     peer = best.get("hnswlib")
+    flushed = (f"; caches flushed before each configuration's block ({search['flush_mb']} "
+               "MiB written)" if search.get("flush_mb") else "; no cache flush between blocks")
+    flushed += f"; {search['rounds']} timed passes" if search.get("rounds", 1) > 1 else ""
+    flushed += f"; {search['note']}" if search.get("note") else ""
     lines = [f"## {n:,} vectors (load {search['load_before']} -> {search['load_after']}, "
-             f"{entry['date']})", "",
+             f"{entry['date']}{flushed})", "",
              f"At equal recall (the fastest setting with recall@10 >= {target}):", "",
              "| system | setting | recall@10 | p50 ms | p95 ms | p50 / hnswlib's |",
              "|---|---|---|---|---|---|"]
@@ -559,11 +629,7 @@ def size_lines(n: int, entry: dict[str, Any], target: float) -> list[str]:
     if missing:
         lines.append(f"\nNo setting reached {target}: {', '.join(missing)}.")
     for earlier in entry.get("earlier_searches", []):
-        found = at_recall(earlier["rows"], target)
-        lines.append(f"\nAn earlier run of the search stage (load {earlier['load_before']}): "
-                     + "; ".join(f"{system} {row['build']} {row['setting']} {row['p50']} ms at "
-                                 f"{row['recall_at_10']}" for system, row in
-                                 sorted(found.items(), key=lambda kv: kv[1]["p50"])) + ".")
+        lines.append(earlier_line(earlier, target))
     opened = search.get("open_anon_mb", {})
     lines += ["", "| build | seconds | threads | peak RSS growth MB | bytes on disk | "
               "anonymous MB to open | detail |", "|---|---|---|---|---|---|---|"]
@@ -614,6 +680,11 @@ def parse(argv: Sequence[str] | None) -> argparse.Namespace:
                         help="chromadb only up to this many vectors")
     parser.add_argument("--build-threads", type=int, default=2)
     parser.add_argument("--block", type=int, default=20, help="queries per interleaved block")
+    parser.add_argument("--flush-mb", type=int, default=2 * l3_mb(),
+                        help="MiB written before each configuration's block (0: none)")
+    parser.add_argument("--note", default="", help="a note on the search run, in the report")
+    parser.add_argument("--rounds", type=int, default=1,
+                        help="timed passes over the queries (p50 and p95 over all of them)")
     parser.add_argument("--recall", type=float, default=0.95)
     parser.add_argument("--stages", nargs="+", default=["vectors", "build", "search"])
     parser.add_argument("--report", action="store_true",
@@ -651,7 +722,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             entry[name] = run_stage(name, args)
         partial.write_text(json.dumps(entry, indent=1))
     command = " ".join(["nice -n 5 .venv/bin/python benchmarks/bench_ann_peers.py",
-                        *(argv if argv is not None else sys.argv[1:])])
+                        *map(shlex.quote, argv if argv is not None else sys.argv[1:])])
     entry.update({"date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
                   "command": command})
     if "search" in entry:
