@@ -110,3 +110,26 @@ def test_path_variables_of_tests_and_tools_are_not_read_as_settings() -> None:
            "MEDVERIFY_VERIFIER_BASE": "/m", "MEDVERIFY_LLAMACPP_PYTHON": "/py",
            "MEDVERIFY_TRIALS_SAMPLES": "/s", "MEDVERIFY_LLM__TIMEOUT_S": "7"}
     assert Config.load(None, env=env).llm.timeout_s == 7  # and no "extra inputs" error
+
+
+def test_every_environment_variable_the_code_reads_is_a_setting_or_declared_not_one() -> None:
+    """A MEDVERIFY_ variable read outside the config (MEDVERIFY_VERIFIER_SCORING once was)
+    must be in _NOT_SETTINGS, or every Config.load in its presence fails on an extra input."""
+    import re
+
+    from pydantic import BaseModel
+
+    from medverify import config
+
+    src = Path(config.__file__).resolve().parents[1]
+    names = {m for f in src.rglob("*.py")
+             for m in re.findall(r'"(MEDVERIFY_[A-Z0-9_]+)"', f.read_text("utf-8"))}
+    assert "MEDVERIFY_VERIFIER_SCORING" in names
+    for name in sorted(names - config._NOT_SETTINGS):
+        model: type[BaseModel] = Config
+        for part in name.removeprefix("MEDVERIFY_").lower().split("__"):
+            assert part in model.model_fields, f"{name} is neither a setting nor in _NOT_SETTINGS"
+            annotation = model.model_fields[part].annotation
+            model = annotation if isinstance(annotation, type) else BaseModel
+    env = {name: "x" for name in config._NOT_SETTINGS}
+    assert Config.load(None, env=env).judge_settings is not None  # no "extra inputs" error

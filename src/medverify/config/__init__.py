@@ -174,10 +174,13 @@ class Config(Section):
 
 _NOT_SETTINGS = {"MEDVERIFY_HOME", "MEDVERIFY_SERVE_CONFIG", "MEDVERIFY_DATA",
                  "MEDVERIFY_CHROMIUM", "MEDVERIFY_VERIFIER_BASE", "MEDVERIFY_LLAMACPP_PYTHON",
-                 "MEDVERIFY_TRIALS_SAMPLES"}
+                 "MEDVERIFY_TRIALS_SAMPLES", "MEDVERIFY_VERIFIER_SCORING",
+                 "MEDVERIFY_ONNX_CACHE", "MEDVERIFY_LOCAL_DTYPE"}
 """MEDVERIFY_ variables that are not settings: the home folder, the config ``medverify
-serve`` hands its worker processes, and the paths the tests and benchmarks read (the real
-data, Chromium, the verifier base model, llama.cpp's Python, the trial samples)."""
+serve`` hands its worker processes, the paths the tests and benchmarks read (the real
+data, Chromium, the verifier base model, llama.cpp's Python, the trial samples), and what
+is read where a model is loaded (the verifier's arithmetic, the ONNX export cache, the local
+LLM's dtype)."""
 
 
 def _from_env(env: Any) -> dict[str, Any]:
