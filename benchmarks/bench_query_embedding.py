@@ -1,20 +1,25 @@
-"""Query embedding latency of all-MiniLM-L6-v2 on CPU, fp32 vs int8 (issue 19's target:
-p50 <= 10 ms per query).
+"""Query embedding latency of all-MiniLM-L6-v2 on CPU: torch fp32 vs int8, ONNX Runtime
+fp32 and the default ``embed_runtime = "auto"`` (issue 19's target: p50 <= 10 ms per query).
 
 One process; 200 real claims (Check-COVID and Citation-Integrity dev queries, as
 bench_kb_scale.py uses) embedded one at a time through ``SentenceTransformerEmbedder.embed``
-(a single query runs on one torch thread, as search does), fp32 and int8 alternating
+(a single query runs on one torch thread, as search does), the configurations alternating
 query by query so they share the machine's load (one-thread and all-thread runs in
 separate passes of each round: torch's idle OpenMP threads spin after a multi-thread
 run); 20 warm-up queries each first. Rows
 "2 threads" run the same with both threads (search keeps one for a single query:
-``medverify.kb.sentence_embed.SMALL_INPUT``, because two threads collapse under load). Also the
-cosine of each query's int8 (and ONNX Runtime, when installed: ``embed_runtime = "onnx"``)
-vector to its fp32 torch vector.
+``medverify.kb.sentence_embed.SMALL_INPUT``, because two threads collapse under load). Also
+the cosine of each query's int8 (and ONNX Runtime, when installed: ``embed_runtime =
+"onnx"``) vector to its fp32 torch vector, each query embedded alone. ``fp32`` is torch's
+runtime (``embed_runtime = "torch"``); ``fp32 auto (X)`` is the default runtime, X what runs
+its queries on this machine (bf16 on a CPU with AMX, else onnx where ONNX Runtime is
+installed, else torch); in the two-thread rows a call is not query-sized, so ``auto`` runs
+it on torch. Each row's p50 is also given as a ratio to fp32's in the same pass.
 
     .venv/bin/python benchmarks/bench_query_embedding.py [--queries 200] [--rounds 3]
+        [--configs fp32 "fp32 auto" ...] [--no-two-threads] [--out query_embedding]
 
-Writes benchmarks/results/query_embedding.json and query_embedding.md.
+Writes benchmarks/results/<out>.json and <out>.md (default query_embedding).
 """
 
 from __future__ import annotations
@@ -59,9 +64,11 @@ def summarize(queries: list[str], rounds: int, embedders: dict[str, Any],
     """The results: latency per configuration (overall and per data set), the cosine of
     each configuration's query vectors to fp32's, the mean token count."""
     half = len(queries) // 2
-    fp32 = embedders["fp32"].embed(queries)
-    cosine = {name: np.sum(fp32 * embedder.embed(queries), axis=1)
-              for name, embedder in embedders.items() if name != "fp32"}
+    # one query per call, as search embeds them (a batch would not take auto's query path)
+    vectors = {name: np.concatenate([embedder.embed([q]) for q in queries])
+               for name, embedder in embedders.items()}
+    cosine = {name: np.sum(vectors["fp32"] * v, axis=1)
+              for name, v in vectors.items() if name != "fp32"}
     tokens = [len(w) for w in embedders["fp32"].forward_throughput_input(queries)]
     return {
         "queries": len(queries), "rounds": rounds, "cpus": os.cpu_count(),
@@ -86,15 +93,38 @@ def summarize(queries: list[str], rounds: int, embedders: dict[str, Any],
     }
 
 
+CONFIGS = ("fp32", "int8", "fp32 onnx", "fp32 auto")  # fp32 (torch) is the reference
+
+
+def build(configs: list[str]) -> dict[str, Any]:
+    """The embedders of ``configs`` (ONNX Runtime's left out where it is not installed),
+    ``fp32 auto`` labelled with what runs its queries."""
+    onnx = importlib.util.find_spec("onnxruntime") is not None
+    embedders: dict[str, Any] = {"fp32": minilm("fp32", "cpu", "torch")}
+    for name in configs:
+        if name == "int8":
+            embedders[name] = minilm("int8", "cpu", "torch")
+        elif name == "fp32 onnx" and onnx:
+            embedders[name] = minilm("fp32", "cpu", "onnx")
+        elif name == "fp32 auto":
+            auto = minilm("fp32", "cpu", "auto")
+            embedders[f"fp32 auto ({auto.query_runtime})"] = auto
+    return embedders
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--queries", type=int, default=200)
     parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--configs", nargs="+", choices=CONFIGS, default=list(CONFIGS),
+                        help="what to run besides fp32 (torch), the reference")
+    parser.add_argument("--two-threads", action=argparse.BooleanOptionalAction, default=True,
+                        help="also the passes with all torch threads")
+    parser.add_argument("--out", default="query_embedding",
+                        help="the results' file name, without .json / .md")
     args = parser.parse_args()
     queries = claims(args.queries)
-    embedders = {"fp32": minilm("fp32", "cpu"), "int8": minilm("int8", "cpu")}
-    if importlib.util.find_spec("onnxruntime") is not None:
-        embedders["fp32 onnx"] = minilm("fp32", "cpu", "onnx")
+    embedders = build(args.configs)
     for embedder in embedders.values():
         for query in queries[:20]:
             embedder.embed([query])
@@ -105,7 +135,7 @@ def main() -> None:
         for _ in range(args.rounds):
             # one thread and two in separate passes: after a two-thread run, torch's idle
             # OpenMP thread spins for a while and would slow the next one-thread query
-            for two in (False, True):
+            for two in (False, True) if args.two_threads else (False,):
                 embed_module.SMALL_INPUT = 0 if two else small
                 torch.set_num_threads(threads)
                 for query in queries:
@@ -121,29 +151,42 @@ def main() -> None:
     load_after = os.getloadavg()
     out = summarize(queries, args.rounds, embedders, times, load_before, load_after)
     RESULTS.mkdir(parents=True, exist_ok=True)
-    (RESULTS / "query_embedding.json").write_text(json.dumps(out, indent=2) + "\n", "utf-8")
+    out["command"] = command(args)
+    (RESULTS / f"{args.out}.json").write_text(json.dumps(out, indent=2) + "\n", "utf-8")
+    passes = " (one-thread and two-thread configurations in separate passes)"
     lines = [
         "# Query embedding latency, all-MiniLM-L6-v2 on CPU",
         "",
-        f"`python benchmarks/bench_query_embedding.py --queries {args.queries} --rounds "
-        f"{args.rounds}`: {len(queries)} real claims (mean {out['mean_tokens']:.1f} tokens "
-        f"with specials), one query at a time, fp32 and int8, one torch thread (as search "
-        f"runs a query) and all, configurations alternating query by query (one-thread "
-        f"and two-thread configurations in separate passes); {args.rounds} rounds; "
+        f"`{out['command']}`: {len(queries)} real claims (mean {out['mean_tokens']:.1f} "
+        f"tokens with specials), one query at a time, {', '.join(embedders)}, one torch "
+        f"thread (as search runs a query){' and all' if args.two_threads else ''}, "
+        f"configurations alternating query by query"
+        f"{passes if args.two_threads else ''}; "
+        f"{args.rounds} rounds; "
         f"load average {load_before[0]:.2f} before, "
         f"{load_after[0]:.2f} after ({out['cpus']} CPUs, shared).",
         "",
-        "| precision, torch threads | p50 ms | p95 ms | mean ms | p50 Check-COVID | "
-        "p50 Citation-Integrity |",
-        "|---|---|---|---|---|---|",
+        "| configuration, torch threads | p50 ms | p50 / fp32's | p95 ms | mean ms | "
+        "p50 Check-COVID | p50 Citation-Integrity |",
+        "|---|---|---|---|---|---|---|",
     ]
     for name, lat in out["latency_ms"].items():
-        lines.append(f"| {name} | {lat['p50']} | {lat['p95']} | {lat['mean']} | "
-                     f"{lat['p50_checkcovid']} | {lat['p50_citint']} |")
+        reference = out["latency_ms"][name.replace(name.split(",")[0], "fp32", 1)]["p50"]
+        lines.append(f"| {name} | {lat['p50']} | {lat['p50'] / reference:.3f} | "
+                     f"{lat['p95']} | {lat['mean']} | {lat['p50_checkcovid']} | "
+                     f"{lat['p50_citint']} |")
     lines += [""] + [f"{name} query vectors vs fp32 (torch): cosine mean {c['mean']}, "
                      f"min {c['min']}." for name, c in out["cosine_to_fp32"].items()]
-    (RESULTS / "query_embedding.md").write_text("\n".join(lines) + "\n", "utf-8")
+    (RESULTS / f"{args.out}.md").write_text("\n".join(lines) + "\n", "utf-8")
     print("\n".join(lines))
+
+
+def command(args: argparse.Namespace) -> str:
+    """The command line that reproduces this run."""
+    configs = " ".join(f'"{c}"' if " " in c else c for c in args.configs)
+    return (f"python benchmarks/bench_query_embedding.py --queries {args.queries} "
+            f"--rounds {args.rounds} --configs {configs}"
+            f"{'' if args.two_threads else ' --no-two-threads'} --out {args.out}")
 
 
 if __name__ == "__main__":

@@ -124,7 +124,7 @@ def bf16_embedder() -> Any:
     """The default embedder (``embed_runtime = "auto"``) when its queries run in bfloat16
     (a CPU with AMX); None otherwise."""
     embedder = minilm("fp32", "cpu", "auto")
-    return embedder if getattr(embedder, "_query", None) is not None else None
+    return embedder if embedder.query_runtime == "bf16" else None
 
 
 def with_file(embedder: Any, path: Path) -> Any:

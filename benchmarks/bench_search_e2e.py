@@ -300,8 +300,9 @@ def bf16_encoder() -> Any:
     from medverify.kb.embed import get_embedder
 
     embedder = get_embedder(EMBEDDER, "fp32", "cpu", "auto")
-    if getattr(embedder, "_query", None) is None:
-        raise SystemExit("bf16: this CPU has no AMX bfloat16 (auto runs queries on torch)")
+    if getattr(embedder, "query_runtime", None) != "bf16":
+        raise SystemExit("bf16: this CPU has no AMX bfloat16 (auto runs queries on "
+                         f"{getattr(embedder, 'query_runtime', 'torch')})")
     return embedder
 
 

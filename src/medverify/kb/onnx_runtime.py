@@ -5,11 +5,19 @@ it about twice as fast as torch for a single query (benchmarks/results/query_emb
 with the same vectors (cosine to torch >= 0.99999, checked on every load). Opt-in:
 ``[kb_settings] embed_runtime = "onnx"`` and ``pip install 'medverify[onnx]'``.
 
-The model is exported once per model directory with ``torch.onnx.export`` into
-``$MEDVERIFY_HOME/onnx/`` (written to a temporary file, then renamed: a killed export
-leaves nothing half-written), named by a hash of the model's files so a changed model is
-exported again. A cached file that does not load is exported again; a model whose pooling
-is not the mean of token embeddings is refused (the export reproduces mean pooling only).
+The model is exported once per model directory and library versions with
+``torch.onnx.export`` into the machine's export cache (:func:`cache_dir`, shared with the
+verifier's int8 export: an export is a pure function of the model's files, torch and ONNX
+Runtime, so every KB and every ``MEDVERIFY_HOME`` of the user reuses it), named by a hash of
+the model's files and both versions, so a changed model or library is exported again. It is
+written to a temporary file, then renamed: a killed export leaves nothing half-written, and
+processes exporting side by side each rename a whole file. A cached file that does not load
+is exported again; a model whose pooling is not the mean of token embeddings is refused (the
+export reproduces mean pooling only).
+
+Also what ``embed_runtime = "auto"`` runs queries on where the CPU has no AMX
+(:class:`medverify.kb.sentence_embed.SentenceTransformerEmbedder`): the same export, checked
+the same way, falling back to torch instead of failing.
 """
 
 from __future__ import annotations
@@ -25,7 +33,6 @@ from typing import Any
 
 import numpy as np
 
-from medverify.config import home
 from medverify.errors import ConfigError, KBError, MissingDependencyError
 
 log = logging.getLogger(__name__)
@@ -54,8 +61,28 @@ def model_digest(model_dir: Path) -> str:
     return digest.hexdigest()[:16]
 
 
+CACHE_ENV = "MEDVERIFY_ONNX_CACHE"  # where exports are kept (default: the user's cache)
+
+
+def cache_dir() -> Path:
+    """The machine's ONNX export cache: ``$MEDVERIFY_ONNX_CACHE``, else
+    ``$XDG_CACHE_HOME/medverify/onnx`` (``~/.cache``)."""
+    if os.environ.get(CACHE_ENV):
+        return Path(os.environ[CACHE_ENV]).expanduser()
+    base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
+    return Path(base) / "medverify" / "onnx"
+
+
+def versions_tag() -> str:
+    """torch's and ONNX Runtime's versions, as part of an export's file name."""
+    import torch
+
+    return f"{torch.__version__}-ort{_import_ort().__version__}".replace("+", "_")
+
+
 def export_path(model_dir: Path) -> Path:
-    return home() / "onnx" / f"{model_dir.name}-{model_digest(model_dir)}.onnx"
+    """The cached fp32 export of the model in ``model_dir`` (for these library versions)."""
+    return cache_dir() / f"{model_dir.name}-{model_digest(model_dir)}-{versions_tag()}.onnx"
 
 
 def mean_pooling_refusal(model: Any) -> str | None:

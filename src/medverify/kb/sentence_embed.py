@@ -1,8 +1,10 @@
 """The sentence-transformers embedder (:class:`SentenceTransformerEmbedder`): a local model
 directory loaded once per process (fp32, fp16 on CUDA, or int8 dynamically quantised on the
 CPU), texts tokenised once into token windows, run in batches of similar length through
-torch or ONNX Runtime; and how the device and precision are chosen
-(:func:`resolve_device`, :func:`resolve_precision`).
+torch or ONNX Runtime (queries, under ``embed_runtime = "auto"``: bfloat16 on AMX CPUs,
+else ONNX Runtime fp32 where installed, else torch; :meth:`SentenceTransformerEmbedder.
+query_runtime`); and how the device and precision are chosen (:func:`resolve_device`,
+:func:`resolve_precision`).
 
 Built by name through :func:`medverify.kb.embed.get_embedder` (``all-MiniLM-L6-v2``, or a
 model directory's path).
@@ -12,6 +14,8 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import importlib.util
+import logging
 import os
 from collections.abc import Iterator
 from pathlib import Path
@@ -21,6 +25,8 @@ import numpy as np
 
 from medverify.errors import ConfigError, KBError
 from medverify.kb.embed_base import normalize, split_windows
+
+log = logging.getLogger(__name__)
 
 
 class HFTokenizer:
@@ -68,7 +74,7 @@ class HFTokenizer:
 Precision = Literal["auto", "fp32", "int8"]
 Device = Literal["auto", "cpu", "cuda"]
 # what runs a model embedder's forward pass (CPU fp32); auto: torch, and queries in
-# bfloat16 on AMX CPUs (:func:`query_encoder`)
+# bfloat16 on AMX CPUs (:func:`query_encoder`), else on ONNX Runtime fp32 where installed
 Runtime = Literal["auto", "torch", "onnx"]
 RUNTIMES = ("auto", "torch", "onnx")
 PRECISIONS = ("fp32", "int8")  # what a KB records (``embed_precision`` in its meta)
@@ -161,8 +167,35 @@ class SentenceTransformerEmbedder:
         self._query: Any = None
         if runtime == "onnx":
             self._onnx = self._onnx_encoder()
-        elif runtime == "auto":  # queries (calls of < SMALL_INPUT windows): bf16 where it runs
-            self._query = query_encoder(self._model, self.precision, self.device)
+        elif runtime == "auto":  # queries (calls of < SMALL_INPUT windows): bf16 where it
+            # runs, else ONNX Runtime fp32 where it is installed and gives torch's vectors
+            self._query = (query_encoder(self._model, self.precision, self.device)
+                           or self._onnx_queries())
+
+    @property
+    def query_runtime(self) -> str:
+        """What runs a query (a call of fewer than :data:`SMALL_INPUT` windows): ``bf16``,
+        ``onnx`` or ``torch``."""
+        if self._onnx is not None or isinstance(self._query, OnnxQueries):
+            return "onnx"
+        return "torch" if self._query is None else "bf16"
+
+    def _onnx_queries(self) -> OnnxQueries | None:
+        """ONNX Runtime fp32 for the queries of ``auto`` on a CPU without AMX: where
+        ONNX Runtime is installed, the embedder is fp32 on the CPU and the model pools by
+        the mean; checked as the ``onnx`` runtime is. None (queries on torch, with a log
+        line) where it cannot run or the check fails."""
+        from medverify.kb import onnx_runtime
+
+        if (self.precision != "fp32" or self.device != "cpu"
+                or importlib.util.find_spec("onnxruntime") is None
+                or onnx_runtime.mean_pooling_refusal(self._model) is not None):
+            return None
+        try:
+            return OnnxQueries(self._onnx_encoder(), self.dim)
+        except Exception as exc:  # no export, or other vectors: queries stay on torch
+            log.warning("queries run on torch: ONNX Runtime cannot take them (%s)", exc)
+            return None
 
     def _onnx_encoder(self) -> Any:
         """The model on ONNX Runtime (:mod:`medverify.kb.onnx_runtime`), checked to give
@@ -173,11 +206,9 @@ class SentenceTransformerEmbedder:
             raise ConfigError("embed_runtime = \"onnx\" runs fp32 on the CPU: set "
                               "embed_precision = \"fp32\" and embed_device = \"cpu\"")
         encoder = onnx_runtime.load_encoder(self._model, self.path)
-        torch_vector = self._forward(self.tokenizer.windows([onnx_runtime.PROBE],
-                                                            self.window)[0])
-        self._onnx = encoder
-        onnx_vector = self._forward(self.tokenizer.windows([onnx_runtime.PROBE],
-                                                           self.window)[0])
+        windows = self.tokenizer.windows([onnx_runtime.PROBE], self.window)[0]
+        torch_vector = self._forward(windows)  # (no ONNX nor query encoder set yet)
+        onnx_vector = OnnxQueries(encoder, self.dim).run(windows)
         cosine = float(np.dot(torch_vector[0], onnx_vector[0]))
         if cosine < onnx_runtime.CHECK_COSINE:
             raise KBError(f"the ONNX export of {self.path} gives other vectors than torch "
@@ -269,6 +300,24 @@ def query_encoder(model: Any, precision: str, device: str) -> Any:
     if not bf16.amx_available() or bf16_encoder.supported(model) is not None:
         return None
     return bf16_encoder.Bf16Encoder(model)
+
+
+class OnnxQueries:
+    """Query-sized calls (fewer than :data:`SMALL_INPUT` windows) on an
+    :class:`medverify.kb.onnx_runtime.OnnxEncoder`, on one thread, batched as the ``onnx``
+    runtime batches them (so the same vectors)."""
+
+    def __init__(self, encoder: Any, dim: int) -> None:
+        self.encoder = encoder
+        self.dim = dim
+
+    def run(self, windows: list[list[int]]) -> np.ndarray:
+        """Normalised float32 vectors of the token-id windows, rows in the order given."""
+        out = np.zeros((len(windows), self.dim), dtype=np.float32)
+        for rows in length_batches([len(w) for w in windows], SMALL_INPUT):
+            ids, mask = _padded([windows[r] for r in rows])
+            out[rows] = normalize(self.encoder.run(ids, mask, 1))
+        return out
 
 
 def _padded(windows: list[list[int]]) -> tuple[np.ndarray, np.ndarray]:

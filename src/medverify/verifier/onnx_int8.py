@@ -55,11 +55,12 @@ def onnx_available() -> bool:
 
 
 def cache_dir() -> Path:
-    """``$MEDVERIFY_ONNX_CACHE``, else ``$XDG_CACHE_HOME/medverify/onnx`` (``~/.cache``)."""
-    if os.environ.get(CACHE_ENV):
-        return Path(os.environ[CACHE_ENV]).expanduser()
-    base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
-    return Path(base) / "medverify" / "onnx"
+    """The machine's ONNX export cache, shared with the KB's embedder export
+    (:func:`medverify.kb.onnx_runtime.cache_dir`: ``$MEDVERIFY_ONNX_CACHE``, else
+    ``$XDG_CACHE_HOME/medverify/onnx``)."""
+    from medverify.kb import onnx_runtime
+
+    return onnx_runtime.cache_dir()
 
 
 def export_path(weights_sha256: str) -> Path:
