@@ -112,7 +112,7 @@ def test_the_export_cache_is_the_machines_and_the_verifiers(tmp_path: Path,
     import torch
 
     name = onnx_runtime.export_path(model_dir()).name  # the model's files and both versions
-    assert name.startswith(model_dir().name) and onnxruntime.__version__ in name
+    assert name.startswith(f"embedder-{model_dir().name}-") and onnxruntime.__version__ in name
     assert torch.__version__.replace("+", "_") in name
 
 

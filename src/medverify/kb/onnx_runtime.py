@@ -8,10 +8,11 @@ with the same vectors (cosine to torch >= 0.99999, checked on every load). Opt-i
 The model is exported once per model directory and library versions with
 ``torch.onnx.export`` into the machine's export cache (:func:`cache_dir`, shared with the
 verifier's int8 export: an export is a pure function of the model's files, torch and ONNX
-Runtime, so every KB and every ``MEDVERIFY_HOME`` of the user reuses it), named by a hash of
-the model's files and both versions, so a changed model or library is exported again. It is
-written to a temporary file, then renamed: a killed export leaves nothing half-written, and
-processes exporting side by side each rename a whole file. A cached file that does not load
+Runtime, so every KB and every ``MEDVERIFY_HOME`` of the user reuses it), named
+``embedder-<directory>-<hash of the model's files>-<both versions>.onnx``, so a changed
+model or library is exported again. It is written to a temporary file, then renamed: a
+killed export leaves nothing half-written, and processes exporting side by side each rename
+a whole file. A cached file that does not load
 is exported again; a model whose pooling is not the mean of token embeddings is refused (the
 export reproduces mean pooling only).
 
@@ -82,7 +83,8 @@ def versions_tag() -> str:
 
 def export_path(model_dir: Path) -> Path:
     """The cached fp32 export of the model in ``model_dir`` (for these library versions)."""
-    return cache_dir() / f"{model_dir.name}-{model_digest(model_dir)}-{versions_tag()}.onnx"
+    name = f"embedder-{model_dir.name}-{model_digest(model_dir)}-{versions_tag()}.onnx"
+    return cache_dir() / name
 
 
 def mean_pooling_refusal(model: Any) -> str | None:
