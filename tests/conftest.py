@@ -21,8 +21,21 @@ from postgres_server import pg_cluster, pg_url, store_location  # noqa: F401 (fi
 from ray_cluster import ray_executor  # noqa: F401 (fixture)
 
 
+@pytest.fixture(scope="session")
+def onnx_cache(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """One ONNX export cache for the whole test session, shared by its xdist workers (their
+    base folders share a parent): the shipped verifier and MiniLM are exported once a
+    session, random test models never land in the user's ~/.cache."""
+    import os
+
+    base = tmp_path_factory.getbasetemp()
+    root = base.parent if os.environ.get("PYTEST_XDIST_WORKER") else base
+    return root / "onnx-cache"
+
+
 @pytest.fixture(autouse=True)
-def _isolated_home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
+def _isolated_home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                   onnx_cache: Path) -> Iterator[Path]:
     home = tmp_path / "mv-home"
     monkeypatch.setenv("MEDVERIFY_HOME", str(home))
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
@@ -30,4 +43,5 @@ def _isolated_home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[
     for key in list(__import__("os").environ):
         if key.startswith("MEDVERIFY_") and key not in ("MEDVERIFY_HOME", DATA_ENV):
             monkeypatch.delenv(key)
+    monkeypatch.setenv("MEDVERIFY_ONNX_CACHE", str(onnx_cache))
     yield home

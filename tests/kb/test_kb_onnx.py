@@ -104,6 +104,7 @@ def test_the_export_cache_is_the_machines_and_the_verifiers(tmp_path: Path,
     from medverify.verifier import onnx_int8
 
     assert onnx_int8.CACHE_ENV == onnx_runtime.CACHE_ENV
+    monkeypatch.delenv(onnx_runtime.CACHE_ENV)  # the test session's own cache (conftest)
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "xdg"))
     assert onnx_runtime.cache_dir() == tmp_path / "xdg" / "medverify" / "onnx"
     monkeypatch.setenv(onnx_runtime.CACHE_ENV, str(tmp_path / "mine"))
