@@ -61,12 +61,13 @@ class KBSettings(Section):
     # this says
     embed_precision: Literal["auto", "fp32", "int8"] = "auto"
     embed_device: Literal["auto", "cpu", "cuda"] = "auto"
-    # what runs the model embedder on the CPU: auto = torch, and on a CPU with AMX a query
-    # (fewer than 8 token windows in a call) in bfloat16 (fp32 KBs only; cosine to fp32
-    # >= 0.99997; 2/3 of torch's CPU time per query under load: docs/kb.md); torch (all
-    # fp32); or ONNX Runtime
-    # (`pip install 'medverify[onnx]'`; exported once into $MEDVERIFY_HOME/onnx; fp32 only;
-    # the same vectors, a query about 2x faster than torch)
+    # what runs the model embedder on the CPU: auto = torch for documents, and a query
+    # (fewer than 8 token windows in a call; fp32 KBs only) in bfloat16 on a CPU with AMX
+    # (cosine to fp32 >= 0.99997) or else on ONNX Runtime fp32 where it is installed (the
+    # same vectors; p50 0.65x torch's on the 2-core machine without AMX: docs/kb.md);
+    # torch (all fp32); or ONNX Runtime for everything (`pip install 'medverify[onnx]'`;
+    # exported once per machine into $MEDVERIFY_ONNX_CACHE or ~/.cache/medverify/onnx;
+    # fp32 only)
     embed_runtime: Literal["auto", "torch", "onnx"] = "auto"
     # the vector index (docs/scale.md): auto = exact below index_threshold chunks, a graph from
     # it: hnswlib when installed (`pip install 'medverify[hnswlib]'`: faster per query, but each
