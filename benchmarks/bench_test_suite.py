@@ -166,8 +166,8 @@ def run_collect(revs: list[str], repeats: int, extra_env: dict[str, str]) -> dic
             "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
             "revs": {f"{rev} ({commit})": {
                 "runs": out,
-                "cpu_s_median": statistics.median(r["cpu_s"] for r in out),
-                "wall_s_median": statistics.median(r["wall_s"] for r in out)}
+                "cpu_s_median": round(statistics.median(r["cpu_s"] for r in out), 2),
+                "wall_s_median": round(statistics.median(r["wall_s"] for r in out), 2)}
                 for rev, (_clone_path, commit), out in zip(revs, clones, runs, strict=True)}}
 
 
@@ -188,7 +188,7 @@ def render_collect(records: dict[str, dict[str, Any]]) -> str:
         for rev, r in rec["revs"].items():
             cpu = ", ".join(str(x["cpu_s"]) for x in r["runs"])
             load = ", ".join(str(x["load_average"]) for x in r["runs"])
-            lines.append(f"| {rev} | {cpu} | {r['cpu_s_median']} | {r['wall_s_median']} | "
+            lines.append(f"| {rev} | {cpu} | {r['cpu_s_median']:.2f} | {r['wall_s_median']:.2f} | "
                          f"{load} |")
         if rec.get("note"):
             lines += ["", rec["note"]]
