@@ -29,14 +29,16 @@ import os
 import tempfile
 import threading
 import warnings
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import numpy as np
 
 from medverify.errors import ConfigError, KBError, MissingDependencyError
 
 log = logging.getLogger(__name__)
+T = TypeVar("T")
 
 CHECK_COSINE = 0.99999  # an exported model must give torch's vectors (measured: 0.9999997)
 PROBE = ("Metformin is a first-line treatment for type 2 diabetes; the usual starting dose "
@@ -179,22 +181,32 @@ class OnnxEncoder:
         return np.asarray(vectors, dtype=np.float32)
 
 
+def load_or_export(path: Path, load: Callable[[Path], T], export: Callable[[Path], None],
+                   what: str) -> T:
+    """``load(path)`` of a cached export, exported first by ``export(path)`` when the file
+    is missing or does not load (a damaged file is exported again)."""
+    if path.is_file():
+        try:
+            return load(path)
+        except Exception as exc:  # a damaged file: export it again
+            log.warning("%s does not load (%s): exporting %s again", path, exc, what)
+    log.info("exporting %s to ONNX at %s (once per machine)", what, path)
+    export(path)
+    return load(path)
+
+
 def load_encoder(model: Any, model_dir: Path) -> OnnxEncoder:
     """The exported encoder of ``model`` (exported now unless cached and loadable)."""
     _import_ort()
     _check_mean_pooling(model)
-    path = export_path(model_dir)
-    if path.is_file():
+
+    def exported(path: Path) -> None:
         try:
-            return OnnxEncoder(path)
-        except Exception as exc:  # a damaged file: export it again
-            log.warning("%s does not load (%s): exporting the model again", path, exc)
-    log.info("exporting %s to ONNX at %s (once per model)", model_dir, path)
-    try:
-        export(model, path)
-    except ConfigError:
-        raise
-    except Exception as exc:
-        raise KBError(f"could not export {model_dir} to ONNX ({type(exc).__name__}: {exc}); "
-                      "use embed_runtime = \"torch\"") from exc
-    return OnnxEncoder(path)
+            export(model, path)
+        except ConfigError:
+            raise
+        except Exception as exc:
+            raise KBError(f"could not export {model_dir} to ONNX ({type(exc).__name__}: "
+                          f"{exc}); use embed_runtime = \"torch\"") from exc
+
+    return load_or_export(export_path(model_dir), OnnxEncoder, exported, "the model")

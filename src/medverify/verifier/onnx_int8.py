@@ -22,7 +22,6 @@ does not load is exported again.
 
 from __future__ import annotations
 
-import logging
 import os
 import tempfile
 import threading
@@ -36,8 +35,6 @@ import numpy as np
 
 from medverify.errors import ConfigError, MissingDependencyError
 from medverify.verifier.quantized import tokenize_windows
-
-log = logging.getLogger(__name__)
 
 WORKERS = 2  # threads running windows side by side, one intra-op thread each
 CACHE_ENV = "MEDVERIFY_ONNX_CACHE"  # where exports are kept (default: the user's cache)
@@ -65,10 +62,9 @@ def cache_dir() -> Path:
 
 def export_path(weights_sha256: str) -> Path:
     """The cached int8 export of the weights with this sha256 (for these library versions)."""
-    import onnxruntime  # type: ignore[import-untyped,import-not-found,unused-ignore]
-    import torch
+    from medverify.kb import onnx_runtime
 
-    tag = f"{torch.__version__}-ort{onnxruntime.__version__}".replace("+", "_")
+    tag = onnx_runtime.versions_tag()
     return cache_dir() / f"verifier-{weights_sha256[:16]}-{tag}-int8.onnx"
 
 
@@ -146,12 +142,7 @@ def load_encoder(model: Any, weights_sha256: str) -> OnnxInt8Encoder:
     if not weights_sha256:
         raise ConfigError("verifier scoring \"onnx_int8\" needs the weights' sha256 "
                           "(verifier.json's weights_sha256) to name its cached export")
-    path = export_path(weights_sha256)
-    if path.is_file():
-        try:
-            return OnnxInt8Encoder(path)
-        except Exception as exc:  # a damaged file: export it again
-            log.warning("%s does not load (%s): exporting the verifier again", path, exc)
-    log.info("exporting the verifier to int8 ONNX at %s (once per weights)", path)
-    export_int8(model, path)
-    return OnnxInt8Encoder(path)
+    from medverify.kb import onnx_runtime
+
+    return onnx_runtime.load_or_export(export_path(weights_sha256), OnnxInt8Encoder,
+                                       lambda path: export_int8(model, path), "the verifier")
