@@ -9,9 +9,10 @@ companions). Reports the largest change of any probability, how many pairs chang
 one-passage label (the judge's rule with the verifier's thresholds), and pairs/s at batch
 size 32 and 1. Torch's dynamic int8 scales activations per batch tensor: a pair's result
 depends on its companions. That is measured with ``Verifier.scoring`` = "batched" (the
-behaviour before issue 27). Then, for each batch-independent mode of issue 45 this CPU runs
-("bf16": packed bfloat16 on AMX, what "auto" picks there; "window_scales": int8 with one
-activation scale per window, batches of one padded length), one row checks that a pair
+behaviour before issue 27). Then, for each batch-independent mode of issue 45 this machine
+runs ("onnx_int8": ONNX Runtime's int8 one window a run, what "auto" picks where it is
+installed; "bf16": packed bfloat16 on AMX, when forced; "window_scales": torch's int8 with
+one activation scale per window, batches of one padded length), one row checks that a pair
 gets the same probabilities alone, in batches and with other companions, on one intra-op
 thread and two workers (shipped) as on torch's two threads, and as on one thread and one
 worker, and how far they are from issue 27's "per_window" scoring (one window at a time).
@@ -89,7 +90,8 @@ def main() -> None:
     verifier = get_verifier()
     thresholds = (verifier.thresholds["support"], verifier.thresholds["contradict"])
     auto = verifier.scoring
-    modes = [m for m, enc in (("bf16", verifier.bf16), ("window_scales", verifier.int8)) if enc]
+    modes = [m for m, enc in (("onnx_int8", verifier.onnx), ("bf16", verifier.bf16),
+                              ("window_scales", verifier.int8)) if enc]
     result: dict = {"verifier": verifier.provenance, "load_before": os.getloadavg(),
                     "modes": modes, "sets": {}}
     lines = ["# Verifier: batch dependence of one pair's probabilities", "",
