@@ -391,7 +391,7 @@ class VectorIndex:
 
     def search(self, vectors: np.ndarray, depth: int) -> list[list[tuple[int, float]]]:
         """Per query vector, up to ``depth`` (chunk id, inner product), best first."""
-        index = self.loaded if self.loaded is not None else self.ensure()
+        index = self.ensure()
         backend = index_backend(self.current_spec().kind)
         pairs = getattr(backend, "search_pairs", None)  # hnswlib's: straight to the pairs
         if pairs is not None:  # (an empty index or no vectors: empty lists)

@@ -148,13 +148,27 @@ def export(model: Any, path: Path) -> None:
         Path(tmp).unlink(missing_ok=True)
 
 
+def cpu_session(path: Path, threads: int) -> Any:
+    """An ONNX Runtime session of the model at ``path`` on the CPU, on ``threads`` intra-op
+    threads, all graph optimisations on."""
+    ort = _import_ort()
+    options = ort.SessionOptions()
+    options.intra_op_num_threads = threads
+    options.inter_op_num_threads = 1
+    # no busy-waiting between runs: idle spinning threads steal the core that the next
+    # query (or the rest of the process) needs
+    options.add_session_config_entry("session.intra_op.allow_spinning", "0")
+    options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
+    return ort.InferenceSession(str(path), options, providers=["CPUExecutionProvider"])
+
+
 class OnnxEncoder:
     """ONNX Runtime sessions of one exported model, one per thread count (a single query
     runs on one thread, as the torch path does)."""
 
     def __init__(self, path: Path) -> None:
         self.path = path
-        self._ort = _import_ort()
+        _import_ort()  # (a clear error when ONNX Runtime is missing)
         self._sessions: dict[int, Any] = {}
         self._lock = threading.Lock()
         self.session(1)  # raises on a file ONNX Runtime cannot load
@@ -163,17 +177,7 @@ class OnnxEncoder:
         with self._lock:
             session = self._sessions.get(threads)
             if session is None:
-                options = self._ort.SessionOptions()
-                options.intra_op_num_threads = threads
-                options.inter_op_num_threads = 1
-                # no busy-waiting between runs: idle spinning threads steal the core that
-                # the next query (or the rest of the process) needs
-                options.add_session_config_entry("session.intra_op.allow_spinning", "0")
-                options.graph_optimization_level = (
-                    self._ort.GraphOptimizationLevel.ORT_ENABLE_ALL)
-                session = self._ort.InferenceSession(str(self.path), options,
-                                                     providers=["CPUExecutionProvider"])
-                self._sessions[threads] = session
+                session = self._sessions[threads] = cpu_session(self.path, threads)
             return session
 
     def run(self, ids: np.ndarray, mask: np.ndarray, threads: int) -> np.ndarray:

@@ -24,7 +24,6 @@ from __future__ import annotations
 
 import os
 import tempfile
-import threading
 import warnings
 from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
@@ -96,17 +95,10 @@ class OnnxInt8Encoder:
     """ONNX Runtime scoring of windows, one window a run, on one intra-op thread."""
 
     def __init__(self, path: Path) -> None:
-        import onnxruntime  # type: ignore[import-untyped,import-not-found,unused-ignore]
+        from medverify.kb.onnx_runtime import cpu_session
 
-        options = onnxruntime.SessionOptions()
-        options.intra_op_num_threads = 1
-        options.inter_op_num_threads = 1
-        options.add_session_config_entry("session.intra_op.allow_spinning", "0")
-        options.graph_optimization_level = onnxruntime.GraphOptimizationLevel.ORT_ENABLE_ALL
         self.path = path
-        self.session = onnxruntime.InferenceSession(str(path), options,
-                                                    providers=["CPUExecutionProvider"])
-        self._lock = threading.Lock()
+        self.session = cpu_session(path, 1)
 
     def window(self, ids: Sequence[int], types: Sequence[int]) -> np.ndarray:
         """The 3 probabilities of one window (its token ids and type ids)."""
@@ -121,17 +113,15 @@ class OnnxInt8Encoder:
     def score(self, tokenizer: Any, pairs: Sequence[tuple[str, str]], max_tokens: int,
               workers: int = WORKERS) -> np.ndarray:
         """(n, 3) float32 probabilities of already-windowed (claim, window) pairs."""
-        out = np.zeros((len(pairs), 3), dtype=np.float32)
         if not pairs:
-            return out
+            return np.zeros((0, 3), dtype=np.float32)
         encoded = tokenize_windows(tokenizer, pairs, max_tokens)
         if workers > 1 and len(encoded) > 1:
             with ThreadPoolExecutor(workers) as pool:
                 rows = list(pool.map(lambda e: self.window(*e), encoded))
         else:
             rows = [self.window(*e) for e in encoded]
-        out[:] = np.stack(rows)
-        return out
+        return np.stack(rows)
 
 
 def load_encoder(model: Any, weights_sha256: str) -> OnnxInt8Encoder:
