@@ -10,9 +10,10 @@ are its own whatever else is being scored; each session runs on one intra-op thr
 windows are spread over :data:`WORKERS` threads (ONNX Runtime releases the GIL).
 
 Against the same weights in float32 this arithmetic is closer than torch's per-tensor int8
-("window_scales"): on 150 HealthVer windows the label under the verifier's thresholds agreed
-with float32's on 0.947 against 0.860 (exploratory, ``/tmp`` script, load 5), because each
-output channel keeps its own weight scale and activations use all 8 bits.
+("window_scales"): the label under the verifier's thresholds agreed with float32's on 0.947
+against 0.860 of 150 HealthVer windows and 0.952 against 0.797 of 355 Check-COVID ones
+(benchmarks/bench_verifier_fidelity.py, quiet), because each output channel keeps its own
+weight scale and activations use all 8 bits.
 
 The export is a pure function of the weights, torch and ONNX Runtime, so it is cached per
 machine (:func:`cache_dir`), named by the weights' sha256 and both versions, written to a
