@@ -8,12 +8,13 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+import torch
 from click.testing import CliRunner
 
 from medverify.errors import ConfigError, InputError
 from medverify.verifier import LABELS, Verifier, label_pairs, save_verifier
 from medverify.verifier import data as vdata
-from medverify.verifier.infer import DEFAULT_WEIGHTS, aggregate
+from medverify.verifier.infer import DEFAULT_WEIGHTS, aggregate, thresholds_for
 from medverify.verifier.metrics import classification_metrics, fold_binary, supported_vs_rest
 from medverify.verifier.model import METADATA_FILE, WEIGHTS_FILE, build_model, load_tokenizer
 from medverify.verifier.windows import best_window, make_windows, sentence_spans
@@ -239,12 +240,18 @@ def test_smoke_training_run_writes_loadable_weights(tmp_path: Path) -> None:
         batch_size=8,
         swap_nei={"check-covid": 4},
     )
-    report = train(config)
+    threads = torch.get_num_threads()
+    report = train(config.model_copy(update={"threads": 1 if threads > 1 else 2}))
+    assert torch.get_num_threads() == threads  # the caller's thread count is restored
     assert len(report["history"]) == 2 and report["epochs_done"] == 2
     names = {"support", "contradict"}
     assert set(report["thresholds"]) == set(report["thresholds_float32"]) == names
     assert "int8" in report["thresholds_calibrated_on"]
+    assert Verifier.load(tmp_path / "w", scoring="window_scales").thresholds == \
+        report["thresholds"]
     verifier = Verifier.load(tmp_path / "w")
+    # Every arithmetic decides with them until one is fitted its own (train thresholds).
+    assert "thresholds_by_scoring" not in report
     assert verifier.thresholds == report["thresholds"]
     assert verifier.predict([("aspirin helps patients 1.", "Patients 1 improved.")]).shape == (1, 3)
 
@@ -323,3 +330,39 @@ def test_cli_swap_counts_parse() -> None:
     assert _parse_counts("check-covid=150, scifact=0") == {"check-covid": 150, "scifact": 0}
     with pytest.raises(InputError):
         _parse_counts("scifact=lots")
+
+
+def test_thresholds_follow_the_scoring_arithmetic() -> None:
+    meta = {"thresholds": {"support": 0.25, "contradict": 0.35},
+            "thresholds_by_scoring": {"onnx_int8": {"support": 0.35, "contradict": 0.325}}}
+    assert thresholds_for(meta, "onnx_int8") == {"support": 0.35, "contradict": 0.325}
+    assert thresholds_for(meta, "window_scales") == {"support": 0.25, "contradict": 0.35}
+    assert thresholds_for({}, "onnx_int8") == {"support": 0.5, "contradict": 0.5}
+
+
+def test_cli_train_thresholds_writes_the_arithmetic_own(tmp_path: Path, tiny_weights: Path
+                                                         ) -> None:
+    from medverify.cli import main
+
+    data = tmp_path / "pairs"
+    data.mkdir()
+    for name in vdata.TRAIN_FILES:
+        (data / f"{name}.jsonl").write_text("".join(json.dumps(r) + "\n" for r in _rows(40, 3)))
+    weights = tmp_path / "w"
+    weights.mkdir()
+    for name in (WEIGHTS_FILE, METADATA_FILE):
+        (weights / name).write_bytes((tiny_weights / name).read_bytes())
+    before = json.loads((weights / METADATA_FILE).read_text())
+    args = ["train", "thresholds", "--data-dir", str(data), "--weights", str(weights),
+            "--scoring", "window_scales"]
+    result = CliRunner().invoke(main, args)
+    assert result.exit_code == 0, result.output
+    out = json.loads(result.output)
+    assert out["held_out_pairs"] > 0 and 0 <= out["held_out_macro_f1"]["overall"] <= 1
+    meta = json.loads((weights / METADATA_FILE).read_text())
+    assert meta["thresholds_by_scoring"]["window_scales"] == out["thresholds"]
+    assert meta["thresholds"] == before.get("thresholds")  # the shipped ones untouched
+    assert Verifier.load(weights, scoring="window_scales").thresholds == out["thresholds"]
+    missing = CliRunner().invoke(main, ["train", "thresholds", "--data-dir",
+                                        str(tmp_path / "none"), "--weights", str(weights)])
+    assert missing.exit_code != 0 and "not found" in missing.output

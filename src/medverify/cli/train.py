@@ -131,3 +131,46 @@ def _parse_counts(text: str) -> dict[str, int]:
             raise InputError(f"--swap-nei expects dataset=count entries, got {item!r}")
         out[name.strip()] = int(count)
     return out
+
+
+@train.command("thresholds")
+@click.option(
+    "--data-dir",
+    type=click.Path(path_type=Path),
+    default=_data("pairs"),
+    show_default="../shared/data/pairs beside the project",
+    help="Folder with checkcovid_train/citint_train/scifact_train.jsonl.",
+)
+@click.option(
+    "--weights",
+    type=click.Path(path_type=Path),
+    default=None,
+    help="Weights folder whose metadata gets the thresholds (default: the shipped weights).",
+)
+@click.option(
+    "--scoring",
+    type=click.Choice(["onnx_int8", "window_scales", "bf16", "per_window", "batched"]),
+    default="onnx_int8",
+    show_default=True,
+    help="The verifier arithmetic to fit the support/contradict thresholds for.",
+)
+@click.option("--seed", type=int, default=13, show_default=True,
+              help="The training run's seed: it picks the same held-out split.")
+def thresholds(data_dir: Path, weights: Path | None, scoring: str, seed: int) -> None:
+    """Fit the verifier's thresholds for one scoring arithmetic on the held-out split.
+
+    The split is the training run's own (same seed and fraction, never dev sets); the result
+    is written to the weights' metadata under ``thresholds_by_scoring``."""
+    from medverify.errors import InputError
+    from medverify.verifier.infer import DEFAULT_WEIGHTS
+    from medverify.verifier.train import TrainConfig, assemble, calibrate_scoring
+
+    if not data_dir.is_dir():
+        raise InputError(f"training data folder not found: {data_dir}")
+    folder = weights or DEFAULT_WEIGHTS
+    _, val = assemble(TrainConfig(data_dir=data_dir, medquad_dir=None, out=folder, seed=seed))
+    meta = calibrate_scoring(folder, val, scoring)
+    click.echo(json.dumps({"scoring": scoring, "held_out_pairs": len(val),
+                           "thresholds": meta["thresholds_by_scoring"][scoring],
+                           "held_out_macro_f1": meta["val_macro_f1_by_scoring"][scoring]},
+                          indent=2))

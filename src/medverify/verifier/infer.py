@@ -175,6 +175,15 @@ def torch_threads(threads: int | None) -> Iterator[None]:
         torch.set_num_threads(previous)
 
 
+def thresholds_for(metadata: dict[str, Any], scoring: str) -> dict[str, float]:
+    """The support/contradict thresholds the weights record for ``scoring``
+    (``thresholds_by_scoring``, written by :func:`medverify.verifier.train.calibrate_scoring`),
+    else their shipped ``thresholds`` (fitted on torch's int8), else 0.5 / 0.5."""
+    fitted = metadata.get("thresholds_by_scoring", {}).get(scoring)
+    chosen = fitted or metadata.get("thresholds", DEFAULT_THRESHOLDS)
+    return {"support": float(chosen["support"]), "contradict": float(chosen["contradict"])}
+
+
 def _is_quantized(model: torch.nn.Module) -> bool:
     """Whether ``model`` holds dynamically quantised Linear layers."""
     return any(type(m).__module__.startswith("torch.ao.nn.quantized") for m in model.modules())
@@ -189,7 +198,6 @@ class Verifier:
         self.tokenizer = tokenizer
         self.metadata = metadata
         self.max_tokens: int = int(metadata.get("max_tokens", 256))
-        self.thresholds: dict[str, float] = dict(metadata.get("thresholds", DEFAULT_THRESHOLDS))
         short = str(metadata.get("weights_sha256", ""))[:8]
         # The weights' identity (what the judge's calibration is tied to); the arithmetic
         # that scored a run is ``scoring`` (see :attr:`provenance`).
@@ -213,6 +221,9 @@ class Verifier:
                                             bf16=cpu and amx_available(),
                                             onnx=cpu and bool(metadata.get("weights_sha256"))
                                             and onnx_int8.onnx_available())
+        # The decision thresholds fitted for this arithmetic's scores (onnx_int8 has its
+        # own: a window's label moves with its scores), else the shipped int8 ones.
+        self.thresholds: dict[str, float] = thresholds_for(metadata, self.scoring)
         self.bf16: Bf16Encoder | None = (Bf16Encoder(source) if self.scoring == "bf16"
                                          and source is not None else None)
         self.onnx: onnx_int8.OnnxInt8Encoder | None = (

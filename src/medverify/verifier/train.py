@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import logging
+import os
 import random
 import time
 from collections import Counter
@@ -322,9 +323,16 @@ def fit(
 
 
 def train(config: TrainConfig) -> dict[str, Any]:
-    """Assemble data, train, calibrate, save weights + metadata; returns the run report."""
+    """Assemble data, train, calibrate, save weights + metadata; returns the run report.
+    Runs on ``config.threads`` torch threads and restores the caller's count after."""
+    from medverify.verifier.infer import torch_threads
+
+    with torch_threads(config.threads):
+        return _train(config)
+
+
+def _train(config: TrainConfig) -> dict[str, Any]:
     start = time.perf_counter()
-    torch.set_num_threads(config.threads)
     seed_everything(config.seed)
     pairs, val = assemble(config)
     tokenizer = load_tokenizer()
@@ -354,11 +362,14 @@ def train(config: TrainConfig) -> dict[str, Any]:
 
 def calibrate_shipped(weights: Path, val: list[vdata.Pair]) -> dict[str, Any]:
     """Recalibrate the thresholds on the model as it is used: the saved (float16) weights,
-    loaded int8-quantized by ``Verifier.load``, predicting each held-out pair with its
-    windows. The float32 thresholds of the training loop are kept as ``thresholds_float32``."""
+    loaded int8-quantized by ``Verifier.load`` with torch's int8 (``window_scales``),
+    predicting each held-out pair with its windows; every other arithmetic decides with
+    them unless :func:`calibrate_scoring` fits its own (not done here: for ``onnx_int8`` a
+    refit on this split lowered two dev sets, docs/verifier.md). The float32 thresholds of
+    the training loop are kept as ``thresholds_float32``."""
     from medverify.verifier.infer import Verifier
 
-    verifier = Verifier.load(weights, quantize=True)
+    verifier = Verifier.load(weights, quantize=True, scoring="window_scales")
     probs = verifier.predict([(p.claim, p.evidence) for p in val])
     gold = [p.label for p in val]
     thresholds, f1 = calibrate(probs, gold)
@@ -370,8 +381,37 @@ def calibrate_shipped(weights: Path, val: list[vdata.Pair]) -> dict[str, Any]:
         val_macro_f1_int8_calibrated=round(f1, 4),
         val_macro_f1_by_dataset_int8=per_dataset(val, label_pairs(probs, thresholds)),
     )
-    (Path(weights) / METADATA_FILE).write_text(json.dumps(meta, indent=2, sort_keys=True) + "\n")
+    meta.pop("thresholds_by_scoring", None)  # fitted on the previous weights' scores
+    _write_metadata(weights, meta)
     return meta
+
+
+def calibrate_scoring(weights: Path, val: list[vdata.Pair], scoring: str) -> dict[str, Any]:
+    """Fit the thresholds for one scoring arithmetic (``Verifier.scoring``) on the held-out
+    pairs, as :func:`calibrate_shipped` does for torch's int8, and record them under
+    ``thresholds_by_scoring[scoring]``: ``Verifier`` uses them when it scores that way.
+    Returns the updated metadata."""
+    from medverify.verifier.infer import Verifier
+
+    verifier = Verifier.load(weights, quantize=True, scoring=scoring)
+    probs = verifier.predict([(p.claim, p.evidence) for p in val])
+    thresholds, f1 = calibrate(probs, [p.label for p in val])
+    meta = read_metadata(weights)
+    meta.setdefault("thresholds_by_scoring", {})[scoring] = thresholds
+    meta.setdefault("val_macro_f1_by_scoring", {})[scoring] = {
+        "overall": round(f1, 4),
+        **{k: round(v, 4) for k, v in per_dataset(val, label_pairs(probs, thresholds)).items()},
+    }
+    _write_metadata(weights, meta)
+    return meta
+
+
+def _write_metadata(weights: Path, meta: dict[str, Any]) -> None:
+    """Rewrite the weights' metadata file (atomically: a killed run leaves the old one)."""
+    path = Path(weights) / METADATA_FILE
+    tmp = path.with_suffix(".json.tmp")
+    tmp.write_text(json.dumps(meta, indent=2, sort_keys=True) + "\n")
+    os.replace(tmp, path)
 
 
 def run_report(
