@@ -297,7 +297,8 @@ class Checker:
     ) -> list[Report]:
         """Check many answers; record the run when a store is given."""
         harness = RunHarness("check", self.config, ledger=self.ledger, store=store,
-                             progress=progress, cancel=cancel)
+                             progress=progress, cancel=cancel,
+                             public_config=self.public_config)
         settled = self.settled_claims(store)
         provenance = self.provenance  # the run's, recorded once and given to its reports
 

@@ -149,6 +149,9 @@ class RunHarness:
     progress: Progress | None = None
     cancel: CancelToken | None = None
     always_id: bool = False
+    # The config as the run store records it, when the caller holds it made already
+    # (``Checker.public_config``); None: ``config.public()`` at the run's start.
+    public_config: dict[str, object] | None = None
     run_id: str | None = None
     status: RunStatus = RunStatus.RUNNING
     error: str | None = None
@@ -166,7 +169,8 @@ class RunHarness:
         """Record the run as running (when recording); returns its id."""
         if self.store is not None:
             self.run_id = self.store.start_run(
-                kind=self.kind, config=self.config.public(), models=provenance.models,
+                kind=self.kind, config=self.public_config or self.config.public(),
+                models=provenance.models,
                 prompt_versions=provenance.prompt_versions, kb_snapshot=provenance.kb_snapshot,
                 kb_lineage=provenance.kb_lineage)
         elif self.always_id:

@@ -114,3 +114,103 @@ def test_the_parsed_url_follows_the_base_url() -> None:
     provider.base_url = "http://localhost:8/x"
     assert provider._endpoint() == ("http://localhost:8/x/chat/completions",
                                     httpx.URL("http://localhost:8/x/chat/completions"))
+
+
+class _Recorder(httpcore.AsyncNetworkStream):
+    """An inner stream that records its writes (and can fail them)."""
+
+    def __init__(self, fail: bool = False) -> None:
+        self.writes: list[tuple[bytes, float | None]] = []
+        self.closed = False
+        self.fail = fail
+
+    async def write(self, buffer: bytes, timeout: float | None = None) -> None:
+        if self.fail:
+            raise httpcore.WriteError("peer gone")
+        self.writes.append((buffer, timeout))
+
+    async def read(self, max_bytes: int, timeout: float | None = None) -> bytes:
+        return b"HTTP/1.1 200 OK\r\n"
+
+    async def aclose(self) -> None:
+        self.closed = True
+
+
+def test_a_request_is_sent_in_one_write_before_the_response_is_read() -> None:
+    from medverify.llm.http_pool import SocketOnceStream
+
+    async def run() -> None:
+        inner = _Recorder()
+        stream = SocketOnceStream(inner)
+        await stream.write(b"POST / HTTP/1.1\r\n\r\n", timeout=5.0)
+        await stream.write(b'{"a": 1}', timeout=6.0)
+        await stream.write(b"", timeout=7.0)  # h11's end of message: nothing to send
+        assert inner.writes == []  # held until the response is read
+        assert await stream.read(100) == b"HTTP/1.1 200 OK\r\n"
+        assert inner.writes == [(b'POST / HTTP/1.1\r\n\r\n{"a": 1}', 6.0)]
+        await stream.read(100)  # nothing held: nothing written
+        assert len(inner.writes) == 1
+        await stream.write(b"x" * 10)
+        await stream.aclose()  # closing sends what is held first
+        assert inner.writes[-1] == (b"x" * 10, None) and inner.closed
+
+    asyncio.run(run())
+
+
+def test_large_bodies_are_sent_as_they_reach_the_hold_limit() -> None:
+    from medverify.llm.http_pool import HOLD_BYTES, SocketOnceStream
+
+    async def run() -> None:
+        inner = _Recorder()
+        stream = SocketOnceStream(inner)
+        await stream.write(b"h" * 100)
+        await stream.write(b"b" * HOLD_BYTES)
+        assert [len(w) for w, _ in inner.writes] == [HOLD_BYTES + 100]
+        await stream.write(b"t" * 5)
+        await stream.read(10)
+        assert [len(w) for w, _ in inner.writes] == [HOLD_BYTES + 100, 5]
+
+    asyncio.run(run())
+
+
+def test_a_failed_send_is_raised_by_the_read_and_a_close_still_closes() -> None:
+    from medverify.llm.http_pool import SocketOnceStream
+
+    async def run() -> None:
+        stream = SocketOnceStream(_Recorder(fail=True))
+        await stream.write(b"head")
+        try:
+            await stream.read(10)
+        except httpcore.WriteError:
+            pass
+        else:
+            raise AssertionError("the held write's failure was lost")
+        inner = _Recorder(fail=True)
+        stream = SocketOnceStream(inner)
+        await stream.write(b"head")
+        await stream.aclose()
+        assert inner.closed
+
+    asyncio.run(run())
+
+
+def test_a_long_prompt_goes_through_the_real_pool() -> None:
+    """A request body over the hold limit, through httpx and httpcore to a real server."""
+    from medverify.llm.http_pool import HOLD_BYTES
+
+    async def run() -> str:
+        connections: list[int] = []
+        server = await _closing_server(connections)
+        port = server.sockets[0].getsockname()[1]
+        provider = OpenAICompatProvider(kind="openai-compatible", model="m",
+                                        base_url=f"http://127.0.0.1:{port}/v1")
+        long = "word " * (HOLD_BYTES // 2)
+        request = ChatRequest(model="m", messages=(Message(role="user", content=long),))
+        try:
+            return (await provider.complete(request)).text
+        finally:
+            await provider.aclose()
+            server.close()
+            await server.wait_closed()
+
+    assert asyncio.run(run()) == "ok"

@@ -1,5 +1,5 @@
 """The OpenAI-compatible provider's connection pool, made cheaper to keep: network streams
-that look their socket up once.
+that look their socket up once and send each request in one write.
 
 httpcore's pool asks every pooled connection, each time it places a request and each time a
 response is closed, whether the server has closed it (an idle keep-alive connection whose
@@ -27,6 +27,7 @@ import httpcore
 import httpx
 
 _UNKNOWN = object()
+HOLD_BYTES = 64 * 1024  # held writes are sent once they reach this (a long prompt's body)
 
 
 def socket_readable(sock: socket.socket) -> bool:
@@ -44,23 +45,54 @@ def socket_readable(sock: socket.socket) -> bool:
 
 class SocketOnceStream(httpcore.AsyncNetworkStream):
     """A network stream that answers ``get_extra_info("is_readable")`` from its socket,
-    looked up once; everything else is the wrapped stream's."""
+    looked up once, and sends a request's writes together; everything else is the wrapped
+    stream's.
+
+    httpcore writes a request's head and its body apart, two sends (two system calls, and
+    on loopback two wake-ups of the server) for every LLM call. Writes here are held until
+    the stream is next read (the response), closed or upgraded to TLS, or until
+    :data:`HOLD_BYTES` are held, and then sent as one, under the last write's timeout. A
+    failed send is raised by the call that sends it (httpcore's ``WriteError`` either way)."""
 
     def __init__(self, inner: httpcore.AsyncNetworkStream) -> None:
         self._inner = inner
         self._socket: object = _UNKNOWN
+        self._held: list[bytes] = []
+        self._held_bytes = 0
+        self._write_timeout: float | None = None
 
     async def read(self, max_bytes: int, timeout: float | None = None) -> bytes:
+        await self._flush()
         return await self._inner.read(max_bytes, timeout)
 
     async def write(self, buffer: bytes, timeout: float | None = None) -> None:
-        await self._inner.write(buffer, timeout)
+        if not buffer:
+            return
+        self._held.append(buffer)
+        self._held_bytes += len(buffer)
+        self._write_timeout = timeout
+        if self._held_bytes >= HOLD_BYTES:
+            await self._flush()
+
+    async def _flush(self) -> None:
+        """Send what the writes held, as one write."""
+        if not self._held:
+            return
+        data = self._held[0] if len(self._held) == 1 else b"".join(self._held)
+        self._held, self._held_bytes = [], 0
+        await self._inner.write(data, self._write_timeout)
 
     async def aclose(self) -> None:
-        await self._inner.aclose()
+        try:
+            await self._flush()
+        except (httpcore.WriteError, httpcore.WriteTimeout, OSError):
+            pass  # closing anyway: what was held goes unsent, as on a closed connection
+        finally:
+            await self._inner.aclose()
 
     async def start_tls(self, ssl_context: ssl.SSLContext, server_hostname: str | None = None,
                         timeout: float | None = None) -> httpcore.AsyncNetworkStream:
+        await self._flush()
         return SocketOnceStream(
             await self._inner.start_tls(ssl_context, server_hostname, timeout))
 
