@@ -112,3 +112,22 @@ def test_onnx_int8_needs_onnxruntime_the_float_weights_and_their_hash(small, mon
     assert infer.resolve_scoring("auto", int8=True, bf16=False, onnx=False) == "window_scales"
     assert Verifier(quantize_model(model), tokenizer, {"weights_sha256": SHA},
                     float_model=model).scoring == "window_scales"  # auto without ONNX Runtime
+
+
+def test_the_export_has_no_mask_and_scores_as_the_masked_model(small, cache) -> None:
+    """A run holds one window's real tokens, so the graph drops the attention mask: the
+    unmasked forward equals the masked one on unpadded input, and the export takes no mask."""
+    import onnx
+
+    model, tokenizer = small
+    ids = torch.tensor([[101, 2000, 2001, 102, 3000, 3001, 3002, 102]])
+    types = torch.tensor([[0, 0, 0, 0, 1, 1, 1, 1]])
+    with torch.no_grad():
+        masked = model(ids, torch.ones_like(ids), types)
+        plain = onnx_int8.unmasked(model)(ids, types)
+    torch.testing.assert_close(plain, masked, rtol=0, atol=1e-6)
+    onnx_int8.load_encoder(model, SHA)
+    graph = onnx.load(str(onnx_int8.export_path(SHA))).graph
+    assert [i.name for i in graph.input] == list(onnx_int8.INPUTS)
+    assert "attention_mask" not in {i.name for i in graph.input}
+    assert onnx_int8.GRAPH in onnx_int8.export_path(SHA).name
