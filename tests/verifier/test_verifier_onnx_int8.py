@@ -119,7 +119,7 @@ def test_the_export_has_no_mask_and_scores_as_the_masked_model(small, cache) -> 
     unmasked forward equals the masked one on unpadded input, and the export takes no mask."""
     import onnx
 
-    model, tokenizer = small
+    model, _tokenizer = small
     ids = torch.tensor([[101, 2000, 2001, 102, 3000, 3001, 3002, 102]])
     types = torch.tensor([[0, 0, 0, 0, 1, 1, 1, 1]])
     with torch.no_grad():
