@@ -18,6 +18,15 @@ def _data(*parts: str) -> Callable[[], Path]:
     return lambda: data_dir().joinpath(*parts)
 
 
+PAIRS_DIR = click.option(
+    "--data-dir",
+    type=click.Path(path_type=Path),
+    default=_data("pairs"),
+    show_default="../shared/data/pairs beside the project",
+    help="Folder with checkcovid_train/citint_train/scifact_train.jsonl.",
+)
+"""The training pairs' folder, as ``train verifier`` and ``train thresholds`` read it."""
+
 SMOKE = {"limit": 120, "epochs": 1, "medquad_docs": 40, "n_layers": 2, "frozen_layers": 1,
          "max_tokens": 128}
 """What ``--smoke`` changes in the training config: a run of a minute or two that checks the
@@ -30,13 +39,7 @@ def train() -> None:
 
 
 @train.command("verifier")
-@click.option(
-    "--data-dir",
-    type=click.Path(path_type=Path),
-    default=_data("pairs"),
-    show_default="../shared/data/pairs beside the project",
-    help="Folder with checkcovid_train/citint_train/scifact_train.jsonl.",
-)
+@PAIRS_DIR
 @click.option(
     "--medquad-dir",
     type=click.Path(path_type=Path),
@@ -134,13 +137,7 @@ def _parse_counts(text: str) -> dict[str, int]:
 
 
 @train.command("thresholds")
-@click.option(
-    "--data-dir",
-    type=click.Path(path_type=Path),
-    default=_data("pairs"),
-    show_default="../shared/data/pairs beside the project",
-    help="Folder with checkcovid_train/citint_train/scifact_train.jsonl.",
-)
+@PAIRS_DIR
 @click.option(
     "--weights",
     type=click.Path(path_type=Path),
