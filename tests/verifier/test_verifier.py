@@ -366,3 +366,13 @@ def test_cli_train_thresholds_writes_the_arithmetic_own(tmp_path: Path, tiny_wei
     missing = CliRunner().invoke(main, ["train", "thresholds", "--data-dir",
                                         str(tmp_path / "none"), "--weights", str(weights)])
     assert missing.exit_code != 0 and "not found" in missing.output
+
+
+def test_cli_thresholds_offers_every_scoring_but_auto() -> None:
+    """The CLI lists the modes by hand (importing the verifier would load torch for every
+    command): they must stay the verifier's own."""
+    from medverify.cli.train import thresholds as command
+    from medverify.verifier.infer import SCORINGS
+
+    [option] = [p for p in command.params if p.name == "scoring"]
+    assert set(option.type.choices) == set(SCORINGS) - {"auto"}

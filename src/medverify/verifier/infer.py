@@ -221,8 +221,8 @@ class Verifier:
                                             bf16=cpu and amx_available(),
                                             onnx=cpu and bool(metadata.get("weights_sha256"))
                                             and onnx_int8.onnx_available())
-        # The decision thresholds fitted for this arithmetic's scores (onnx_int8 has its
-        # own: a window's label moves with its scores), else the shipped int8 ones.
+        # The decision thresholds fitted for this arithmetic's scores where the weights
+        # record them (``medverify train thresholds``), else the shipped int8 ones.
         self.thresholds: dict[str, float] = thresholds_for(metadata, self.scoring)
         self.bf16: Bf16Encoder | None = (Bf16Encoder(source) if self.scoring == "bf16"
                                          and source is not None else None)

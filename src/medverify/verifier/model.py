@@ -158,7 +158,15 @@ def save_verifier(model: CrossEncoder, path: str | Path, *, metadata: dict[str, 
         base_sha256=base_sha256(),
         weights_sha256=_file_sha256(out / WEIGHTS_FILE),
     )
-    (out / METADATA_FILE).write_text(json.dumps(meta, indent=2, sort_keys=True) + "\n")
+    write_metadata(out, meta)
+
+
+def write_metadata(path: str | Path, meta: dict[str, Any]) -> None:
+    """Write ``verifier.json`` into the weights directory ``path`` (atomically: a killed
+    write leaves the old file)."""
+    from medverify.files import atomic_write_text
+
+    atomic_write_text(Path(path) / METADATA_FILE, json.dumps(meta, indent=2, sort_keys=True) + "\n")
 
 
 def read_metadata(path: str | Path) -> dict[str, Any]:

@@ -10,9 +10,7 @@ same held-out split (never on dev or evaluation sets).
 
 from __future__ import annotations
 
-import json
 import logging
-import os
 import random
 import time
 from collections import Counter
@@ -29,12 +27,12 @@ from medverify.verifier.infer import aggregate, label_pairs
 from medverify.verifier.metrics import classification_metrics
 from medverify.verifier.model import (
     LABELS,
-    METADATA_FILE,
     CrossEncoder,
     build_model,
     load_tokenizer,
     read_metadata,
     save_verifier,
+    write_metadata,
 )
 from medverify.verifier.windows import make_windows
 
@@ -367,12 +365,7 @@ def calibrate_shipped(weights: Path, val: list[vdata.Pair]) -> dict[str, Any]:
     them unless :func:`calibrate_scoring` fits its own (not done here: for ``onnx_int8`` a
     refit on this split lowered two dev sets, docs/verifier.md). The float32 thresholds of
     the training loop are kept as ``thresholds_float32``."""
-    from medverify.verifier.infer import Verifier
-
-    verifier = Verifier.load(weights, quantize=True, scoring="window_scales")
-    probs = verifier.predict([(p.claim, p.evidence) for p in val])
-    gold = [p.label for p in val]
-    thresholds, f1 = calibrate(probs, gold)
+    probs, thresholds, f1 = _fit_held_out(weights, val, "window_scales")
     meta = read_metadata(weights)
     meta.update(
         thresholds_float32=meta["thresholds"],
@@ -381,8 +374,9 @@ def calibrate_shipped(weights: Path, val: list[vdata.Pair]) -> dict[str, Any]:
         val_macro_f1_int8_calibrated=round(f1, 4),
         val_macro_f1_by_dataset_int8=per_dataset(val, label_pairs(probs, thresholds)),
     )
-    meta.pop("thresholds_by_scoring", None)  # fitted on the previous weights' scores
-    _write_metadata(weights, meta)
+    for stale in ("thresholds_by_scoring", "val_macro_f1_by_scoring"):
+        meta.pop(stale, None)  # fitted on the previous weights' scores
+    write_metadata(weights, meta)
     return meta
 
 
@@ -391,27 +385,27 @@ def calibrate_scoring(weights: Path, val: list[vdata.Pair], scoring: str) -> dic
     pairs, as :func:`calibrate_shipped` does for torch's int8, and record them under
     ``thresholds_by_scoring[scoring]``: ``Verifier`` uses them when it scores that way.
     Returns the updated metadata."""
-    from medverify.verifier.infer import Verifier
-
-    verifier = Verifier.load(weights, quantize=True, scoring=scoring)
-    probs = verifier.predict([(p.claim, p.evidence) for p in val])
-    thresholds, f1 = calibrate(probs, [p.label for p in val])
+    probs, thresholds, f1 = _fit_held_out(weights, val, scoring)
     meta = read_metadata(weights)
     meta.setdefault("thresholds_by_scoring", {})[scoring] = thresholds
     meta.setdefault("val_macro_f1_by_scoring", {})[scoring] = {
         "overall": round(f1, 4),
         **{k: round(v, 4) for k, v in per_dataset(val, label_pairs(probs, thresholds)).items()},
     }
-    _write_metadata(weights, meta)
+    write_metadata(weights, meta)
     return meta
 
 
-def _write_metadata(weights: Path, meta: dict[str, Any]) -> None:
-    """Rewrite the weights' metadata file (atomically: a killed run leaves the old one)."""
-    path = Path(weights) / METADATA_FILE
-    tmp = path.with_suffix(".json.tmp")
-    tmp.write_text(json.dumps(meta, indent=2, sort_keys=True) + "\n")
-    os.replace(tmp, path)
+def _fit_held_out(weights: Path, val: list[vdata.Pair], scoring: str
+                  ) -> tuple[np.ndarray, dict[str, float], float]:
+    """The held-out pairs' probabilities under ``scoring`` (the int8 model, windows
+    aggregated) and the thresholds that maximise their macro-F1, with that F1."""
+    from medverify.verifier.infer import Verifier
+
+    verifier = Verifier.load(weights, quantize=True, scoring=scoring)
+    probs = verifier.predict([(p.claim, p.evidence) for p in val])
+    thresholds, f1 = calibrate(probs, [p.label for p in val])
+    return probs, thresholds, f1
 
 
 def run_report(
