@@ -22,20 +22,19 @@ Writes benchmarks/results/verifier_batch_dependence.{json,md}.
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import time
 from pathlib import Path
 
 import numpy as np
 from bench_judge_speed import pairs as load  # the same pairs as the speed benchmark
+from bench_queue import write_results
 
 from medverify.verdict_rules import passage_label
 from medverify.verifier import get_verifier
 from medverify.verifier.infer import PER_WINDOW_THREADS, WINDOW_WORKERS
 
 ROOT = Path(__file__).resolve().parents[1]
-RESULTS = ROOT / "benchmarks" / "results"
 Pairs = list[tuple[str, str]]
 
 
@@ -127,10 +126,7 @@ def main() -> None:
               f"{result['load_after'][0]:.2f}, on {os.cpu_count()} CPUs. Guarantee (issue 27, "
               "45): every batch-independent column but the last 0 label changes and changes "
               "<= 1e-6."]
-    RESULTS.mkdir(parents=True, exist_ok=True)
-    (RESULTS / "verifier_batch_dependence.json").write_text(json.dumps(result, indent=1) + "\n")
-    (RESULTS / "verifier_batch_dependence.md").write_text("\n".join(lines) + "\n")
-    print("\n".join(lines))
+    write_results("verifier_batch_dependence", result, "\n".join(lines) + "\n")
 
 
 if __name__ == "__main__":

@@ -18,21 +18,19 @@ benchmarks/results/verifier_fidelity.{json,md}.
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import platform
 import statistics
 import time
-from pathlib import Path
 
 import numpy as np
 from bench_judge_speed import pairs as load_sets
+from bench_queue import write_results
 
 from medverify.errors import ConfigError
 from medverify.verifier.infer import Verifier
 from medverify.verifier.windows import make_windows
 
-RESULTS = Path(__file__).resolve().parents[1] / "benchmarks" / "results"
 SETS = ("healthver_dev", "checkcovid_dev")
 
 
@@ -103,10 +101,7 @@ def main() -> None:
               f"{result['load_after'][0]:.2f}, on {result['cpus']} CPUs. Labels: the "
               "verifier's thresholds, one passage. Skipped: "
               + (", ".join(f"{k} ({v})" for k, v in skipped.items()) or "none") + ".", ""]
-    RESULTS.mkdir(parents=True, exist_ok=True)
-    (RESULTS / "verifier_fidelity.json").write_text(json.dumps(result, indent=1) + "\n")
-    (RESULTS / "verifier_fidelity.md").write_text("\n".join(lines))
-    print("\n".join(lines))
+    write_results("verifier_fidelity", result, "\n".join(lines) + "\n")
 
 
 if __name__ == "__main__":

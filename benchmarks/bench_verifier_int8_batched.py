@@ -24,14 +24,13 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import json
 import os
 import platform
 import time
-from pathlib import Path
 
 import numpy as np
 from bench_judge_speed import cpu_model
+from bench_queue import write_results
 from bench_verifier_threads_eval import SETS, summary
 
 from medverify.config import Config
@@ -50,7 +49,6 @@ from medverify.stats import percentile_ci
 from medverify.verifier.infer import Verifier
 from medverify.verifier.metrics import classification_metrics, supported_vs_rest
 
-RESULTS = Path(__file__).resolve().parents[1] / "benchmarks" / "results"
 MODES = [("new", "window_scales"), ("old", "per_window")]  # set from the arguments
 
 
@@ -187,10 +185,7 @@ def main() -> None:
               f"{result['load_before'][0]:.2f}, after {result['load_after'][0]:.2f}. The pairs/s "
               "are timed on a shared machine, one run each: see "
               "judge_speed.md for the speed comparison.", ""]
-    RESULTS.mkdir(parents=True, exist_ok=True)
-    (RESULTS / f"{stem}.json").write_text(json.dumps(result, indent=1) + "\n")
-    (RESULTS / f"{stem}.md").write_text("\n".join(lines))
-    print("\n".join(lines))
+    write_results(stem, result, "\n".join(lines) + "\n")
 
 
 if __name__ == "__main__":

@@ -26,17 +26,16 @@ recorded. Writes benchmarks/results/verifier_modes.{json,md}.
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import statistics
 import threading
 import time
 from collections.abc import Callable, Sequence
-from pathlib import Path
 
 import numpy as np
 import torch
 from bench_judge_speed import pairs as load
+from bench_queue import write_results
 
 from medverify.verdict_rules import passage_label
 from medverify.verifier.infer import (
@@ -48,7 +47,6 @@ from medverify.verifier.infer import (
 from medverify.verifier.model import load_model, load_tokenizer
 from medverify.verifier.windows import MAX_CLAIM_TOKENS, make_windows
 
-RESULTS = Path(__file__).resolve().parents[1] / "benchmarks" / "results"
 _LOCAL = threading.local()  # the real lengths of the batch's windows, for WindowScaledLinear
 
 
@@ -200,10 +198,7 @@ def main() -> None:
               f"interleaved); load average before {result['load_before'][0]:.2f}, after "
               f"{result['load_after'][0]:.2f}, on {result['cpus']} CPUs. 'x today' is "
               "windows/s at 2 / 1 threads over int8_per_window at 2 threads.", ""]
-    RESULTS.mkdir(parents=True, exist_ok=True)
-    (RESULTS / "verifier_modes.json").write_text(json.dumps(result, indent=1) + "\n")
-    (RESULTS / "verifier_modes.md").write_text("\n".join(lines))
-    print("\n".join(lines))
+    write_results("verifier_modes", result, "\n".join(lines) + "\n")
 
 
 if __name__ == "__main__":

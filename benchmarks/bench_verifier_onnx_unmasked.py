@@ -17,7 +17,6 @@ recorded. Writes benchmarks/results/verifier_onnx_unmasked.{json,md}.
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import tempfile
 import time
@@ -28,6 +27,7 @@ import numpy as np
 import torch
 from bench_judge_speed import cpu_model
 from bench_judge_speed import pairs as load_sets
+from bench_queue import write_results
 
 from medverify.kb.onnx_quant import quantize
 from medverify.kb.onnx_runtime import cpu_session
@@ -37,7 +37,6 @@ from medverify.verifier.model import load_model
 from medverify.verifier.quantized import tokenize_windows
 from medverify.verifier.windows import make_windows
 
-RESULTS = Path(__file__).resolve().parents[1] / "benchmarks" / "results"
 SETS = ("healthver_dev", "checkcovid_dev")
 
 
@@ -121,10 +120,7 @@ def main() -> None:
         lines.append(f"| {name} | {row['windows']} | {row['mean_tokens']:.1f} | "
                      f"{row['bitwise_equal']} of {row['windows']} | {row['max_logit_diff']:.3g} | "
                      f"{ms['masked']} | {ms['unmasked']} | {row['masked_over_unmasked']} |")
-    RESULTS.mkdir(parents=True, exist_ok=True)
-    (RESULTS / "verifier_onnx_unmasked.json").write_text(json.dumps(result, indent=1) + "\n")
-    (RESULTS / "verifier_onnx_unmasked.md").write_text("\n".join(lines) + "\n")
-    print("\n".join(lines))
+    write_results("verifier_onnx_unmasked", result, "\n".join(lines) + "\n")
 
 
 if __name__ == "__main__":
