@@ -94,7 +94,9 @@ STAGES: list[tuple[str, tuple[str, ...]]] = [
     ("decomposition", ("(medverify/decompose/",)),
     ("arbitration", ("arbitrate_claims (medverify/arbitration.py",)),
     ("settled-claims lookup", ("Checker.settled_claims (medverify/checker.py",)),
-    ("review queue", ("queue_for_review (medverify/service/state.py",)),
+    ("review queue", ("queue_for_review (medverify/service/state.py",  # before 2026-12-07
+                      "ReviewStore.add_items (medverify/store/review.py",
+                      "items_from_report (medverify/review/teaching.py")),
     ("report building", ("Checker.report (medverify/checker.py",
                          "(medverify/report/")),
     ("run-store writes", ("(medverify/store/", "(medverify/harness.py")),

@@ -13,7 +13,9 @@ from medverify.errors import ConfigError, KBError, ProviderError
 from medverify.kb import KnowledgeBase
 from medverify.kit import FlowKit
 from medverify.llm.facade import Model
-from medverify.records import Answer, Category, Document
+from medverify.records import Answer, Category, Decision, Document, Report
+from medverify.review import escalator
+from medverify.store.review import ReviewStore
 from medverify.store.runs import RunStore
 from medverify.testing import ScriptedProvider, register_fake, unregister_fake
 from medverify.testing.judge import keyword_rule, scripted_judge
@@ -140,3 +142,47 @@ def test_missing_kb_and_missing_judge_are_config_errors(tmp_path: Path) -> None:
         Checker.from_config(no_weights, kit=FlowKit(kb=object()))  # type: ignore[arg-type]
 
 
+
+
+def _escalating_run(kb: KnowledgeBase, store: RunStore) -> list[Report]:
+    """One answer checked with the review queue on, hallucinations escalated."""
+    provider = ScriptedProvider(
+        scripted_judge(keyword_rule(supported="first-line", contradicted="5000 mg")))
+    checker = _checker(kb, provider, review={"enabled": True},
+                       arbitration={"hallucination": "ESCALATE"})
+    escalate = escalator(checker.config)
+    assert escalate is not None
+    return asyncio.run(checker.run([Answer(text=ANSWER, question="q")], store=store,
+                                   escalate=escalate))
+
+
+def test_escalations_are_queued_with_their_answer(kb: KnowledgeBase, tmp_path: Path) -> None:
+    with RunStore(tmp_path / "runs.db") as store:
+        [report] = _escalating_run(kb, store)
+        escalated = [r.claim.id for r in report.results
+                     if r.arbitration and r.arbitration.decision is Decision.ESCALATE]
+        items = ReviewStore(store).list(limit=None)
+        assert escalated and sorted(i.claim.id for i in items) == sorted(escalated)
+        assert {i.run_id for i in items} == {report.run_id}
+        assert len(store.reports(report.run_id or "")[0].results) == len(report.results)
+
+
+def test_a_failed_queue_write_leaves_no_answer_behind(
+        kb: KnowledgeBase, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The answer and its escalations are one transaction: a failure after the queue's
+    inserts (a process dying there) rolls back both, never an answer whose escalated
+    claims are missing from the queue."""
+    add_items = ReviewStore.add_items
+
+    def dies_after_inserting(self: ReviewStore, items: object) -> int:
+        assert add_items(self, items) > 0  # type: ignore[arg-type]
+        raise RuntimeError("died after the inserts")
+
+    monkeypatch.setattr(ReviewStore, "add_items", dies_after_inserting)
+    with RunStore(tmp_path / "runs.db") as store:
+        with pytest.raises(RuntimeError, match="died after the inserts"):
+            _escalating_run(kb, store)
+        [run] = store.list_runs()
+        assert run.status == "failed"
+        assert store.reports(run.id) == []
+        assert ReviewStore(store).list(limit=None) == []

@@ -13,7 +13,8 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from contextlib import nullcontext
 from dataclasses import dataclass, field
 from functools import cached_property
 from pathlib import Path
@@ -48,7 +49,12 @@ from medverify.store.runs import RunStore
 from medverify.terms import STRONG_RELEVANCE, key_terms, relevance
 
 if TYPE_CHECKING:
+    from medverify.review.records import ReviewItem
     from medverify.risk.stage import RiskStage
+
+Escalate = Callable[[Report], "list[ReviewItem]"]
+"""A report's claims for the clinicians' review queue (the service's
+:func:`medverify.review.teaching.escalator`): queued in the answer's own transaction."""
 
 log = logging.getLogger(__name__)
 
@@ -294,8 +300,11 @@ class Checker:
         progress: Progress | None = None,
         concurrency: int = 4,
         cancel: CancelToken | None = None,
+        escalate: Escalate | None = None,
     ) -> list[Report]:
-        """Check many answers; record the run when a store is given."""
+        """Check many answers; record the run when a store is given. ``escalate``: each
+        answer's claims for the review queue, queued (with a store) in the transaction that
+        records the answer, so that a process killed between the two leaves neither."""
         harness = RunHarness("check", self.config, ledger=self.ledger, store=store,
                              progress=progress, cancel=cancel,
                              public_config=self.public_config)
@@ -307,14 +316,26 @@ class Checker:
                 results, errors = await self.check_answer(answer, settled)
             report = self.report(answer, results, errors, harness.run_id, provenance)
             if store is not None and harness.run_id is not None:
-                store.save_answer(harness.run_id, position, answer, results,
-                                  "; ".join(errors) or None, notes=report.notes)
+                record_answer(store, position, report, escalate(report) if escalate else [])
             return report
 
         with harness.recording(provenance):
             reports = await harness.each(answers, one, concurrency=concurrency)
             harness.fail_items(sum(1 for r in reports if not r.results), len(reports), "result")
         return [r.model_copy(update={"usage": self.ledger.as_dict()}) for r in reports]
+
+
+def record_answer(store: RunStore, position: int, report: Report,
+                  items: Sequence[ReviewItem]) -> None:
+    """Record a checked answer (its claims, errors and notes) and queue its escalated
+    claims for review in one transaction (under the write lock when there are any: the
+    queue's check for a claim already waiting cannot go stale before its insert)."""
+    assert report.run_id is not None
+    with store.immediate() if items else nullcontext():
+        store.save_answer(report.run_id, position, report.answer, report.results,
+                          "; ".join(report.errors) or None, notes=report.notes)
+        if items:
+            ReviewStore(store).add_items(items)
 
 
 def _as_answer(answer: Answer | str, question: str | None) -> Answer:

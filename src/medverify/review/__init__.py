@@ -44,6 +44,7 @@ from medverify.review.settled import (
 )
 from medverify.review.teaching import (
     DOC_PREFIX,
+    escalator,
     finish_teaching,
     items_from_report,
     judged_example_id,
@@ -91,6 +92,7 @@ __all__ = [
     "claim_key",
     "cohen_kappa",
     "deciding_label",
+    "escalator",
     "finish_teaching",
     "items_from_report",
     "judged_example_id",

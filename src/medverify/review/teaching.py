@@ -26,13 +26,14 @@ from __future__ import annotations
 import json
 import logging
 from collections import Counter
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from datetime import UTC, datetime
+from functools import partial
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 from medverify.arbitration import arbitrate, urgency
-from medverify.config import ArbitrationPolicy
+from medverify.config import ArbitrationPolicy, Config
 from medverify.errors import InputError, MedverifyError
 from medverify.kb import KnowledgeBase
 from medverify.kb.postgres import PostgresKB
@@ -233,6 +234,17 @@ def revert(change_id: int, kb: KnowledgeBase | PostgresKB,
                          f"{kb.path}: open that knowledge base to revert it")
     kb.remove_documents([change.doc_id])
     return store.mark_reverted(change_id)
+
+
+def escalator(config: Config) -> Callable[[Report], list[ReviewItem]] | None:
+    """A report's review items under ``config`` (``[review] labels_needed``, the
+    ``[arbitration]`` policy for results without a decision), or None when ``[review]
+    enabled`` is off: what the service gives :meth:`medverify.checker.Checker.run` so that
+    an answer and its escalations are recorded in one transaction."""
+    if not config.review.enabled:
+        return None
+    return partial(items_from_report, labels_needed=config.review.labels_needed,
+                   policy=config.arbitration)
 
 
 def queue_reports(store: ReviewLedger, reports: Sequence[Report], *, labels_needed: int = 1,

@@ -159,11 +159,9 @@ class JobRunner:
 
         if row.kind is JobKind.CHECK:
             batch = CheckBatch.model_validate_json(row.request)
-            checker = self.state.need_checker()
-            reports = await checker.run(batch.answers, store=self.state.runs,
-                                        progress=progress, cancel=token)
+            reports = await self.state.check(batch.answers, progress=progress, cancel=token)
             self._ran(row, reports[0].run_id if reports else None, len(reports))
-            checked = self.state.checked(reports)  # the review queue
+            checked = self.state.checked(reports)
             if self.state.metrics is not None:
                 self.state.metrics.checked(checked, "job")
             return CheckResult(reports=reports)

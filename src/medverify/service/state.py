@@ -12,7 +12,7 @@ from collections.abc import Awaitable, Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TypeVar
+from typing import Any, TypeVar
 
 from medverify.audit.runner import Auditor
 from medverify.checker import Checker
@@ -30,9 +30,9 @@ from medverify.review import (
     KBChange,
     ReviewItem,
     ReviewLabel,
+    escalator,
     finish_teaching,
     label_and_teach,
-    queue_reports,
 )
 from medverify.service.admission import CheckSlots
 from medverify.service.auth import TokenBucket
@@ -217,10 +217,17 @@ class ServiceState:
         not finish in time: see :mod:`medverify.service.admission`."""
         return await self.check_slots.run(work, units)
 
-    def checked(self, reports: Sequence[Report]) -> Checked:
-        """After a check: its escalated claims join the review queue; returns its claims
-        as the metrics count them and the log lines tell them."""
-        self.queue_for_review(reports)
+    async def check(self, answers: Sequence[Answer], **run: Any) -> list[Report]:
+        """Check answers with this worker's checker, recorded in the run store; with
+        ``[review] enabled`` each answer's escalated claims join the review queue in the
+        transaction that records the answer (``run``: :meth:`Checker.run`'s progress,
+        cancel token)."""
+        return await self.need_checker().run(answers, store=self.runs,
+                                             escalate=escalator(self.config), **run)
+
+    @staticmethod
+    def checked(reports: Sequence[Report]) -> Checked:
+        """A check's claims as the metrics count them and the log lines tell them."""
         return Checked.of(reports)
 
     def need_metrics(self) -> ServiceMetrics:
@@ -232,15 +239,6 @@ class ServiceState:
             raise ApiError(404, ErrorCode.NOT_FOUND, f"the metrics are served on port "
                            f"{settings.metrics_port} ([service] metrics_port), not here")
         return self.metrics
-
-    def queue_for_review(self, reports: Sequence[Report]) -> int:
-        """Add the escalated claims of checked reports to the review queue (``[review]
-        enabled``, ``labels_needed``); returns how many items were new."""
-        settings = self.config.review
-        if not settings.enabled:
-            return 0
-        return queue_reports(self.review, reports, labels_needed=settings.labels_needed,
-                             policy=self.config.arbitration)
 
     def label_and_teach(self, item_id: str, reviewer: str, label: ReviewLabel | str,
                         **fields: str | None) -> tuple[ReviewItem, KBChange | None]:

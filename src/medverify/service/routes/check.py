@@ -46,13 +46,13 @@ async def check(answer: Answer, request: Request, key: Client, state: State,
     ``request_timeout_s`` even alone: submit it as a job; 504 ``timeout`` when the check
     itself ran past ``[service] request_timeout_s`` (counted from its slot's grant; its run
     is recorded ``interrupted``)."""
-    checker = state.need_checker()
+    state.need_checker()
     validate_answer(answer, state.config.max_answer_chars)
     with state.metered() as used:
-        [report] = await state.checking(lambda: checker.run([answer], store=state.runs),
+        [report] = await state.checking(lambda: state.check([answer]),
                                         units=len(flat_sentences(answer.text)))
     request.state.target = report.run_id
-    request.state.checked = state.checked([report])  # review queue; metrics and log line
+    request.state.checked = state.checked([report])  # metrics and log line
     report = report.model_copy(update={"usage": used.as_dict()})
     return report if detail is Detail.FULL else compact_report(report)
 
