@@ -597,8 +597,8 @@ def _search_lines(sr: dict[str, Any]) -> list[str]:
              "rank p50 / p95 | rank + fetch p50 / p95 | **recall@10** (tie-aware) | "
              "hybrid top 7 = exact index's | hybrid top 7 shared with the reference |"
              + (" dense list alone p50 | lexical list alone p50 |" if parts else "")
-             + (" top 7 shared with the reference, both exact | both on this index (IVF: this nprobe) |"
-                if split else ""),
+             + (" top 7 shared with the reference, both exact |"
+                " both on this index (IVF: this nprobe) |" if split else ""),
              "|---|---|---|---|---|---|---|---|---|" + ("---|---|" if parts else "")
              + ("---|---|" if split else "")]
     for row in sr["configs"]:
