@@ -134,10 +134,11 @@ def measure(queries: list[str], rounds: int) -> dict[str, Any]:
             products.run(tokens)
             times["onnx"].append(1000 * (middle - started))
             times["products"].append(1000 * (time.perf_counter() - middle))
-    work = [flops(t, shape) for t in lengths] * rounds
+    per_query = [flops(t, shape) for t in lengths]
+    work = per_query * rounds
     return {"shape": shape, "tokens_mean": statistics.mean(lengths), "times": times,
             "flops_check": checked_flops(queries[0], shape),
-            "flops": [flops(t, shape) for t in lengths],
+            "flops": per_query,
             "gflop_per_query_mean": statistics.mean(work) / 1e9,
             "gflops": {name: statistics.mean(f / (ms / 1000) / 1e9 for f, ms in
                                              zip(work, v, strict=True))

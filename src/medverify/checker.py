@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from contextlib import nullcontext
 from dataclasses import dataclass, field
 from functools import cached_property
@@ -43,7 +43,7 @@ from medverify.records import Answer, Claim, ClaimResult, Passage, Report
 from medverify.report.metrics import compute_metrics
 from medverify.retrieve import Retriever
 from medverify.review.settled import SettledClaims, SettledIndex
-from medverify.review.teaching import DOC_PREFIX
+from medverify.review.teaching import DOC_PREFIX, Escalate
 from medverify.store.review import ReviewStore
 from medverify.store.runs import RunStore
 from medverify.terms import STRONG_RELEVANCE, key_terms, relevance
@@ -51,10 +51,6 @@ from medverify.terms import STRONG_RELEVANCE, key_terms, relevance
 if TYPE_CHECKING:
     from medverify.review.records import ReviewItem
     from medverify.risk.stage import RiskStage
-
-Escalate = Callable[[Report], "list[ReviewItem]"]
-"""A report's claims for the clinicians' review queue (the service's
-:func:`medverify.review.teaching.escalator`): queued in the answer's own transaction."""
 
 log = logging.getLogger(__name__)
 

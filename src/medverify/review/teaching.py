@@ -236,7 +236,12 @@ def revert(change_id: int, kb: KnowledgeBase | PostgresKB,
     return store.mark_reverted(change_id)
 
 
-def escalator(config: Config) -> Callable[[Report], list[ReviewItem]] | None:
+Escalate = Callable[[Report], list[ReviewItem]]
+"""A report's claims for the clinicians' review queue (what :func:`escalator` makes):
+:meth:`medverify.checker.Checker.run` queues them in the answer's own transaction."""
+
+
+def escalator(config: Config) -> Escalate | None:
     """A report's review items under ``config`` (``[review] labels_needed``, the
     ``[arbitration]`` policy for results without a decision), or None when ``[review]
     enabled`` is off: what the service gives :meth:`medverify.checker.Checker.run` so that

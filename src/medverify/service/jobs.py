@@ -161,7 +161,7 @@ class JobRunner:
             batch = CheckBatch.model_validate_json(row.request)
             reports = await self.state.check(batch.answers, progress=progress, cancel=token)
             self._ran(row, reports[0].run_id if reports else None, len(reports))
-            checked = self.state.checked(reports)
+            checked = Checked.of(reports)
             if self.state.metrics is not None:
                 self.state.metrics.checked(checked, "job")
             return CheckResult(reports=reports)

@@ -38,7 +38,7 @@ from medverify.service.admission import CheckSlots
 from medverify.service.auth import TokenBucket
 from medverify.service.error_codes import ErrorCode
 from medverify.service.errors import ApiError
-from medverify.service.metrics import Checked, ServiceMetrics
+from medverify.service.metrics import ServiceMetrics
 from medverify.service.refusals import RefusalTally
 from medverify.store.access import AuditLog, KeyStore
 from medverify.store.jobs import JobStore
@@ -224,11 +224,6 @@ class ServiceState:
         cancel token)."""
         return await self.need_checker().run(answers, store=self.runs,
                                              escalate=escalator(self.config), **run)
-
-    @staticmethod
-    def checked(reports: Sequence[Report]) -> Checked:
-        """A check's claims as the metrics count them and the log lines tell them."""
-        return Checked.of(reports)
 
     def need_metrics(self) -> ServiceMetrics:
         settings = self.config.service

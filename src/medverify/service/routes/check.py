@@ -13,6 +13,7 @@ from medverify.records import Answer, Report
 from medverify.risk.stage import RiskText
 from medverify.service.admission import within
 from medverify.service.compact import Detail, compact_report
+from medverify.service.metrics import Checked
 from medverify.service.records import RiskRequest, RiskResponse
 from medverify.service.routes.deps import Client, State
 from medverify.text import flat_sentences
@@ -46,13 +47,13 @@ async def check(answer: Answer, request: Request, key: Client, state: State,
     ``request_timeout_s`` even alone: submit it as a job; 504 ``timeout`` when the check
     itself ran past ``[service] request_timeout_s`` (counted from its slot's grant; its run
     is recorded ``interrupted``)."""
-    state.need_checker()
+    state.need_checker()  # 503 before anything else is looked at
     validate_answer(answer, state.config.max_answer_chars)
     with state.metered() as used:
         [report] = await state.checking(lambda: state.check([answer]),
                                         units=len(flat_sentences(answer.text)))
     request.state.target = report.run_id
-    request.state.checked = state.checked([report])  # metrics and log line
+    request.state.checked = Checked.of([report])  # metrics and log line
     report = report.model_copy(update={"usage": used.as_dict()})
     return report if detail is Detail.FULL else compact_report(report)
 
