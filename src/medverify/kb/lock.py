@@ -128,6 +128,8 @@ class WriterLock:
                              self.path.parent, time.monotonic() - started)
                     return
             busy = self.describe_holder()
+            if self._take(fd):  # (it finished while its pid was read: the lock is free)
+                return
         finally:
             if self._fd is None:
                 os.close(fd)
@@ -151,8 +153,9 @@ class WriterLock:
             return False
         self._fd = fd
         with contextlib.suppress(OSError):  # (a read-only lock file: no pid to show)
-            os.ftruncate(fd, 0)
-            os.pwrite(fd, f"{os.getpid()} {self.activity}\n".encode(), 0)
+            line = f"{os.getpid()} {self.activity}\n".encode()
+            os.pwrite(fd, line, 0)  # (then cut: a waiter never reads an empty file)
+            os.ftruncate(fd, len(line))
         return True
 
     def release(self) -> None:
