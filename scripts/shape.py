@@ -77,6 +77,11 @@ def modules(source: Path = SOURCE, files: list[Path] | None = None) -> list[Size
     return sorted(found, key=lambda s: (-s.lines, s.where))
 
 
+# What a ``def`` can sit in: statements and the blocks of ``try`` and ``match``, never an
+# expression (a lambda is no FunctionDef), so expressions are not walked.
+_HOLDERS = (ast.stmt, ast.excepthandler, ast.match_case)
+
+
 def _functions(node: ast.AST, prefix: str) -> Iterator[tuple[str, ast.AST]]:
     for child in ast.iter_child_nodes(node):
         if isinstance(child, ast.FunctionDef | ast.AsyncFunctionDef):
@@ -85,7 +90,7 @@ def _functions(node: ast.AST, prefix: str) -> Iterator[tuple[str, ast.AST]]:
             yield from _functions(child, name + ".")
         elif isinstance(child, ast.ClassDef):
             yield from _functions(child, f"{prefix}{child.name}.")
-        else:
+        elif isinstance(child, _HOLDERS):
             yield from _functions(child, prefix)
 
 

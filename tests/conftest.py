@@ -5,6 +5,8 @@ from __future__ import annotations
 
 # First: each xdist worker's share of the cores as its thread count, before numpy loads.
 import worker_threads  # noqa: F401  # isort: skip
+import atexit
+import gc
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -19,6 +21,12 @@ from data_paths import (  # noqa: F401 (hooks: the data marker, skipped tests by
 )
 from postgres_server import pg_cluster, pg_url, store_location  # noqa: F401 (fixtures)
 from ray_cluster import ray_executor  # noqa: F401 (fixture)
+
+# At exit, the interpreter's last garbage collections walk every object the suite made and
+# imported (torch, transformers, hypothesis): 2-3 s of each xdist worker's exit, which the
+# run waits for. Frozen objects are skipped by them; atexit handlers (the clean-ups of
+# tempfile and weakref.finalize) still run.
+atexit.register(gc.freeze)
 
 
 @pytest.fixture(scope="session")

@@ -192,7 +192,7 @@ def test_retries_stop_when_the_budget_cannot_cover_the_next_attempt() -> None:
 
 def test_retries_inside_the_budget_still_succeed() -> None:
     storm = [FakeResponse.error(503, retry_after=0.05)] * 2
-    settings = ModelSettings(max_retries=4, call_budget_s=5.0)
+    settings = ModelSettings(max_retries=4, call_budget_s=5.0, backoff_s=0.05)
     with FakeChatServer("fine", script=storm) as server:
         assert asyncio.run(_ask(_model(server, settings))).text == "fine"
     assert len(server.requests) == 3
