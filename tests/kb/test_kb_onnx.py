@@ -142,6 +142,38 @@ def test_auto_runs_queries_on_onnx_without_amx(monkeypatch: pytest.MonkeyPatch) 
     assert np.array_equal(auto.embed(DOCUMENTS), torch_embedder.embed(DOCUMENTS))
 
 
+def test_the_query_encoder_is_made_on_the_first_query_once(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """An ingest (document-sized calls only) never loads ONNX Runtime's query session (about
+    260 MB resident); the first query makes it, once, however many threads ask at once."""
+    import threading
+
+    no_amx(monkeypatch)
+    made: list[int] = []
+    load = onnx_runtime.load_encoder
+
+    def counted(*args: object) -> object:
+        made.append(1)
+        return load(*args)
+
+    monkeypatch.setattr(onnx_runtime, "load_encoder", counted)
+    auto = SentenceTransformerEmbedder(model_dir(), runtime="auto")
+    auto.embed(DOCUMENTS)
+    assert made == []
+    barrier = threading.Barrier(4)
+
+    def ask() -> None:
+        barrier.wait()
+        auto.embed(QUERIES[:1])
+
+    threads = [threading.Thread(target=ask) for _ in range(4)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert made == [1] and auto.query_runtime == "onnx"
+
+
 def test_auto_falls_back_to_torch_where_onnx_cannot_take_queries(
         monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture) -> None:
     no_amx(monkeypatch)
@@ -152,7 +184,8 @@ def test_auto_falls_back_to_torch_where_onnx_cannot_take_queries(
     with monkeypatch.context() as patch, caplog.at_level(logging.WARNING):
         patch.setattr(onnx_runtime, "load_encoder", broken)
         failed = SentenceTransformerEmbedder(model_dir(), runtime="auto")
-    assert failed.query_runtime == "torch" and "could not export" in caplog.text
+        assert failed.query_runtime == "torch"  # (the query encoder is made when asked)
+    assert "could not export" in caplog.text
     assert np.array_equal(failed.embed(TEXTS[:1]), minilm("fp32", "cpu", "torch").embed(
         TEXTS[:1]))
     caplog.clear()

@@ -3,8 +3,8 @@ directory loaded once per process (fp32, fp16 on CUDA, or int8 dynamically quant
 CPU), texts tokenised once into token windows, run in batches of similar length through
 torch or ONNX Runtime (queries, under ``embed_runtime = "auto"``: bfloat16 on AMX CPUs,
 else ONNX Runtime fp32 where installed, else torch; :meth:`SentenceTransformerEmbedder.
-query_runtime`); and how the device and precision are chosen (:func:`resolve_device`,
-:func:`resolve_precision`).
+query_runtime`; made on the first query, so an ingest never loads it); and how the device
+and precision are chosen (:func:`resolve_device`, :func:`resolve_precision`).
 
 Built by name through :func:`medverify.kb.embed.get_embedder` (``all-MiniLM-L6-v2``, or a
 model directory's path).
@@ -17,6 +17,7 @@ import functools
 import importlib.util
 import logging
 import os
+import threading
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any, Literal
@@ -164,21 +165,32 @@ class SentenceTransformerEmbedder:
                               "onnx")
         self.runtime = runtime
         self._onnx: Any = None
-        self._query: Any = None
+        self._query: Any = _NOT_YET if runtime == "auto" else None
+        self._query_lock = threading.Lock()
         if runtime == "onnx":
             self._onnx = self._onnx_encoder()
-        elif runtime == "auto":  # queries (calls of < SMALL_INPUT windows): bf16 where it
-            # runs, else ONNX Runtime fp32 where it is installed and gives torch's vectors
-            self._query = (query_encoder(self._model, self.precision, self.device)
-                           or self._onnx_queries())
 
     @property
     def query_runtime(self) -> str:
         """What runs a query (a call of fewer than :data:`SMALL_INPUT` windows): ``bf16``,
         ``onnx`` or ``torch``."""
-        if self._onnx is not None or isinstance(self._query, OnnxQueries):
+        query = self._query_encoder()
+        if self._onnx is not None or isinstance(query, OnnxQueries):
             return "onnx"
-        return "torch" if self._query is None else "bf16"
+        return "torch" if query is None else "bf16"
+
+    def _query_encoder(self) -> Any:
+        """What ``auto`` runs queries (calls of < SMALL_INPUT windows) on, made on the first
+        one: bf16 where it runs, else ONNX Runtime fp32 where it is installed and gives
+        torch's vectors, else None (torch). Not made at load: an ingest, which embeds only
+        batches, would hold it for nothing (about 260 MB more resident for ONNX Runtime's
+        session, and its export when none is cached)."""
+        if self._query is _NOT_YET:
+            with self._query_lock:
+                if self._query is _NOT_YET:
+                    self._query = (query_encoder(self._model, self.precision, self.device)
+                                   or self._onnx_queries())
+        return self._query
 
     def _onnx_queries(self) -> OnnxQueries | None:
         """ONNX Runtime fp32 for the queries of ``auto`` on a CPU without AMX: where
@@ -207,7 +219,7 @@ class SentenceTransformerEmbedder:
                               "embed_precision = \"fp32\" and embed_device = \"cpu\"")
         encoder = onnx_runtime.load_encoder(self._model, self.path)
         windows = self.tokenizer.windows([onnx_runtime.PROBE], self.window)[0]
-        torch_vector = self._forward(windows)  # (no ONNX nor query encoder set yet)
+        torch_vector = self._forward_batches(windows)  # (on torch: no ONNX set yet)
         onnx_vector = OnnxQueries(encoder, self.dim).run(windows)
         cosine = float(np.dot(torch_vector[0], onnx_vector[0]))
         if cosine < onnx_runtime.CHECK_COSINE:
@@ -236,10 +248,14 @@ class SentenceTransformerEmbedder:
         """Normalised vectors of the token-id windows (each with its special tokens),
         run in batches of similar length (torch, or ONNX Runtime); rows in the order
         given."""
+        if len(windows) < SMALL_INPUT and (query := self._query_encoder()) is not None:
+            return query.run(windows)
+        return self._forward_batches(windows)
+
+    def _forward_batches(self, windows: list[list[int]]) -> np.ndarray:
+        """:meth:`_forward` on the batch runtime (torch, or ONNX Runtime where chosen)."""
         import torch
 
-        if self._query is not None and len(windows) < SMALL_INPUT:
-            return self._query.run(windows)
         out = np.zeros((len(windows), self.dim), dtype=np.float32)
         threads = 1 if len(windows) < SMALL_INPUT else max(1, torch.get_num_threads())
         for rows in length_batches([len(w) for w in windows], self.batch_size):
@@ -343,6 +359,7 @@ def _input_names(model: object) -> tuple[str, ...]:
     return tuple(getattr(tokenizer, "model_input_names", ("input_ids", "attention_mask")))
 
 
+_NOT_YET = object()  # (the query encoder of ``auto``, before the first query)
 SMALL_INPUT = 8  # fewer texts than this (a query) are embedded on one torch thread
 
 
