@@ -145,7 +145,7 @@ def test_auto_runs_queries_on_onnx_without_amx(monkeypatch: pytest.MonkeyPatch) 
 def test_the_query_encoder_is_made_on_the_first_query_once(
         monkeypatch: pytest.MonkeyPatch) -> None:
     """An ingest (document-sized calls only) never loads ONNX Runtime's query session (about
-    260 MB resident); the first query makes it, once, however many threads ask at once."""
+    210 MB resident); the first query makes it, once, however many threads ask at once."""
     import threading
 
     no_amx(monkeypatch)

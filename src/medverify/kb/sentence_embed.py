@@ -183,7 +183,7 @@ class SentenceTransformerEmbedder:
         """What ``auto`` runs queries (calls of < SMALL_INPUT windows) on, made on the first
         one: bf16 where it runs, else ONNX Runtime fp32 where it is installed and gives
         torch's vectors, else None (torch). Not made at load: an ingest, which embeds only
-        batches, would hold it for nothing (about 260 MB more resident for ONNX Runtime's
+        batches, would hold it for nothing (about 210 MB more resident for ONNX Runtime's
         session, and its export when none is cached)."""
         if self._query is _NOT_YET:
             with self._query_lock:
