@@ -101,9 +101,10 @@ def _clone(rev: str, tmp: str) -> tuple[Path, str]:
 
 
 def _env(clone: Path, data: Path | None) -> dict[str, str]:
-    """The suite's environment: the clone's src first, CI unset, data only where named."""
+    """The suite's environment: the clone's src first (then this checkout's benchmarks/, for
+    the timeline plugin), CI unset, data only where named."""
     env = {k: v for k, v in os.environ.items() if k not in ("CI", "MEDVERIFY_DATA")}
-    env["PYTHONPATH"] = str(clone / "src")
+    env["PYTHONPATH"] = os.pathsep.join([str(clone / "src"), str(ROOT / "benchmarks")])
     if data is not None:
         env["MEDVERIFY_DATA"] = str(data.resolve())
     return env
@@ -115,16 +116,20 @@ def run_suite(rev: str, data: Path | None, timeout_s: float,
     and wall time."""
     with tempfile.TemporaryDirectory(prefix="bench-test-suite-") as tmp:
         clone, commit = _clone(rev, tmp)
+        timeline = Path(tmp) / "timeline"
+        timeline.mkdir()
         load_before = os.getloadavg()[0]
         started = time.perf_counter()
-        done = subprocess.run([str(ROOT / ".venv" / "bin" / "pytest"), *PYTEST, *(tests or [])],
-                              cwd=clone, env=_env(clone, data), capture_output=True,
-                              text=True, timeout=timeout_s, check=False)
+        done = subprocess.run([str(ROOT / ".venv" / "bin" / "pytest"), *PYTEST,
+                               "-p", "suite_timeline", *(tests or [])], cwd=clone,
+                              env={**_env(clone, data), "SUITE_TIMELINE_DIR": str(timeline)},
+                              capture_output=True, text=True, timeout=timeout_s, check=False)
         wall = time.perf_counter() - started
+        phases = timeline_phases(timeline)
     if log is not None:
         log.write_text(done.stdout + done.stderr)
     result = parse(done.stdout + done.stderr)
-    result.update({"rev": rev, "commit": commit, "exit_code": done.returncode,
+    result.update({"rev": rev, "commit": commit, "exit_code": done.returncode, **phases,
                    "tests": tests or "the default suite",
                    "wall_s": round(wall, 1), "data": str(data) if data else None,
                    "load_average_before": round(load_before, 2),
@@ -132,6 +137,22 @@ def run_suite(rev: str, data: Path | None, timeout_s: float,
                    "cpus": os.cpu_count(), "date": time.strftime("%Y-%m-%d %H:%M UTC",
                                                                  time.gmtime())})
     return result
+
+
+def timeline_phases(folder: Path) -> dict[str, Any]:
+    """Seconds from the controller's start: when the workers finished collecting and their
+    last tests, and the wait from the last test to the controller's summary (the workers'
+    exit); empty when the plugin wrote nothing (e.g. the run crashed)."""
+    try:
+        controller = json.loads((folder / "controller.json").read_text())
+        workers = [json.loads(p.read_text()) for p in sorted(folder.glob("gw*.json"))]
+        start = controller["start"]
+        last = max(w["last_test"] for w in workers)
+        return {"collected_s": round(max(w["collected"] for w in workers) - start, 1),
+                "last_test_s": round(last - start, 1),
+                "exit_wait_s": round(controller["summary"] - last, 1)}
+    except (OSError, KeyError, ValueError):
+        return {}
 
 
 def _collect_once(clone: Path, env: dict[str, str]) -> dict[str, Any]:
@@ -213,12 +234,19 @@ def render(runs: dict[str, dict[str, Any]]) -> str:
              "other jobs: the 1-minute load average is given before and after; the sum of "
              "the per-test durations (setup + call + teardown) moves less with load than "
              "the wall time but still moves.", "",
-             f"| run | commit | wall s | durations sum s | slowest {TOP} sum s | passed | "
-             "skipped | failed | exit | load before -> after | date |",
-             "|---|---|---|---|---|---|---|---|---|---|---|"]
+             "Collected, last test: seconds from the start when the workers had collected "
+             "and finished their last test; exit wait: from that last test to the "
+             "controller's summary, i.e. the workers' exit (`benchmarks/suite_timeline.py`; "
+             "'-' for runs before it).", "",
+             f"| run | commit | wall s | collected | last test | exit wait | durations sum s "
+             f"| slowest {TOP} sum s | passed | skipped | failed | exit | load before -> after "
+             "| date |",
+             "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for label, r in runs.items():
         c = r["counts"]
-        lines.append(f"| {label} | {r['commit']} | {r['wall_s']} | {r['durations_sum_s']} | "
+        lines.append(f"| {label} | {r['commit']} | {r['wall_s']} | "
+                     f"{r.get('collected_s', '-')} | {r.get('last_test_s', '-')} | "
+                     f"{r.get('exit_wait_s', '-')} | {r['durations_sum_s']} | "
                      f"{r.get(f'durations_top{TOP}_s', '-')} | "
                      f"{c.get('passed', 0)} | {c.get('skipped', 0)} | "
                      f"{c.get('failed', 0) + c.get('error', 0)} | {r['exit_code']} | "
@@ -301,8 +329,9 @@ def main(argv: list[str] | None = None) -> int:
         runs[args.label or result["commit"]] = result
         RESULTS.mkdir(parents=True, exist_ok=True)
         out.write_text(json.dumps(runs, indent=1) + "\n")
-        print(json.dumps({k: result[k] for k in ("commit", "wall_s", "durations_sum_s",
-                                                 "counts", "exit_code")}))
+        print(json.dumps({k: result.get(k) for k in (
+            "commit", "wall_s", "collected_s", "last_test_s", "exit_wait_s", "durations_sum_s",
+            "counts", "exit_code")}))
     (RESULTS / f"{args.out}.md").write_text(render(runs))
     return 0
 
